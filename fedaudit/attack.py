@@ -1,0 +1,72 @@
+"""The Attack contract: an attacker sees a wire view and public knowledge.
+
+An attack receives what an observer in one role saw (a
+:class:`~fedaudit.wire.WireView`) and an :class:`AttackerPrior` — never a
+client object or its dataset. The signature is the threat model: an attack
+that could touch private data would be a bug. The *auditor*, who holds the
+private records, scores the :class:`AttackOutput` afterwards
+(``fedaudit/leakage.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from fedaudit.wire import WireView
+
+ROLES = ("server", "client")
+
+
+@dataclass(frozen=True)
+class AttackerPrior:
+    """Public knowledge: architecture, classes, image shape and normalisation.
+
+    ``build_model`` returns a freshly initialised model of the federation's
+    architecture (an attacker knows the code, not the weights).
+    """
+
+    arch: str
+    num_classes: int
+    class_names: tuple[str, ...]
+    domains: tuple[str, ...]
+    image_size: int
+    channels: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    build_model: Callable[[], nn.Module]
+
+
+@dataclass
+class AttackOutput:
+    """What an attack produced against one victim from one artifact.
+
+    Reconstructions fill ``images`` (normalised input space) or ``latents``
+    with ``targets`` (the class each was optimised for); membership attacks
+    fill ``scores`` for the records the auditor named.
+    """
+
+    attack: str
+    role: str
+    victim: str
+    artifact: str
+    images: Tensor | None = None
+    latents: Tensor | None = None
+    targets: Tensor | None = None
+    scores: Tensor | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Attack:
+    """Base class. Subclasses set ``name`` and implement :meth:`run`."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    roles: ClassVar[tuple[str, ...]] = ("server",)
+
+    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> list[AttackOutput]:
+        raise NotImplementedError

@@ -1,0 +1,191 @@
+"""The ``fedaudit`` command: a thin typer layer over :mod:`fedaudit.api`.
+
+User errors print one line (``error: ...``) naming the problem and the fix
+and exit with status 2; an interrupted run says how to resume it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fedaudit.errors import FedauditError, unknown_choice
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Audit federated domain generalization methods: accuracy, communication and privacy leakage.")
+console = Console()
+err_console = Console(stderr=True)
+log = logging.getLogger("fedaudit")
+
+USER_ERROR = 2
+
+
+def fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(USER_ERROR)
+
+
+class RichReporter:
+    """Round progress bars, one per target domain."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.progress: Progress | None = None
+        self.task = None
+
+    def start_target(self, target: str, rounds: int, done: int) -> None:
+        if self.quiet:
+            log.info("target %s: rounds %d..%d", target, done + 1, rounds)
+            return
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=err_console, transient=False)
+        self.progress.start()
+        self.task = self.progress.add_task(f"target {target}: rounds", total=rounds, completed=done, status="")
+
+    def round_done(self, target: str, row: dict[str, Any]) -> None:
+        status = f"val {row['val_mean']:.3f}  unseen {row['target']:.3f}  loss {row['train_loss']:.3f}"
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, status=status)
+        else:
+            log.info("target %s round %d: %s", target, row["round"], status)
+
+    def end_target(self, target: str) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def _split(text: str | None) -> tuple[float, float, float] | None:
+    if text is None:
+        return None
+    try:
+        parts = tuple(float(p) for p in text.split(","))
+    except ValueError:
+        raise FedauditError(f"--split must look like 0.5,0.1,0.4 (train,val,holdout), got {text!r}") from None
+    if len(parts) != 3:
+        raise FedauditError(f"--split needs three fractions train,val,holdout, got {text!r}")
+    return parts  # type: ignore[return-value]
+
+
+@app.command()
+def evaluate(
+    method: Optional[str] = typer.Option(None, help="FedDG method (see `fedaudit list methods`). Default fedavg."),
+    attack: Optional[str] = typer.Option(None, help="Attack(s): none, all, or names joined by commas."),
+    dataset: Optional[str] = typer.Option(None, help="shapes, digits, or folder:PATH (DomainBed layout)."),
+    target_domain: Optional[str] = typer.Option(None, help="Unseen domain, or 'all' to hold out each in turn."),
+    model: Optional[str] = typer.Option(None, help="cnn, resnet18 or resnet50."),
+    norm: Optional[str] = typer.Option(None, help="Norm layers: bn, in, gn."),
+    pretrained: Optional[str] = typer.Option(None, help="Local state_dict for the backbone (.pt/.pth/.safetensors)."),
+    image_size: Optional[int] = typer.Option(None, help="Image side in pixels."),
+    rounds: Optional[int] = typer.Option(None, help="Communication rounds."),
+    local_epochs: Optional[int] = typer.Option(None, help="Local epochs per round."),
+    batch_size: Optional[int] = typer.Option(None, help="Local batch size."),
+    lr: Optional[float] = typer.Option(None, help="Local learning rate."),
+    split: Optional[str] = typer.Option(None, help="train,val,holdout fractions of each source domain (default 0.5,0.1,0.4)."),
+    seed: Optional[int] = typer.Option(None, help="Seed for split, initialisation and training."),
+    profile: Optional[str] = typer.Option(None, help="quick (CPU, minutes) or paper (the seeds' settings, GPU)."),
+    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+    precision: Optional[str] = typer.Option(None, help="fp32 or bf16 (autocast)."),
+    out: Optional[str] = typer.Option(None, help="Folder for run directories (default runs/)."),
+    keep_artifacts: Optional[bool] = typer.Option(None, "--keep-artifacts/--no-keep-artifacts",
+                                                  help="Save every message on the wire as safetensors."),
+    method_option: Optional[list[str]] = typer.Option(None, help="Method-specific NAME=VALUE (repeatable)."),
+    config: Optional[Path] = typer.Option(None, help="TOML file of options; explicit options win."),
+    resume: Optional[Path] = typer.Option(None, help="Continue an interrupted run directory from its last round."),
+    quiet: bool = typer.Option(False, "--quiet", help="Logs only, no progress bars."),
+) -> None:
+    """Train a method in a leave-one-domain-out federation, record its wire, attack it, write a run directory."""
+    from fedaudit import api
+
+    _setup_logging(quiet)
+    options = dict(attack=attack, dataset=dataset, target_domain=target_domain, model=model, norm=norm,
+                   pretrained=pretrained, image_size=image_size, rounds=rounds, local_epochs=local_epochs,
+                   batch_size=batch_size, lr=lr, seed=seed, profile=profile, device=device, precision=precision,
+                   out=out, keep_artifacts=keep_artifacts)
+    try:
+        options["split"] = _split(split)
+        result = api.evaluate(method, config=config, resume=resume, method_option=method_option,
+                              reporter=RichReporter(quiet), command=api.command_line(), **options)
+    except FedauditError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        err_console.print("interrupted; the finished rounds are saved — continue with `fedaudit evaluate --resume RUN_DIR`")
+        raise typer.Exit(130) from None
+    print_summary(result.metrics, result.run_dir)
+
+
+def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
+    table = Table(title=f"{metrics['method']} on {metrics['dataset']}")
+    for col in ("unseen domain", "unseen acc", "source-val acc", "selected round", "MB up", "MB down"):
+        table.add_column(col, justify="left" if col == "unseen domain" else "right")
+    acc, comm = metrics["accuracy"], metrics["communication"]
+    if metrics["target_domain"] == "all":
+        for target, a in acc["per_target"].items():
+            c = comm["per_target"][target]
+            table.add_row(target, f"{a['unseen_domain']:.3f}", f"{a['source_val_mean']:.3f}", str(a["selected_round"]),
+                          f"{c['bytes_up'] / 1e6:.1f}", f"{c['bytes_down'] / 1e6:.1f}")
+        table.add_row("[bold]mean[/]", f"[bold]{acc['unseen_domain']:.3f}[/]", f"[bold]{acc['source_val']['mean']:.3f}[/]", "",
+                      f"{comm['bytes_up'] / 1e6:.1f}", f"{comm['bytes_down'] / 1e6:.1f}")
+    else:
+        table.add_row(metrics["target_domain"], f"{acc['unseen_domain']:.3f}", f"{acc['source_val']['mean']:.3f}",
+                      str(acc["selected_round"]), f"{comm['bytes_up'] / 1e6:.1f}", f"{comm['bytes_down'] / 1e6:.1f}")
+    console.print(table)
+    console.print(f"run directory: {run_dir}", highlight=False, markup=False)
+
+
+@app.command("list")
+def list_(what: str = typer.Argument(..., help="methods, attacks or datasets")) -> None:
+    """List methods (with what each shares), attacks, or datasets."""
+    try:
+        _list(what)
+    except FedauditError as exc:
+        fail(str(exc))
+
+
+def _list(what: str) -> None:
+    if what == "methods":
+        from fedaudit.methods import METHODS
+
+        table = Table("method", "shares (↑ client→server, ↓ server→client)", "options", "what it is")
+        for name, cls in METHODS.items():
+            opts = ", ".join(f"{k}={v}" for k, v in cls.options.items()) or "-"
+            table.add_row(name, cls.describe_shares(), opts, f"{cls.summary} ({cls.paper})")
+    elif what == "attacks":
+        from fedaudit.attacks import ATTACKS, NO_ATTACK
+
+        table = Table("attack", "roles", "what it is")
+        table.add_row(NO_ATTACK, "-", "no attack: accuracy and communication only")
+        for name, cls in ATTACKS.items():
+            table.add_row(name, ", ".join(cls.roles), cls.summary)
+    elif what == "datasets":
+        from fedaudit.data import DATASETS
+
+        table = Table("dataset", "what it is")
+        for name, text in DATASETS.items():
+            table.add_row(name, text)
+    else:
+        raise unknown_choice("list", what, ["methods", "attacks", "datasets"])
+    console.print(table)
+
+
+def _setup_logging(quiet: bool) -> None:
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""The round loop: clients, server, wire, model selection.
+
+One round, for every method::
+
+    server ── broadcast ──► wire ──► client.receive ─► local_train ─► upload ──► wire ──► server.aggregate
+                                                                                            │
+                        evaluate the global model on every source val split and the target ◄┘
+
+The engine owns no algorithm: it receives a :class:`~fedaudit.method.Method`
+and calls its hooks. Randomness is re-derived from (seed, round, client) at
+the start of every round, so a run resumed after round r takes exactly the
+steps an uninterrupted run would have taken.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from fedaudit.aggregation import StateDict, clone_state, load_state_, model_state
+from fedaudit.config import RunConfig
+from fedaudit.data import ClientData, LODOSplit, MultiDomainDataset
+from fedaudit.errors import FedauditError
+from fedaudit.method import Method
+from fedaudit.training import LossFn, Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer, train_steps
+from fedaudit.wire import Artifact, Wire, client_role
+
+
+class TrainingDiverged(FedauditError):
+    """The loss became NaN or infinite; the run stops, keeping what it wrote."""
+
+
+def derive_seed(*parts: int) -> int:
+    """A well-mixed 63-bit seed from integers (seed, round, client …)."""
+    digest = hashlib.sha256(",".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+@dataclass
+class Client:
+    """One source domain's silo. ``state`` holds tensors that never leave it
+    (personalised layers, local statistics); it is saved in checkpoints."""
+
+    index: int
+    domain: str
+    data: ClientData
+    state: StateDict = field(default_factory=dict)
+
+    @property
+    def role(self) -> str:
+        return client_role(self.domain)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.data.train_y.shape[0])
+
+
+class Federation:
+    """Holds the shared model, the clients, the wire, and runs the rounds."""
+
+    def __init__(self, cfg: RunConfig, method: Method, dataset: MultiDomainDataset, split: LODOSplit,
+                 device: torch.device, wire: Wire):
+        self.cfg = cfg
+        self.method = method
+        self.dataset = dataset
+        self.split = split
+        self.device = device
+        self.wire = wire
+        self.channels_last = device.type == "cuda"
+        self.preprocess = Preprocess(dataset.mean, dataset.std, device, hflip=dataset.hflip, channels_last=self.channels_last)
+        self.clients = [Client(i, cd.domain, cd.to(device)) for i, cd in enumerate(split.sources)]
+        self.target_x = split.target_x.to(device)
+        self.target_y = split.target_y.to(device)
+        torch.manual_seed(derive_seed(cfg.seed, 0))
+        self.model: nn.Module = method.build_model(self).to(device)
+        if self.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.history: list[dict[str, Any]] = []
+        self.selected: dict[str, Any] = {"round": 0, "val_mean": -math.inf}
+        self.selected_state: StateDict = {}
+        self.timings: dict[str, float] = {"setup": 0.0, "local_train": 0.0, "aggregate": 0.0, "evaluate": 0.0}
+        self.rounds_done = 0
+        self._round_loss = torch.zeros((), device=device)
+        self._round_steps = 0
+
+    # -- services for methods --------------------------------------------------
+
+    def build_default_model(self, norm: str | None = None, head: str = "linear", feature_dim: int | None = None) -> nn.Module:
+        from fedaudit.models import build_model
+
+        return build_model(self.cfg.model, len(self.dataset.classes), self.cfg.image_size, norm=norm or self.cfg.norm,
+                           head=head, feature_dim=feature_dim, pretrained=self.cfg.pretrained)
+
+    def generator(self, rnd: int, client: Client | None = None, stream: int = 0) -> torch.Generator:
+        """A generator private to (round, client, stream): batch order and augmentation."""
+        g = torch.Generator(device=self.device)
+        g.manual_seed(derive_seed(self.cfg.seed, rnd, -1 if client is None else client.index, stream))
+        return g
+
+    def send(self, artifact: Artifact) -> Artifact:
+        """Put ``artifact`` on the wire; return it as the receiver gets it (read-only)."""
+        tensors = self.wire.send(artifact)
+        return Artifact(artifact.kind, artifact.sender, artifact.receiver, artifact.round, tensors, artifact.meta)
+
+    def batches(self, client: Client, generator: torch.Generator, epochs: int | None = None, steps: int | None = None) -> Iterator[Tensor]:
+        return index_batches(client.num_samples, self.cfg.batch_size, generator, self.device, epochs=epochs, steps=steps)
+
+    def train_local(self, client: Client, rnd: int, loss_fn: LossFn = cross_entropy_loss, *, epochs: int | None = None,
+                    steps: int | None = None, optimizer: torch.optim.Optimizer | None = None,
+                    after_backward: Callable[[], None] | None = None) -> None:
+        """The client's local SGD on its private ``train`` split (members).
+
+        A fresh optimizer per client per round (momentum does not leak across
+        clients through the shared model object) unless a method passes its own.
+        """
+        if epochs is None and steps is None:
+            epochs = self.cfg.local_epochs
+        cfg = self.cfg
+        opt = optimizer or make_optimizer(self.model.parameters(), cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay)
+        g = self.generator(rnd, client)
+        aug = g if cfg.augment else None
+        total, n = train_steps(self.model, opt, self.batches(client, g, epochs, steps), client.data.train_x, client.data.train_y,
+                               self.preprocess, loss_fn, aug, cfg.precision, after_backward)
+        self._round_loss += total
+        self._round_steps += n
+
+    def accuracy(self, model: nn.Module, x: Tensor, y: Tensor) -> float:
+        model.eval()
+        return accuracy(lambda inp: self.method.predict(model, inp), x, y, self.preprocess, self.cfg.precision)
+
+    # -- the loop ----------------------------------------------------------------
+
+    def setup(self) -> None:
+        t0 = time.perf_counter()
+        self.method.setup(self)
+        self.timings["setup"] += self._elapsed(t0)
+
+    def run(self, on_round_end: Callable[[Federation, int], None] | None = None) -> None:
+        """Run rounds ``rounds_done+1 .. cfg.rounds``."""
+        for rnd in range(self.rounds_done + 1, self.cfg.rounds + 1):
+            self.run_round(rnd)
+            if on_round_end is not None:
+                on_round_end(self, rnd)
+
+    def run_round(self, rnd: int) -> None:
+        torch.manual_seed(derive_seed(self.cfg.seed, rnd))
+        self._round_loss.zero_()
+        self._round_steps = 0
+        method = self.method
+        t0 = time.perf_counter()
+        broadcasts = [self.send(a) for a in method.broadcast(self, rnd)]
+        uploads: dict[str, list[Artifact]] = {}
+        for client in self.clients:
+            method.receive(self, client, [a for a in broadcasts if a.receiver == client.role])
+            method.local_train(self, client, rnd)
+            uploads[client.role] = [self.send(a) for a in method.upload(self, client, rnd)]
+        self.timings["local_train"] += self._elapsed(t0)
+        train_loss = (self._round_loss / max(self._round_steps, 1)).item()
+        if not math.isfinite(train_loss):
+            raise TrainingDiverged(
+                f"training diverged in round {rnd} (mean loss {train_loss}); lower --lr or use --precision fp32 "
+                f"(rounds 1..{rnd - 1} are kept and can be resumed)"
+            )
+        t0 = time.perf_counter()
+        method.aggregate(self, uploads, rnd)
+        self.timings["aggregate"] += self._elapsed(t0)
+        t0 = time.perf_counter()
+        row = self.evaluate(rnd, train_loss)
+        self.timings["evaluate"] += self._elapsed(t0)
+        self.history.append(row)
+        self.rounds_done = rnd
+
+    def evaluate(self, rnd: int, train_loss: float) -> dict[str, Any]:
+        model = self.method.global_model(self)
+        val = {c.domain: self.accuracy(model, c.data.val_x, c.data.val_y) for c in self.clients}
+        val_mean = sum(val.values()) / len(val)
+        target = self.accuracy(model, self.target_x, self.target_y)
+        # DomainBed's training-domain validation: the best mean source-val
+        # round is selected; the target domain never influences the choice.
+        if val_mean > self.selected["val_mean"]:
+            self.selected = {"round": rnd, "val_mean": val_mean}
+            self.selected_state = clone_state(model_state(model))
+        comm = self.wire.bytes_in_round(rnd)
+        row = {"round": rnd, "train_loss": round(train_loss, 6), "val_mean": val_mean}
+        row.update({f"val/{d}": a for d, a in val.items()})
+        row.update({"target": target, "bytes_up": comm["up"], "bytes_down": comm["down"]})
+        return row
+
+    def results(self) -> dict[str, Any]:
+        """Accuracy at the selected round, and per round."""
+        if not self.history:
+            raise RuntimeError("no round has run")
+        best = next(r for r in self.history if r["round"] == self.selected["round"])
+        return {
+            "unseen_domain": best["target"],
+            "source_val": {"mean": best["val_mean"], "per_domain": {c.domain: best[f"val/{c.domain}"] for c in self.clients}},
+            "selected_round": best["round"],
+            "final_round": {"round": self.history[-1]["round"], "unseen_domain": self.history[-1]["target"],
+                            "source_val_mean": self.history[-1]["val_mean"]},
+        }
+
+    def _elapsed(self, t0: float) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - t0
+
+    # -- checkpoint --------------------------------------------------------------
+
+    def checkpoint(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """Everything needed to continue after the last finished round."""
+        tensors, extras = self.method.checkpoint()
+        tensors = {f"method/{k}": v for k, v in tensors.items()}
+        tensors.update({f"model/{k}": v for k, v in model_state(self.model).items()})
+        tensors.update({f"selected/{k}": v for k, v in self.selected_state.items()})
+        for c in self.clients:
+            tensors.update({f"client/{c.index}/{k}": v for k, v in c.state.items()})
+        wire_tensors, wire_index = self.wire.retained_state()
+        tensors.update({f"wire/{k}": v for k, v in wire_tensors.items()})
+        state = {
+            "rounds_done": self.rounds_done,
+            "history": self.history,
+            "selected": self.selected,
+            "timings": self.timings,
+            "method": extras,
+            "ledger": self.wire.ledger_rows(),
+            "wire_index": wire_index,
+        }
+        return tensors, state
+
+    def restore(self, tensors: dict[str, Tensor], state: dict[str, Any]) -> None:
+        def part(prefix: str) -> dict[str, Tensor]:
+            return {k[len(prefix):]: v.to(self.device) for k, v in tensors.items() if k.startswith(prefix)}
+
+        self.method.restore(part("method/"), state["method"])
+        load_state_(self.model, part("model/"))
+        self.selected_state = part("selected/")
+        for c in self.clients:
+            c.state = part(f"client/{c.index}/")
+        self.wire.restore(state["ledger"], part("wire/"), state["wire_index"], self.device)
+        self.rounds_done = state["rounds_done"]
+        self.history = state["history"]
+        self.selected = state["selected"]
+        self.timings = state["timings"]

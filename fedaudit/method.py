@@ -1,0 +1,111 @@
+"""The Method contract: what a FedDG algorithm must say and do.
+
+A method is a small class with a registry ``name`` and hooks that read like
+its paper's algorithm box. The server side (``broadcast``, ``aggregate``) is
+kept apart from the client side (``receive``, ``local_train``, ``upload``);
+everything that crosses between them is an :class:`~fedaudit.wire.Artifact`
+sent through the wire by the engine, never a shared Python object.
+
+``shares`` documents which artifact kinds travel in which direction; tests
+compare it with what the ledger actually recorded, so the documentation
+cannot drift from the protocol.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from torch import Tensor, nn
+
+from fedaudit.aggregation import StateDict, clone_state, load_state_, model_state
+from fedaudit.errors import FedauditError
+from fedaudit.wire import Artifact, ArtifactKind
+
+if TYPE_CHECKING:
+    from fedaudit.config import RunConfig
+    from fedaudit.federation import Client, Federation
+
+UP, DOWN = "up", "down"
+
+
+class Method:
+    """Base class. Subclasses set the class attributes and override hooks."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    shares: ClassVar[tuple[tuple[ArtifactKind, str], ...]] = ()
+    # Method-specific options with their defaults (``--method-option k=v``).
+    options: ClassVar[dict[str, Any]] = {}
+    # Per-profile overrides of RunConfig fields, e.g. {"paper": {"lr": 1e-4}}.
+    profile_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        unknown = set(cfg.method_options) - set(self.options)
+        if unknown:
+            valid = ", ".join(sorted(self.options)) or "none"
+            raise FedauditError(f"method {self.name!r} has no option {sorted(unknown)[0]!r}; its options: {valid}")
+        self.opts: dict[str, Any] = {**self.options, **cfg.method_options}
+        for key, default in self.options.items():
+            value = self.opts[key]
+            if isinstance(default, (int, float)) and not isinstance(default, bool) and not isinstance(value, (int, float)):
+                raise FedauditError(f"method option {key!r} of {self.name!r} must be a number, got {value!r}")
+        self.global_state: StateDict = {}
+
+    # -- model ---------------------------------------------------------------
+
+    def build_model(self, fed: Federation) -> nn.Module:
+        from_cfg = self.cfg
+        return fed.build_default_model(norm=from_cfg.norm)
+
+    # -- server side ---------------------------------------------------------
+
+    def setup(self, fed: Federation) -> None:
+        """One-time work before round 1. Default: the initial global model is
+        the shared model's random initialisation."""
+        self.global_state = clone_state(model_state(fed.model))
+
+    def broadcast(self, fed: Federation, rnd: int) -> list[Artifact]:
+        """What the server sends to the clients at the start of round ``rnd``."""
+        raise NotImplementedError
+
+    def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+        """Update the server state from the round's uploads (keyed by sender)."""
+        raise NotImplementedError
+
+    # -- client side ---------------------------------------------------------
+
+    def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:
+        """Load what the client got into the shared model (and the client's state)."""
+        raise NotImplementedError
+
+    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
+        raise NotImplementedError
+
+    def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
+        raise NotImplementedError
+
+    # -- inference -----------------------------------------------------------
+
+    def global_model(self, fed: Federation) -> nn.Module:
+        """The model the federation deploys, loaded into the shared module."""
+        load_state_(fed.model, self.global_state)
+        return fed.model
+
+    def predict(self, model: nn.Module, x: Tensor) -> Tensor:
+        return model(x)
+
+    # -- checkpoint ----------------------------------------------------------
+
+    def checkpoint(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """Server state to save after a round: (tensors, JSON-able extras)."""
+        return {f"global/{k}": v for k, v in self.global_state.items()}, {}
+
+    def restore(self, tensors: dict[str, Tensor], extras: dict[str, Any]) -> None:
+        self.global_state = {k[len("global/"):]: v for k, v in tensors.items() if k.startswith("global/")}
+
+    @classmethod
+    def describe_shares(cls) -> str:
+        arrows = {UP: "↑", DOWN: "↓"}
+        return ", ".join(f"{k.value}{arrows[d]}" for k, d in cls.shares)

@@ -1,0 +1,140 @@
+"""On-device training mechanics shared by every method.
+
+A client's images live on the training device as one uint8 tensor; a batch
+is an index slice, normalised and augmented on the device. No DataLoader, no
+worker processes, and no host syncs inside the step loop: the loss is
+accumulated on the device and read once per round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class Preprocess:
+    """uint8 images → normalised float tensors, with optional augmentation
+    (random translation by up to ``shift`` pixels, horizontal flip when the
+    dataset allows it)."""
+
+    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...], device: torch.device, hflip: bool, shift: int = 2,
+                 channels_last: bool = False):
+        self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, device=device).view(1, -1, 1, 1)
+        self.hflip = hflip
+        self.shift = shift
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+
+    def __call__(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        x = x.float().div_(255.0)
+        if generator is not None:
+            x = augment(x, generator, self.shift, self.hflip)
+        return ((x - self.mean) / self.std).contiguous(memory_format=self.memory_format)
+
+
+def augment(x: Tensor, generator: torch.Generator, shift: int, hflip: bool) -> Tensor:
+    """Per-sample random translation (reflect padding) and flips, vectorised."""
+    b, c, h, w = x.shape
+    dev = x.device
+    if shift > 0:
+        padded = F.pad(x, (shift, shift, shift, shift), mode="reflect")
+        oy = torch.randint(0, 2 * shift + 1, (b,), generator=generator, device=dev)
+        ox = torch.randint(0, 2 * shift + 1, (b,), generator=generator, device=dev)
+        iy = torch.arange(h, device=dev)[None, :] + oy[:, None]
+        ix = torch.arange(w, device=dev)[None, :] + ox[:, None]
+        padded = padded.gather(2, iy[:, None, :, None].expand(b, c, h, w + 2 * shift))
+        x = padded.gather(3, ix[:, None, None, :].expand(b, c, h, w))
+    if hflip:
+        flip = torch.rand(b, generator=generator, device=dev) < 0.5
+        x = torch.where(flip[:, None, None, None], x.flip(3), x)
+    return x
+
+
+def index_batches(n: int, batch_size: int, generator: torch.Generator, device: torch.device,
+                  epochs: int | None = None, steps: int | None = None) -> Iterator[Tensor]:
+    """Shuffled index batches: ``epochs`` full passes, or exactly ``steps``
+    batches (cycling through fresh permutations when ``steps`` exceeds one
+    pass — FedSB's per-round budget). The last short batch of a pass is
+    dropped when a full batch exists, since BatchNorm needs more than one sample."""
+    if (epochs is None) == (steps is None):
+        raise ValueError("give exactly one of epochs or steps")
+    bs = min(batch_size, n)
+    done = 0
+    passes = 0
+    while True:
+        perm = torch.randperm(n, generator=generator, device=device)
+        for start in range(0, n, bs):
+            idx = perm[start:start + bs]
+            if idx.numel() < bs and start > 0:
+                break
+            if idx.numel() < 2:
+                continue
+            yield idx
+            done += 1
+            if steps is not None and done >= steps:
+                return
+        passes += 1
+        if epochs is not None and passes >= epochs:
+            return
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def make_optimizer(params, name: str, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
+    params = [p for p in params if p.requires_grad]
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+
+LossFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
+
+
+def cross_entropy_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    return F.cross_entropy(model(x), y)
+
+
+def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterator[Tensor], images: Tensor, labels: Tensor,
+                preprocess: Preprocess, loss_fn: LossFn, generator: torch.Generator | None, precision: str,
+                after_backward: Callable[[], None] | None = None) -> tuple[Tensor, int]:
+    """Run SGD over ``batches``; return (summed loss on the device, steps)."""
+    model.train()
+    device = images.device
+    total = torch.zeros((), device=device)
+    steps = 0
+    for idx in batches:
+        x = preprocess(images[idx], generator)
+        y = labels[idx]
+        with autocast(device, precision):
+            loss = loss_fn(model, x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if after_backward is not None:
+            after_backward()
+        optimizer.step()
+        total += loss.detach().float()
+        steps += 1
+    return total, steps
+
+
+@torch.no_grad()
+def accuracy(predict: Callable[[Tensor], Tensor], images: Tensor, labels: Tensor, preprocess: Preprocess,
+             precision: str, batch_size: int = 512) -> float:
+    """Top-1 accuracy; one host sync at the end."""
+    if images.shape[0] == 0:
+        return float("nan")
+    correct = torch.zeros((), device=images.device, dtype=torch.long)
+    for start in range(0, images.shape[0], batch_size):
+        x = preprocess(images[start:start + batch_size])
+        with autocast(images.device, precision):
+            logits = predict(x)
+        correct += (logits.argmax(1) == labels[start:start + batch_size]).sum()
+    return correct.item() / images.shape[0]

@@ -1,0 +1,22 @@
+"""FedDG methods, one module each, registered by name (``fedaudit.methods``)."""
+
+from __future__ import annotations
+
+from fedaudit.errors import unknown_choice
+from fedaudit.method import Method
+
+from .fedavg import FedAvg
+from .fedprox import FedProx
+
+METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (FedAvg, FedProx)}
+
+
+def get_method(name: str) -> type[Method]:
+    """The method class registered as ``name``; a clear error otherwise."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise unknown_choice("method", name, METHODS) from None
+
+
+__all__ = ["METHODS", "Method", "get_method"]

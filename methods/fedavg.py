@@ -1,0 +1,55 @@
+"""FedAvg — Communication-Efficient Learning of Deep Networks from
+Decentralized Data (McMahan et al., AISTATS 2017).
+
+Each round the server broadcasts the global model; every client runs E
+local epochs of SGD on its private data and uploads its whole model; the
+server takes the sample-weighted mean of every tensor, BatchNorm running
+statistics included.
+
+Wire: ``FULL_MODEL`` down and up, and each client's sample count up as
+``SCALARS`` (FedAvg's weights need it, so it does cross the wire; it is
+counted as its own kind so the model bytes stay exactly one state_dict per
+client per round).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedaudit.aggregation import load_state_, model_state, weighted_average_
+from fedaudit.federation import Client, Federation
+from fedaudit.method import DOWN, UP, Method
+from fedaudit.wire import SERVER, Artifact, ArtifactKind
+
+
+class FedAvg(Method):
+    name = "fedavg"
+    summary = "sample-weighted averaging of whole models (baseline)"
+    paper = "McMahan et al., AISTATS 2017"
+    shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP), (ArtifactKind.SCALARS, UP))
+
+    def broadcast(self, fed: Federation, rnd: int) -> list[Artifact]:
+        return [Artifact(ArtifactKind.FULL_MODEL, SERVER, c.role, rnd, self.global_state) for c in fed.clients]
+
+    def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:
+        for a in artifacts:
+            if a.kind == ArtifactKind.FULL_MODEL:
+                load_state_(fed.model, a.tensors)
+
+    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
+        fed.train_local(client, rnd)
+
+    def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
+        count = torch.tensor(client.num_samples, dtype=torch.int64)
+        return [
+            Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(fed.model)),
+            Artifact(ArtifactKind.SCALARS, client.role, SERVER, rnd, {"num_samples": count}),
+        ]
+
+    def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+        states, weights = [], []
+        for arts in uploads.values():
+            by_kind = {a.kind: a for a in arts}
+            states.append(by_kind[ArtifactKind.FULL_MODEL].tensors)
+            weights.append(float(by_kind[ArtifactKind.SCALARS].tensors["num_samples"]))
+        weighted_average_(self.global_state, states, weights)
