@@ -1,0 +1,149 @@
+"""Load a local state_dict into a Classifier. Nothing is downloaded, nothing is unpickled.
+
+Accepted key layouts (the prefix is detected from the file):
+  * this project's ``Classifier.state_dict()``: ``encoder.…`` / ``head.…``;
+  * an encoder's own state_dict: ``blocks.…`` (cnn) or ``backbone.…`` (resnet);
+  * torchvision's ResNet keys: ``conv1.weight``, ``layer1.0.…``; ``fc.*`` is
+    ImageNet's classifier and is ignored.
+A ``module.`` prefix (DataParallel) and a ``{"state_dict": …}`` or
+``{"model": …}`` wrapper are unwrapped.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from fedaudit.errors import FedauditError
+
+_PREFIXES = ("", "encoder.", "encoder.backbone.")
+_OPTIONAL = ("encoder.proj.", "encoder.mixstyle.")  # not part of a pretrained backbone
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def read_state_dict(path: str | Path) -> dict[str, Tensor]:
+    """Read tensors from ``.safetensors`` or a ``torch.save`` file, with ``weights_only=True``."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FedauditError(
+            f"pretrained weights file {path} does not exist; give a local state_dict (.pt/.pth/.safetensors)"
+        )
+    if p.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(p), device="cpu")
+        except Exception as exc:  # safetensors raises its own error types
+            raise FedauditError(
+                f"could not read {path} as safetensors ({_first_line(exc)}); save it with safetensors.torch.save_file"
+            ) from None
+    try:
+        # weights_only=True: a checkpoint is data; unpickling arbitrary objects would run code from the file.
+        obj = torch.load(p, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise FedauditError(
+            f"{path} holds pickled Python objects besides tensors, which fedaudit refuses to unpickle; "
+            "re-save it with torch.save(model.state_dict(), path) or as .safetensors"
+        ) from None
+    except Exception as exc:
+        raise FedauditError(
+            f"could not read pretrained weights file {path} ({_first_line(exc)}); "
+            "give a state_dict saved with torch.save or safetensors"
+        ) from None
+    if isinstance(obj, Mapping):
+        for wrapper in ("state_dict", "model"):  # common training-checkpoint layouts
+            if isinstance(obj.get(wrapper), Mapping):
+                obj = obj[wrapper]
+                break
+    tensors = {k: v for k, v in obj.items() if isinstance(v, Tensor)} if isinstance(obj, Mapping) else {}
+    if not tensors:
+        raise FedauditError(
+            f"{path} holds no state_dict (a dict of names to tensors); save one with torch.save(model.state_dict(), path)"
+        )
+    return tensors
+
+
+def _describe(model: nn.Module) -> str:
+    return f"arch={getattr(model, 'arch', '?')}, norm={getattr(model, 'norm', '?')}"
+
+
+def _some(keys: list[str], n: int = 3) -> str:
+    return ", ".join(repr(k) for k in keys[:n]) + (", …" if len(keys) > n else "")
+
+
+def load_pretrained(model: nn.Module, path: str) -> None:
+    """Load the local state_dict at ``path`` into ``model`` (a Classifier), in place.
+
+    The encoder's backbone must be complete and shape-exact; the projection
+    (``feature_dim``) loads if present. The head loads only if it matches
+    exactly; a head for another number of classes is skipped with a warning.
+    """
+    source = read_state_dict(path)
+    if all(k.startswith("module.") for k in source):
+        source = {k[len("module."):]: v for k, v in source.items()}
+    target = model.state_dict()
+
+    prefix = max(_PREFIXES, key=lambda p: sum(p + k in target for k in source))  # ties keep the first
+    if not any(prefix + k in target for k in source):
+        raise FedauditError(
+            f"no key in {path} matches this model ({_describe(model)}): expected keys like "
+            f"{_some(list(target))}, found {_some(list(source))}"
+        )
+
+    mapped: dict[str, Tensor] = {}
+    head: dict[str, Tensor] = {}
+    unexpected: list[str] = []
+    for key, value in source.items():
+        name = prefix + key
+        if prefix and key.startswith("fc."):
+            continue  # torchvision's ImageNet classifier; our head is task-specific
+        if name.startswith("head."):
+            head[name] = value
+        elif name in target:
+            mapped[name] = value
+        else:
+            unexpected.append(key)
+    if unexpected:
+        raise FedauditError(
+            f"{len(unexpected)} weights in {path} have no place in this model ({_describe(model)}), "
+            f"e.g. {_some(unexpected)}; was it saved for another architecture, norm layer or feature_dim?"
+        )
+
+    for name, value in mapped.items():
+        if value.shape != target[name].shape:
+            hint = ""
+            if name == "encoder.backbone.conv1.weight":
+                hint = " (the small-image stem, used for image_size <= 64, has a 3x3 conv1; use image_size > 64 to keep the ImageNet stem)"
+            raise FedauditError(
+                f"pretrained weight {name!r} in {path} has shape {tuple(value.shape)} but this model "
+                f"({_describe(model)}) expects {tuple(target[name].shape)}{hint}"
+            )
+
+    missing = [
+        k for k in target
+        if k.startswith("encoder.") and not k.startswith(_OPTIONAL)
+        and not k.endswith("num_batches_tracked") and k not in mapped
+    ]
+    if missing:
+        raise FedauditError(
+            f"{path} lacks {len(missing)} of this model's encoder weights ({_describe(model)}), "
+            f"e.g. {_some(missing)}; was it saved for another architecture or norm layer?"
+        )
+
+    target_head = {k for k in target if k.startswith("head.")}
+    if head:
+        if set(head) == target_head and all(v.shape == target[k].shape for k, v in head.items()):
+            mapped.update(head)
+        else:
+            warnings.warn(f"the head in {path} does not fit this model's head (other classes or head kind); "
+                          "keeping a freshly initialised head", stacklevel=2)
+    model.load_state_dict(mapped, strict=False)
