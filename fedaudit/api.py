@@ -139,6 +139,7 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
     if runs.is_complete(run_dir):
         return runs.read_json(run_dir / "metrics.json")
     wall0 = time.perf_counter()
+    log.info("run directory %s (target %s)", run_dir, target)
     method = get_method(cfg.method)(cfg)
     split = lodo_split(dataset, target, cfg.split, seed=cfg.seed)
     wire = Wire(run_dir / "artifacts" if cfg.keep_artifacts else None)

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -20,15 +21,23 @@ from fedaudit.errors import FedauditError, unknown_choice
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Audit federated domain generalization methods: accuracy, communication and privacy leakage.")
-console = Console()
-err_console = Console(stderr=True)
+
+# Consoles are made when used, so they follow the terminal (and tests' COLUMNS).
+def console() -> Console:
+    return Console()
+
+
+def err_console() -> Console:
+    return Console(stderr=True)
+
 log = logging.getLogger("fedaudit")
 
 USER_ERROR = 2
 
 
 def fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    # The message may quote user text (folder and class names): escape it.
+    err_console().print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(USER_ERROR)
 
 
@@ -45,7 +54,7 @@ class RichReporter:
             log.info("target %s: rounds %d..%d", target, done + 1, rounds)
             return
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=err_console, transient=False)
+                                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=err_console(), transient=False)
         self.progress.start()
         self.task = self.progress.add_task(f"target {target}: rounds", total=rounds, completed=done, status="")
 
@@ -116,7 +125,7 @@ def evaluate(
     except FedauditError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        err_console.print("interrupted; the finished rounds are saved — continue with `fedaudit evaluate --resume RUN_DIR`")
+        err_console().print("interrupted; the finished rounds are saved — continue with `fedaudit evaluate --resume RUN_DIR`")
         raise typer.Exit(130) from None
     print_summary(result.metrics, result.run_dir)
 
@@ -136,8 +145,8 @@ def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
     else:
         table.add_row(metrics["target_domain"], f"{acc['unseen_domain']:.3f}", f"{acc['source_val']['mean']:.3f}",
                       str(acc["selected_round"]), f"{comm['bytes_up'] / 1e6:.1f}", f"{comm['bytes_down'] / 1e6:.1f}")
-    console.print(table)
-    console.print(f"run directory: {run_dir}", highlight=False, markup=False)
+    console().print(table)
+    console().print(f"run directory: {run_dir}", highlight=False, markup=False)
 
 
 @app.command("list")
@@ -172,12 +181,24 @@ def _list(what: str) -> None:
             table.add_row(name, text)
     else:
         raise unknown_choice("list", what, ["methods", "attacks", "datasets"])
-    console.print(table)
+    console().print(table)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at emit time (tests swap it)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
 
 
 def _setup_logging(quiet: bool) -> None:
-    if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _StderrHandler) for h in log.handlers):
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
         log.addHandler(handler)
     log.setLevel(logging.INFO)
