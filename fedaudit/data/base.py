@@ -1,0 +1,119 @@
+"""Core data types: a multi-domain dataset and one source client's private data.
+
+A :class:`MultiDomainDataset` holds every domain in memory as uint8 tensors
+(the built-in sets are a few MB), so a client's data can live on the training
+device as one tensor and batches are index slices, not DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+import torch
+
+
+# eq=False: field-wise == on tensors is ambiguous; repr is short because the
+# default one would print every image tensor into logs and test failures.
+@dataclass(eq=False, repr=False)
+class MultiDomainDataset:
+    """Named domains that share one class list; images uint8 [N, 3, H, W] on CPU."""
+
+    name: str
+    classes: list[str]
+    domains: list[str]  # order is meaningful: the default target is domains[-1]
+    images: dict[str, torch.Tensor]  # domain -> uint8 [N, 3, H, W]
+    labels: dict[str, torch.Tensor]  # domain -> int64 [N]
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)  # normalisation: (x/255 - mean) / std
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    hflip: bool = True  # horizontal flip preserves the label (not for digits)
+    skipped: int = 0  # unreadable files skipped while loading (folder datasets)
+    # stable per-record identity (e.g. sklearn row index) so tests and audits can
+    # check that a record belongs to exactly one domain; None when not meaningful
+    source_index: dict[str, torch.Tensor] | None = None
+
+    def __repr__(self) -> str:
+        sizes = {d: int(self.labels[d].numel()) for d in self.domains}
+        return (
+            f"MultiDomainDataset(name={self.name!r}, classes={len(self.classes)}, "
+            f"image_size={self.image_size}, domains={sizes}, skipped={self.skipped})"
+        )
+
+    @property
+    def image_size(self) -> int:
+        return int(self.images[self.domains[0]].shape[-1])
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def fingerprint(self) -> str:
+        """Content hash (16 hex chars) of classes, domains, images and labels, in order.
+
+        The name is left out on purpose: the same pixels under another path or
+        spec give the same fingerprint, and one changed pixel changes it.
+        """
+        h = hashlib.sha256()
+        h.update(json.dumps({"classes": self.classes, "domains": self.domains}).encode())
+        for dom in self.domains:
+            x = self.images[dom].detach().to("cpu", torch.uint8).contiguous()
+            y = self.labels[dom].detach().to("cpu", torch.int64).contiguous()
+            h.update(json.dumps([dom, list(x.shape)]).encode())  # shapes too, so no two layouts collide
+            h.update(x.numpy().tobytes())
+            h.update(y.numpy().astype("<i8").tobytes())
+        return h.hexdigest()[:16]
+
+
+@dataclass(eq=False, repr=False)
+class ClientData:
+    """One source client's private data, split into members, validation and non-members."""
+
+    domain: str
+    train_x: torch.Tensor  # members: the only records trained on
+    train_y: torch.Tensor
+    val_x: torch.Tensor  # model selection
+    val_y: torch.Tensor
+    holdout_x: torch.Tensor  # non-members for membership inference, never trained on
+    holdout_y: torch.Tensor
+    train_idx: torch.Tensor  # int64 indices into the domain's arrays in the dataset
+    val_idx: torch.Tensor
+    holdout_idx: torch.Tensor
+
+    def __repr__(self) -> str:
+        return (
+            f"ClientData(domain={self.domain!r}, train={self.train_idx.numel()}, "
+            f"val={self.val_idx.numel()}, holdout={self.holdout_idx.numel()}, device={self.train_x.device})"
+        )
+
+    def to(self, device: torch.device | str) -> ClientData:
+        """A copy with every tensor on ``device``."""
+        moved = {
+            f.name: getattr(self, f.name).to(device)
+            for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
+        return dataclasses.replace(self, **moved)
+
+
+@dataclass(eq=False, repr=False)
+class LODOSplit:
+    """Leave-one-domain-out: source clients (ds.domains order) and the unseen target domain."""
+
+    target: str
+    sources: list[ClientData]
+    target_x: torch.Tensor  # the whole unseen domain
+    target_y: torch.Tensor
+
+    def __repr__(self) -> str:
+        return f"LODOSplit(target={self.target!r}, target_n={self.target_y.numel()}, sources={self.sources!r})"
+
+    def to(self, device: torch.device | str) -> LODOSplit:
+        """A copy with every tensor on ``device``."""
+        return LODOSplit(
+            target=self.target,
+            sources=[c.to(device) for c in self.sources],
+            target_x=self.target_x.to(device),
+            target_y=self.target_y.to(device),
+        )
