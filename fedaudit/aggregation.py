@@ -8,7 +8,7 @@ averages use ``torch._foreach_*`` over the whole tensor list at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -46,10 +46,6 @@ def load_state_(model_or_state: nn.Module | StateDict, src: Mapping[str, Tensor]
 
 def is_bn_buffer(key: str) -> bool:
     return key.rsplit(".", 1)[-1] in BN_BUFFER_SUFFIXES
-
-
-def select_keys(state: Mapping[str, Tensor], keep: Callable[[str], bool]) -> list[str]:
-    return [k for k in state if keep(k)]
 
 
 @torch.no_grad()

@@ -36,8 +36,8 @@ class RunConfig:
     model: str = "cnn"
     norm: str = "bn"
     pretrained: str | None = None
-    rounds: int = 12
-    local_epochs: int = 1
+    rounds: int = 20
+    local_epochs: int = 3
     batch_size: int = 32
     optimizer: str = "sgd"
     lr: float = 0.01

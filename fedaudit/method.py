@@ -56,8 +56,8 @@ class Method:
     # -- model ---------------------------------------------------------------
 
     def build_model(self, fed: Federation) -> nn.Module:
-        from_cfg = self.cfg
-        return fed.build_default_model(norm=from_cfg.norm)
+        """The architecture from the config; methods override to change norm layers or the head."""
+        return fed.build_default_model()
 
     # -- server side ---------------------------------------------------------
 
