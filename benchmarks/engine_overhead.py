@@ -117,7 +117,7 @@ def main() -> None:
             engine.append(run_engine(cfg, ds, split, device))
             with_io.append(run_engine(cfg, ds, split, device, Path(tmp)))
     e, b, w = statistics.median(engine), statistics.median(bare), statistics.median(with_io)
-    steps = sum(c.train_y.shape[0] // min(cfg.batch_size, c.train_y.shape[0]) for c in split.sources) * cfg.rounds
+    steps = sum(c.train_y.shape[0] // min(cfg.batch_size, c.train_y.shape[0]) for c in split.sources) * cfg.rounds * cfg.local_epochs
     print(f"device={device.type} model={args.model} dataset={args.dataset} image_size={args.image_size} "
           f"clients={len(split.sources)} rounds={cfg.rounds} sgd_steps={steps} repeats={args.repeats} threads={torch.get_num_threads()}")
     print(f"bare loop                     : median {b:.3f} s  ({', '.join(f'{t:.2f}' for t in bare)})")
