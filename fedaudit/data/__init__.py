@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..errors import FedauditError, unknown_choice
 from .base import ClientData, LODOSplit, MultiDomainDataset
-from .split import lodo_split
+from .split import check_seed, lodo_split
 
 __all__ = ["MultiDomainDataset", "ClientData", "LODOSplit", "load_dataset", "lodo_split", "DATASETS"]
 
@@ -30,8 +30,7 @@ def load_dataset(spec: str, image_size: int = 32, seed: int = 0) -> MultiDomainD
         raise FedauditError(
             f"image size {image_size!r} is out of range; give an integer from {MIN_SIZE} to {MAX_SIZE} (e.g. 32 or 64)"
         )
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise FedauditError(f"seed {seed!r} is not an integer; give a whole number such as 0")
+    seed = check_seed(seed)
     if not isinstance(spec, str):
         raise unknown_choice("dataset", spec, DATASETS)
     if spec == "shapes":

@@ -10,6 +10,7 @@ class mixes alike, so a membership attack cannot score by guessing the class.
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
@@ -33,6 +34,16 @@ def _check_fractions(fractions: tuple[float, float, float]) -> tuple[float, floa
             "(train, val, holdout) that sum to 1, e.g. 0.5,0.1,0.4"
         )
     return fr  # type: ignore[return-value]
+
+
+def check_seed(seed: object) -> int:
+    """The seed as a Python int (numpy integers welcome); FedauditError for anything else."""
+    if not isinstance(seed, bool):
+        try:
+            return operator.index(seed)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise FedauditError(f"seed {seed!r} is not an integer; give a whole number such as 0")
 
 
 def _generator(seed: int, domain_index: int) -> torch.Generator:
@@ -78,8 +89,7 @@ def lodo_split(
         valid = ", ".join(repr(d) for d in ds.domains)
         raise FedauditError(f"unknown target domain {target!r} for dataset {ds.name}; choose one of: {valid}")
     fr = _check_fractions(fractions)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise FedauditError(f"seed {seed!r} is not an integer; give a whole number such as 0")
+    seed = check_seed(seed)
     sources: list[ClientData] = []
     for i, dom in enumerate(ds.domains):
         if dom == target:
