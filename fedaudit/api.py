@@ -124,7 +124,7 @@ def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, target
             runs.write_json(sub / "config.json", {"config": {**cfg.to_json(), "target_domain": target},
                                                   "config_hash": cfg.hash(), "command": command, "targets": [target]})
         per_target[target] = run_one(sub, cfg, dataset, target, device, reporter, on_round_end, command, data_seconds)
-    metrics = summarise_targets(cfg, dataset, per_target, command)
+    metrics = summarise_targets(cfg, per_target)
     runs.write_json(root / "metrics.json", metrics)
     runs.mark_complete(root, ["config.json", "metrics.json", *(f"{target_dirname(t)}/{runs.COMPLETE}" for t in targets)])
     return EvaluateResult(root, metrics)
@@ -207,7 +207,7 @@ def communication(fed: Federation) -> dict[str, Any]:
     }
 
 
-def summarise_targets(cfg: RunConfig, dataset: MultiDomainDataset, per_target: dict[str, dict], command: str) -> dict[str, Any]:
+def summarise_targets(cfg: RunConfig, per_target: dict[str, dict]) -> dict[str, Any]:
     """Mean over targets of the headline numbers, with every target's own."""
     def mean(values: list[float]) -> float:
         return sum(values) / len(values)

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedaudit.errors import FedauditError
+
 
 class Preprocess:
     """uint8 images → normalised float tensors, with optional augmentation
@@ -62,6 +64,9 @@ def index_batches(n: int, batch_size: int, generator: torch.Generator, device: t
     dropped when a full batch exists, since BatchNorm needs more than one sample."""
     if (epochs is None) == (steps is None):
         raise ValueError("give exactly one of epochs or steps")
+    if n < 2:
+        # BatchNorm cannot train on one record, and a step budget would never be met.
+        raise FedauditError(f"a client has {n} training record(s); it needs at least 2 — give more data or a larger train fraction in --split")
     bs = min(batch_size, n)
     done = 0
     passes = 0

@@ -20,6 +20,11 @@ from torch import Tensor
 SERVER = "server"
 
 
+def direction(receiver: str) -> str:
+    """``up`` for client→server, ``down`` for server→client."""
+    return "up" if receiver == SERVER else "down"
+
+
 def client_role(domain: str) -> str:
     """The role name of the client that holds ``domain``."""
     return f"client:{domain}"
@@ -64,7 +69,7 @@ class Artifact:
 
     @property
     def direction(self) -> str:
-        return "up" if self.receiver == SERVER else "down"
+        return direction(self.receiver)
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ class LedgerEntry:
 
     @property
     def direction(self) -> str:
-        return "up" if self.receiver == SERVER else "down"
+        return direction(self.receiver)
 
     def to_json(self) -> dict:
         return {

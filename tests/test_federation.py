@@ -144,3 +144,12 @@ def test_same_seed_same_numbers_different_seed_different_numbers(tiny_run, tmp_p
     assert a.metrics["accuracy"] == b.metrics["accuracy"]
     assert (a.run_dir / "history.csv").read_text() == (b.run_dir / "history.csv").read_text()
     assert (a.run_dir / "history.csv").read_text() != (c.run_dir / "history.csv").read_text()
+
+
+def test_a_step_budget_on_a_one_record_client_fails_clearly_instead_of_hanging():
+    from fedaudit.training import index_batches
+
+    with pytest.raises(FedauditError, match="at least 2"):
+        next(index_batches(1, 32, torch.Generator(), torch.device("cpu"), steps=5))
+    batches = list(index_batches(5, 2, torch.Generator(), torch.device("cpu"), steps=7))
+    assert len(batches) == 7 and all(b.numel() == 2 for b in batches)  # cycles past one pass
