@@ -204,6 +204,8 @@ def communication(fed: Federation) -> dict[str, Any]:
         "clients": len(fed.clients),
         "mb_up_per_round": s["bytes_up"] / rounds / 1e6,
         "mb_down_per_round": s["bytes_down"] / rounds / 1e6,
+        # what the configured method says it sends; tests hold the ledger to it
+        "declared": sorted(f"{k.value}{'↑' if d == 'up' else '↓'}" for k, d in fed.method.declared_shares()),
     }
 
 

@@ -92,11 +92,12 @@ class Federation:
 
     # -- services for methods --------------------------------------------------
 
-    def build_default_model(self, norm: str | None = None, head: str = "linear", feature_dim: int | None = None) -> nn.Module:
+    def build_default_model(self, norm: str | None = None, head: str = "linear", feature_dim: int | None = None,
+                            mixstyle: nn.Module | None = None) -> nn.Module:
         from fedaudit.models import build_model
 
         return build_model(self.cfg.model, len(self.dataset.classes), self.cfg.image_size, norm=norm or self.cfg.norm,
-                           head=head, feature_dim=feature_dim, pretrained=self.cfg.pretrained)
+                           head=head, feature_dim=feature_dim, pretrained=self.cfg.pretrained, mixstyle=mixstyle)
 
     def generator(self, rnd: int, client: Client | None = None, stream: int = 0) -> torch.Generator:
         """A generator private to (round, client, stream): batch order and augmentation."""
@@ -179,9 +180,9 @@ class Federation:
 
     def evaluate(self, rnd: int, train_loss: float) -> dict[str, Any]:
         model = self.method.global_model(self)
-        val = {c.domain: self.accuracy(model, c.data.val_x, c.data.val_y) for c in self.clients}
+        scores = self.method.score(self, model)
+        val, target = scores.val, scores.target
         val_mean = sum(val.values()) / len(val)
-        target = self.accuracy(model, self.target_x, self.target_y)
         # DomainBed's training-domain validation: the best mean source-val
         # round is selected; the target domain never influences the choice.
         if val_mean > self.selected["val_mean"]:
@@ -191,6 +192,7 @@ class Federation:
         row = {"round": rnd, "train_loss": round(train_loss, 6), "val_mean": val_mean}
         row.update({f"val/{d}": a for d, a in val.items()})
         row.update({"target": target, "bytes_up": comm["up"], "bytes_down": comm["down"]})
+        row.update({f"extra/{k}": v for k, v in scores.extra.items()})
         return row
 
     def results(self) -> dict[str, Any]:
@@ -198,12 +200,14 @@ class Federation:
         if not self.history:
             raise RuntimeError("no round has run")
         best = next(r for r in self.history if r["round"] == self.selected["round"])
+        extra = {k[len("extra/"):]: v for k, v in best.items() if k.startswith("extra/")}
         return {
             "unseen_domain": best["target"],
             "source_val": {"mean": best["val_mean"], "per_domain": {c.domain: best[f"val/{c.domain}"] for c in self.clients}},
             "selected_round": best["round"],
             "final_round": {"round": self.history[-1]["round"], "unseen_domain": self.history[-1]["target"],
                             "source_val_mean": self.history[-1]["val_mean"]},
+            **({"method_specific": extra} if extra else {}),
         }
 
     def _elapsed(self, t0: float) -> float:

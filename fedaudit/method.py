@@ -13,6 +13,7 @@ cannot drift from the protocol.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import Tensor, nn
@@ -26,6 +27,16 @@ if TYPE_CHECKING:
     from fedaudit.federation import Client, Federation
 
 UP, DOWN = "up", "down"
+
+
+@dataclass
+class Scores:
+    """One evaluation of the deployed model: accuracy per source val split, on
+    the target domain, and method-specific extras (e.g. a 30% linear probe)."""
+
+    val: dict[str, float]
+    target: float
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 class Method:
@@ -95,6 +106,19 @@ class Method:
 
     def predict(self, model: nn.Module, x: Tensor) -> Tensor:
         return model(x)
+
+    def score(self, fed: Federation, model: nn.Module) -> Scores:
+        """Accuracy of the deployed ``model`` on every source val split and the
+        target domain. Methods whose deployed model is not a classifier (an
+        unsupervised encoder scored by a linear probe) override this; ``extra``
+        holds method-specific figures, reported at the selected round."""
+        val = {c.domain: fed.accuracy(model, c.data.val_x, c.data.val_y) for c in fed.clients}
+        return Scores(val=val, target=fed.accuracy(model, fed.target_x, fed.target_y))
+
+    def declared_shares(self) -> tuple[tuple[ArtifactKind, str], ...]:
+        """The (kind, direction) pairs this configured instance sends; options
+        that change the protocol (gPerXAN's upload mode) override this."""
+        return self.shares
 
     # -- checkpoint ----------------------------------------------------------
 

@@ -36,6 +36,7 @@ def test_ledger_records_exactly_the_declared_shares(tiny_run, name):
     recorded = {(r["kind"], r["direction"]) for r in rows}
     declared = {(k.value, d) for k, d in METHODS[name].shares}
     assert recorded == declared
+    assert result.metrics["communication"]["declared"] == sorted(f"{k}{'↑' if d == 'up' else '↓'}" for k, d in declared)
 
 
 def test_run_directory_has_the_promised_files_and_schema(tiny_run):
