@@ -375,6 +375,9 @@ def test_folder_class_sets_must_match(tmp_path):
 def test_folder_errors(tmp_path):
     with pytest.raises(FedauditError, match="does not exist.*<domain>/<class>/<image>"):
         load_dataset(f"folder:{tmp_path / 'nope'}")
+    (tmp_path / "archive.zip").write_bytes(b"PK")
+    with pytest.raises(FedauditError, match="is a file, not a folder"):
+        load_dataset(f"folder:{tmp_path / 'archive.zip'}")
     with pytest.raises(FedauditError, match="no path"):
         load_dataset("folder:")
     _write_tree(tmp_path / "one", {"only": {"c": 2}})

@@ -50,6 +50,8 @@ def _load_one(path: Path, size: int) -> np.ndarray | None:
 def load_folder(path: str, image_size: int = 32, spec: str | None = None) -> MultiDomainDataset:
     """Load ``PATH/<domain>/<class>/<image>`` into a :class:`MultiDomainDataset`."""
     root = Path(os.path.expanduser(path))
+    if path and root.is_file():
+        raise FedauditError(f"dataset path {str(root)!r} is a file, not a folder; {LAYOUT_HINT}")
     if not path or not root.is_dir():
         raise FedauditError(f"dataset folder {str(root)!r} does not exist; {LAYOUT_HINT}")
 
