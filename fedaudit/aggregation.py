@@ -76,3 +76,34 @@ def weighted_average_(out: StateDict, states: list[Mapping[str, Tensor]], weight
 
 def state_nbytes(state: Mapping[str, Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
+
+
+@torch.no_grad()
+def importance_weighted_average_(out: StateDict, states: list[Mapping[str, Tensor]], importances: list[Mapping[str, Tensor]],
+                                 eps: float = 1e-8, keys: Iterable[str] | None = None) -> None:
+    """Element-wise importance-weighted mean, in place (FedLSI's stage 5).
+
+    ``out[k] = Σ_i ω̂_i[k] ⊙ states[i][k]`` with ``ω̂_i[k] = (ω_i[k] + eps) / Σ_j (ω_j[k] + eps)``,
+    for ``keys`` (default: every key of ``importances[0]``). The ``eps`` goes
+    into every client's weight, not only the denominator, so the weights sum
+    to exactly 1 and an entry no client finds important (all ω = 0) falls back
+    to the plain mean instead of collapsing to zero. Equal importances give
+    the plain mean.
+    """
+    if len(states) != len(importances) or not states:
+        raise ValueError("need one importance map per state and at least one state")
+    if eps <= 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    keys = list(importances[0].keys()) if keys is None else list(keys)
+    if not keys:
+        return
+    if any(not out[k].is_floating_point() for k in keys):
+        raise ValueError("importance weighting applies to floating-point tensors only; average integer buffers by count")
+    dst = [out[k] for k in keys]
+    total = [torch.zeros_like(t) for t in dst]
+    torch._foreach_mul_(dst, 0.0)
+    for state, omega in zip(states, importances):
+        w = torch._foreach_add([omega[k] for k in keys], eps)
+        torch._foreach_add_(total, w)
+        torch._foreach_add_(dst, torch._foreach_mul(w, [state[k] for k in keys]))
+    torch._foreach_div_(dst, total)

@@ -6,9 +6,14 @@ from fedaudit.errors import unknown_choice
 from fedaudit.method import Method
 
 from .fedavg import FedAvg
+from .fedfd import FedFD, FedFDA
+from .fedgala import FedGaLA
+from .fedlsi import FedLSI
 from .fedprox import FedProx
+from .fedsb import FedSB
+from .gperxan import GPerXAN
 
-METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (FedAvg, FedProx)}
+METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (FedAvg, FedProx, GPerXAN, FedSB, FedGaLA, FedFD, FedFDA, FedLSI)}
 
 
 def get_method(name: str) -> type[Method]:

@@ -25,7 +25,9 @@ def test_weighted_mean_matches_the_formula(weights):
     weighted_average_(out, states, weights)
     expected = sum(w * i for i, w in enumerate(weights)) / sum(weights)
     assert torch.allclose(out["w"], torch.full((3,), expected), atol=1e-4)
-    assert out["n"].item() == round(expected)
+    # the integer counter is the weighted mean rounded to the nearest integer
+    # (an exact .5 may go either way under float error)
+    assert abs(out["n"].item() - expected) <= 0.5 + 1e-9
 
 
 def test_load_state_copies_in_place():

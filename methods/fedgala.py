@@ -1,0 +1,225 @@
+"""FedGaLA — Federated Unsupervised Domain Generalization using Global and
+Local Alignment of Gradients (Pourpanah, Molahasani, Soltany et al.; thesis
+"Federated Learning with Generalization to New Domains", chapter 3).
+
+Unsupervised: clients train SimCLR and never read a label.
+
+* **Local training**: two SimCLR views of each batch (random resized crop,
+  flip where the dataset allows it, colour jitter, grayscale;
+  :mod:`fedaudit.augment`), one forward pass over both, NT-Xent with
+  τ = 0.5 (``temperature``) on the output of a projection MLP.
+* **Local gradient alignment**: after every backward pass, for each
+  parameter tensor l, if cos(g_l, Δ_l) < ``align_threshold`` (0) that
+  tensor's gradient is zeroed for the step. Δ = θ_global^r − θ_global^(r−1):
+  the client received both broadcasts and keeps the previous one in its
+  private ``client.state``; nothing extra is sent. Round 1 has no Δ and no
+  alignment.
+* **Global gradient alignment** at the server, per tensor of the state
+  (BatchNorm running statistics included, as the authors' code):
+  v_k = θ_k − θ_prev, agg = mean_k(v_k); three times (``global_iters``):
+  s_k = (cos(v_k, agg) + 1)/2, s ← s/Σs, agg = Σ_k s_k v_k; then
+  θ_global = θ_prev + agg (Algorithm 1; eq. 3.8's extra 1/K is left out since
+  the weights are already normalised). ``num_batches_tracked`` gets the plain
+  mean.
+
+Model: the configured encoder plus a projection head
+Linear(d, hidden) → BatchNorm1d → ReLU → Linear(hidden, out) in the place of
+the classifier head, so ``model(x)`` is the SimCLR embedding and
+``model.features(x)`` the representation. The projection is part of the
+shared model and crosses the wire with it (the thesis: 4096 → 2048 after a
+ResNet-18; ``proj_hidden``, ``proj_dim``).
+
+Accuracy is a linear probe (:mod:`fedaudit.probe`) on the frozen global
+encoder's features (before the projection, as the thesis' words say; the
+authors' code appears to probe the projector's 2048-d output):
+
+* ``target``: fit on a class-stratified 10% of the target domain (fixed by
+  the run seed), tested on the other 90%; ``probe_30pct`` (method-specific
+  figure): 30% / 70%.
+* source ``val`` (model selection, as for every method): one probe fitted on
+  the pooled source clients' training features, scored on each source val
+  split. The labels are used by the auditor for evaluation only, as in the
+  standard linear-eval protocol; training never sees them.
+
+Profiles: ``paper``: ResNet-18 from scratch, 32 px (the thesis crops to
+32×32), Adam lr 3e-3, batch 128, 7 local epochs, 100 rounds, projection
+4096 → 2048. ``quick``: CNN, Adam lr 1e-3, batch 64, 2 local epochs, 20
+rounds, projection 512 → 128 (SimCLR's 128-d output): two views × 2 epochs
+is about the cost of fedavg's 3 quick epochs. Both turn the engine's own
+translation/flip augmentation off (``augment = false``): the SimCLR views
+replace it (a config file may turn it back on; it then runs first).
+
+Deviations: the SimCLR augmentations are batched approximations (see
+:mod:`fedaudit.augment`); the linear probe is fitted on features extracted
+once, without augmentation, by full-batch L-BFGS instead of 100 epochs of Adam
+on augmented images; aggregation is unweighted (no sample counts cross the
+wire); the ResNet keeps torchvision's adaptive pooling (the thesis' variant
+uses 4×4 average pooling, identical at 32 px); weight decay is the project
+default 5e-4 (the thesis states none for FedGaLA). The authors' code skips a
+misaligned tensor's update entirely (``grad = None``); here it is zeroed,
+which avoids a host sync per step — with Adam the tensor still moves by its
+momentum from earlier steps of the round, but the misaligned gradient never
+enters the moments.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedaudit.aggregation import load_state_, model_state, weighted_average_
+from fedaudit.augment import SimCLRAugment
+from fedaudit.errors import FedauditError
+from fedaudit.federation import Client, Federation, derive_seed
+from fedaudit.losses import nt_xent_loss
+from fedaudit.method import DOWN, UP, Method, Scores
+from fedaudit.probe import extract_features, fit_linear_probe, probe_on_fraction
+from fedaudit.wire import SERVER, Artifact, ArtifactKind
+
+PREV = "prev_global/"  # client.state prefix: the global parameters received last round
+VIEW_STREAM = 1  # fed.generator stream for the SimCLR views (stream 0 orders the batches)
+PROBE_STREAM = 7_919  # seeds the probe's fit/test split of the target domain
+TARGET_FRACTIONS = {"target": 0.1, "probe_30pct": 0.3}
+
+
+@torch.no_grad()
+def align_gradients_(grads: list[Tensor], refs: list[Tensor], threshold: float) -> Tensor:
+    """Zero, in place, each ``grads[l]`` whose cosine with ``refs[l]`` is below
+    ``threshold``; return the keep mask (bool, one per tensor, on the device).
+
+    A zero gradient or reference has cosine 0. No host sync: the mask
+    multiplies the gradients on the device.
+    """
+    dots = torch.stack([torch.dot(g.flatten(), r.flatten()) for g, r in zip(grads, refs)])
+    norms = torch.stack(torch._foreach_norm(grads)) * torch.stack(torch._foreach_norm(refs))
+    keep = dots / norms.clamp_min(1e-12) >= threshold
+    for g, k in zip(grads, keep.to(grads[0].dtype).unbind()):
+        g.mul_(k)
+    return keep
+
+
+@torch.no_grad()
+def align_updates(updates: Tensor, iterations: int) -> Tensor:
+    """Global alignment of K client updates ``[K, n]`` (one tensor, flattened):
+    start from their mean, then ``iterations`` times re-weight each update by
+    (cos(update, aggregate) + 1)/2, normalised to sum 1. Returns the aggregate [n]."""
+    agg = updates.mean(0)
+    for _ in range(iterations):
+        s = (F.cosine_similarity(updates, agg[None], dim=1) + 1) / 2
+        agg = (s / s.sum().clamp_min(1e-12)) @ updates
+    return agg
+
+
+def projection_head(dim: int, hidden: int, out: int) -> nn.Module:
+    """SimCLR's projection MLP: Linear → BatchNorm1d → ReLU → Linear."""
+    return nn.Sequential(OrderedDict(fc1=nn.Linear(dim, hidden), bn=nn.BatchNorm1d(hidden), relu=nn.ReLU(inplace=True),
+                                     fc2=nn.Linear(hidden, out)))
+
+
+class FedGaLA(Method):
+    name = "fedgala"
+    summary = "unsupervised SimCLR with local (per-layer gradient) and global (update) alignment; linear-probe accuracy"
+    paper = "Pourpanah, Molahasani, Soltany et al., FedGaLA (thesis ch. 3; AAAI 2025)"
+    shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP))
+    options = {"temperature": 0.5, "align_threshold": 0.0, "global_iters": 3, "proj_hidden": 4096, "proj_dim": 2048}
+    profile_defaults: dict[str, dict[str, Any]] = {
+        "quick": {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "local_epochs": 2, "augment": False,
+                  "method_options": {"proj_hidden": 512, "proj_dim": 128}},
+        "paper": {"model": "resnet18", "image_size": 32, "optimizer": "adam", "lr": 3e-3, "batch_size": 128,
+                  "local_epochs": 7, "rounds": 100, "augment": False},
+    }
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        o = self.opts
+        if not 0 < o["temperature"] <= 100:
+            raise FedauditError(f"method option temperature of fedgala must be in (0, 100], got {o['temperature']}")
+        if not -1 <= o["align_threshold"] <= 1:
+            raise FedauditError(f"method option align_threshold of fedgala must be a cosine in [-1, 1] "
+                                f"(-1 turns local alignment off), got {o['align_threshold']}")
+        for key, hi in (("global_iters", 100), ("proj_hidden", 65_536), ("proj_dim", 65_536)):
+            lo = 0 if key == "global_iters" else 1
+            if isinstance(o[key], bool) or not isinstance(o[key], int) or not lo <= o[key] <= hi:
+                raise FedauditError(f"method option {key} of fedgala must be an integer from {lo} to {hi}, got {o[key]!r}")
+        self._ref: list[Tensor] | None = None  # Δ for the client being trained, per trainable parameter
+
+    def build_model(self, fed: Federation) -> nn.Module:
+        model = fed.build_default_model()
+        model.head = projection_head(model.feature_dim, self.opts["proj_hidden"], self.opts["proj_dim"])
+        model.head_kind = "projection"
+        return model
+
+    # -- server ----------------------------------------------------------------
+
+    def broadcast(self, fed: Federation, rnd: int) -> list[Artifact]:
+        return [Artifact(ArtifactKind.FULL_MODEL, SERVER, c.role, rnd, self.global_state) for c in fed.clients]
+
+    def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+        states = [a.tensors for arts in uploads.values() for a in arts if a.kind == ArtifactKind.FULL_MODEL]
+        counters = []
+        for key, prev in self.global_state.items():
+            if not prev.is_floating_point():
+                counters.append(key)
+                continue
+            updates = torch.stack([s[key].float().flatten() - prev.float().flatten() for s in states])
+            prev.add_(align_updates(updates, self.opts["global_iters"]).view_as(prev).to(prev.dtype))
+        if counters:
+            weighted_average_(self.global_state, states, [1.0] * len(states), keys=counters)
+
+    # -- client ----------------------------------------------------------------
+
+    def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:
+        full = next(a for a in artifacts if a.kind == ArtifactKind.FULL_MODEL).tensors
+        load_state_(fed.model, full)
+        names = [n for n, p in fed.model.named_parameters() if p.requires_grad]
+        # Δ from the two global models this client received; none in its first round.
+        self._ref = [full[n] - client.state[PREV + n] for n in names] if PREV + names[0] in client.state else None
+        client.state.update({PREV + n: full[n].clone() for n in names})
+
+    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
+        views = fed.generator(rnd, client, stream=VIEW_STREAM)
+        augment = SimCLRAugment(hflip=fed.preprocess.hflip)
+        pre = fed.preprocess
+        tau = float(self.opts["temperature"])
+
+        def simclr_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+            del y  # unsupervised: labels are never read
+            raw = x * pre.std + pre.mean  # back to [0, 1] for the colour jitter
+            both = torch.cat([augment(raw, views), augment(raw, views)])
+            both = ((both - pre.mean) / pre.std).contiguous(memory_format=pre.memory_format)
+            z1, z2 = model(both).chunk(2)
+            return nt_xent_loss(z1, z2, tau)
+
+        after_backward = None
+        if self._ref is not None:
+            params = [p for p in fed.model.parameters() if p.requires_grad]
+            refs, threshold = self._ref, float(self.opts["align_threshold"])
+
+            def after_backward() -> None:
+                align_gradients_([p.grad for p in params], refs, threshold)
+
+        fed.train_local(client, rnd, simclr_loss, after_backward=after_backward)
+
+    def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
+        return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(fed.model))]
+
+    # -- evaluation ------------------------------------------------------------
+
+    def score(self, fed: Federation, model: nn.Module) -> Scores:
+        model.eval()
+        classes = len(fed.dataset.classes)
+
+        def feats(images: Tensor) -> Tensor:
+            return extract_features(model.features, images, fed.preprocess, fed.cfg.precision)
+
+        source = fit_linear_probe(torch.cat([feats(c.data.train_x) for c in fed.clients]),
+                                  torch.cat([c.data.train_y for c in fed.clients]), classes)
+        val = {c.domain: source.accuracy(feats(c.data.val_x), c.data.val_y) for c in fed.clients}
+        target_f = feats(fed.target_x)
+        seed = derive_seed(fed.cfg.seed, PROBE_STREAM)
+        probe = {k: probe_on_fraction(target_f, fed.target_y, classes, f, seed) for k, f in TARGET_FRACTIONS.items()}
+        return Scores(val=val, target=probe.pop("target"), extra=probe)
