@@ -171,7 +171,7 @@ def test_fingerprint_ignores_name_and_sees_one_pixel(digits):
 
 
 def test_digits_layout(digits):
-    assert digits.domains == ["clean", "colour", "rotated", "inverted"]
+    assert digits.domains == ["clean", "colour", "rotated", "textured"]
     assert digits.classes == [str(i) for i in range(10)]
     assert digits.hflip is False and digits.image_size == 32
     for d in digits.domains:
@@ -204,9 +204,12 @@ def test_digits_seed(digits):
 
 def test_digits_domains_render_as_described(digits):
     clean = digits.images["clean"].float() / 255
-    inverted = digits.images["inverted"].float() / 255
+    textured = digits.images["textured"].float() / 255
     colour = digits.images["colour"].float() / 255
-    assert clean.mean() < 0.35 and inverted.mean() > 0.65  # light ink on black vs. dark ink on light
+    assert clean.mean() < 0.35  # light ink on black
+    ground = textured[:, :, 0, 0].mean(1)  # the corner is always background
+    assert (ground < 0.4).float().mean() > 0.3 and (ground > 0.6).float().mean() > 0.3  # dark and light grounds
+    assert (textured - textured.mean(1, keepdim=True)).abs().mean() > 0.03  # coloured texture
     assert torch.equal(digits.images["clean"][:, 0], digits.images["clean"][:, 2])  # grey
     assert (colour - colour.mean(1, keepdim=True)).abs().mean() > 0.05  # coloured
 

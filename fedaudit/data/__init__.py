@@ -17,7 +17,7 @@ __all__ = ["MultiDomainDataset", "ClientData", "LODOSplit", "load_dataset", "lod
 
 DATASETS: dict[str, str] = {
     "shapes": "built-in, rendered: 7 shape classes x 4 PACS-like styles (photo, painting, cartoon, sketch), ~1050 images per domain",
-    "digits": "built-in, real: sklearn's 1,797 handwritten digits, 10 classes, 4 disjoint domains (clean, colour, rotated, inverted)",
+    "digits": "built-in, real: sklearn's 1,797 handwritten digits, 10 classes, 4 disjoint domains (clean, colour, rotated, textured)",
     "folder:PATH": "your images in DomainBed layout PATH/<domain>/<class>/<image> (PACS, OfficeHome, VLCS, ...)",
 }
 
