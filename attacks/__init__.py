@@ -10,7 +10,9 @@ from __future__ import annotations
 from fedaudit.attack import Attack
 from fedaudit.errors import unknown_choice
 
-ATTACKS: dict[str, type[Attack]] = {}
+from .deepinversion import DeepInversion
+
+ATTACKS: dict[str, type[Attack]] = {cls.name: cls for cls in (DeepInversion,)}
 
 NO_ATTACK = "none"
 

@@ -20,12 +20,17 @@ from typing import Any
 
 import torch
 
+from torch import Tensor
+
 from fedaudit import runs
+from fedaudit.attack import AttackerPrior, AttackOutput
 from fedaudit.config import RunConfig, load_toml, parse_method_options, resolve
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.errors import FedauditError, unknown_choice
-from fedaudit.federation import Federation
-from fedaudit.wire import Wire
+from fedaudit.federation import Federation, derive_seed
+from fedaudit.leakage import Auditor, DomainRecords, domain_matrix, image_grid, macro_diagonal, with_control
+from fedaudit.method import Method
+from fedaudit.wire import SERVER, Wire, client_role
 
 log = logging.getLogger("fedaudit")
 
@@ -89,6 +94,9 @@ def evaluate(
     dataset = load_dataset(cfg.dataset, cfg.image_size, seed=DATA_SEED)
     data_seconds = time.perf_counter() - t0
     targets = resolve_targets(cfg, dataset)
+    if cfg.attack != "none":
+        for target in targets:  # a bad --attacker/--victim fails now, not after training
+            attack_role_and_victims(cfg, [d for d in dataset.domains if d != target])
 
     root = runs.new_run_dir(Path(cfg.out).expanduser(), cfg.method, cfg.dataset, "all" if len(targets) > 1 else targets[0])
     runs.write_json(root / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
@@ -163,10 +171,9 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
         reporter.end_target(target)
 
     t0 = time.perf_counter()
-    # Attacks see only wire views; each registered attack fills its own
-    # section once its issue lands (the registry is empty until then, and
-    # check_names refuses any name but `none`).
-    leakage: dict[str, Any] = {}
+    leakage = run_attacks(run_dir, cfg, method, fed, dataset, device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     attack_seconds = time.perf_counter() - t0
 
     stages = {"data": data_seconds, **fed.timings, "attacks": attack_seconds, "wall": time.perf_counter() - wall0}
@@ -186,6 +193,150 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
     runs.mark_complete(run_dir, RUN_FILES)
     runs.drop_checkpoint(run_dir)
     return metrics
+
+
+# -- attacks -------------------------------------------------------------------
+
+PRIOR_SEED_STREAM = 7_001  # the attacker's fresh model: a fixed initialisation, independent of the run's own
+
+
+def attacker_prior(cfg: RunConfig, method: Method, fed: Federation, dataset: MultiDomainDataset) -> AttackerPrior:
+    """Public knowledge: the method's architecture (built by the method itself, so
+    norm layers and heads match), classes, domains, image shape, normalisation."""
+    seed = derive_seed(cfg.seed, PRIOR_SEED_STREAM)
+
+    def build() -> torch.nn.Module:
+        # fork_rng: building the attacker's model must not move the run's RNG streams.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return method.build_model(fed)
+
+    return AttackerPrior(arch=cfg.model, num_classes=len(dataset.classes), class_names=tuple(dataset.classes),
+                         domains=tuple(dataset.domains), image_size=cfg.image_size, channels=3,
+                         mean=tuple(dataset.mean), std=tuple(dataset.std), build_model=build,
+                         num_clients=len(fed.clients), hflip=dataset.hflip)
+
+
+def attack_role_and_victims(cfg: RunConfig, sources: list[str]) -> tuple[str, list[str]]:
+    """The attacker's wire role and the victims' domains for one target (user errors name the choices)."""
+    if cfg.attacker == SERVER:
+        role, pool = SERVER, list(sources)
+    else:
+        domain = cfg.attacker[len("client:"):]
+        if domain not in sources:
+            raise unknown_choice("attacker", cfg.attacker, [SERVER, *(client_role(d) for d in sources)])
+        role, pool = client_role(domain), [d for d in sources if d != domain]
+    if cfg.victim == "all":
+        return role, pool
+    if cfg.victim not in pool:
+        raise unknown_choice(f"victim for attacker {cfg.attacker}", cfg.victim, [*pool, "all"])
+    return role, [cfg.victim]
+
+
+def run_attacks(run_dir: Path, cfg: RunConfig, method: Method, fed: Federation, dataset: MultiDomainDataset,
+                device: torch.device) -> dict[str, Any]:
+    """Every selected attack against the attacker's wire view, scored by the auditor.
+
+    The attacks get only the view and the prior; the auditor (who holds the
+    private records) scores what they return.
+    """
+    from fedaudit.attacks import get_attacks
+
+    classes = get_attacks(cfg.attack)
+    if not classes:
+        return {}
+    prior = attacker_prior(cfg, method, fed, dataset)
+    role, victims = attack_role_and_victims(cfg, [c.domain for c in fed.clients])
+    view = fed.wire.view(role)
+    auditor = build_auditor(cfg, fed, dataset, device)
+    leakage: dict[str, Any] = {}
+    for cls in classes:
+        attack = cls.from_config(cfg, prior)
+        log.info("attack %s as %s against %s", cls.name, role, ", ".join(victims))
+        outputs = attack.run_batch(view, prior, victims, device)
+        leakage[cls.name] = score_reconstructions_of(cls.name, outputs, auditor, run_dir)
+        settings = getattr(attack, "settings", None)
+        if settings is not None:
+            leakage[cls.name]["settings"] = settings.to_json()
+    return leakage
+
+
+def build_auditor(cfg: RunConfig, fed: Federation, dataset: MultiDomainDataset, device: torch.device) -> Auditor:
+    """The auditor's records: members, holdouts and judge-training records of every domain."""
+    records = []
+    for domain in dataset.domains:
+        client = next((c for c in fed.clients if c.domain == domain), None)
+        if client is None:  # the unseen target: only a reference for the domain judge
+            records.append(DomainRecords(domain, None, None, None, None, fed.target_x, fed.target_y))
+            continue
+        d = client.data
+        records.append(DomainRecords(domain, d.train_x, d.train_y, d.holdout_x, d.holdout_y,
+                                     torch.cat([d.val_x, d.holdout_x]), torch.cat([d.val_y, d.holdout_y])))
+    return Auditor(records, len(dataset.classes), dataset.mean, dataset.std, dataset.hflip,
+                   seed=derive_seed(cfg.seed, PRIOR_SEED_STREAM + 1) % 2**31, device=device,
+                   lpips_weights=cfg.lpips_weights)
+
+
+def score_reconstructions_of(attack: str, outputs: list[AttackOutput], auditor: Auditor, run_dir: Path) -> dict[str, Any]:
+    """``{artifact: {victim: scores}, "summary": {artifact: ...}, "auditor": ...}`` with every metric beside its control."""
+    section: dict[str, Any] = {}
+    predicted: dict[str, dict[str, dict[str, Tensor]]] = {}
+    for out in outputs:
+        entry: dict[str, Any] = {k: v for k, v in out.info.items() if k not in ("losses", "control_losses")}
+        if out.images is not None and out.control_images is not None:
+            attack_scores = auditor.score(out.victim, out.images, out.targets)
+            control_scores = auditor.score(out.victim, out.control_images, out.targets)
+            entry["metrics"] = with_control(attack_scores, control_scores, auditor.chance())
+            if auditor.lpips is None:
+                entry["metrics"]["lpips_mean"] = auditor.lpips_status
+            entry["predicted_domain"] = {
+                side: dict(zip(auditor.domains, domain_matrix({out.victim: s["predicted_domains"]}, auditor.domains)[0]))
+                for side, s in (("attack", attack_scores), ("control", control_scores))}
+            entry["final_loss"] = {"attack": out.info.get("losses"), "control": out.info.get("control_losses")}
+            entry["image_grid"] = save_reconstruction_grid(run_dir, attack, out, auditor, attack_scores)
+            slot = predicted.setdefault(out.artifact, {})
+            slot[out.victim] = {"attack": attack_scores["predicted_domains"], "control": control_scores["predicted_domains"],
+                                "class_fidelity": torch.tensor([attack_scores["class_fidelity"], control_scores["class_fidelity"]])}
+        section.setdefault(out.artifact, {})[out.victim] = entry
+    summary = {}
+    for artifact, rows in predicted.items():
+        victims = list(rows)
+        index = [auditor.domains.index(v) for v in victims]
+        mats = {side: domain_matrix({v: rows[v][side] for v in victims}, auditor.domains) for side in ("attack", "control")}
+        fidelity = torch.stack([rows[v]["class_fidelity"] for v in victims]).mean(0)
+        summary[artifact] = {
+            "domain_attribution": {
+                "victims": victims, "domains": auditor.domains,
+                "matrix": mats,
+                "macro": {"attack": macro_diagonal(mats["attack"], index), "control": macro_diagonal(mats["control"], index),
+                          "chance": 1.0 / len(auditor.domains)},
+            },
+            "class_fidelity": {"attack": float(fidelity[0]), "control": float(fidelity[1]),
+                               "chance": 1.0 / auditor.num_classes},
+        }
+    if summary:
+        section["summary"] = summary
+        section["auditor"] = {**auditor.judges, "lpips": auditor.lpips_status}
+    return section
+
+
+def save_reconstruction_grid(run_dir: Path, attack: str, out: AttackOutput, auditor: Auditor,
+                             scores: dict[str, Any]) -> str:
+    """PNG: per class, real nearest member | reconstruction | control. Returns its path relative to the run."""
+    from PIL import Image
+
+    first = [int(torch.nonzero(out.targets == c)[0]) for c in torch.unique(out.targets).tolist()][:10]
+    idx = torch.tensor(first, device=out.targets.device)
+    members = auditor.victim_records(out.victim).members
+    columns = [members[scores["nn_member_index"][idx]], auditor.to_unit(out.images[idx]),
+               auditor.to_unit(out.control_images[idx])]
+    size = out.images.shape[-1]
+    grid = image_grid(columns, scale=max(1, 64 // size))
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in f"{attack}-{out.artifact}-{out.victim}")
+    rel = f"images/{safe}.png"
+    with runs.atomic_path(run_dir / rel) as tmp:
+        Image.fromarray(grid.numpy()).save(tmp, format="PNG")
+    return rel
 
 
 def save_progress(run_dir: Path, fed: Federation) -> None:
@@ -275,6 +426,9 @@ def check_names(cfg: RunConfig) -> None:
         raise unknown_choice("model", cfg.model, ARCHITECTURES)
     if cfg.norm not in NORM_LAYERS:
         raise unknown_choice("norm layer", cfg.norm, NORM_LAYERS)
+    if cfg.lpips_weights is not None and not Path(cfg.lpips_weights).expanduser().is_file():
+        raise FedauditError(f"LPIPS weights file {cfg.lpips_weights} does not exist; give torchvision's AlexNet "
+                            "state_dict (alexnet-owt-7be5be79.pth) or drop --lpips-weights")
     if cfg.pretrained is not None and not Path(cfg.pretrained).expanduser().is_file():
         raise FedauditError(f"pretrained weights file {cfg.pretrained} does not exist; give a local state_dict (.pt/.pth/.safetensors)")
 

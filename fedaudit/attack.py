@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from fedaudit.wire import WireView
+
+if TYPE_CHECKING:
+    from fedaudit.config import RunConfig
 
 ROLES = ("server", "client")
 
@@ -27,7 +30,10 @@ class AttackerPrior:
     """Public knowledge: architecture, classes, image shape and normalisation.
 
     ``build_model`` returns a freshly initialised model of the federation's
-    architecture (an attacker knows the code, not the weights).
+    architecture (an attacker knows the code, not the weights); every call
+    returns the same initialisation. ``num_clients`` is the federation's size
+    and ``hflip`` whether the data allows horizontal flips (protocol facts,
+    not private data).
     """
 
     arch: str
@@ -39,6 +45,8 @@ class AttackerPrior:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     build_model: Callable[[], nn.Module]
+    num_clients: int = 1
+    hflip: bool = True
 
 
 @dataclass
@@ -46,8 +54,11 @@ class AttackOutput:
     """What an attack produced against one victim from one artifact.
 
     Reconstructions fill ``images`` (normalised input space) or ``latents``
-    with ``targets`` (the class each was optimised for); membership attacks
-    fill ``scores`` for the records the auditor named.
+    with ``targets`` (the class each was optimised for), and
+    ``control_images`` with the same attack's output against an untrained
+    model of the same architecture; membership attacks fill ``scores`` for the
+    records the auditor named. ``info["status"]`` is ``"attacked"``, or
+    ``"not yet supported"`` / ``"not applicable"`` with ``info["reason"]``.
     """
 
     attack: str
@@ -58,6 +69,7 @@ class AttackOutput:
     latents: Tensor | None = None
     targets: Tensor | None = None
     scores: Tensor | None = None
+    control_images: Tensor | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -68,5 +80,15 @@ class Attack:
     summary: ClassVar[str] = ""
     roles: ClassVar[tuple[str, ...]] = ("server",)
 
+    @classmethod
+    def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> Attack:
+        """The attack configured from a run's options (default: no options)."""
+        return cls()
+
     def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> list[AttackOutput]:
         raise NotImplementedError
+
+    def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str],
+                  device: torch.device) -> list[AttackOutput]:
+        """Attack several victims; attacks that batch victims together override this."""
+        return [out for victim in victims for out in self.run(view, prior, victim, device)]

@@ -50,6 +50,17 @@ class RunConfig:
     precision: str = "fp32"
     out: str = "runs"
     keep_artifacts: bool = False
+    # Attacks (ATTACKS.md). attacker: "server" or "client:<domain>"; victim: a source domain or "all".
+    attacker: str = "server"
+    victim: str = "all"
+    inversion_iters: int = 200
+    inversion_batch: int = 40  # images per victim, whole classes: batch // classes per class (at least 1)
+    inversion_lr: float = 0.1
+    inversion_bn_weight: float = 10.0
+    inversion_ce_weight: float = 1.0
+    inversion_tv_weight: float = 1e-3
+    inversion_l2_weight: float = 1e-5
+    lpips_weights: str | None = None  # local AlexNet backbone file; default: the torch hub cache
     method_options: dict[str, Any] = field(default_factory=dict)
     profile: str = "quick"
 
@@ -79,6 +90,9 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         "batch_size": 32,
         "lr": 1e-3,
         "image_size": 64,
+        # DeepInversion's CIFAR-scale settings (Yin et al. 2020).
+        "inversion_iters": 2000,
+        "inversion_batch": 256,
     },
 }
 
@@ -148,6 +162,14 @@ def validate(cfg: RunConfig) -> None:
     _check_range("lr", cfg.lr, 1e-9, 10.0, float)
     _check_range("momentum", cfg.momentum, 0.0, 0.999, float)
     _check_range("weight_decay", cfg.weight_decay, 0.0, 1.0, float)
+    _check_range("inversion_iters", cfg.inversion_iters, 1, 1_000_000)
+    _check_range("inversion_batch", cfg.inversion_batch, 1, 1_000_000)
+    _check_range("inversion_lr", cfg.inversion_lr, 1e-6, 10.0, float)
+    for name in ("inversion_bn_weight", "inversion_ce_weight", "inversion_tv_weight", "inversion_l2_weight"):
+        _check_range(name, getattr(cfg, name), 0.0, 1e6, float)
+    check_attacker(cfg.attacker)
+    if not isinstance(cfg.victim, str) or not cfg.victim:
+        raise FedauditError(f"--victim must be a source domain or 'all', got {cfg.victim!r}")
     for name, value, choices in (
         ("precision", cfg.precision, PRECISIONS),
         ("device", cfg.device, DEVICES),
@@ -159,6 +181,13 @@ def validate(cfg: RunConfig) -> None:
         raise FedauditError(f"--split must be three positive fractions train,val,holdout summing to 1, got {cfg.split}")
     if not isinstance(cfg.method_options, dict):
         raise FedauditError("method_options must be a table of name = value pairs")
+
+
+def check_attacker(attacker: object) -> None:
+    """``server`` or ``client:<domain>`` (the domain is checked against the dataset later)."""
+    if attacker == "server" or (isinstance(attacker, str) and attacker.startswith("client:") and attacker[len("client:"):]):
+        return
+    raise FedauditError(f"unknown attacker {attacker!r}; valid choices: server, client:<domain> (e.g. client:clean)")
 
 
 def parse_method_options(pairs: list[str]) -> dict[str, Any]:

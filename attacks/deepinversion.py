@@ -1,0 +1,310 @@
+"""deepinversion — synthesise a victim's images from the statistics it shared.
+
+One engine (:mod:`fedaudit.inversion`), dispatched on what the attacker's
+wire view holds (ATTACKS.md, "deepinversion"):
+
+* **server** (honest-but-curious, sees every upload). Per victim:
+  ``FULL_MODEL`` → BN-statistics matching + CE through the uploaded head;
+  ``BN_STATS_ALL_LAYERS`` (statistics without the weights) → the statistics
+  are loaded into a model whose weights are the best the server holds: the
+  victim's own uploaded weights (``PARTIAL_MODEL``/``FULL_MODEL``) where it
+  sent them, otherwise the global model the server broadcast to it, otherwise
+  a fresh initialisation (reported in ``info.weights_from``). CE is used only
+  when the head's weights came over the wire. A ``PARTIAL_MODEL`` that carries
+  every BN layer's running statistics is attacked the same way.
+* **curious client** (sees what was broadcast to it). The broadcast global
+  statistics (``GLOBAL_STATS``, or the BN buffers of a broadcast
+  ``FULL_MODEL``/``PARTIAL_MODEL``) are inverted as they are, and by
+  **differencing**: the global statistics are the weighted mean of the K
+  clients' (FedAvg averages the buffers; FedFD pools the second moments), the
+  attacker knows its own, so it solves for the mean of the others and inverts
+  that (:func:`difference_stats`). The attacker does not know the others'
+  sample counts and assumes equal weights 1/K.
+
+Artifacts this attack cannot invert yet (``CLASSIFIER_HEAD``, ``STYLE_BANK``,
+``AMPLITUDE_BANK``, ``MODEL_DELTA``) come back with status "not yet
+supported"; artifacts that carry no statistics (``SCALARS``, ``TRANSLATOR``,
+``IMPORTANCE``, a ``PARTIAL_MODEL`` without BN buffers) with "not applicable".
+Neither is a crash.
+
+Control: every inversion is repeated, in the same batch, against an untrained
+model of the same architecture (the attacker prior's fresh model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from fedaudit.attack import Attack, AttackerPrior, AttackOutput
+from fedaudit.inversion import InversionSettings, InversionTarget, bn_modules, invert
+from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+
+if TYPE_CHECKING:
+    from fedaudit.config import RunConfig
+
+MEAN, VAR = "running_mean", "running_var"
+DIFFERENCING = "differencing"
+
+STATS_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.BN_STATS_ALL_LAYERS, ArtifactKind.PARTIAL_MODEL,
+               ArtifactKind.GLOBAL_STATS)
+WEIGHT_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL)
+NOT_YET = {
+    ArtifactKind.CLASSIFIER_HEAD: "latent inversion of a classifier head is not yet supported by deepinversion",
+    ArtifactKind.STYLE_BANK: "style-bank inversion is not yet supported by deepinversion",
+    ArtifactKind.AMPLITUDE_BANK: "phase retrieval from amplitude spectra is not yet supported by deepinversion",
+    ArtifactKind.MODEL_DELTA: "inverting a model delta is not yet supported by deepinversion",
+}
+NOT_APPLICABLE = {
+    ArtifactKind.SCALARS: "carries no statistics to invert",
+    ArtifactKind.TRANSLATOR: "carries no statistics to invert",
+    ArtifactKind.IMPORTANCE: "carries no statistics to invert",
+}
+
+
+def stat_keys(model: nn.Module) -> list[str]:
+    """``<layer>.running_mean``/``running_var`` of every BN layer with running statistics."""
+    names = {id(m): n for n, m in model.named_modules()}
+    return [f"{names[id(m)]}.{k}" for m in bn_modules(model) for k in (MEAN, VAR)]
+
+
+def difference_stats(global_stats: dict[str, Tensor], own_stats: dict[str, Tensor], num_clients: int,
+                     own_weight: float | None = None, pooled: bool = False) -> dict[str, Tensor]:
+    """The mean statistics of the *other* clients, from the global ones and the attacker's own.
+
+    With global statistics G = w·s_own + (1 − w)·m_others (``w`` the
+    attacker's aggregation weight, 1/K by default), m_others =
+    (G − w·s_own) / (1 − w). With ``pooled`` aggregation the relation holds for
+    the mean and the second moment σ² + μ², so the variance is recovered from
+    the second moment. Variances are clamped at 0 (an assumed weight that is
+    off can push them below).
+    """
+    if num_clients < 2:
+        raise ValueError("differencing needs at least two clients")
+    w = 1.0 / num_clients if own_weight is None else float(own_weight)
+    if not 0.0 < w < 1.0:
+        raise ValueError(f"own_weight must lie in (0, 1), got {w}")
+    out: dict[str, Tensor] = {}
+    for key, g in global_stats.items():
+        if key.endswith(MEAN):
+            out[key] = (g.float() - w * own_stats[key].float()) / (1 - w)
+    for key, g in global_stats.items():
+        if not key.endswith(VAR):
+            continue
+        if pooled:
+            mkey = key[: -len(VAR)] + MEAN
+            g2 = g.float() + global_stats[mkey].float().square()
+            own2 = own_stats[key].float() + own_stats[mkey].float().square()
+            out[key] = ((g2 - w * own2) / (1 - w) - out[mkey].square()).clamp_min(0.0)
+        else:
+            out[key] = ((g.float() - w * own_stats[key].float()) / (1 - w)).clamp_min(0.0)
+    return out
+
+
+@dataclass
+class _Job:
+    """One inversion problem: an artifact key, the victims its images are scored against, the target state."""
+
+    artifact: str
+    victims: list[str]
+    state: dict[str, Tensor]
+    use_ce: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class DeepInversion(Attack):
+    name = "deepinversion"
+    summary = "BN-statistics inversion (DeepInversion) of every shared model/statistics artifact, with an untrained-model control"
+    roles: ClassVar[tuple[str, ...]] = ("server", "client")
+
+    def __init__(self, settings: InversionSettings | None = None, own_weight: float | None = None) -> None:
+        self.settings = settings or InversionSettings()
+        self.own_weight = own_weight
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> DeepInversion:
+        """Settings from the ``inversion_*`` options: ``inversion_batch`` images per victim, whole classes."""
+        return cls(InversionSettings(
+            iters=cfg.inversion_iters,
+            per_class=max(1, cfg.inversion_batch // prior.num_classes),
+            lr=cfg.inversion_lr,
+            bn_weight=cfg.inversion_bn_weight,
+            ce_weight=cfg.inversion_ce_weight,
+            tv_weight=cfg.inversion_tv_weight,
+            l2_weight=cfg.inversion_l2_weight,
+            flip=prior.hflip,
+            precision=cfg.precision,
+            seed=cfg.seed,
+        ))
+
+    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> list[AttackOutput]:
+        return self.run_batch(view, prior, [victim], device)
+
+    def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str],
+                  device: torch.device) -> list[AttackOutput]:
+        """Attack every victim from what ``view`` holds; all inversions run as one batch."""
+        fresh = prior.build_model()
+        keys = stat_keys(fresh)
+        base = {k: v.detach().to(device) for k, v in fresh.state_dict().items()}
+        head_keys = [k for k in base if k.startswith("head.")]
+        outputs: list[AttackOutput] = []
+        if not keys:
+            for kind in sorted(view.kinds(), key=lambda k: k.value):
+                outputs += [self._status(view, v, kind.value, "not applicable",
+                                         "the architecture has no BatchNorm running statistics") for v in victims]
+            return outputs
+        ctx = _Context(view, prior, base, keys, head_keys, device)
+        jobs, statuses = (self._server_jobs if view.role == SERVER else self._client_jobs)(ctx, victims)
+        outputs += statuses
+        if not jobs:
+            return outputs
+        targets = [InversionTarget(f"{j.artifact}/{i}", j.state, {"ce": 1.0 if j.use_ce else 0.0}) for i, j in enumerate(jobs)]
+        controls = [InversionTarget(f"control/{t.name}", base, dict(t.gates)) for t in targets]
+        lo = torch.tensor([(0.0 - m) / s for m, s in zip(prior.mean, prior.std)])
+        hi = torch.tensor([(1.0 - m) / s for m, s in zip(prior.mean, prior.std)])
+        result = invert(fresh, [*targets, *controls], prior.num_classes, prior.image_size, self.settings, lo, hi, device)
+        for i, job in enumerate(jobs):
+            info = {**job.info, "ce": job.use_ce, "losses": result.losses[targets[i].name],
+                    "control_losses": result.losses[controls[i].name], "seconds_shared": result.seconds}
+            for v in job.victims:
+                outputs.append(AttackOutput(self.name, view.role, v, job.artifact, images=result.images[i],
+                                            targets=result.labels, control_images=result.images[len(jobs) + i],
+                                            info=dict(info, status="attacked")))
+        return outputs
+
+    # -- dispatch ----------------------------------------------------------------
+
+    def _server_jobs(self, ctx: _Context, victims: list[str]) -> tuple[list[_Job], list[AttackOutput]]:
+        jobs, statuses = [], []
+        broadcasts = [a for a in ctx.view if a.sender == SERVER]
+        for victim in victims:
+            sent = [a for a in ctx.view if a.sender == client_role(victim)]
+            for kind in sorted({a.kind for a in sent}, key=lambda k: k.value):
+                art = max((a for a in sent if a.kind == kind), key=lambda a: a.round)
+                reason = ctx.skip_reason(art)
+                if reason is not None:
+                    statuses.append(self._status(ctx.view, victim, kind.value, *reason))
+                    continue
+                # Weights: fresh < what the server broadcast to the victim < what the victim uploaded itself.
+                layers = [*_latest_weights(broadcasts, receiver=client_role(victim)),
+                          *_latest_weights(sent, sender=client_role(victim))]
+                state, info = ctx.assemble(layers, art)
+                if "unsupported" in info:
+                    statuses.append(self._status(ctx.view, victim, kind.value, "not yet supported", info["unsupported"]))
+                    continue
+                jobs.append(_Job(kind.value, [victim], state, info.pop("use_ce"), info))
+        return jobs, statuses
+
+    def _client_jobs(self, ctx: _Context, victims: list[str]) -> tuple[list[_Job], list[AttackOutput]]:
+        me = ctx.view.role
+        received = [a for a in ctx.view if a.receiver == me]
+        own = [a for a in ctx.view if a.sender == me]
+        jobs, statuses = [], []
+        for kind in sorted({a.kind for a in received}, key=lambda k: k.value):
+            art = max((a for a in received if a.kind == kind), key=lambda a: a.round)
+            reason = ctx.skip_reason(art)
+            if reason is not None:
+                statuses += [self._status(ctx.view, v, kind.value, *reason) for v in victims]
+                continue
+            # Weights: fresh < own uploads < the broadcast weights (the model the global stats belong to).
+            layers = [*_latest_weights(own, sender=me), *_latest_weights(received, receiver=me)]
+            state, info = ctx.assemble(layers, art)
+            if "unsupported" in info:
+                statuses += [self._status(ctx.view, v, kind.value, "not yet supported", info["unsupported"]) for v in victims]
+                continue
+            use_ce = info.pop("use_ce")
+            jobs.append(_Job(kind.value, list(victims), state, use_ce, dict(info, variant="global")))
+            mine = ctx.own_stats(own, art.round)
+            if mine is None:
+                statuses += [self._status(ctx.view, v, f"{kind.value}:{DIFFERENCING}", "not applicable",
+                                          "the attacker never uploaded its own BN statistics") for v in victims]
+                continue
+            own_art, own_stats = mine
+            k = ctx.prior.num_clients
+            pooled = kind == ArtifactKind.GLOBAL_STATS  # FedFD pools second moments; FedAvg averages buffers
+            others = difference_stats({key: state[key] for key in ctx.keys}, own_stats, k, self.own_weight, pooled)
+            diff_state = {**state, **{key: t.to(state[key].dtype) for key, t in others.items()}}
+            jobs.append(_Job(f"{kind.value}:{DIFFERENCING}", list(victims), diff_state, use_ce, dict(
+                info, variant=DIFFERENCING, clients=k, own_weight=self.own_weight or 1.0 / k, pooled=pooled,
+                own_round=own_art.round, exact_round=own_art.round == art.round - 1)))
+        return jobs, statuses
+
+    def _status(self, view: WireView, victim: str, artifact: str, status: str, reason: str) -> AttackOutput:
+        return AttackOutput(self.name, view.role, victim, artifact, info={"status": status, "reason": reason})
+
+
+@dataclass
+class _Context:
+    view: WireView
+    prior: AttackerPrior
+    base: dict[str, Tensor]
+    keys: list[str]
+    head_keys: list[str]
+    device: torch.device
+
+    def skip_reason(self, art: Artifact) -> tuple[str, str] | None:
+        """Why ``art`` cannot be inverted here, or None when it can."""
+        if art.kind in NOT_YET:
+            return "not yet supported", NOT_YET[art.kind]
+        if art.kind in NOT_APPLICABLE:
+            return "not applicable", NOT_APPLICABLE[art.kind]
+        if art.kind not in STATS_KINDS:
+            return "not yet supported", f"no matcher for artifact kind {art.kind.value}"
+        if not any(k in art.tensors for k in self.keys):
+            if art.kind == ArtifactKind.PARTIAL_MODEL:
+                return "not applicable", "this partial model carries no BatchNorm running statistics"
+            some = ", ".join(list(art.tensors)[:2])
+            return "not yet supported", f"its tensors ({some}, ...) name no BatchNorm buffer of the model"
+        return None
+
+    def assemble(self, layers: Iterable[Artifact], stats: Artifact) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """A full model state: fresh init, overlaid by ``layers`` in order, then the statistics of ``stats``."""
+        state = dict(self.base)
+        source = dict.fromkeys(state, "fresh")
+        for art in [*layers, stats]:
+            for k, t in art.tensors.items():
+                if k in state and t.shape == state[k].shape:
+                    state[k] = t.detach().to(self.device, state[k].dtype)
+                    source[k] = f"{art.kind.value}@r{art.round} from {art.sender}"
+        weights_from: dict[str, int] = {}
+        for k, s in source.items():
+            if k not in self.keys:
+                weights_from[s] = weights_from.get(s, 0) + 1
+        use_ce = bool(self.head_keys) and all(source[k] != "fresh" for k in self.head_keys)
+        unknown = [k for k in self.keys if source[k] == "fresh"]
+        info = {"round": stats.round, "sender": stats.sender, "weights_from": weights_from, "use_ce": use_ce}
+        if unknown:
+            # Matching a fresh layer's 0/1 statistics would pull the images toward noise, not toward the victim.
+            info["unsupported"] = (f"the wire carries the statistics of {(len(self.keys) - len(unknown)) // 2} of "
+                                   f"{len(self.keys) // 2} BN layers (missing e.g. {unknown[0]}); partial-layer "
+                                   "matching is not implemented")
+        return state, info
+
+    def own_stats(self, own: list[Artifact], broadcast_round: int) -> tuple[Artifact, dict[str, Tensor]] | None:
+        """The attacker's own uploaded statistics that went into the broadcast of ``broadcast_round``.
+
+        The broadcast of round r aggregates the uploads of round r − 1; the
+        wire keeps only the newest message per kind in memory, so when that
+        upload is gone the newest one stands in (``exact_round`` says which).
+        """
+        candidates = [a for a in own if all(k in a.tensors for k in self.keys)]
+        if not candidates:
+            return None
+        before = [a for a in candidates if a.round < broadcast_round]
+        art = max(before or candidates, key=lambda a: a.round)
+        return art, {k: art.tensors[k].to(self.device) for k in self.keys}
+
+
+def _latest_weights(arts: list[Artifact], sender: str | None = None, receiver: str | None = None) -> list[Artifact]:
+    """The newest weight-bearing artifact of each kind from ``sender`` / to ``receiver``, oldest first."""
+    picked = []
+    for kind in WEIGHT_KINDS:
+        found = [a for a in arts if a.kind == kind and (sender is None or a.sender == sender)
+                 and (receiver is None or a.receiver == receiver)]
+        if found:
+            picked.append(max(found, key=lambda a: a.round))
+    return sorted(picked, key=lambda a: a.round)

@@ -1,0 +1,321 @@
+"""Statistics inversion: one batched optimisation loop, pluggable matchers.
+
+DeepInversion (Yin et al., CVPR 2020) optimises synthetic inputs so that the
+statistics a network computes on them match the statistics it stored. Every
+artifact fedaudit attacks is such a set of statistics, so one loop serves
+them all; a :class:`Matcher` turns an artifact into a loss term:
+
+* :class:`BNStatMatcher` — forward hooks on every BatchNorm layer compare the
+  batch statistics of the layer's *input* with its running statistics:
+  ``‖μ_run − μ_batch‖₂ + ‖σ²_run − σ²_batch‖₂`` (biased batch variance), the
+  first layer weighted ``first_layer_mult``× (10 in the paper);
+* :class:`ClassCE` — cross-entropy of the model's logits on the target classes
+  (used only when the victim's head is known).
+
+Priors on the images: TV-L2 (per image, the sum of the L2 norms of the four
+neighbour differences — horizontal, vertical and both diagonals) and the
+image L2 norm, both averaged over images so weights do not depend on the
+batch size. Each step rolls the batch by a random offset of up to
+``jitter`` px (2 px at 32 px, scaled with the image size) and flips it when
+the data allows flips; Adam (β = 0.5, 0.9) with linear warm-up then cosine
+decay; pixels are clipped to the valid normalised range after every step.
+
+Batching: every class × several images per victim, and all victims that share
+an architecture in one problem. A victim is a model *state* (its BN buffers
+are the statistics to match). With ``victims="vmap"`` the states are stacked
+and the per-victim loss runs under :func:`torch.func.vmap` over
+:func:`torch.func.functional_call` — one launch per layer for all victims,
+what a GPU needs; ``"loop"`` runs the same per-victim function once per
+victim (on a 2-core CPU vmap's grouped convolutions buy nothing);
+``"auto"`` picks vmap on CUDA and the loop elsewhere. There is no host sync
+inside the loop: loss components are written into a device tensor and read
+once at the end.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.hooks import RemovableHandle
+
+from fedaudit.training import autocast
+
+VICTIM_BATCHING = ("auto", "vmap", "loop")
+
+
+@dataclass(frozen=True)
+class InversionSettings:
+    """Hyper-parameters of one inversion (recorded in metrics.json).
+
+    ``jitter=None`` means 2 px at 32 px, scaled with the image side (at least 1).
+    """
+
+    iters: int = 200
+    per_class: int = 4
+    lr: float = 0.1
+    warmup: float = 0.05  # fraction of iterations with a linear warm-up
+    bn_weight: float = 10.0
+    first_bn_mult: float = 10.0
+    ce_weight: float = 1.0
+    tv_weight: float = 1e-3
+    l2_weight: float = 1e-5
+    jitter: int | None = None
+    flip: bool = False
+    precision: str = "fp32"
+    victims: str = "auto"
+    seed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Matcher:
+    """Turns an artifact into one loss term for one victim.
+
+    ``attach`` registers what the matcher needs on the (shared) template
+    model; ``begin`` is called before each victim's forward pass; ``loss``
+    returns a scalar for that victim. The engine may call these inside
+    :func:`torch.func.vmap`, so a matcher keeps per-forward state only between
+    ``begin`` and ``loss``.
+    """
+
+    name: str = "matcher"
+
+    def attach(self, model: nn.Module) -> list[RemovableHandle]:
+        return []
+
+    def begin(self) -> None:
+        pass
+
+    def loss(self, x: Tensor, logits: Tensor, y: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+def bn_modules(model: nn.Module) -> list[_BatchNorm]:
+    """BatchNorm layers that keep running statistics, in registration (= forward) order."""
+    return [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+
+
+class BNStatMatcher(Matcher):
+    """‖μ_run − μ_batch‖₂ + ‖σ²_run − σ²_batch‖₂ summed over BN layers, first layer × ``first_layer_mult``.
+
+    The hook reads ``module.running_mean``/``running_var`` at call time, so
+    under ``functional_call`` it sees the victim's buffers, not the template's.
+    """
+
+    name = "bn"
+
+    def __init__(self, first_layer_mult: float = 10.0) -> None:
+        self.first_layer_mult = first_layer_mult
+        self._terms: list[Tensor] = []
+
+    def attach(self, model: nn.Module) -> list[RemovableHandle]:
+        layers = bn_modules(model)
+        if not layers:
+            raise ValueError("the model has no BatchNorm layer with running statistics to match")
+        handles = []
+        for i, layer in enumerate(layers):
+            mult = self.first_layer_mult if i == 0 else 1.0
+            handles.append(layer.register_forward_hook(self._hook(mult)))
+        return handles
+
+    def _hook(self, mult: float):
+        def hook(module: _BatchNorm, inputs: tuple[Tensor, ...], output: Tensor) -> None:
+            x = inputs[0].float()
+            dims = [d for d in range(x.dim()) if d != 1]
+            mu = x.mean(dim=dims)
+            var = x.var(dim=dims, unbiased=False)
+            term = torch.linalg.vector_norm(module.running_mean.float() - mu) + torch.linalg.vector_norm(
+                module.running_var.float() - var)
+            self._terms.append(term * mult)
+
+        return hook
+
+    def begin(self) -> None:
+        self._terms = []
+
+    def loss(self, x: Tensor, logits: Tensor, y: Tensor) -> Tensor:
+        return torch.stack(self._terms).sum()
+
+
+class ClassCE(Matcher):
+    """Cross-entropy of the victim model's logits on the target classes."""
+
+    name = "ce"
+
+    def loss(self, x: Tensor, logits: Tensor, y: Tensor) -> Tensor:
+        return F.cross_entropy(logits.float(), y)
+
+
+@dataclass
+class InversionTarget:
+    """One victim: a full model state (its BN buffers are the statistics to
+    match) and per-matcher weights (0 switches a matcher off for this victim,
+    e.g. CE when the head was never shared)."""
+
+    name: str
+    state: dict[str, Tensor]
+    gates: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class InversionResult:
+    """``images`` [V, n, C, H, W] in normalised input space; ``labels`` [n];
+    ``losses`` per victim and term at the last step; ``history`` [steps, V, terms]."""
+
+    images: Tensor
+    labels: Tensor
+    terms: list[str]
+    losses: dict[str, dict[str, float]]
+    history: Tensor
+    seconds: float = 0.0
+
+
+def target_labels(num_classes: int, per_class: int, device: torch.device) -> Tensor:
+    """Every class ``per_class`` times, class-major: [0,0,…,1,1,…]."""
+    return torch.arange(num_classes, device=device).repeat_interleave(per_class)
+
+
+def default_jitter(image_size: int) -> int:
+    return max(1, round(2 * image_size / 32))
+
+
+def warmup_cosine(step: int, total: int, warmup: float) -> float:
+    """Learning-rate factor: linear warm-up over ``warmup``·total steps, then cosine decay to 0."""
+    w = max(1, int(round(warmup * total)))
+    if step < w:
+        return (step + 1) / w
+    progress = (step - w) / max(1, total - w)
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def image_priors(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-victim (TV-L2, L2) of ``x`` [V, n, C, H, W], averaged over images."""
+    x = x.float()
+    diffs = (
+        x[..., :, :-1] - x[..., :, 1:],
+        x[..., :-1, :] - x[..., 1:, :],
+        x[..., 1:, :-1] - x[..., :-1, 1:],
+        x[..., :-1, :-1] - x[..., 1:, 1:],
+    )
+    tv = sum(torch.linalg.vector_norm(d.flatten(2), dim=2) for d in diffs)
+    l2 = torch.linalg.vector_norm(x.flatten(2), dim=2)
+    return tv.mean(1), l2.mean(1)
+
+
+def invert(model: nn.Module, targets: Sequence[InversionTarget], num_classes: int, image_size: int,
+           settings: InversionSettings, lo: Tensor, hi: Tensor, device: torch.device, matchers: Sequence[Matcher] | None = None,
+           weights: dict[str, float] | None = None, log_every: int = 10) -> InversionResult:
+    """Optimise one batch of images per victim; all victims share ``model``'s architecture.
+
+    ``lo``/``hi`` are the per-channel bounds of valid pixels in normalised
+    space (shape [C]). ``matchers`` default to BN statistics + CE; their
+    weights default to the settings' ``bn_weight`` and ``ce_weight``.
+    """
+    if settings.victims not in VICTIM_BATCHING:
+        raise ValueError(f"victims must be one of {VICTIM_BATCHING}, got {settings.victims!r}")
+    if not targets:
+        raise ValueError("no victim to invert")
+    t0 = time.perf_counter()
+    matchers = list(matchers) if matchers is not None else [BNStatMatcher(settings.first_bn_mult), ClassCE()]
+    weights = {"bn": settings.bn_weight, "ce": settings.ce_weight, **(weights or {})}
+    names = [m.name for m in matchers]
+    model = model.to(device).eval()
+    handles = [h for m in matchers for h in m.attach(model)]
+    try:
+        return _optimise(model, list(targets), num_classes, image_size, settings, lo, hi, device, matchers, weights,
+                         names, log_every, t0)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int, size: int, settings: InversionSettings,
+              lo: Tensor, hi: Tensor, device: torch.device, matchers: list[Matcher], weights: dict[str, float],
+              names: list[str], log_every: int, t0: float) -> InversionResult:
+    v = len(targets)
+    y = target_labels(num_classes, settings.per_class, device)
+    n = y.numel()
+    template = model.state_dict()
+    param_names = {k for k, _ in model.named_parameters()}
+    states = [{k: t.state[k].to(device) if k in t.state else template[k] for k in template} for t in targets]
+    gates = torch.tensor([[t.gates.get(name, 1.0) * weights.get(name, 1.0) for name in names] for t in targets],
+                         device=device, dtype=torch.float32)
+
+    def split(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        params = {k: s.detach() for k, s in state.items() if k in param_names}
+        buffers = {k: s for k, s in state.items() if k not in param_names}
+        return params, buffers
+
+    def per_victim(params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor, gate: Tensor) -> Tensor:
+        for m in matchers:
+            m.begin()
+        logits = functional_call(model, (params, buffers), (x,))
+        return torch.stack([m.loss(x, logits, y) for m in matchers]) * gate
+
+    use_vmap = settings.victims == "vmap" or (settings.victims == "auto" and device.type == "cuda")
+    if use_vmap:
+        stacked = [split(s) for s in states]
+        params = {k: torch.stack([p[k] for p, _ in stacked]) for k in stacked[0][0]}
+        buffers = {k: torch.stack([b[k] for _, b in stacked]) for k in stacked[0][1]}
+        batched = vmap(per_victim, in_dims=(0, 0, 0, 0))
+
+        def forward(x: Tensor) -> Tensor:
+            return batched(params, buffers, x, gates)
+    else:
+        parts = [split(s) for s in states]
+
+        def forward(x: Tensor) -> Tensor:
+            return torch.stack([per_victim(p, b, x[i], gates[i]) for i, (p, b) in enumerate(parts)])
+
+    channels = lo.numel()
+    g = torch.Generator(device="cpu")
+    g.manual_seed(settings.seed)
+    x = torch.randn(v, n, channels, size, size, generator=g).to(device)
+    lo_b, hi_b = lo.to(device).view(1, 1, -1, 1, 1), hi.to(device).view(1, 1, -1, 1, 1)
+    x = torch.maximum(torch.minimum(x, hi_b), lo_b).requires_grad_(True)
+    opt = torch.optim.Adam([x], lr=settings.lr, betas=(0.5, 0.9), eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, settings.iters, settings.warmup))
+    jitter = settings.jitter if settings.jitter is not None else default_jitter(size)
+    rng = random.Random(settings.seed)  # offsets are host integers: no device sync to draw them
+    terms = [*names, "tv", "l2"]
+    history = torch.zeros((settings.iters + log_every - 1) // log_every, v, len(terms), device=device)
+    last = torch.zeros(v, len(terms), device=device)
+    prior_w = torch.tensor([settings.tv_weight, settings.l2_weight], device=device)
+    for step in range(settings.iters):
+        dy, dx = rng.randint(-jitter, jitter), rng.randint(-jitter, jitter)
+        xa = torch.roll(x, shifts=(dy, dx), dims=(-2, -1))
+        if settings.flip and rng.random() < 0.5:
+            xa = xa.flip(-1)
+        with autocast(device, settings.precision):
+            matched = forward(xa)  # [V, matchers], already weighted
+        tv, l2 = image_priors(x)
+        priors = torch.stack([tv, l2], 1) * prior_w
+        loss = matched.float().sum() + priors.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        with torch.no_grad():
+            x.copy_(torch.maximum(torch.minimum(x, hi_b), lo_b))
+            if step % log_every == 0 or step == settings.iters - 1:
+                last = torch.cat([matched.detach().float(), priors.detach()], 1)
+                if step % log_every == 0:
+                    history[step // log_every] = last
+    final = last.cpu()  # the one host sync
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    losses = {t.name: {name: float(final[i, j]) for j, name in enumerate(terms)} for i, t in enumerate(targets)}
+    return InversionResult(x.detach(), y, terms, losses, history, time.perf_counter() - t0)
+
+

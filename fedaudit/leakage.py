@@ -1,0 +1,442 @@
+"""Leakage scorers: the auditor compares attack outputs with the private data.
+
+The *auditor* (not the attacker) holds every client's records. For each
+reconstruction ``r`` optimised for class ``c`` it finds ``NN_in``, the nearest
+member (training record) of class ``c``, and ``NN_out``, the nearest holdout
+record (never trained on) of class ``c``, by pixel L2 on [0, 1] images, and
+reports (ATTACKS.md, "Leakage metrics"):
+
+* ``psnr`` / ``ssim`` between ``r`` and ``NN_in`` (mean and best);
+* ``identifiability``: the fraction of ``r`` closer to ``NN_in`` than to
+  ``NN_out``, with its Clopper–Pearson 95% interval (0.5 = no record-level
+  signal);
+* ``domain_attribution``: how often a domain classifier trained on real
+  images of every domain assigns ``r`` to the victim's domain (headline: the
+  macro average over victims of the victim × predicted-domain matrix);
+* ``class_fidelity``: how often a classifier of the victim's domain assigns
+  ``r`` to ``c``;
+* ``lpips`` between ``r`` and ``NN_in`` when the AlexNet backbone file is on
+  disk, otherwise "unavailable" with the path looked for.
+
+Every number is reported next to its control: the same attack against an
+untrained model of the same architecture (:func:`with_control`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+PSNR_CAP_DB = 100.0  # identical images: PSNR is infinite; a cap keeps metrics.json valid JSON
+LPIPS_SIZE = 64  # AlexNet's stride-4 stem needs more than 16 px; inputs are resized to this
+
+
+# -- image similarity -----------------------------------------------------------
+
+
+def psnr(a: Tensor, b: Tensor, cap: float = PSNR_CAP_DB) -> Tensor:
+    """Per-pair PSNR in dB of images in [0, 1] ([N, C, H, W]); identical pairs give ``cap``."""
+    mse = (a.float() - b.float()).pow(2).flatten(1).mean(1)
+    out = 10.0 * torch.log10(1.0 / mse.clamp_min(1e-30))
+    return out.clamp(max=cap)
+
+
+def _gaussian_window(size: int, sigma: float, device: torch.device) -> Tensor:
+    ax = torch.arange(size, device=device, dtype=torch.float32) - (size - 1) / 2
+    g = torch.exp(-(ax**2) / (2 * sigma**2))
+    g = g / g.sum()
+    return g[:, None] * g[None, :]
+
+
+def ssim(a: Tensor, b: Tensor, window: int = 11, sigma: float = 1.5) -> Tensor:
+    """Per-pair SSIM (Wang et al. 2004) of images in [0, 1] ([N, C, H, W]).
+
+    Gaussian window (11 px, sigma 1.5; shrunk to the image side for tiny
+    images), constants K1 = 0.01, K2 = 0.03, valid convolution, mean over
+    channels and positions — the reference definition.
+    """
+    a, b = a.float(), b.float()
+    n, c, h, w = a.shape
+    size = min(window, h, w)
+    kernel = _gaussian_window(size, sigma, a.device).expand(c, 1, size, size)
+
+    def blur(x: Tensor) -> Tensor:
+        return F.conv2d(x, kernel, groups=c)
+
+    c1, c2 = 0.01**2, 0.03**2
+    mu_a, mu_b = blur(a), blur(b)
+    var_a = blur(a * a) - mu_a**2
+    var_b = blur(b * b) - mu_b**2
+    cov = blur(a * b) - mu_a * mu_b
+    num = (2 * mu_a * mu_b + c1) * (2 * cov + c2)
+    den = (mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2)
+    return (num / den).flatten(1).mean(1)
+
+
+def nearest_in_class(r: Tensor, r_y: Tensor, refs: Tensor, ref_y: Tensor) -> tuple[Tensor, Tensor]:
+    """For each ``r[i]`` the pixel-L2 distance to, and index of, its nearest ``refs`` of class ``r_y[i]``.
+
+    Distance is ``inf`` (index 0) when the class has no reference record.
+    """
+    d = torch.cdist(r.flatten(1).float(), refs.flatten(1).float())
+    d = d.masked_fill(r_y[:, None] != ref_y[None, :], math.inf)
+    dist, idx = d.min(1)
+    return dist, idx
+
+
+# -- intervals ------------------------------------------------------------------
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact binomial interval for ``k`` successes in ``n`` trials.
+
+    scipy ships with scikit-learn (a dependency), so its beta quantiles are
+    always there.
+    """
+    from scipy.stats import beta
+
+    if n <= 0:
+        return (0.0, 1.0)
+    alpha = 1.0 - level
+    lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return (lo, hi)
+
+
+def identifiability(d_in: Tensor, d_out: Tensor) -> dict[str, Any]:
+    """Fraction of reconstructions strictly closer to their nearest member than
+    to their nearest non-member, with its 95% interval.
+
+    Reconstructions whose class lacks members or non-members are left out
+    (they cannot be judged) and counted in ``excluded``.
+    """
+    ok = torch.isfinite(d_in) & torch.isfinite(d_out)
+    n = int(ok.sum())
+    k = int((d_in[ok] < d_out[ok]).sum())
+    lo, hi = clopper_pearson(k, n)
+    return {"value": k / n if n else float("nan"), "k": k, "n": n, "ci95": [lo, hi], "excluded": int((~ok).sum())}
+
+
+# -- auditor classifiers ---------------------------------------------------------
+
+
+class AuditorNet(nn.Module):
+    """The auditor's judge: a small CNN (three stride-2 conv-BN-ReLU, 32-64-128, global pool).
+
+    Deliberately not the federation's architecture, so the judge does not
+    share the inductive biases of the model the images were inverted from;
+    strided convolutions keep it cheap enough to train four of them per run on CPU.
+    """
+
+    def __init__(self, num_classes: int, channels: int = 3) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for a, b in zip((channels, 32, 64), (32, 64, 128)):
+            layers += [nn.Conv2d(a, b, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(b), nn.ReLU(inplace=True)]
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(128, num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc(self.features(x).mean(dim=(2, 3)))
+
+
+@dataclass
+class AuditorClassifier:
+    """A trained judge: ``predict`` takes [0, 1] images and returns class indices."""
+
+    model: nn.Module
+    mean: Tensor
+    std: Tensor
+
+    @torch.no_grad()
+    def predict(self, images01: Tensor) -> Tensor:
+        self.model.eval()
+        out = []
+        for start in range(0, images01.shape[0], 512):
+            x = (images01[start:start + 512].float() - self.mean) / self.std
+            out.append(self.model(x).argmax(1))
+        return torch.cat(out) if out else torch.zeros(0, dtype=torch.long, device=images01.device)
+
+    def accuracy(self, images01: Tensor, labels: Tensor) -> float:
+        """Top-1 accuracy on real records (report it on records the judge never trained on)."""
+        return float((self.predict(images01) == labels).float().mean()) if labels.numel() else float("nan")
+
+
+def train_auditor_classifier(images: Tensor, labels: Tensor, num_classes: int, mean: tuple[float, ...],
+                             std: tuple[float, ...], *, hflip: bool, seed: int, steps: int = 300,
+                             batch_size: int = 64, lr: float = 3e-3) -> AuditorClassifier:
+    """Train an :class:`AuditorNet` on real uint8 ``images`` (on their device) with shift/flip augmentation.
+
+    Adam with cosine decay to zero: the judge is the last iterate, and a
+    constant learning rate made its accuracy swing from run to run.
+    """
+    from fedaudit.training import Preprocess, index_batches
+
+    device = images.device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        model = AuditorNet(num_classes, images.shape[1]).to(device)
+    pre = Preprocess(mean, std, device, hflip=hflip)
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    model.train()
+    for idx in index_batches(images.shape[0], batch_size, g, device, steps=steps):
+        loss = F.cross_entropy(model(pre(images[idx], g)), labels[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+    return AuditorClassifier(model.eval(), pre.mean, pre.std)
+
+
+# -- LPIPS ----------------------------------------------------------------------
+
+
+def lpips_backbone_path(override: str | None) -> Path:
+    """Where the AlexNet backbone file is (or would be): ``override`` or the torch hub cache."""
+    if override is not None:
+        return Path(override).expanduser()
+    import torchvision
+
+    name = Path(torchvision.models.AlexNet_Weights.IMAGENET1K_V1.url).name
+    return Path(torch.hub.get_dir()) / "checkpoints" / name
+
+
+class LPIPS:
+    """LPIPS (Zhang et al. 2018, AlexNet variant) with the backbone read from a local file.
+
+    The ``lpips`` package ships only its linear layers and would fetch the
+    AlexNet backbone at run time; here the backbone comes from ``path``
+    (loaded with ``weights_only=True``) or LPIPS is not used at all — never a
+    random backbone.
+    """
+
+    def __init__(self, path: Path, device: torch.device) -> None:
+        import lpips
+        import torchvision
+
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        alex = torchvision.models.alexnet(weights=None)
+        alex.load_state_dict(state)
+        with warnings.catch_warnings():  # lpips calls torchvision's deprecated `pretrained=` argument
+            warnings.simplefilter("ignore", UserWarning)
+            net = lpips.LPIPS(net="alex", pnet_rand=True, verbose=False)  # linear layers from the package; backbone below
+        for part in (net.net.slice1, net.net.slice2, net.net.slice3, net.net.slice4, net.net.slice5):
+            for name, module in part.named_children():
+                module.load_state_dict(alex.features[int(name)].state_dict())
+        self.net = net.to(device).eval()
+
+    @torch.no_grad()
+    def __call__(self, a01: Tensor, b01: Tensor) -> Tensor:
+        a = F.interpolate(a01.float(), size=LPIPS_SIZE, mode="bilinear", align_corners=False)
+        b = F.interpolate(b01.float(), size=LPIPS_SIZE, mode="bilinear", align_corners=False)
+        return self.net(a, b, normalize=True).flatten()
+
+
+def load_lpips(override: str | None, device: torch.device) -> tuple[LPIPS | None, dict[str, Any]]:
+    """The LPIPS scorer if its backbone file exists, and a status record for metrics.json."""
+    path = lpips_backbone_path(override)
+    if not path.is_file():
+        return None, {"status": "unavailable", "looked_for": str(path),
+                      "fix": "put torchvision's AlexNet weights there or pass --lpips-weights PATH"}
+    return LPIPS(path, device), {"status": "available", "weights": str(path)}
+
+
+# -- scoring --------------------------------------------------------------------
+
+
+@dataclass
+class VictimRecords:
+    """The auditor's reference sets for one victim, as [0, 1] images."""
+
+    domain_index: int
+    members: Tensor
+    member_y: Tensor
+    holdout: Tensor
+    holdout_y: Tensor
+
+
+def score_reconstructions(recon01: Tensor, targets: Tensor, ref: VictimRecords, class_clf: AuditorClassifier,
+                          domain_clf: AuditorClassifier, lpips_fn: LPIPS | None = None) -> dict[str, Any]:
+    """Raw scores of one set of reconstructions against one victim's records.
+
+    Returns the metric values plus ``nn_member_index`` (for image grids) and
+    ``predicted_domains`` (for the victim × domain matrix).
+    """
+    recon01 = recon01.float().clamp(0, 1)
+    d_in, i_in = nearest_in_class(recon01, targets, ref.members, ref.member_y)
+    d_out, _ = nearest_in_class(recon01, targets, ref.holdout, ref.holdout_y)
+    has_nn = torch.isfinite(d_in)
+    nn_in = ref.members[i_in]
+    p = psnr(recon01, nn_in)[has_nn]
+    s = ssim(recon01, nn_in)[has_nn]
+    domains = domain_clf.predict(recon01)
+    classes = class_clf.predict(recon01)
+    out: dict[str, Any] = {
+        "n": int(recon01.shape[0]),
+        "psnr_mean": float(p.mean()) if p.numel() else float("nan"),
+        "psnr_best": float(p.max()) if p.numel() else float("nan"),
+        "ssim_mean": float(s.mean()) if s.numel() else float("nan"),
+        "ssim_best": float(s.max()) if s.numel() else float("nan"),
+        "l2_to_member_mean": float(d_in[has_nn].mean()) if has_nn.any() else float("nan"),
+        "identifiability": identifiability(d_in, d_out),
+        "domain_attribution": float((domains == ref.domain_index).float().mean()),
+        "class_fidelity": float((classes == targets).float().mean()),
+        "predicted_domains": domains,
+        "nn_member_index": i_in,
+    }
+    if lpips_fn is not None:
+        lp = lpips_fn(recon01[has_nn], nn_in[has_nn])
+        out["lpips_mean"] = float(lp.mean()) if lp.numel() else float("nan")
+    return out
+
+
+SCALAR_METRICS = ("psnr_mean", "psnr_best", "ssim_mean", "ssim_best", "l2_to_member_mean", "lpips_mean",
+                  "domain_attribution", "class_fidelity")
+
+
+def with_control(attack: dict[str, Any], control: dict[str, Any], chance: dict[str, float]) -> dict[str, Any]:
+    """Every metric as ``{"attack": a, "control": c}`` (plus chance and intervals where they exist)."""
+    out: dict[str, Any] = {}
+    for key in SCALAR_METRICS:
+        if key in attack:
+            out[key] = {"attack": attack[key], "control": control.get(key, float("nan"))}
+            if key in chance:
+                out[key]["chance"] = chance[key]
+    ia, ic = attack["identifiability"], control["identifiability"]
+    out["identifiability"] = {"attack": ia["value"], "attack_ci95": ia["ci95"], "attack_k": ia["k"], "n": ia["n"],
+                              "control": ic["value"], "control_ci95": ic["ci95"], "control_k": ic["k"],
+                              "excluded": ia["excluded"], "chance": 0.5}
+    return out
+
+
+def domain_matrix(rows: dict[str, Tensor], domains: list[str]) -> list[list[float]]:
+    """Victim × predicted-domain matrix: row v = distribution of the predicted domain of v's reconstructions."""
+    out = []
+    for pred in rows.values():
+        counts = torch.bincount(pred.cpu(), minlength=len(domains)).float()
+        out.append((counts / counts.sum().clamp_min(1)).tolist())
+    return out
+
+
+def macro_diagonal(matrix: list[list[float]], victim_domain_index: list[int]) -> float:
+    """Mean over victims of the fraction of their reconstructions attributed to their own domain."""
+    if not matrix:
+        return float("nan")
+    return sum(row[i] for row, i in zip(matrix, victim_domain_index)) / len(matrix)
+
+
+# -- the auditor -------------------------------------------------------------------
+
+
+@dataclass
+class DomainRecords:
+    """One domain's real records as the auditor holds them (uint8 images on the device).
+
+    ``members`` are what the victim trained on (the records reconstructions
+    are compared with); ``reference`` are records the judges may train on
+    (val + holdout of a source, the whole unseen target); ``holdout`` are the
+    non-members for identifiability.
+    """
+
+    domain: str
+    members_x: Tensor | None
+    members_y: Tensor | None
+    holdout_x: Tensor | None
+    holdout_y: Tensor | None
+    reference_x: Tensor
+    reference_y: Tensor
+
+
+class Auditor:
+    """Holds the private records and the judges; scores reconstructions with their controls.
+
+    The judges are trained once per run on records that are *not* scored as
+    members: the domain classifier on the reference records of every domain
+    (so chance is 1/#domains), each victim's class classifier on that
+    victim's reference records. Their accuracy on the victims' members (which
+    they never saw) is reported beside the scores.
+    """
+
+    def __init__(self, records: list[DomainRecords], num_classes: int, mean: tuple[float, ...], std: tuple[float, ...],
+                 hflip: bool, seed: int, device: torch.device, lpips_weights: str | None = None,
+                 judge_steps: int = 300) -> None:
+        self.records = {r.domain: r for r in records}
+        self.domains = [r.domain for r in records]
+        self.num_classes = num_classes
+        self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, device=device).view(1, -1, 1, 1)
+        self._norm = (mean, std)
+        self.hflip = hflip
+        self.seed = seed
+        self.device = device
+        self.judge_steps = judge_steps
+        self.lpips, self.lpips_status = load_lpips(lpips_weights, device)
+        self._domain_clf: AuditorClassifier | None = None
+        self._class_clf: dict[str, AuditorClassifier] = {}
+        self.judges: dict[str, Any] = {}
+
+    def to_unit(self, images: Tensor) -> Tensor:
+        """Normalised input-space images → [0, 1]."""
+        return (images.float() * self.std + self.mean).clamp(0, 1)
+
+    def domain_classifier(self) -> AuditorClassifier:
+        if self._domain_clf is None:
+            x = torch.cat([r.reference_x for r in self.records.values()])
+            y = torch.cat([torch.full((r.reference_x.shape[0],), i, dtype=torch.long, device=x.device)
+                           for i, r in enumerate(self.records.values())])
+            self._domain_clf = train_auditor_classifier(x, y, len(self.domains), *self._norm, hflip=self.hflip,
+                                                        seed=self.seed, steps=self.judge_steps)
+            held = [(r.members_x, i) for i, r in enumerate(self.records.values()) if r.members_x is not None]
+            hx = torch.cat([m for m, _ in held]).float() / 255.0
+            hy = torch.cat([torch.full((m.shape[0],), i, dtype=torch.long, device=m.device) for m, i in held])
+            self.judges["domain_classifier"] = {"trained_on": "val+holdout of sources, all of the target",
+                                                "accuracy_on_members": self._domain_clf.accuracy(hx, hy)}
+        return self._domain_clf
+
+    def class_classifier(self, victim: str) -> AuditorClassifier:
+        if victim not in self._class_clf:
+            r = self.records[victim]
+            clf = train_auditor_classifier(r.reference_x, r.reference_y, self.num_classes, *self._norm,
+                                           hflip=self.hflip, seed=self.seed + 1 + self.domains.index(victim),
+                                           steps=self.judge_steps)
+            self._class_clf[victim] = clf
+            self.judges.setdefault("class_classifier", {})[victim] = {
+                "trained_on": "val+holdout of the victim", "accuracy_on_members": clf.accuracy(r.members_x.float() / 255.0, r.members_y)}
+        return self._class_clf[victim]
+
+    def victim_records(self, victim: str) -> VictimRecords:
+        r = self.records[victim]
+        return VictimRecords(self.domains.index(victim), r.members_x.float() / 255.0, r.members_y,
+                             r.holdout_x.float() / 255.0, r.holdout_y)
+
+    def score(self, victim: str, images: Tensor, targets: Tensor) -> dict[str, Any]:
+        """Raw scores of normalised-space ``images`` optimised for ``targets`` against ``victim``'s records."""
+        return score_reconstructions(self.to_unit(images), targets, self.victim_records(victim),
+                                     self.class_classifier(victim), self.domain_classifier(), self.lpips)
+
+    def chance(self) -> dict[str, float]:
+        return {"domain_attribution": 1.0 / len(self.domains), "class_fidelity": 1.0 / self.num_classes}
+
+
+def image_grid(columns: list[Tensor], scale: int = 1, gap: int = 2) -> Tensor:
+    """uint8 [H, W, C] grid: column j shows ``columns[j]`` ([rows, C, h, w] in [0, 1]) top to bottom."""
+    rows, c, h, w = columns[0].shape
+    hs, ws = h * scale, w * scale
+    out = torch.full((rows * (hs + gap) + gap, len(columns) * (ws + gap) + gap, c), 255, dtype=torch.uint8)
+    for j, col in enumerate(columns):
+        big = F.interpolate(col.float().cpu(), scale_factor=scale, mode="nearest") if scale > 1 else col.float().cpu()
+        pix = (big.clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1)
+        for i in range(rows):
+            y0, x0 = gap + i * (hs + gap), gap + j * (ws + gap)
+            out[y0:y0 + hs, x0:x0 + ws] = pix[i]
+    return out

@@ -1,0 +1,103 @@
+"""Leakage metrics on constructed inputs, where the right answer is known."""
+
+import math
+
+import pytest
+import torch
+
+from fedaudit.leakage import (
+    PSNR_CAP_DB,
+    clopper_pearson,
+    domain_matrix,
+    identifiability,
+    load_lpips,
+    macro_diagonal,
+    nearest_in_class,
+    psnr,
+    ssim,
+)
+
+
+def _images(n=6, seed=0, size=16):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 3, size, size, generator=g)
+
+
+def test_psnr_of_identical_images_is_capped_and_of_a_known_error_is_exact():
+    a = _images()
+    assert torch.all(psnr(a, a) == PSNR_CAP_DB)
+    zeros, tenth = torch.zeros(2, 3, 8, 8), torch.full((2, 3, 8, 8), 0.1)
+    assert psnr(zeros, tenth) == pytest.approx(torch.tensor([20.0, 20.0]), abs=1e-4)  # mse 0.01 -> 20 dB
+
+
+def test_ssim_is_one_for_identical_images_symmetric_and_lower_for_noise():
+    a, b = _images(seed=0), _images(seed=1)
+    assert ssim(a, a) == pytest.approx(torch.ones(6), abs=1e-5)
+    assert ssim(a, b) == pytest.approx(ssim(b, a), abs=1e-6)
+    noisy = (a + 0.2 * torch.randn_like(a)).clamp(0, 1)
+    assert torch.all(ssim(a, b) < ssim(a, noisy)) and torch.all(ssim(a, noisy) < 0.99)
+
+
+def test_nearest_neighbour_is_searched_within_the_target_class_only():
+    refs = torch.stack([torch.zeros(3, 4, 4), torch.full((3, 4, 4), 0.5)])
+    ref_y = torch.tensor([0, 1])
+    r = torch.zeros(1, 3, 4, 4)  # identical to ref 0, but optimised for class 1
+    d, i = nearest_in_class(r, torch.tensor([1]), refs, ref_y)
+    assert int(i) == 1 and float(d) == pytest.approx(0.5 * math.sqrt(48))
+    d, _ = nearest_in_class(r, torch.tensor([7]), refs, ref_y)
+    assert math.isinf(float(d))  # a class without references cannot be judged
+
+
+def test_identifiability_is_one_for_copies_of_members_and_zero_for_copies_of_holdouts():
+    members, holdout = _images(10, seed=2), _images(10, seed=3)
+    y = torch.arange(10) % 5
+    d_in, _ = nearest_in_class(members, y, members, y)
+    d_out, _ = nearest_in_class(members, y, holdout, y)
+    ident = identifiability(d_in, d_out)
+    assert ident["value"] == 1.0 and ident["n"] == 10
+    lo, hi = ident["ci95"]
+    assert hi == 1.0 and 0.6 < lo < 0.75  # Clopper-Pearson lower bound for 10/10 is 0.692
+    d_in, _ = nearest_in_class(holdout, y, members, y)
+    d_out, _ = nearest_in_class(holdout, y, holdout, y)
+    assert identifiability(d_in, d_out)["value"] == 0.0
+
+
+def test_identifiability_leaves_out_reconstructions_that_cannot_be_judged():
+    ident = identifiability(torch.tensor([0.1, math.inf, 0.3]), torch.tensor([0.2, 0.1, math.inf]))
+    assert ident["n"] == 1 and ident["excluded"] == 2 and ident["value"] == 1.0
+
+
+def test_clopper_pearson_matches_known_values():
+    assert clopper_pearson(5, 10) == pytest.approx((0.1871, 0.8129), abs=1e-4)
+    assert clopper_pearson(0, 20)[0] == 0.0 and clopper_pearson(0, 20)[1] == pytest.approx(0.1684, abs=1e-4)
+    assert clopper_pearson(20, 20)[1] == 1.0
+    lo, hi = clopper_pearson(50, 100)
+    assert lo < 0.5 < hi and hi - lo < 0.21
+
+
+def test_domain_matrix_rows_and_macro_diagonal():
+    domains = ["a", "b", "c", "d"]
+    rows = {"a": torch.tensor([0, 0, 0, 1]), "b": torch.tensor([3, 3, 3, 3])}
+    m = domain_matrix(rows, domains)
+    assert m == [[0.75, 0.25, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]
+    # One victim sent wholesale to a default domain cannot lift the macro average.
+    assert macro_diagonal(m, [0, 1]) == pytest.approx(0.375)
+
+
+def test_lpips_is_unavailable_without_its_backbone_file_and_names_the_path(tmp_path):
+    missing = tmp_path / "alexnet.pth"
+    scorer, status = load_lpips(str(missing), torch.device("cpu"))
+    assert scorer is None and status["status"] == "unavailable" and status["looked_for"] == str(missing)
+
+
+def test_lpips_loads_a_local_backbone_file(tmp_path):
+    import torchvision
+
+    # Random weights here only exercise the loading path; a user-facing number needs the real file.
+    path = tmp_path / "alexnet.pth"
+    torch.save(torchvision.models.alexnet(weights=None).state_dict(), path)
+    scorer, status = load_lpips(str(path), torch.device("cpu"))
+    assert status["status"] == "available"
+    a, b = _images(2, seed=4), _images(2, seed=5)
+    assert scorer(a, a) == pytest.approx(torch.zeros(2), abs=1e-6)
+    assert torch.all(scorer(a, b) > 0)
