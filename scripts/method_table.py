@@ -1,0 +1,107 @@
+"""Measure the README's method table: accuracy and bytes per round of every method.
+
+For each method and built-in dataset this runs the quick profile (default
+target domain, seed 0) and reads unseen-domain and mean source-val accuracy
+and the per-round bytes from the run's ledger. With ``--paper-bytes`` it also
+runs ONE round of the paper profile per method (iteration counts shrunk and
+32 px: the bytes per round depend on neither) to read the paper-setting sizes.
+
+    python scripts/method_table.py --out runs/method-table [--paper-bytes]
+
+Prints a markdown table. Runs that already finished are read back, not redone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fedaudit import runs
+from fedaudit.api import evaluate
+from fedaudit.methods import METHODS
+
+DATASETS = ("shapes", "digits")
+# Shrink only iteration counts for the one-round paper-bytes run; shapes of what is sent stay the paper's.
+PAPER_SHRINK = {
+    "fedsb": ["budget=1"],
+    "fedfd": ["local_steps=1"],
+    "fedfd_a": ["local_steps=1"],
+    "fedlsi": ["stage1_epochs=1", "inversion_iters=1", "translator_iters=1", "num_latents=4"],
+}
+
+
+def run(out: Path, method: str, **options) -> Path:
+    """The finished run under ``out``, or a new one."""
+    done = [d for d in sorted(out.glob("*")) if runs.is_complete(d)] if out.exists() else []
+    return done[0] if done else evaluate(method, out=str(out), attack="none", **options).run_dir
+
+
+def per_round(run_dir: Path) -> str:
+    """Bytes per client per round by kind and direction, from the ledger.
+    Kinds sent only in some rounds (setup at round 0, a final-round upload)
+    show the size per sending round and which rounds."""
+    rows = [json.loads(line) for line in (run_dir / "wire.jsonl").read_text().splitlines()]
+    rounds = max(r["round"] for r in rows)
+    clients = len({r["sender"] for r in rows if r["direction"] == "up"})
+    totals: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[str, str], set[int]] = {}
+    for r in rows:
+        key = (r["kind"], "↑" if r["direction"] == "up" else "↓")
+        totals[key] = totals.get(key, 0) + r["bytes"]
+        seen.setdefault(key, set()).add(r["round"])
+    parts = []
+    for key, b in sorted(totals.items()):
+        n = len(seen[key])
+        text = f"{key[0]}{key[1]} {_human(b / clients / n)}"
+        if seen[key] == {0}:
+            text += " once (setup)"
+        elif seen[key] == {rounds} and rounds > 1:
+            text += " once (final round)"
+        elif n != rounds and rounds > 1:
+            text += f" in {n} of rounds 0..{rounds}"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def _human(n: float) -> str:
+    for unit, scale in (("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="runs/method-table")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--paper-bytes", action="store_true")
+    ap.add_argument("--device", default="auto")
+    args = ap.parse_args()
+    out = Path(args.out)
+    rows = []
+    for method in args.methods.split(","):
+        row = {"method": method}
+        for ds in DATASETS:
+            run_dir = run(out / "quick" / ds / method, method, dataset=ds, device=args.device)
+            m = runs.read_json(run_dir / "metrics.json")
+            row[ds] = (m["accuracy"]["unseen_domain"], m["accuracy"]["source_val"]["mean"], m["target_domain"])
+            row.setdefault("quick_bytes", per_round(run_dir))
+            row.setdefault("wall", {})[ds] = m["provenance"]["seconds"]["wall"]
+        if args.paper_bytes:
+            # 32 px: at or below 64 px the ResNet has the same (small-image) stem and so the same tensors as at
+            # the paper profile's 64 px, and the run is four times cheaper
+            run_dir = run(out / "paper-1round" / method, method, dataset="shapes", profile="paper", rounds=1, local_epochs=1,
+                    image_size=32, method_option=PAPER_SHRINK.get(method, []), device=args.device)
+            row["paper_bytes"] = per_round(run_dir)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print("\n| method | shapes unseen (source-val) | digits unseen (source-val) | per client per round, quick | per client per round, paper |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        s, d = r["shapes"], r["digits"]
+        print(f"| {r['method']} | {s[0]:.3f} ({s[1]:.3f}) | {d[0]:.3f} ({d[1]:.3f}) | {r['quick_bytes']} | {r.get('paper_bytes', '')} |")
+
+
+if __name__ == "__main__":
+    main()
