@@ -47,16 +47,20 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from fedaudit.aggregation import load_state_, model_state, weighted_average_
+from fedaudit.aggregation import model_state, weighted_average_
 from fedaudit.errors import FedauditError
 from fedaudit.federation import Client, Federation
 from fedaudit.losses import label_smoothing_loss
-from fedaudit.method import DOWN, UP, Method
+from fedaudit.method import DOWN, UP
 from fedaudit.models import MixStyle
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
+from .fedavg import FedAvg
 
-class FedSB(Method):
+
+class FedSB(FedAvg):
+    """FedAvg's broadcast and receive; its own loss, budget, upload and uniform aggregate."""
+
     name = "fedsb"
     summary = "label smoothing + equal per-round step budget per client + MixStyle, uniform averaging"
     paper = "Soltany et al., FedSB (thesis ch. 4; ICASSP 2025 submission)"
@@ -78,14 +82,6 @@ class FedSB(Method):
 
     def build_model(self, fed: Federation) -> nn.Module:
         return fed.build_default_model(mixstyle=MixStyle(p=0.5, alpha=0.1))
-
-    def broadcast(self, fed: Federation, rnd: int) -> list[Artifact]:
-        return [Artifact(ArtifactKind.FULL_MODEL, SERVER, c.role, rnd, self.global_state) for c in fed.clients]
-
-    def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:
-        for a in artifacts:
-            if a.kind == ArtifactKind.FULL_MODEL:
-                load_state_(fed.model, a.tensors)
 
     def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
         eps = float(self.opts["epsilon"])
