@@ -16,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import torch
 from torch import Tensor, nn
 
 from fedaudit.aggregation import StateDict, clone_state, load_state_, model_state
 from fedaudit.errors import FedauditError
-from fedaudit.wire import Artifact, ArtifactKind
+from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
@@ -37,6 +38,18 @@ class Scores:
     val: dict[str, float]
     target: float
     extra: dict[str, float] = field(default_factory=dict)
+
+
+def sample_count(client: Client, rnd: int) -> Artifact:
+    """The client's training-record count as a ``SCALARS`` upload: sample-weighted
+    averaging needs it at the server, so it crosses the wire and is counted."""
+    count = torch.tensor(client.num_samples, dtype=torch.int64)
+    return Artifact(ArtifactKind.SCALARS, client.role, SERVER, rnd, {"num_samples": count})
+
+
+def sample_weight(artifacts: list[Artifact]) -> float:
+    """The sample count a client uploaded with :func:`sample_count`."""
+    return float(next(a for a in artifacts if a.kind == ArtifactKind.SCALARS).tensors["num_samples"])
 
 
 class Method:
@@ -63,6 +76,15 @@ class Method:
             if isinstance(default, (int, float)) and not isinstance(default, bool) and not isinstance(value, (int, float)):
                 raise FedauditError(f"method option {key!r} of {self.name!r} must be a number, got {value!r}")
         self.global_state: StateDict = {}
+
+    def check_option(self, key: str, low: float, high: float, *, integer: bool = False, what: str = "") -> None:
+        """Refuse option ``key`` unless ``low <= value <= high`` (and an integer
+        when ``integer``), naming the option, the range and what it means."""
+        value = self.opts[key]
+        if isinstance(value, bool) or (integer and not isinstance(value, int)) or not low <= value <= high:
+            kind = "an integer" if integer else "a number"
+            meaning = f" ({what})" if what else ""
+            raise FedauditError(f"method option {key} of {self.name} must be {kind} from {low:g} to {high:g}{meaning}, got {value!r}")
 
     # -- model ---------------------------------------------------------------
 

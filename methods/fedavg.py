@@ -14,11 +14,9 @@ client per round).
 
 from __future__ import annotations
 
-import torch
-
 from fedaudit.aggregation import load_state_, model_state, weighted_average_
 from fedaudit.federation import Client, Federation
-from fedaudit.method import DOWN, UP, Method
+from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
 
@@ -40,16 +38,12 @@ class FedAvg(Method):
         fed.train_local(client, rnd)
 
     def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
-        count = torch.tensor(client.num_samples, dtype=torch.int64)
-        return [
-            Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(fed.model)),
-            Artifact(ArtifactKind.SCALARS, client.role, SERVER, rnd, {"num_samples": count}),
-        ]
+        return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(fed.model)), sample_count(client, rnd)]
 
     def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
         states, weights = [], []
         for arts in uploads.values():
             by_kind = {a.kind: a for a in arts}
             states.append(by_kind[ArtifactKind.FULL_MODEL].tensors)
-            weights.append(float(by_kind[ArtifactKind.SCALARS].tensors["num_samples"]))
+            weights.append(sample_weight(arts))
         weighted_average_(self.global_state, states, weights)

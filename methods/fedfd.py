@@ -86,7 +86,7 @@ from fedaudit.aggregation import clone_state, is_bn_buffer, load_state_, model_s
 from fedaudit.config import RunConfig
 from fedaudit.errors import FedauditError
 from fedaudit.federation import Client, Federation
-from fedaudit.method import DOWN, UP, Method
+from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models.mixed_bn import adapter_parameter_names, convert_to_mixed_bn, load_global_stats_, norm_mode
 from fedaudit.stats import aggregate_bn_stats_, gather_bn_stats
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
@@ -117,13 +117,9 @@ class FedFD(Method):
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
         o = self.opts
-        if not 0 <= o["lambda1"] <= 1:
-            raise FedauditError(f"method option lambda1 of {self.name} must be between 0 and 1, got {o['lambda1']}")
-        if not 0 <= o["lambda2"] <= 1000:
-            raise FedauditError(f"method option lambda2 of {self.name} must be between 0 and 1000, got {o['lambda2']}")
-        steps = o["local_steps"]
-        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1_000_000:
-            raise FedauditError(f"method option local_steps of {self.name} must be a positive integer, got {steps!r}")
+        self.check_option("lambda1", 0, 1)
+        self.check_option("lambda2", 0, 1000)
+        self.check_option("local_steps", 1, 1_000_000, integer=True, what="local iterations per round")
         if not -1 <= o["u_min"] <= o["u_max"] <= 2:
             raise FedauditError(f"method options u_min <= u_max of {self.name} must lie in [-1, 2], got {o['u_min']}, {o['u_max']}")
         if o["global_stats"] not in GLOBAL_STATS_CHOICES:
@@ -160,7 +156,7 @@ class FedFD(Method):
             by_kind = {a.kind: a for a in arts}
             states.append(by_kind[ArtifactKind.PARTIAL_MODEL].tensors)
             stats.append(by_kind[ArtifactKind.BN_STATS_ALL_LAYERS].tensors)
-            weights.append(float(by_kind[ArtifactKind.SCALARS].tensors["num_samples"]))
+            weights.append(sample_weight(arts))
         weighted_average_(self.global_state, states, weights)
         aggregate_bn_stats_(self.global_stats, stats, weights, pooled=self.opts["global_stats"] == "pooled")
 
@@ -204,11 +200,10 @@ class FedFD(Method):
 
     def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
         state = model_state(fed.model)
-        count = torch.tensor(client.num_samples, dtype=torch.int64)
         return [
             Artifact(ArtifactKind.PARTIAL_MODEL, client.role, SERVER, rnd, {k: state[k] for k in self.global_state}),
             Artifact(ArtifactKind.BN_STATS_ALL_LAYERS, client.role, SERVER, rnd, gather_bn_stats(fed.model)),
-            Artifact(ArtifactKind.SCALARS, client.role, SERVER, rnd, {"num_samples": count}),
+            sample_count(client, rnd),
         ]
 
     # -- inference -----------------------------------------------------------

@@ -73,7 +73,6 @@ from torch import Tensor, nn
 
 from fedaudit.aggregation import load_state_, model_state, weighted_average_
 from fedaudit.augment import SimCLRAugment
-from fedaudit.errors import FedauditError
 from fedaudit.federation import Client, Federation, derive_seed
 from fedaudit.losses import nt_xent_loss
 from fedaudit.method import DOWN, UP, Method, Scores
@@ -135,16 +134,11 @@ class FedGaLA(Method):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        o = self.opts
-        if not 0 < o["temperature"] <= 100:
-            raise FedauditError(f"method option temperature of fedgala must be in (0, 100], got {o['temperature']}")
-        if not -1 <= o["align_threshold"] <= 1:
-            raise FedauditError(f"method option align_threshold of fedgala must be a cosine in [-1, 1] "
-                                f"(-1 turns local alignment off), got {o['align_threshold']}")
-        for key, hi in (("global_iters", 100), ("proj_hidden", 65_536), ("proj_dim", 65_536)):
-            lo = 0 if key == "global_iters" else 1
-            if isinstance(o[key], bool) or not isinstance(o[key], int) or not lo <= o[key] <= hi:
-                raise FedauditError(f"method option {key} of fedgala must be an integer from {lo} to {hi}, got {o[key]!r}")
+        self.check_option("temperature", 1e-3, 100, what="NT-Xent temperature")
+        self.check_option("align_threshold", -1, 1, what="a cosine; -1 turns local alignment off")
+        self.check_option("global_iters", 0, 100, integer=True)
+        self.check_option("proj_hidden", 1, 65_536, integer=True)
+        self.check_option("proj_dim", 1, 65_536, integer=True)
         self._ref: list[Tensor] | None = None  # Δ for the client being trained, per trainable parameter
 
     def build_model(self, fed: Federation) -> nn.Module:

@@ -83,7 +83,7 @@ from fedaudit.aggregation import (
 from fedaudit.errors import FedauditError
 from fedaudit.federation import Client, Federation, derive_seed
 from fedaudit.latent_inversion import invert_latents
-from fedaudit.method import DOWN, UP, Method
+from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models.classifier import make_head
 from fedaudit.models.translator import LatentTranslator, train_latent_translator
 from fedaudit.training import autocast
@@ -166,10 +166,7 @@ class FedLSI(Method):
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
         for key, (lo, hi, integer) in _RANGES.items():
-            value = self.opts[key]
-            if isinstance(value, bool) or (integer and not isinstance(value, int)) or not lo <= value <= hi:
-                kind = "an integer" if integer else "a number"
-                raise FedauditError(f"method option {key} of fedlsi must be {kind} between {lo:g} and {hi:g}, got {value!r}")
+            self.check_option(key, lo, hi, integer=integer)
         self.translator_state: StateDict = {}
         self._client_translator: LatentTranslator | None = None  # the client-side working copy of G
 
@@ -291,11 +288,10 @@ class FedLSI(Method):
         return {n: w for (n, _), w in zip(named, omega)}
 
     def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
-        count = torch.tensor(client.num_samples, dtype=torch.int64)
         return [
             Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(fed.model)),
             Artifact(ArtifactKind.IMPORTANCE, client.role, SERVER, rnd, self._importance(fed, client, rnd)),
-            Artifact(ArtifactKind.SCALARS, client.role, SERVER, rnd, {"num_samples": count}),
+            sample_count(client, rnd),
         ]
 
     def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
@@ -304,7 +300,7 @@ class FedLSI(Method):
             by_kind = {a.kind: a for a in arts}
             states.append(by_kind[ArtifactKind.FULL_MODEL].tensors)
             importances.append(by_kind[ArtifactKind.IMPORTANCE].tensors)
-            counts.append(float(by_kind[ArtifactKind.SCALARS].tensors["num_samples"]))
+            counts.append(sample_weight(arts))
         params = list(importances[0])
         importance_weighted_average_(self.global_state, states, importances, self.opts["importance_eps"], keys=params)
         weighted_average_(self.global_state, states, counts, keys=[k for k in self.global_state if k not in importances[0]])

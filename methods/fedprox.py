@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.errors import FedauditError
 from fedaudit.federation import Client, Federation
 from fedaudit.wire import Artifact, ArtifactKind
 
@@ -29,8 +28,7 @@ class FedProx(FedAvg):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        if not 0 <= self.opts["mu"] <= 100:
-            raise FedauditError(f"method option mu of fedprox must be between 0 and 100, got {self.opts['mu']}")
+        self.check_option("mu", 0, 100, what="proximal weight")
         self._anchor: list[torch.Tensor] = []
 
     def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:

@@ -48,7 +48,6 @@ from typing import Any
 from torch import Tensor, nn
 
 from fedaudit.aggregation import model_state, weighted_average_
-from fedaudit.errors import FedauditError
 from fedaudit.federation import Client, Federation
 from fedaudit.losses import label_smoothing_loss
 from fedaudit.method import DOWN, UP
@@ -73,12 +72,8 @@ class FedSB(FedAvg):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        eps = self.opts["epsilon"]
-        if not 0 <= eps < 1:
-            raise FedauditError(f"method option epsilon of fedsb must be in [0, 1), got {eps}")
-        budget = self.opts["budget"]
-        if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= 100_000:
-            raise FedauditError(f"method option budget of fedsb must be an integer from 1 to 100000 (local batches per round), got {budget!r}")
+        self.check_option("epsilon", 0, 0.99, what="label-smoothing weight")
+        self.check_option("budget", 1, 100_000, integer=True, what="local batches per round")
 
     def build_model(self, fed: Federation) -> nn.Module:
         return fed.build_default_model(mixstyle=MixStyle(p=0.5, alpha=0.1))

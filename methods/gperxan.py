@@ -77,7 +77,7 @@ from fedaudit.aggregation import clone_state, load_state_, model_state, weighted
 from fedaudit.config import RunConfig
 from fedaudit.errors import FedauditError
 from fedaudit.federation import Client, Federation
-from fedaudit.method import DOWN, UP, Method
+from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models import keep_xan_in_early_stages, xan_bn_side_keys
 from fedaudit.training import LossFn, make_optimizer
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
@@ -127,11 +127,8 @@ class GPerXAN(Method):
         super().__init__(cfg)
         if self.opts["upload"] not in UPLOADS:
             raise FedauditError(f"method option upload of gperxan must be one of {', '.join(UPLOADS)}, got {self.opts['upload']!r}")
-        if not 0 <= self.opts["lam"] <= 100:
-            raise FedauditError(f"method option lam of gperxan must be between 0 and 100, got {self.opts['lam']}")
-        blocks = self.opts["xan_blocks"]
-        if isinstance(blocks, bool) or not isinstance(blocks, int) or not 1 <= blocks <= 4:
-            raise FedauditError(f"method option xan_blocks of gperxan must be an integer from 1 to 4 (encoder stages), got {blocks!r}")
+        self.check_option("lam", 0, 100, what="weight of the frozen-global-head loss")
+        self.check_option("xan_blocks", 1, 4, integer=True, what="encoder stages with XAN")
         if cfg.norm != "xan":
             raise FedauditError(f"gperxan needs --norm xan (its XAN layers hold the personalised BN side), got --norm {cfg.norm}")
         self.partial = self.opts["upload"] == "partial"
@@ -171,7 +168,7 @@ class GPerXAN(Method):
         states, weights = [], []
         for arts in uploads.values():
             by_kind = {a.kind: a for a in arts}
-            weights.append(float(by_kind[ArtifactKind.SCALARS].tensors["num_samples"]))
+            weights.append(sample_weight(arts))
             if self.partial:
                 state = dict(by_kind[ArtifactKind.PARTIAL_MODEL].tensors)
                 if ArtifactKind.BN_STATS_ALL_LAYERS in by_kind:
@@ -212,8 +209,7 @@ class GPerXAN(Method):
 
     def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
         state = model_state(fed.model)
-        count = torch.tensor(client.num_samples, dtype=torch.int64)
-        arts = [Artifact(ArtifactKind.SCALARS, client.role, SERVER, rnd, {"num_samples": count})]
+        arts = [sample_count(client, rnd)]
         if not self.partial:
             return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, state), *arts]
         arts.insert(0, Artifact(ArtifactKind.PARTIAL_MODEL, client.role, SERVER, rnd, {k: state[k] for k in self.shared_keys}))
