@@ -60,6 +60,7 @@ def evaluate(
     config: str | Path | None = None,
     resume: str | Path | None = None,
     method_option: list[str] | None = None,
+    method_flags: list[tuple[str, str]] | None = None,
     reporter: Reporter | None = None,
     on_round_end: Callable[[Federation, int], None] | None = None,
     command: str | None = None,
@@ -81,10 +82,17 @@ def evaluate(
     explicit = dict(options)
     if method is not None:
         explicit["method"] = method
-    if method_option:
-        explicit["method_options"] = parse_method_options(method_option)
     file_opts = load_toml(config) if config is not None else {}
     method_cls = get_method(explicit.get("method") or file_opts.get("method") or RunConfig.method)
+    pairs = list(method_option or [])
+    for owner, pair in method_flags or []:
+        if owner != method_cls.name:
+            flag = f"--{owner}-{pair.split('=', 1)[0]}".replace("_", "-")
+            raise FedauditError(f"{flag} is an option of method {owner}, but this run's method is {method_cls.name}; "
+                                f"add --method {owner} or drop {flag}")
+        pairs.append(pair)
+    if pairs:
+        explicit["method_options"] = parse_method_options(pairs)
     cfg = resolve(explicit, file_opts, method_cls.profile_defaults)
     check_names(cfg)
     method_cls(cfg)  # validates method options before any work is done

@@ -83,8 +83,39 @@ def _split(text: str | None) -> tuple[float, float, float] | None:
     return parts  # type: ignore[return-value]
 
 
-@app.command()
+def method_flags(args: list[str]) -> list[tuple[str, str]]:
+    """Leftover ``--<method>-<option> VALUE`` words → ``[(method, "option=VALUE")]``.
+
+    Every method option has its own flag (``--ccst-k 3``, ``--elcfs-fraction
+    0.5``) besides the generic ``--method-option k=3``; which method a flag
+    belongs to is checked once the run's method is known.
+    """
+    from fedaudit.methods import METHODS
+
+    out: list[tuple[str, str]] = []
+    words = list(args)
+    while words:
+        word = words.pop(0)
+        if not word.startswith("--") or len(word) == 2:
+            raise FedauditError(f"unexpected argument {word!r}; see `fedaudit evaluate --help`")
+        name, eq, value = word[2:].partition("=")
+        key = name.replace("-", "_")
+        owner = next((m for m in sorted(METHODS, key=len, reverse=True)
+                      if key.startswith(f"{m}_") and key[len(m) + 1:] in METHODS[m].options), None)
+        if owner is None:
+            flags = ", ".join(f"--{m}-{o}".replace("_", "-") for m, cls in METHODS.items() for o in cls.options)
+            raise FedauditError(f"no such option {'--' + name!r}; see `fedaudit evaluate --help` (method options: {flags})")
+        if not eq:
+            if not words or (words[0].startswith("--") and len(words[0]) > 2):
+                raise FedauditError(f"--{name} needs a value, e.g. --{name} VALUE")
+            value = words.pop(0)
+        out.append((owner, f"{key[len(owner) + 1:]}={value}"))
+    return out
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def evaluate(
+    ctx: typer.Context,
     method: Optional[str] = typer.Option(None, help="FedDG method (see `fedaudit list methods`). Default fedavg."),
     attack: Optional[str] = typer.Option(None, help="Attack(s): none, deepinversion, all, or names joined by commas."),
     dataset: Optional[str] = typer.Option(None, help="shapes, digits, or folder:PATH (DomainBed layout)."),
@@ -115,7 +146,9 @@ def evaluate(
     inversion_tv_weight: Optional[float] = typer.Option(None, help="Weight of the TV-L2 image prior (default 1e-3)."),
     inversion_l2_weight: Optional[float] = typer.Option(None, help="Weight of the image L2 prior (default 1e-5)."),
     lpips_weights: Optional[str] = typer.Option(None, help="Local AlexNet weights for LPIPS (default: the torch hub cache; never downloaded)."),
-    method_option: Optional[list[str]] = typer.Option(None, help="Method-specific NAME=VALUE (repeatable)."),
+    method_option: Optional[list[str]] = typer.Option(
+        None, help="Method-specific NAME=VALUE (repeatable); each also has its own flag --<method>-<name> VALUE, "
+                   "e.g. --ccst-style single --ccst-k 3 (see `fedaudit list methods`)."),
     config: Optional[Path] = typer.Option(None, help="TOML file of options; explicit options win."),
     resume: Optional[Path] = typer.Option(None, help="Continue an interrupted run directory from its last round."),
     quiet: bool = typer.Option(False, "--quiet", help="Logs only, no progress bars."),
@@ -135,6 +168,7 @@ def evaluate(
     try:
         options["split"] = _split(split)
         result = api.evaluate(method, config=config, resume=resume, method_option=method_option,
+                              method_flags=method_flags(ctx.args),
                               reporter=RichReporter(quiet), command=api.command_line(), **options)
     except FedauditError as exc:
         fail(str(exc))
@@ -182,7 +216,7 @@ def _list(what: str) -> None:
         table.add_column("options")
         table.add_column("what it is")
         for name, cls in METHODS.items():
-            opts = ", ".join(f"{k}={v}" for k, v in cls.options.items()) or "-"
+            opts = ", ".join(f"--{name}-{k} {v}".replace("_", "-") for k, v in cls.options.items()) or "-"
             table.add_row(name, cls.describe_shares(), opts, f"{cls.summary} ({cls.paper})")
     elif what == "attacks":
         from fedaudit.attacks import ATTACKS, NO_ATTACK

@@ -149,3 +149,22 @@ def test_the_installed_command_runs_without_a_traceback():
     proc = subprocess.run([sys.executable, "-m", "fedaudit.cli", "evaluate", "--method", "nope"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "nope" in proc.stderr
+
+
+def test_method_options_have_their_own_flags(tmp_path):
+    out = tmp_path / "runs"
+    result = runner.invoke(app, ["evaluate", "--method", "fedprox", *FAST, "--fedprox-mu", "0.25", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = out.iterdir()
+    assert json.loads((run_dir / "config.json").read_text())["config"]["method_options"] == {"mu": 0.25}
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--fedprox-mu", "0.1"], ["--fedprox-mu", "method fedprox", "--method fedprox"]),  # flag of another method
+    (["--method", "fedprox", "--fedprox-mu"], ["--fedprox-mu needs a value"]),
+    (["--method", "fedprox", "--fedprox-nu", "1"], ["no such option", "--fedprox-nu", "--fedprox-mu"]),
+    (["--method", "fedprox", "stray"], ["unexpected argument", "stray"]),
+    (["--method", "fedprox", "--fedprox-mu", "-1"], ["mu"]),  # the value is still range-checked
+])
+def test_bad_method_flags_are_user_errors(args, needles):
+    _user_error(["evaluate", *FAST, *args], *needles)
