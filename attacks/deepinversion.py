@@ -21,18 +21,26 @@ wire view holds (ATTACKS.md, "deepinversion"):
   that (:func:`difference_stats`). The attacker does not know the others'
   sample counts and assumes equal weights 1/K.
 
-Artifacts this attack cannot invert yet (``CLASSIFIER_HEAD``, ``STYLE_BANK``,
-``AMPLITUDE_BANK``, ``MODEL_DELTA``) come back with status "not yet
-supported"; artifacts that carry no statistics (``SCALARS``, ``TRANSLATOR``,
+* **classifier head** (server; FedLSI's stage-1 upload). ``CLASSIFIER_HEAD``
+  = BatchNorm1d statistics + linear layer → latent inversion
+  (:func:`fedaudit.latent_inversion.invert_latents`, the loop FedLSI's own
+  server runs, with the attacker's stronger BN weight), scored by the
+  auditor in latent space against the real latents of the victim's encoder.
+
+Artifacts this attack cannot invert yet (``STYLE_BANK``, ``AMPLITUDE_BANK``,
+``MODEL_DELTA``) come back with status "not yet supported"; artifacts that carry no statistics (``SCALARS``, ``TRANSLATOR``,
 ``IMPORTANCE``, a ``PARTIAL_MODEL`` without BN buffers) with "not applicable".
 Neither is a crash.
 
 Control: every inversion is repeated, in the same batch, against an untrained
-model of the same architecture (the attacker prior's fresh model).
+model of the same architecture (the attacker prior's fresh model; for a head,
+its untrained head).
 """
 
 from __future__ import annotations
 
+import copy
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -41,7 +49,9 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.attack import Attack, AttackerPrior, AttackOutput
+from fedaudit.aggregation import load_state_
 from fedaudit.inversion import InversionSettings, InversionTarget, bn_modules, invert
+from fedaudit.latent_inversion import head_running_stats, invert_latents
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 
 if TYPE_CHECKING:
@@ -54,7 +64,6 @@ STATS_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.BN_STATS_ALL_LAYERS, Artifa
                ArtifactKind.GLOBAL_STATS)
 WEIGHT_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL)
 NOT_YET = {
-    ArtifactKind.CLASSIFIER_HEAD: "latent inversion of a classifier head is not yet supported by deepinversion",
     ArtifactKind.STYLE_BANK: "style-bank inversion is not yet supported by deepinversion",
     ArtifactKind.AMPLITUDE_BANK: "phase retrieval from amplitude spectra is not yet supported by deepinversion",
     ArtifactKind.MODEL_DELTA: "inverting a model delta is not yet supported by deepinversion",
@@ -103,6 +112,14 @@ def difference_stats(global_stats: dict[str, Tensor], own_stats: dict[str, Tenso
         else:
             out[key] = ((g.float() - w * own_stats[key].float()) / (1 - w)).clamp_min(0.0)
     return out
+
+
+@dataclass
+class _HeadJob:
+    """Latent inversion of one victim's uploaded classifier head."""
+
+    victim: str
+    artifact: Artifact
 
 
 @dataclass
@@ -160,6 +177,10 @@ class DeepInversion(Attack):
         ctx = _Context(view, prior, base, keys, head_keys, device)
         jobs, statuses = (self._server_jobs if view.role == SERVER else self._client_jobs)(ctx, victims)
         outputs += statuses
+        head_jobs = [j for j in jobs if isinstance(j, _HeadJob)]
+        jobs = [j for j in jobs if isinstance(j, _Job)]
+        if head_jobs:
+            outputs += self._invert_heads(fresh, head_jobs, prior, view.role, device)
         if not jobs:
             return outputs
         targets = [InversionTarget(f"{j.artifact}/{i}", j.state, {"ce": 1.0 if j.use_ce else 0.0}) for i, j in enumerate(jobs)]
@@ -185,6 +206,9 @@ class DeepInversion(Attack):
             sent = [a for a in ctx.view if a.sender == client_role(victim)]
             for kind in sorted({a.kind for a in sent}, key=lambda k: k.value):
                 art = max((a for a in sent if a.kind == kind), key=lambda a: a.round)
+                if kind == ArtifactKind.CLASSIFIER_HEAD:
+                    jobs.append(_HeadJob(victim, art))
+                    continue
                 reason = ctx.skip_reason(art)
                 if reason is not None:
                     statuses.append(self._status(ctx.view, victim, kind.value, *reason))
@@ -233,8 +257,52 @@ class DeepInversion(Attack):
                 own_round=own_art.round, exact_round=own_art.round == art.round - 1)))
         return jobs, statuses
 
+    def _invert_heads(self, fresh: nn.Module, jobs: list[_HeadJob], prior: AttackerPrior, role: str,
+                      device: torch.device) -> list[AttackOutput]:
+        """Latent inversion of every victim's head, and of the untrained head as the control, in one batch."""
+        template = getattr(fresh, "head", None)
+        kind = ArtifactKind.CLASSIFIER_HEAD.value
+        if template is None:
+            return [self._status_of(role, j.victim, kind, "not yet supported",
+                                    "the architecture has no `head` module to load the uploaded head into") for j in jobs]
+        heads, outputs = [], []
+        for job in jobs:
+            head = copy.deepcopy(template)
+            tensors = {k[len("head."):]: v for k, v in job.artifact.tensors.items() if k.startswith("head.")}
+            try:
+                head_running_stats(head)
+                load_state_(head, tensors)
+            except (KeyError, ValueError, RuntimeError) as exc:
+                outputs.append(self._status_of(role, job.victim, kind, "not yet supported",
+                                               f"cannot load the uploaded head into a BatchNorm1d → Linear head: {exc}"))
+                continue
+            heads.append((job, head.to(device)))
+        if not heads:
+            return outputs
+        st = self.settings
+        num = st.per_class * prior.num_classes
+        g = torch.Generator(device=device).manual_seed(st.seed)
+        t0 = time.perf_counter()
+        latents, labels = invert_latents([h for _, h in heads] + [template.to(device)], num, prior.num_classes,
+                                         iterations=st.iters, generator=g, lr=st.latent_lr, batch_size=min(num, 64),
+                                         bn_weight=st.latent_bn_weight, norm_weight=st.latent_norm_weight)
+        # Labels are balanced, so sorting each head's latents by label gives every head the same target vector.
+        order = labels.argsort(dim=1, stable=True)
+        latents = torch.gather(latents, 1, order[..., None].expand_as(latents))
+        targets = torch.gather(labels, 1, order)[0]
+        seconds = time.perf_counter() - t0
+        for i, (job, head) in enumerate(heads):
+            info = {"status": "attacked", "round": job.artifact.round, "sender": job.artifact.sender,
+                    "space": "latent", "latent_dim": int(latents.shape[-1]), "seconds_shared": seconds}
+            outputs.append(AttackOutput(self.name, role, job.victim, kind, latents=latents[i], targets=targets,
+                                        control_latents=latents[-1], head=head, info=info))
+        return outputs
+
     def _status(self, view: WireView, victim: str, artifact: str, status: str, reason: str) -> AttackOutput:
-        return AttackOutput(self.name, view.role, victim, artifact, info={"status": status, "reason": reason})
+        return self._status_of(view.role, victim, artifact, status, reason)
+
+    def _status_of(self, role: str, victim: str, artifact: str, status: str, reason: str) -> AttackOutput:
+        return AttackOutput(self.name, role, victim, artifact, info={"status": status, "reason": reason})
 
 
 @dataclass

@@ -282,7 +282,26 @@ def build_auditor(cfg: RunConfig, fed: Federation, dataset: MultiDomainDataset, 
                                      torch.cat([d.val_x, d.holdout_x]), torch.cat([d.val_y, d.holdout_y])))
     return Auditor(records, len(dataset.classes), dataset.mean, dataset.std, dataset.hflip,
                    seed=derive_seed(cfg.seed, PRIOR_SEED_STREAM + 1) % 2**31, device=device,
-                   lpips_weights=cfg.lpips_weights)
+                   lpips_weights=cfg.lpips_weights, latent_encoders=latent_encoders(cfg, fed))
+
+
+def latent_encoders(cfg: RunConfig, fed: Federation) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """Per source domain, uint8 images → latents of the encoder its shared head was trained on
+    (``Method.head_encoder``; built on first use, only for methods that keep one)."""
+    from fedaudit.probe import extract_features
+
+    def encoder_of(client) -> Callable[[torch.Tensor], torch.Tensor]:
+        model: list[torch.nn.Module] = []
+
+        def encode(images: torch.Tensor) -> torch.Tensor:
+            if not model:
+                model.append(fed.method.head_encoder(fed, client))
+            return extract_features(model[0].features, images, fed.preprocess, cfg.precision)
+        return encode
+
+    if type(fed.method).head_encoder is Method.head_encoder:
+        return {}
+    return {c.domain: encoder_of(c) for c in fed.clients}
 
 
 def score_reconstructions_of(attack: str, outputs: list[AttackOutput], auditor: Auditor, run_dir: Path) -> dict[str, Any]:
@@ -291,7 +310,18 @@ def score_reconstructions_of(attack: str, outputs: list[AttackOutput], auditor: 
     predicted: dict[str, dict[str, dict[str, Tensor]]] = {}
     for out in outputs:
         entry: dict[str, Any] = {k: v for k, v in out.info.items() if k not in ("losses", "control_losses")}
-        if out.images is not None and out.control_images is not None:
+        if out.latents is not None and out.control_latents is not None:
+            attack_scores = auditor.score_latents(out.victim, out.latents, out.targets, out.head)
+            if attack_scores is None:
+                entry["metrics"] = {"status": "unavailable",
+                                    "reason": "the method keeps no record of the encoder this head was trained on"}
+            else:
+                control_scores = auditor.score_latents(out.victim, out.control_latents, out.targets, out.head)
+                entry["metrics"] = with_control(attack_scores, control_scores, auditor.chance())
+                slot = predicted.setdefault(out.artifact, {})
+                slot[out.victim] = {"attack": attack_scores["predicted_domains"], "control": control_scores["predicted_domains"],
+                                    "class_fidelity": torch.tensor([attack_scores["class_fidelity"], control_scores["class_fidelity"]])}
+        elif out.images is not None and out.control_images is not None:
             attack_scores = auditor.score(out.victim, out.images, out.targets)
             control_scores = auditor.score(out.victim, out.control_images, out.targets)
             entry["metrics"] = with_control(attack_scores, control_scores, auditor.chance())

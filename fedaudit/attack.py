@@ -55,8 +55,8 @@ class AttackOutput:
 
     Reconstructions fill ``images`` (normalised input space) or ``latents``
     with ``targets`` (the class each was optimised for), and
-    ``control_images`` with the same attack's output against an untrained
-    model of the same architecture; membership attacks fill ``scores`` for the
+    ``control_images`` / ``control_latents`` with the same attack's output
+    against an untrained model of the same architecture; membership attacks fill ``scores`` for the
     records the auditor named. ``info["status"]`` is ``"attacked"``, or
     ``"not yet supported"`` / ``"not applicable"`` with ``info["reason"]``.
     """
@@ -70,6 +70,8 @@ class AttackOutput:
     targets: Tensor | None = None
     scores: Tensor | None = None
     control_images: Tensor | None = None
+    control_latents: Tensor | None = None
+    head: nn.Module | None = None  # the attacked classifier head, for scoring latents with it
     info: dict[str, Any] = field(default_factory=dict)
 
 

@@ -74,6 +74,12 @@ class InversionSettings:
     precision: str = "fp32"
     victims: str = "auto"
     seed: int = 0
+    # Latent inversion of a classifier head (CLASSIFIER_HEAD): Adam on latents,
+    # same iteration count; the BN term matters more to an attacker than to
+    # FedLSI's server, hence a larger weight than the paper's λ_bn = 1e-3.
+    latent_lr: float = 0.05
+    latent_bn_weight: float = 1.0
+    latent_norm_weight: float = 1e-4
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

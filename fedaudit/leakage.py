@@ -18,6 +18,11 @@ reports (ATTACKS.md, "Leakage metrics"):
 * ``lpips`` between ``r`` and ``NN_in`` when the AlexNet backbone file is on
   disk, otherwise "unavailable" with the path looked for.
 
+Latents synthesised from a ``CLASSIFIER_HEAD`` are scored the same way in
+latent space (:func:`score_latents`): the references are the real latents of
+the victim's members and holdouts through the encoder the head was trained
+on, and the judges are linear probes on real latents of unscored records.
+
 Every number is reported next to its control: the same attack against an
 untrained model of the same architecture (:func:`with_control`).
 """
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +39,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from fedaudit.probe import LinearProbe, fit_linear_probe
 
 PSNR_CAP_DB = 100.0  # identical images: PSNR is infinite; a cap keeps metrics.json valid JSON
 LPIPS_SIZE = 64  # AlexNet's stride-4 stem needs more than 16 px; inputs are resized to this
@@ -300,8 +308,39 @@ def score_reconstructions(recon01: Tensor, targets: Tensor, ref: VictimRecords, 
     return out
 
 
+def score_latents(latents: Tensor, targets: Tensor, ref: VictimRecords, class_probe: LinearProbe,
+                  domain_probe: LinearProbe, head: nn.Module) -> dict[str, Any]:
+    """Raw scores of synthesised latents against one victim's real latents.
+
+    ``ref`` holds latents (the victim's encoder applied to its members and
+    holdouts) instead of images; the probes were fitted on real latents of
+    records that are not scored as members. ``head_agreement`` is how often
+    the victim's own head assigns a synthesised latent its target class;
+    ``moment_gap`` how far the synthesised latents' mean lies from the
+    members' latent mean, relative to the members' spread (0 = exact).
+    """
+    z = latents.float()
+    d_in, _ = nearest_in_class(z, targets, ref.members, ref.member_y)
+    d_out, _ = nearest_in_class(z, targets, ref.holdout, ref.holdout_y)
+    has_nn = torch.isfinite(d_in)
+    domains = domain_probe.logits(z).argmax(1)
+    with torch.no_grad():
+        head_pred = head.eval()(z).argmax(1)
+    spread = ref.members.float().std(0).norm().clamp_min(1e-12)
+    return {
+        "n": int(z.shape[0]),
+        "l2_to_member_mean": float(d_in[has_nn].mean()) if has_nn.any() else float("nan"),
+        "identifiability": identifiability(d_in, d_out),
+        "domain_attribution": float((domains == ref.domain_index).float().mean()),
+        "class_fidelity": float((class_probe.logits(z).argmax(1) == targets).float().mean()),
+        "head_agreement": float((head_pred == targets).float().mean()),
+        "moment_gap": float((z.mean(0) - ref.members.float().mean(0)).norm() / spread),
+        "predicted_domains": domains,
+    }
+
+
 SCALAR_METRICS = ("psnr_mean", "psnr_best", "ssim_mean", "ssim_best", "l2_to_member_mean", "lpips_mean",
-                  "domain_attribution", "class_fidelity")
+                  "domain_attribution", "class_fidelity", "head_agreement", "moment_gap")
 
 
 def with_control(attack: dict[str, Any], control: dict[str, Any], chance: dict[str, float]) -> dict[str, Any]:
@@ -369,7 +408,7 @@ class Auditor:
 
     def __init__(self, records: list[DomainRecords], num_classes: int, mean: tuple[float, ...], std: tuple[float, ...],
                  hflip: bool, seed: int, device: torch.device, lpips_weights: str | None = None,
-                 judge_steps: int = 300) -> None:
+                 judge_steps: int = 300, latent_encoders: dict[str, Callable[[Tensor], Tensor]] | None = None) -> None:
         self.records = {r.domain: r for r in records}
         self.domains = [r.domain for r in records]
         self.num_classes = num_classes
@@ -384,6 +423,9 @@ class Auditor:
         self._domain_clf: AuditorClassifier | None = None
         self._class_clf: dict[str, AuditorClassifier] = {}
         self.judges: dict[str, Any] = {}
+        # victim -> uint8 images -> latents of the encoder its CLASSIFIER_HEAD was trained on
+        self.latent_encoders = latent_encoders or {}
+        self._latent: dict[str, tuple[VictimRecords, LinearProbe, LinearProbe]] = {}
 
     def to_unit(self, images: Tensor) -> Tensor:
         """Normalised input-space images → [0, 1]."""
@@ -423,6 +465,37 @@ class Auditor:
         """Raw scores of normalised-space ``images`` optimised for ``targets`` against ``victim``'s records."""
         return score_reconstructions(self.to_unit(images), targets, self.victim_records(victim),
                                      self.class_classifier(victim), self.domain_classifier(), self.lpips)
+
+    def latent_judges(self, victim: str) -> tuple[VictimRecords, LinearProbe, LinearProbe] | None:
+        """The victim's real latents (members, holdouts) and two linear probes on
+        latents of unscored records: class (the victim's reference records) and
+        domain (every domain's reference records through the victim's encoder)."""
+        if victim not in self.latent_encoders:
+            return None
+        if victim not in self._latent:
+            encode = self.latent_encoders[victim]
+            r = self.records[victim]
+            refs = [encode(d.reference_x) for d in self.records.values()]
+            domain_y = torch.cat([torch.full((f.shape[0],), i, dtype=torch.long, device=f.device) for i, f in enumerate(refs)])
+            domain_probe = fit_linear_probe(torch.cat(refs), domain_y, len(self.domains))
+            class_probe = fit_linear_probe(refs[self.domains.index(victim)], r.reference_y, self.num_classes)
+            members = encode(r.members_x)
+            ref = VictimRecords(self.domains.index(victim), members, r.members_y, encode(r.holdout_x), r.holdout_y)
+            self._latent[victim] = (ref, class_probe, domain_probe)
+            self.judges.setdefault("latent_probes", {})[victim] = {
+                "trained_on": "latents of val+holdout records (class: the victim's; domain: every domain's)",
+                "class_accuracy_on_members": class_probe.accuracy(members, r.members_y),
+                "domain_accuracy_on_members": domain_probe.accuracy(
+                    members, torch.full_like(r.members_y, self.domains.index(victim)))}
+        return self._latent[victim]
+
+    def score_latents(self, victim: str, latents: Tensor, targets: Tensor, head: nn.Module) -> dict[str, Any] | None:
+        """Raw latent-space scores against ``victim``'s real latents; None without its encoder."""
+        judges = self.latent_judges(victim)
+        if judges is None:
+            return None
+        ref, class_probe, domain_probe = judges
+        return score_latents(latents, targets, ref, class_probe, domain_probe, head)
 
     def chance(self) -> dict[str, float]:
         return {"domain_attribution": 1.0 / len(self.domains), "class_fidelity": 1.0 / self.num_classes}

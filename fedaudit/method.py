@@ -137,6 +137,13 @@ class Method:
         val = {c.domain: fed.accuracy(model, c.data.val_x, c.data.val_y) for c in fed.clients}
         return Scores(val=val, target=fed.accuracy(model, fed.target_x, fed.target_y))
 
+    def head_encoder(self, fed: Federation, client: Client) -> nn.Module | None:
+        """Auditor-side, never on the wire: the model whose ``features`` produced
+        the latents that ``client``'s ``CLASSIFIER_HEAD`` upload summarises, so
+        latent inversions can be scored against real latents. None when the
+        method shares no head or keeps no record of that encoder."""
+        return None
+
     def declared_shares(self) -> tuple[tuple[ArtifactKind, str], ...]:
         """The (kind, direction) pairs this configured instance sends; options
         that change the protocol (gPerXAN's upload mode) override this."""

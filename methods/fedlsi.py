@@ -66,6 +66,8 @@ makes SGD diverge.
 
 from __future__ import annotations
 
+import copy
+
 from typing import Any
 
 import torch
@@ -89,7 +91,7 @@ from fedaudit.models.translator import LatentTranslator, train_latent_translator
 from fedaudit.training import autocast
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
-STAGE1 = "stage1/"  # client.state: the client's stage-1 model, until round 1 starts from it
+STAGE1 = "stage1/"  # client.state: the client's stage-1 model (round 1 starts from it; the auditor scores head inversions with its encoder)
 TRANSLATOR = "translator/"  # client.state: the translator it received, and its own client index
 CLIENT_INDEX = "client_index"
 # fed.generator streams (stream 0 is the engine's batch order)
@@ -234,10 +236,23 @@ class FedLSI(Method):
         if full:
             load_state_(fed.model, full[0].tensors)
             return
-        stage1 = {k[len(STAGE1):]: client.state.pop(k) for k in list(client.state) if k.startswith(STAGE1)}
+        stage1 = self._stage1_state(client)
         if not stage1:
             raise RuntimeError(f"{client.role} got no model and holds no stage-1 model")
         load_state_(fed.model, stage1)
+
+    @staticmethod
+    def _stage1_state(client: Client) -> StateDict:
+        return {k[len(STAGE1):]: v for k, v in client.state.items() if k.startswith(STAGE1)}
+
+    def head_encoder(self, fed: Federation, client: Client) -> nn.Module | None:
+        """The client's stage-1 model: its head's statistics summarise this encoder's latents."""
+        stage1 = self._stage1_state(client)
+        if not stage1:
+            return None
+        model = copy.deepcopy(fed.model)
+        load_state_(model, stage1)
+        return model.eval()
 
     def _translator(self, fed: Federation, client: Client) -> tuple[LatentTranslator, Tensor]:
         """The client's copy of G, loaded into the working module, and its client index."""

@@ -203,3 +203,25 @@ def test_bad_options_fail_early_naming_the_option(option, tmp_path):
     name = option.split("=")[0]
     with pytest.raises(FedauditError, match=name):
         evaluate("fedlsi", out=str(tmp_path), method_option=[option], **TINY)
+
+
+def test_head_inversion_is_scored_in_latent_space_and_its_latents_carry_their_class(tmp_path):
+    """Both FedLSI targets are attacked and reported apart: the stage-1 head (latents) and the per-round model (images)."""
+    result = evaluate("fedlsi", out=str(tmp_path), method_option=TINY_OPTS, attack="deepinversion",
+                      inversion_iters=150, inversion_batch=20, **{**TINY, "rounds": 1})
+    di = result.metrics["leakage"]["deepinversion"]
+    victims = result.metrics["source_domains"]
+    assert set(di["classifier_head"]) == set(di["full_model"]) == set(victims)
+    for victim in victims:
+        entry = di["classifier_head"][victim]
+        assert entry["status"] == "attacked" and entry["space"] == "latent" and entry["round"] == 0
+        m = entry["metrics"]
+        # The victim's own head recovers the class each latent was synthesised for; the untrained head's latents
+        # mean nothing to it.
+        assert m["head_agreement"]["attack"] >= 0.9 > m["head_agreement"]["control"] + 0.3, m["head_agreement"]
+        assert {"identifiability", "domain_attribution", "class_fidelity", "moment_gap", "l2_to_member_mean"} <= set(m)
+        assert "psnr_mean" not in m  # latents are not images
+    summary = di["summary"]["classifier_head"]
+    # An independent probe on the victims' real latents reads the synthesised latents' class far above the control.
+    assert summary["class_fidelity"]["attack"] >= summary["class_fidelity"]["control"] + 0.3, summary["class_fidelity"]
+    assert set(di["auditor"]["latent_probes"]) == set(victims)
