@@ -129,8 +129,13 @@ class Federation:
         aug = g if cfg.augment else None
         total, n = train_steps(self.model, opt, self.batches(client, g, epochs, steps), client.data.train_x, client.data.train_y,
                                self.preprocess, loss_fn, aug, cfg.precision, after_backward)
+        self.record_loss(total, n)
+
+    def record_loss(self, total: Tensor, steps: int) -> None:
+        """Add a local loop's summed loss (a device tensor: no host sync) and step count to
+        the round's train_loss, which also detects divergence; methods with their own loop call this."""
         self._round_loss += total
-        self._round_steps += n
+        self._round_steps += steps
 
     def accuracy(self, model: nn.Module, x: Tensor, y: Tensor) -> float:
         model.eval()

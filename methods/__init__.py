@@ -5,7 +5,9 @@ from __future__ import annotations
 from fedaudit.errors import unknown_choice
 from fedaudit.method import Method
 
+from .elcfs import ELCFS
 from .fedavg import FedAvg
+from .feddg_ga import FedDGGA
 from .fedfd import FedFD, FedFDA
 from .fedgala import FedGaLA
 from .fedlsi import FedLSI
@@ -13,7 +15,7 @@ from .fedprox import FedProx
 from .fedsb import FedSB
 from .gperxan import GPerXAN
 
-METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (FedAvg, FedProx, GPerXAN, FedSB, FedGaLA, FedFD, FedFDA, FedLSI)}
+METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (FedAvg, FedProx, GPerXAN, FedSB, FedGaLA, FedFD, FedFDA, FedLSI, FedDGGA, ELCFS)}
 
 
 def get_method(name: str) -> type[Method]:
