@@ -5,6 +5,7 @@ from __future__ import annotations
 from fedaudit.errors import unknown_choice
 from fedaudit.method import Method
 
+from .ccst import CCST
 from .elcfs import ELCFS
 from .fedavg import FedAvg
 from .feddg_ga import FedDGGA
@@ -15,7 +16,7 @@ from .fedprox import FedProx
 from .fedsb import FedSB
 from .gperxan import GPerXAN
 
-METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (FedAvg, FedProx, GPerXAN, FedSB, FedGaLA, FedFD, FedFDA, FedLSI, FedDGGA, ELCFS)}
+METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (FedAvg, FedProx, GPerXAN, FedSB, FedGaLA, FedFD, FedFDA, FedLSI, FedDGGA, ELCFS, CCST)}
 
 
 def get_method(name: str) -> type[Method]:
