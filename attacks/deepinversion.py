@@ -27,8 +27,20 @@ wire view holds (ATTACKS.md, "deepinversion"):
   server runs, with the attacker's stronger BN weight), scored by the
   auditor in latent space against the real latents of the victim's encoder.
 
-Artifacts this attack cannot invert yet (``STYLE_BANK``, ``AMPLITUDE_BANK``,
-``MODEL_DELTA``) come back with status "not yet supported"; artifacts that carry no statistics (``SCALARS``, ``TRANSLATOR``,
+* **banks** (server: each victim's upload; curious client: the victim's
+  entries of the broadcast bank, which names every client). ``STYLE_BANK``
+  (CCST) → style inversion: images whose features at the style encoder (the
+  first block of the newest global model seen; CCST freezes it at round 0)
+  carry the victim's channel mean/std — one pooled style (overall mode) or
+  one image per style (single mode), :class:`~fedaudit.inversion.StyleProbe`.
+  ``AMPLITUDE_BANK`` (ELCFS) → phase retrieval: one image per spectrum whose
+  Fourier amplitude matches it (:class:`~fedaudit.inversion.AmplitudeProbe`).
+  Both have no target class (no class fidelity); their control is the same
+  attack on a *random artifact of the same shape*: the statistic of
+  uniform-noise images.
+
+Artifacts this attack cannot invert yet (``MODEL_DELTA``) come back with
+status "not yet supported"; artifacts that carry no statistics (``SCALARS``, ``TRANSLATOR``,
 ``IMPORTANCE``, a ``PARTIAL_MODEL`` without BN buffers) with "not applicable".
 Neither is a crash.
 
@@ -42,7 +54,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -50,7 +62,18 @@ from torch import Tensor, nn
 
 from fedaudit.attack import Attack, AttackerPrior, AttackOutput
 from fedaudit.aggregation import load_state_
-from fedaudit.inversion import InversionSettings, InversionTarget, bn_modules, invert
+from fedaudit.fourier import amplitude_spectrum
+from fedaudit.inversion import (
+    AmplitudeProbe,
+    InversionSettings,
+    InversionTarget,
+    ProbeLoss,
+    StyleProbe,
+    bn_modules,
+    invert,
+)
+from fedaudit.style import EPS as STYLE_EPS
+from fedaudit.style import style_encoder
 from fedaudit.latent_inversion import head_running_stats, invert_latents
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 
@@ -63,9 +86,8 @@ DIFFERENCING = "differencing"
 STATS_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.BN_STATS_ALL_LAYERS, ArtifactKind.PARTIAL_MODEL,
                ArtifactKind.GLOBAL_STATS)
 WEIGHT_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL)
+BANK_KINDS = (ArtifactKind.STYLE_BANK, ArtifactKind.AMPLITUDE_BANK)
 NOT_YET = {
-    ArtifactKind.STYLE_BANK: "style-bank inversion is not yet supported by deepinversion",
-    ArtifactKind.AMPLITUDE_BANK: "phase retrieval from amplitude spectra is not yet supported by deepinversion",
     ArtifactKind.MODEL_DELTA: "inverting a model delta is not yet supported by deepinversion",
 }
 NOT_APPLICABLE = {
@@ -123,6 +145,15 @@ class _HeadJob:
 
 
 @dataclass
+class _BankJob:
+    """Inversion of one victim's entries of a style or amplitude bank."""
+
+    victim: str
+    artifact: Artifact
+    entries: dict[str, Tensor]  # "mean"/"std" (styles) or "amplitude"
+
+
+@dataclass
 class _Job:
     """One inversion problem: an artifact key, the victims its images are scored against, the target state."""
 
@@ -169,18 +200,18 @@ class DeepInversion(Attack):
         base = {k: v.detach().to(device) for k, v in fresh.state_dict().items()}
         head_keys = [k for k in base if k.startswith("head.")]
         outputs: list[AttackOutput] = []
-        if not keys:
-            for kind in sorted(view.kinds(), key=lambda k: k.value):
-                outputs += [self._status(view, v, kind.value, "not applicable",
-                                         "the architecture has no BatchNorm running statistics") for v in victims]
-            return outputs
         ctx = _Context(view, prior, base, keys, head_keys, device)
         jobs, statuses = (self._server_jobs if view.role == SERVER else self._client_jobs)(ctx, victims)
         outputs += statuses
         head_jobs = [j for j in jobs if isinstance(j, _HeadJob)]
+        bank_jobs = [j for j in jobs if isinstance(j, _BankJob)]
         jobs = [j for j in jobs if isinstance(j, _Job)]
         if head_jobs:
             outputs += self._invert_heads(fresh, head_jobs, prior, view.role, device)
+        for kind in BANK_KINDS:
+            mine = [j for j in bank_jobs if j.artifact.kind == kind]
+            if mine:
+                outputs += self._invert_bank(fresh, mine, prior, view, device)
         if not jobs:
             return outputs
         targets = [InversionTarget(f"{j.artifact}/{i}", j.state, {"ce": 1.0 if j.use_ce else 0.0}) for i, j in enumerate(jobs)]
@@ -209,6 +240,9 @@ class DeepInversion(Attack):
                 if kind == ArtifactKind.CLASSIFIER_HEAD:
                     jobs.append(_HeadJob(victim, art))
                     continue
+                if kind in BANK_KINDS:
+                    jobs.append(_BankJob(victim, art, dict(art.tensors)))
+                    continue
                 reason = ctx.skip_reason(art)
                 if reason is not None:
                     statuses.append(self._status(ctx.view, victim, kind.value, *reason))
@@ -230,6 +264,15 @@ class DeepInversion(Attack):
         jobs, statuses = [], []
         for kind in sorted({a.kind for a in received}, key=lambda k: k.value):
             art = max((a for a in received if a.kind == kind), key=lambda a: a.round)
+            if kind in BANK_KINDS:  # the broadcast bank names every client's entries: no differencing needed
+                for v in victims:
+                    entries = {k[len(v) + 1:]: t for k, t in art.tensors.items() if k.startswith(f"{v}/")}
+                    if entries:
+                        jobs.append(_BankJob(v, art, entries))
+                    else:
+                        statuses.append(self._status(ctx.view, v, kind.value, "not applicable",
+                                                     f"the broadcast bank holds no entry of {v}"))
+                continue
             reason = ctx.skip_reason(art)
             if reason is not None:
                 statuses += [self._status(ctx.view, v, kind.value, *reason) for v in victims]
@@ -298,6 +341,81 @@ class DeepInversion(Attack):
                                         control_latents=latents[-1], head=head, info=info))
         return outputs
 
+    def _invert_bank(self, fresh: nn.Module, jobs: list[_BankJob], prior: AttackerPrior, view: WireView,
+                     device: torch.device) -> list[AttackOutput]:
+        """Style inversion (``STYLE_BANK``) or phase retrieval (``AMPLITUDE_BANK``) of every victim's
+        entries in one batch, beside the same attack on a random artifact of the same shape: the
+        statistic of uniform-noise images (a bank that carries no data)."""
+        st = self.settings
+        kind = jobs[0].artifact.kind
+        g = torch.Generator().manual_seed(st.seed)
+        mean = torch.tensor(prior.mean).view(1, -1, 1, 1)
+        std = torch.tensor(prior.std).view(1, -1, 1, 1)
+        cap = st.per_class * prior.num_classes
+        info: dict[str, Any] = {"status": "attacked"}
+        if kind == ArtifactKind.STYLE_BANK:
+            encoder, weights_from = self._style_encoder(fresh, view, device)
+            rows = jobs[0].entries["mean"].shape[0]
+            if any(j.entries["mean"].shape != jobs[0].entries["mean"].shape for j in jobs):
+                return [self._status_of(view.role, j.victim, kind.value, "not yet supported",
+                                        "victims' style entries differ in shape; invert them one victim at a time "
+                                        "(--victim)") for j in jobs]
+            pooled = rows == 1  # CCST's overall style; K single-image styles otherwise
+            n = cap if pooled else rows * st.per_class
+            noise = ((torch.rand(n if pooled else rows, prior.channels, prior.image_size, prior.image_size,
+                                 generator=g) - mean) / std).to(device)
+            with torch.no_grad():
+                f = encoder(noise).float()
+            if pooled:
+                f = f.transpose(0, 1).flatten(1)[None, :, :, None]  # every position of every image: one "image"
+            var, mu = torch.var_mean(f, dim=(2, 3), correction=0)
+            control = {"target_mean": mu, "target_std": (var + STYLE_EPS).sqrt()}
+            probe = StyleProbe(encoder, control["target_mean"], control["target_std"], pooled, STYLE_EPS)
+            victims = [{"target_mean": j.entries["mean"], "target_std": j.entries["std"]} for j in jobs]
+            info.update(mode="overall" if pooled else "single", styles=rows, weights_from=weights_from)
+            matcher = "style"
+        else:
+            n = min(cap, *(j.entries["amplitude"].shape[0] for j in jobs))
+            shape = (prior.channels, prior.image_size, prior.image_size)
+            bad = [j for j in jobs if tuple(j.entries["amplitude"].shape[1:]) != shape]
+            if bad:
+                return [self._status_of(view.role, j.victim, kind.value, "not applicable",
+                                        f"spectra of shape {tuple(j.entries['amplitude'].shape[1:])} do not match the "
+                                        f"images {shape}") for j in jobs]
+            noise = torch.rand(n, *shape, generator=g)
+            control = {"target": amplitude_spectrum(noise).to(device)}
+            probe = AmplitudeProbe(amplitude_spectrum(noise), prior.mean, prior.std)
+            victims = [{"target": j.entries["amplitude"][:n].float()} for j in jobs]
+            info.update(spectra=n)
+            matcher = "amplitude"
+        targets = [InversionTarget(f"{kind.value}/{i}", {k: t.to(device) for k, t in v.items()}) for i, v in enumerate(victims)]
+        controls = [InversionTarget(f"control/{t.name}", control) for t in targets]
+        lo = torch.tensor([(0.0 - m) / s for m, s in zip(prior.mean, prior.std)])
+        hi = torch.tensor([(1.0 - m) / s for m, s in zip(prior.mean, prior.std)])
+        result = invert(probe, [*targets, *controls], n, prior.image_size, replace(st, per_class=1), lo, hi, device,
+                        matchers=[ProbeLoss(matcher)], weights={matcher: st.bn_weight})
+        outputs = []
+        for i, job in enumerate(jobs):
+            entry = dict(info, round=job.artifact.round, sender=job.artifact.sender,
+                         losses=result.losses[targets[i].name], control_losses=result.losses[controls[i].name],
+                         seconds_shared=result.seconds, control_artifact="statistics of uniform-noise images")
+            outputs.append(AttackOutput(self.name, view.role, job.victim, kind.value, images=result.images[i],
+                                        targets=None, control_images=result.images[len(jobs) + i], info=entry))
+        return outputs
+
+    def _style_encoder(self, fresh: nn.Module, view: WireView, device: torch.device) -> tuple[nn.Module, str]:
+        """The feature map styles were measured with: the first block of the newest global model the
+        attacker saw (CCST freezes that block at its round-0 weights, so every round carries them)."""
+        model = copy.deepcopy(fresh).to(device)
+        sent = [a for a in view if a.kind == ArtifactKind.FULL_MODEL and a.sender == SERVER
+                and (view.role == SERVER or a.receiver == view.role)]
+        source = "fresh initialisation (no global model on the wire)"
+        if sent:
+            latest = max(sent, key=lambda a: a.round)
+            load_state_(model, {k: t.to(device) for k, t in latest.tensors.items()})
+            source = f"full_model@r{latest.round} from server"
+        return style_encoder(model.eval()), source
+
     def _status(self, view: WireView, victim: str, artifact: str, status: str, reason: str) -> AttackOutput:
         return self._status_of(view.role, victim, artifact, status, reason)
 
@@ -322,6 +440,8 @@ class _Context:
             return "not applicable", NOT_APPLICABLE[art.kind]
         if art.kind not in STATS_KINDS:
             return "not yet supported", f"no matcher for artifact kind {art.kind.value}"
+        if not self.keys:
+            return "not applicable", "the architecture has no BatchNorm running statistics"
         if not any(k in art.tensors for k in self.keys):
             if art.kind == ArtifactKind.PARTIAL_MODEL:
                 return "not applicable", "this partial model carries no BatchNorm running statistics"

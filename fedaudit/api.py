@@ -20,8 +20,6 @@ from typing import Any
 
 import torch
 
-from torch import Tensor
-
 from fedaudit import runs
 from fedaudit.attack import AttackerPrior, AttackOutput
 from fedaudit.config import RunConfig, load_toml, parse_method_options, resolve
@@ -307,66 +305,71 @@ def latent_encoders(cfg: RunConfig, fed: Federation) -> dict[str, Callable[[torc
 def score_reconstructions_of(attack: str, outputs: list[AttackOutput], auditor: Auditor, run_dir: Path) -> dict[str, Any]:
     """``{artifact: {victim: scores}, "summary": {artifact: ...}, "auditor": ...}`` with every metric beside its control."""
     section: dict[str, Any] = {}
-    predicted: dict[str, dict[str, dict[str, Tensor]]] = {}
+    scored: dict[str, dict[str, tuple[dict[str, Any], dict[str, Any]]]] = {}  # artifact -> victim -> (attack, control)
     for out in outputs:
         entry: dict[str, Any] = {k: v for k, v in out.info.items() if k not in ("losses", "control_losses")}
+        pair = None
         if out.latents is not None and out.control_latents is not None:
             attack_scores = auditor.score_latents(out.victim, out.latents, out.targets, out.head)
             if attack_scores is None:
                 entry["metrics"] = {"status": "unavailable",
                                     "reason": "the method keeps no record of the encoder this head was trained on"}
             else:
-                control_scores = auditor.score_latents(out.victim, out.control_latents, out.targets, out.head)
-                entry["metrics"] = with_control(attack_scores, control_scores, auditor.chance())
-                slot = predicted.setdefault(out.artifact, {})
-                slot[out.victim] = {"attack": attack_scores["predicted_domains"], "control": control_scores["predicted_domains"],
-                                    "class_fidelity": torch.tensor([attack_scores["class_fidelity"], control_scores["class_fidelity"]])}
+                pair = attack_scores, auditor.score_latents(out.victim, out.control_latents, out.targets, out.head)
         elif out.images is not None and out.control_images is not None:
-            attack_scores = auditor.score(out.victim, out.images, out.targets)
-            control_scores = auditor.score(out.victim, out.control_images, out.targets)
+            pair = auditor.score(out.victim, out.images, out.targets), auditor.score(out.victim, out.control_images, out.targets)
+        if pair is not None:
+            attack_scores, control_scores = pair
             entry["metrics"] = with_control(attack_scores, control_scores, auditor.chance())
-            if auditor.lpips is None:
-                entry["metrics"]["lpips_mean"] = auditor.lpips_status
             entry["predicted_domain"] = {
                 side: dict(zip(auditor.domains, domain_matrix({out.victim: s["predicted_domains"]}, auditor.domains)[0]))
                 for side, s in (("attack", attack_scores), ("control", control_scores))}
-            entry["final_loss"] = {"attack": out.info.get("losses"), "control": out.info.get("control_losses")}
-            entry["image_grid"] = save_reconstruction_grid(run_dir, attack, out, auditor, attack_scores)
-            slot = predicted.setdefault(out.artifact, {})
-            slot[out.victim] = {"attack": attack_scores["predicted_domains"], "control": control_scores["predicted_domains"],
-                                "class_fidelity": torch.tensor([attack_scores["class_fidelity"], control_scores["class_fidelity"]])}
+            if "final_loss" not in entry and "losses" in out.info:
+                entry["final_loss"] = {"attack": out.info.get("losses"), "control": out.info.get("control_losses")}
+            if out.images is not None:
+                if auditor.lpips is None:
+                    entry["metrics"]["lpips_mean"] = auditor.lpips_status
+                entry["image_grid"] = save_reconstruction_grid(run_dir, attack, out, auditor, attack_scores)
+            scored.setdefault(out.artifact, {})[out.victim] = pair
         section.setdefault(out.artifact, {})[out.victim] = entry
-    summary = {}
-    for artifact, rows in predicted.items():
-        victims = list(rows)
-        index = [auditor.domains.index(v) for v in victims]
-        mats = {side: domain_matrix({v: rows[v][side] for v in victims}, auditor.domains) for side in ("attack", "control")}
-        fidelity = torch.stack([rows[v]["class_fidelity"] for v in victims]).mean(0)
-        summary[artifact] = {
-            "domain_attribution": {
-                "victims": victims, "domains": auditor.domains,
-                "matrix": mats,
-                "macro": {"attack": macro_diagonal(mats["attack"], index), "control": macro_diagonal(mats["control"], index),
-                          "chance": 1.0 / len(auditor.domains)},
-            },
-            "class_fidelity": {"attack": float(fidelity[0]), "control": float(fidelity[1]),
-                               "chance": 1.0 / auditor.num_classes},
-        }
+    summary = {artifact: summarise_artifact(rows, auditor) for artifact, rows in scored.items()}
     if summary:
         section["summary"] = summary
         section["auditor"] = {**auditor.judges, "lpips": auditor.lpips_status}
     return section
 
 
+def summarise_artifact(rows: dict[str, tuple[dict[str, Any], dict[str, Any]]], auditor: Auditor) -> dict[str, Any]:
+    """The headline over victims: the victim × predicted-domain matrix and its macro diagonal, and the mean
+    class fidelity (absent for inversions with no target class), each for the attack and its control."""
+    victims = list(rows)
+    index = [auditor.domains.index(v) for v in victims]
+    mats = {side: domain_matrix({v: rows[v][i]["predicted_domains"] for v in victims}, auditor.domains)
+            for i, side in enumerate(("attack", "control"))}
+    out: dict[str, Any] = {"domain_attribution": {
+        "victims": victims, "domains": auditor.domains, "matrix": mats,
+        "macro": {"attack": macro_diagonal(mats["attack"], index), "control": macro_diagonal(mats["control"], index),
+                  "chance": 1.0 / len(auditor.domains)},
+    }}
+    if all("class_fidelity" in a for a, _ in rows.values()):
+        mean = lambda i: sum(r[i]["class_fidelity"] for r in rows.values()) / len(rows)  # noqa: E731
+        out["class_fidelity"] = {"attack": mean(0), "control": mean(1), "chance": 1.0 / auditor.num_classes}
+    return out
+
+
 def save_reconstruction_grid(run_dir: Path, attack: str, out: AttackOutput, auditor: Auditor,
                              scores: dict[str, Any]) -> str:
-    """PNG: per class, real nearest member | reconstruction | control. Returns its path relative to the run."""
+    """PNG: per class (or the first ten, without classes), real nearest member | reconstruction | control.
+    Returns its path relative to the run."""
     from PIL import Image
 
-    first = [int(torch.nonzero(out.targets == c)[0]) for c in torch.unique(out.targets).tolist()][:10]
-    idx = torch.tensor(first, device=out.targets.device)
+    if out.targets is None:
+        idx = torch.arange(min(10, out.images.shape[0]), device=out.images.device)
+    else:
+        first = [int(torch.nonzero(out.targets == c)[0]) for c in torch.unique(out.targets).tolist()][:10]
+        idx = torch.tensor(first, device=out.targets.device)
     members = auditor.victim_records(out.victim).members
-    columns = [members[scores["nn_member_index"][idx]], auditor.to_unit(out.images[idx]),
+    columns = [members[scores["nn_member_index"][idx.to(members.device)]], auditor.to_unit(out.images[idx]),
                auditor.to_unit(out.control_images[idx])]
     size = out.images.shape[-1]
     grid = image_grid(columns, scale=max(1, 64 // size))

@@ -8,7 +8,9 @@ them all; a :class:`Matcher` turns an artifact into a loss term:
 * :class:`BNStatMatcher` — forward hooks on every BatchNorm layer compare the
   batch statistics of the layer's *input* with its running statistics:
   ``‖μ_run − μ_batch‖₂ + ‖σ²_run − σ²_batch‖₂`` (biased batch variance), the
-  first layer weighted ``first_layer_mult``× (10 in the paper);
+  first layer weighted ``first_layer_mult``× (10 in the paper); in a trained
+  model a layer whose ``num_batches_tracked`` is 0 never saw data and is
+  left out;
 * :class:`ClassCE` — cross-entropy of the model's logits on the target classes
   (used only when the victim's head is known).
 
@@ -124,6 +126,7 @@ class BNStatMatcher(Matcher):
     def __init__(self, first_layer_mult: float = 10.0) -> None:
         self.first_layer_mult = first_layer_mult
         self._terms: list[Tensor] = []
+        self._seen: list[Tensor] = []
 
     def attach(self, model: nn.Module) -> list[RemovableHandle]:
         layers = bn_modules(model)
@@ -143,15 +146,22 @@ class BNStatMatcher(Matcher):
             var = x.var(dim=dims, unbiased=False)
             term = torch.linalg.vector_norm(module.running_mean.float() - mu) + torch.linalg.vector_norm(
                 module.running_var.float() - var)
+            seen = module.num_batches_tracked
             self._terms.append(term * mult)
+            self._seen.append(seen > 0 if seen is not None else torch.ones((), dtype=torch.bool, device=term.device))
 
         return hook
 
     def begin(self) -> None:
         self._terms = []
+        self._seen = []
 
     def loss(self, x: Tensor, logits: Tensor, y: Tensor) -> Tensor:
-        return torch.stack(self._terms).sum()
+        # In a trained model, a layer that never saw data (frozen at init, e.g. CCST's first block)
+        # holds no statistics and is left out; an untrained model (the control) keeps every layer.
+        seen = torch.stack(self._seen)
+        keep = torch.where(seen.any(), seen, torch.ones_like(seen)).float()
+        return (torch.stack(self._terms) * keep).sum()
 
 
 class ClassCE(Matcher):
@@ -161,6 +171,80 @@ class ClassCE(Matcher):
 
     def loss(self, x: Tensor, logits: Tensor, y: Tensor) -> Tensor:
         return F.cross_entropy(logits.float(), y)
+
+
+class ProbeLoss(Matcher):
+    """The mismatch a *probe* model computes itself.
+
+    Artifacts that are not a network's BN statistics (style banks, amplitude
+    spectra) are inverted through a small probe module whose buffers hold one
+    victim's artifact and whose forward returns the mismatch of the images
+    with it; victims are then states of the probe, batched like BN victims.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def loss(self, x: Tensor, logits: Tensor, y: Tensor) -> Tensor:
+        return logits.float()
+
+
+class StyleProbe(nn.Module):
+    """Mismatch of the images' feature style with target styles (CCST's ``STYLE_BANK``).
+
+    ``encoder`` is the frozen feature map the styles were measured with;
+    buffers ``target_mean``/``target_std`` (S, C) hold the victim's styles.
+    ``pooled``: one style for the whole batch (CCST's *overall* mode, S = 1),
+    else image ``i`` matches style ``i mod S`` (*single* mode). The loss is
+    ``‖μ − μ_t‖₂ + ‖σ − σ_t‖₂`` averaged over styles, as BN matching is.
+    """
+
+    def __init__(self, encoder: nn.Module, target_mean: Tensor, target_std: Tensor, pooled: bool, eps: float) -> None:
+        super().__init__()
+        self.encoder = encoder.eval().requires_grad_(False)
+        self.register_buffer("target_mean", target_mean.float().clone())
+        self.register_buffer("target_std", target_std.float().clone())
+        self.pooled = pooled
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        f = self.encoder(x).float()
+        var, mean = torch.var_mean(f, dim=(2, 3), correction=0)
+        if self.pooled:
+            mu = mean.mean(0, keepdim=True)
+            var = ((var + mean.square()).mean(0, keepdim=True) - mu.square()).clamp_min(0.0)
+            mean, tm, ts = mu, self.target_mean[:1], self.target_std[:1]
+        else:
+            rows = torch.arange(x.shape[0], device=x.device) % self.target_mean.shape[0]
+            tm, ts = self.target_mean[rows], self.target_std[rows]
+        std = (var + self.eps).sqrt()
+        return (torch.linalg.vector_norm(mean - tm, dim=1) + torch.linalg.vector_norm(std - ts, dim=1)).mean()
+
+
+class AmplitudeProbe(nn.Module):
+    """Mismatch of the images' Fourier amplitude with target spectra (ELCFS's ``AMPLITUDE_BANK``):
+    phase retrieval by gradient descent.
+
+    Buffer ``target`` (n, C, H, W) holds the victim's spectra of [0, 1]
+    images (:mod:`fedaudit.fourier`); image ``i`` matches spectrum ``i`` by
+    the relative L2 error ``‖A − A_t‖ / ‖A_t‖``. The raw (not log) amplitude
+    lets the large low-frequency terms — brightness, colour, layout — lead,
+    which is what gradient phase retrieval can recover; a log loss was
+    measured to leave the mean brightness unmatched. ``mean``/``std`` map
+    the engine's normalised images back to [0, 1].
+    """
+
+    def __init__(self, target: Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
+        super().__init__()
+        self.register_buffer("target", target.float())
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        amp = torch.fft.fft2((x.float() * self.std + self.mean)).abs()
+        target = self.target[: x.shape[0]]
+        per_image = torch.linalg.vector_norm((amp - target).flatten(1), dim=1)
+        return (per_image / torch.linalg.vector_norm(target.flatten(1), dim=1).clamp_min(1e-6)).mean()
 
 
 @dataclass

@@ -273,14 +273,22 @@ class VictimRecords:
     holdout_y: Tensor
 
 
-def score_reconstructions(recon01: Tensor, targets: Tensor, ref: VictimRecords, class_clf: AuditorClassifier,
+def score_reconstructions(recon01: Tensor, targets: Tensor | None, ref: VictimRecords, class_clf: AuditorClassifier | None,
                           domain_clf: AuditorClassifier, lpips_fn: LPIPS | None = None) -> dict[str, Any]:
     """Raw scores of one set of reconstructions against one victim's records.
+
+    ``targets=None`` (an inversion with no target class: styles, spectra)
+    compares with the nearest record of any class and has no class fidelity.
 
     Returns the metric values plus ``nn_member_index`` (for image grids) and
     ``predicted_domains`` (for the victim × domain matrix).
     """
     recon01 = recon01.float().clamp(0, 1)
+    if targets is None:  # reconstructions with no target class (style, amplitude): nearest over every class
+        targets = torch.zeros(recon01.shape[0], dtype=torch.long, device=recon01.device)
+        ref = VictimRecords(ref.domain_index, ref.members, torch.zeros_like(ref.member_y), ref.holdout,
+                            torch.zeros_like(ref.holdout_y))
+        class_clf = None
     d_in, i_in = nearest_in_class(recon01, targets, ref.members, ref.member_y)
     d_out, _ = nearest_in_class(recon01, targets, ref.holdout, ref.holdout_y)
     has_nn = torch.isfinite(d_in)
@@ -288,7 +296,6 @@ def score_reconstructions(recon01: Tensor, targets: Tensor, ref: VictimRecords, 
     p = psnr(recon01, nn_in)[has_nn]
     s = ssim(recon01, nn_in)[has_nn]
     domains = domain_clf.predict(recon01)
-    classes = class_clf.predict(recon01)
     out: dict[str, Any] = {
         "n": int(recon01.shape[0]),
         "psnr_mean": float(p.mean()) if p.numel() else float("nan"),
@@ -298,10 +305,11 @@ def score_reconstructions(recon01: Tensor, targets: Tensor, ref: VictimRecords, 
         "l2_to_member_mean": float(d_in[has_nn].mean()) if has_nn.any() else float("nan"),
         "identifiability": identifiability(d_in, d_out),
         "domain_attribution": float((domains == ref.domain_index).float().mean()),
-        "class_fidelity": float((classes == targets).float().mean()),
         "predicted_domains": domains,
         "nn_member_index": i_in,
     }
+    if class_clf is not None:
+        out["class_fidelity"] = float((class_clf.predict(recon01) == targets).float().mean())
     if lpips_fn is not None:
         lp = lpips_fn(recon01[has_nn], nn_in[has_nn])
         out["lpips_mean"] = float(lp.mean()) if lp.numel() else float("nan")
@@ -461,10 +469,11 @@ class Auditor:
         return VictimRecords(self.domains.index(victim), r.members_x.float() / 255.0, r.members_y,
                              r.holdout_x.float() / 255.0, r.holdout_y)
 
-    def score(self, victim: str, images: Tensor, targets: Tensor) -> dict[str, Any]:
-        """Raw scores of normalised-space ``images`` optimised for ``targets`` against ``victim``'s records."""
+    def score(self, victim: str, images: Tensor, targets: Tensor | None) -> dict[str, Any]:
+        """Raw scores of normalised-space ``images`` optimised for ``targets`` (None: no class) against ``victim``'s records."""
+        class_clf = self.class_classifier(victim) if targets is not None else None
         return score_reconstructions(self.to_unit(images), targets, self.victim_records(victim),
-                                     self.class_classifier(victim), self.domain_classifier(), self.lpips)
+                                     class_clf, self.domain_classifier(), self.lpips)
 
     def latent_judges(self, victim: str) -> tuple[VictimRecords, LinearProbe, LinearProbe] | None:
         """The victim's real latents (members, holdouts) and two linear probes on
