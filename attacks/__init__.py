@@ -2,7 +2,9 @@
 
 ``none`` is not an attack class: it means "train and measure accuracy and
 communication only". Reconstruction (``deepinversion``) and membership
-inference (``mia``) register here as they land.
+inference (``mia``) register here as they land. ``mia`` runs every membership
+variant; ``mia-loss``, ``mia-lira``, ``mia-rmia`` and ``mia-domain`` one of them
+(members of the ``mia`` family: ``all`` lists the family once).
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from fedaudit.attack import Attack
 from fedaudit.errors import unknown_choice
 
 from .deepinversion import DeepInversion
+from .mia import MIA_ATTACKS
 
-ATTACKS: dict[str, type[Attack]] = {cls.name: cls for cls in (DeepInversion,)}
+ATTACKS: dict[str, type[Attack]] = {cls.name: cls for cls in (DeepInversion, *MIA_ATTACKS)}
 
 NO_ATTACK = "none"
 
@@ -22,16 +25,17 @@ def attack_names() -> list[str]:
 
 
 def get_attacks(spec: str) -> list[type[Attack]]:
-    """``none`` → [], ``all`` → every registered attack, ``a,b`` → those."""
+    """``none`` → [], ``all`` → every attack family once, ``a,b`` → those (each once)."""
     if spec == NO_ATTACK:
         return []
     if spec == "all":
-        return list(ATTACKS.values())
+        return [cls for cls in ATTACKS.values() if getattr(cls, "family", cls.name) == cls.name]
     out = []
     for name in (s.strip() for s in spec.split(",")):
         if name not in ATTACKS:
             raise unknown_choice("attack", name, [*attack_names(), "all"])
-        out.append(ATTACKS[name])
+        if ATTACKS[name] not in out:
+            out.append(ATTACKS[name])
     return out
 
 

@@ -251,11 +251,21 @@ def run_attacks(run_dir: Path, cfg: RunConfig, method: Method, fed: Federation, 
     classes = get_attacks(cfg.attack)
     if not classes:
         return {}
+    from fedaudit.attacks.mia import MembershipInference, audit_membership, mia_variants
+
     prior = attacker_prior(cfg, method, fed, dataset)
     role, victims = attack_role_and_victims(cfg, [c.domain for c in fed.clients])
-    view = fed.wire.view(role)
-    auditor = build_auditor(cfg, fed, dataset, device)
     leakage: dict[str, Any] = {}
+    membership = [c for c in classes if issubclass(c, MembershipInference)]
+    classes = [c for c in classes if c not in membership]
+    if membership:
+        log.info("attack mia as %s against %s (%d reference models)", role, ", ".join(victims), cfg.reference_models)
+        leakage["mia"] = audit_membership(run_dir, cfg, method, fed, prior, role=role, victims=victims,
+                                          reference_models=cfg.reference_models, variants=mia_variants(membership))
+    if not classes:
+        return leakage
+    view = fed.wire.view(role)
+    auditor = build_auditor(cfg, fed, dataset, device)  # trains the judges: only when a reconstruction attack runs
     for cls in classes:
         attack = cls.from_config(cfg, prior)
         log.info("attack %s as %s against %s", cls.name, role, ", ".join(victims))

@@ -146,6 +146,7 @@ def evaluate(
     inversion_tv_weight: Optional[float] = typer.Option(None, help="Weight of the TV-L2 image prior (default 1e-3)."),
     inversion_l2_weight: Optional[float] = typer.Option(None, help="Weight of the image L2 prior (default 1e-5)."),
     lpips_weights: Optional[str] = typer.Option(None, help="Local AlexNet weights for LPIPS (default: the torch hub cache; never downloaded)."),
+    reference_models: Optional[int] = typer.Option(None, help="Membership inference: reference models per victim (quick 8, paper 64)."),
     method_option: Optional[list[str]] = typer.Option(
         None, help="Method-specific NAME=VALUE (repeatable); each also has its own flag --<method>-<name> VALUE, "
                    "e.g. --ccst-style single --ccst-k 3 (see `fedaudit list methods`)."),
@@ -164,7 +165,7 @@ def evaluate(
                    inversion_iters=inversion_iters, inversion_batch=inversion_batch, inversion_lr=inversion_lr,
                    inversion_bn_weight=inversion_bn_weight, inversion_ce_weight=inversion_ce_weight,
                    inversion_tv_weight=inversion_tv_weight, inversion_l2_weight=inversion_l2_weight,
-                   lpips_weights=lpips_weights)
+                   lpips_weights=lpips_weights, reference_models=reference_models)
     try:
         options["split"] = _split(split)
         result = api.evaluate(method, config=config, resume=resume, method_option=method_option,

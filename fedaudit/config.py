@@ -55,6 +55,7 @@ class RunConfig:
     victim: str = "all"
     inversion_iters: int = 200
     inversion_batch: int = 40  # images per victim, whole classes: batch // classes per class (at least 1)
+    reference_models: int = 8  # membership inference: reference ("shadow") models per victim domain
     inversion_lr: float = 0.1
     inversion_bn_weight: float = 10.0
     inversion_ce_weight: float = 1.0
@@ -93,6 +94,7 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         # DeepInversion's CIFAR-scale settings (Yin et al. 2020).
         "inversion_iters": 2000,
         "inversion_batch": 256,
+        "reference_models": 64,
     },
 }
 
@@ -164,6 +166,7 @@ def validate(cfg: RunConfig) -> None:
     _check_range("weight_decay", cfg.weight_decay, 0.0, 1.0, float)
     _check_range("inversion_iters", cfg.inversion_iters, 1, 1_000_000)
     _check_range("inversion_batch", cfg.inversion_batch, 1, 1_000_000)
+    _check_range("reference_models", cfg.reference_models, 2, 4096)
     _check_range("inversion_lr", cfg.inversion_lr, 1e-6, 10.0, float)
     for name in ("inversion_bn_weight", "inversion_ce_weight", "inversion_tv_weight", "inversion_l2_weight"):
         _check_range(name, getattr(cfg, name), 0.0, 1e6, float)

@@ -13,7 +13,7 @@ cannot drift from the protocol.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -26,8 +26,13 @@ from fedaudit.wire import SERVER, Artifact, ArtifactKind
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
     from fedaudit.federation import Client, Federation
+    from fedaudit.reference_models import TrainOne
 
 UP, DOWN = "up", "down"
+# Reference models (membership inference) train for the target's exposure to a member,
+# rounds x local epochs, but at most this many epochs per profile (none in ``paper``):
+# 10 keeps 8 quick reference models per victim at about the cost of the federation's own training on CPU.
+REFERENCE_EPOCH_CAP: dict[str, int] = {"quick": 10}
 
 
 @dataclass
@@ -52,6 +57,13 @@ def sample_weight(artifacts: list[Artifact]) -> float:
     return float(next(a for a in artifacts if a.kind == ArtifactKind.SCALARS).tensors["num_samples"])
 
 
+def reference_epochs(cfg: RunConfig) -> int:
+    """Epochs of one membership-inference reference model: rounds × local epochs (how many
+    passes the federation made over a member), capped by :data:`REFERENCE_EPOCH_CAP`."""
+    exposure = cfg.rounds * cfg.local_epochs
+    return min(exposure, REFERENCE_EPOCH_CAP.get(cfg.profile, exposure))
+
+
 class Method:
     """Base class. Subclasses set the class attributes and override hooks."""
 
@@ -63,6 +75,9 @@ class Method:
     options: ClassVar[dict[str, Any]] = {}
     # Per-profile overrides of RunConfig fields, e.g. {"paper": {"lr": 1e-4}}.
     profile_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
+    # True when ``model(x)`` is an embedding with no class scores (an unsupervised
+    # encoder): membership attacks then use augmentation consistency, not p(y|x).
+    label_free: ClassVar[bool] = False
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
@@ -143,6 +158,15 @@ class Method:
         latent inversions can be scored against real latents. None when the
         method shares no head or keeps no record of that encoder."""
         return None
+
+    def reference_recipe(self, fed: Federation) -> TrainOne | None:
+        """Auditor-side: how a client of this method trains locally, as a recipe for the
+        membership-inference reference models (:func:`fedaudit.reference_models.train_reference_models`).
+        Default: the run's cross-entropy SGD for :func:`reference_epochs` epochs. Methods with another
+        local loss override this; None means no recipe (LiRA and RMIA are then not applicable)."""
+        from fedaudit.reference_models import SGDRecipe  # imports the engine, which imports this module
+
+        return replace(SGDRecipe.from_config(self.cfg), epochs=reference_epochs(self.cfg))
 
     def declared_shares(self) -> tuple[tuple[ArtifactKind, str], ...]:
         """The (kind, direction) pairs this configured instance sends; options

@@ -41,6 +41,11 @@ authors' code appears to probe the projector's 2048-d output):
   split. The labels are used by the auditor for evaluation only, as in the
   standard linear-eval protocol; training never sees them.
 
+Membership inference (``attacks/mia.py``): the model has no classes
+(``label_free``), so attacks score augmentation consistency, and reference
+models train with the same SimCLR loss (:class:`SimCLRRecipe`, without the
+local alignment: a lone reference model has no global update to align with).
+
 Profiles: ``paper``: ResNet-18 from scratch, 32 px (the thesis crops to
 32×32), Adam lr 3e-3, batch 128, 7 local epochs, 100 rounds, projection
 4096 → 2048. ``quick``: CNN, Adam lr 1e-3, batch 64, 2 local epochs, 20
@@ -65,6 +70,7 @@ enters the moments.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -75,8 +81,9 @@ from fedaudit.aggregation import load_state_, model_state, weighted_average_
 from fedaudit.augment import SimCLRAugment
 from fedaudit.federation import Client, Federation, derive_seed
 from fedaudit.losses import nt_xent_loss
-from fedaudit.method import DOWN, UP, Method, Scores
+from fedaudit.method import DOWN, UP, Method, Scores, reference_epochs
 from fedaudit.probe import extract_features, fit_linear_probe, probe_on_fraction
+from fedaudit.training import LossFn, Preprocess, index_batches, make_optimizer, train_steps
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
 PREV = "prev_global/"  # client.state prefix: the global parameters received last round
@@ -113,6 +120,45 @@ def align_updates(updates: Tensor, iterations: int) -> Tensor:
     return agg
 
 
+def simclr_loss(pre: Preprocess, views: torch.Generator, temperature: float) -> LossFn:
+    """The local loss: NT-Xent between two SimCLR views of the (normalised) batch, drawn from ``views``."""
+    augment = SimCLRAugment(hflip=pre.hflip)
+
+    def loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+        del y  # unsupervised: labels are never read
+        raw = x * pre.std + pre.mean  # back to [0, 1] for the colour jitter
+        both = torch.cat([augment(raw, views), augment(raw, views)])
+        both = ((both - pre.mean) / pre.std).contiguous(memory_format=pre.memory_format)
+        z1, z2 = model(both).chunk(2)
+        return nt_xent_loss(z1, z2, temperature)
+
+    return loss
+
+
+@dataclass(frozen=True)
+class SimCLRRecipe:
+    """FedGaLA's local training as a membership-inference reference-model recipe
+    (:func:`fedaudit.reference_models.train_reference_models`): the same SimCLR loss and
+    optimizer for ``epochs`` epochs. No local gradient alignment: a reference model
+    trains alone, so there is no global update Δ to align with."""
+
+    epochs: int
+    batch_size: int
+    optimizer: str
+    lr: float
+    momentum: float
+    weight_decay: float
+    temperature: float
+    precision: str = "fp32"
+
+    def __call__(self, model: nn.Module, images: Tensor, labels: Tensor, preprocess: Preprocess,
+                 generator: torch.Generator) -> None:
+        opt = make_optimizer(model.parameters(), self.optimizer, self.lr, self.momentum, self.weight_decay)
+        batches = index_batches(labels.shape[0], self.batch_size, generator, images.device, epochs=self.epochs)
+        train_steps(model, opt, batches, images, labels, preprocess, simclr_loss(preprocess, generator, self.temperature),
+                    None, self.precision)
+
+
 def projection_head(dim: int, hidden: int, out: int) -> nn.Module:
     """SimCLR's projection MLP: Linear → BatchNorm1d → ReLU → Linear."""
     return nn.Sequential(OrderedDict(fc1=nn.Linear(dim, hidden), bn=nn.BatchNorm1d(hidden), relu=nn.ReLU(inplace=True),
@@ -124,6 +170,7 @@ class FedGaLA(Method):
     summary = "unsupervised SimCLR with local (per-layer gradient) and global (update) alignment; linear-probe accuracy"
     paper = "Pourpanah, Molahasani, Soltany et al., FedGaLA (thesis ch. 3; AAAI 2025)"
     shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP))
+    label_free = True  # model(x) is the SimCLR embedding: membership attacks use augmentation consistency
     options = {"temperature": 0.5, "align_threshold": 0.0, "global_iters": 3, "proj_hidden": 4096, "proj_dim": 2048}
     profile_defaults: dict[str, dict[str, Any]] = {
         "quick": {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "local_epochs": 2, "augment": False,
@@ -140,6 +187,12 @@ class FedGaLA(Method):
         self.check_option("proj_hidden", 1, 65_536, integer=True)
         self.check_option("proj_dim", 1, 65_536, integer=True)
         self._ref: list[Tensor] | None = None  # Δ for the client being trained, per trainable parameter
+
+    def reference_recipe(self, fed: Federation) -> SimCLRRecipe:
+        """Reference models for membership inference train with the clients' SimCLR loss."""
+        cfg = self.cfg
+        return SimCLRRecipe(reference_epochs(cfg), cfg.batch_size, cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay,
+                            float(self.opts["temperature"]), cfg.precision)
 
     def build_model(self, fed: Federation) -> nn.Module:
         model = fed.build_default_model()
@@ -176,18 +229,7 @@ class FedGaLA(Method):
 
     def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
         views = fed.generator(rnd, client, stream=VIEW_STREAM)
-        augment = SimCLRAugment(hflip=fed.preprocess.hflip)
-        pre = fed.preprocess
-        tau = float(self.opts["temperature"])
-
-        def simclr_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-            del y  # unsupervised: labels are never read
-            raw = x * pre.std + pre.mean  # back to [0, 1] for the colour jitter
-            both = torch.cat([augment(raw, views), augment(raw, views)])
-            both = ((both - pre.mean) / pre.std).contiguous(memory_format=pre.memory_format)
-            z1, z2 = model(both).chunk(2)
-            return nt_xent_loss(z1, z2, tau)
-
+        loss_fn = simclr_loss(fed.preprocess, views, float(self.opts["temperature"]))
         after_backward = None
         if self._ref is not None:
             params = [p for p in fed.model.parameters() if p.requires_grad]
@@ -196,7 +238,7 @@ class FedGaLA(Method):
             def after_backward() -> None:
                 align_gradients_([p.grad for p in params], refs, threshold)
 
-        fed.train_local(client, rnd, simclr_loss, after_backward=after_backward)
+        fed.train_local(client, rnd, loss_fn, after_backward=after_backward)
 
     def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
         return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(fed.model))]

@@ -1,0 +1,673 @@
+"""mia — membership inference: was this record in the victim's training split?
+
+The *auditor* holds the records; the attack sees only its role's wire view,
+the :class:`~fedaudit.attack.AttackerPrior`, black-box access to the deployed
+model, and a **challenge** per victim (:class:`MembershipChallenge`): the
+victim's members (its ``train`` split) and non-members (its ``holdout``,
+never trained on), shuffled together with their class labels but *without*
+saying which is which, plus population records (the other source domains'
+holdouts, RMIA's z). The attack returns one score per candidate (higher =
+member); the auditor splits them by the truth it kept and reports
+:func:`fedaudit.membership.membership_metrics`.
+
+Variants (ATTACKS.md, "mia"; the statistics are :mod:`fedaudit.membership`):
+
+* ``loss`` — Yeom et al., CSF 2018: score = −CE(f(x), y). No reference models.
+* ``lira`` — Carlini et al., S&P 2022, reported twice: ``lira_online``
+  (IN and OUT reference models) and ``lira_offline`` (OUT only).
+* ``rmia`` — Zarifzadeh et al., ICML 2024, online (Pr(x) averaged over all
+  reference models), the population being the other source domains' holdouts.
+* ``domain`` — "was this domain in the federation?": the global model's loss
+  signal on each source domain's holdout records (records of a member
+  *domain*, never trained on themselves) against the unseen target domain's
+  records (the non-member domain). Reported per source domain and pooled over
+  them (``all``), target ``global_model`` only. Under leave-one-domain-out
+  training this measures the domain gap the deployed model shows.
+
+Targets: ``global_model`` — the deployed model (``Method.global_model`` at the
+end of the run), queried as a black box (normalised inputs → outputs); any
+role may query it. ``last_upload`` — curious server only: the victim's newest
+weight-bearing upload (``FULL_MODEL``, or a ``PARTIAL_MODEL`` overlaid on the
+newest weights the server broadcast to it, then the victim's uploaded BN
+statistics if it sent them; deepinversion's overlay, imported) loaded into the
+prior's architecture. Anything else is reported as ``{"status": "not
+applicable", "reason": ...}``.
+
+Reference models: N per victim (``reference_models``: 8 ``quick``, 64
+``paper``; the caller's choice), trained with the method's local recipe
+(``Method.reference_recipe``; default cross-entropy SGD for rounds × local
+epochs, capped at 10 epochs in ``quick``, see ``fedaudit.method``) on random
+halves of the challenge pool (:func:`fedaudit.reference_models.inclusion_masks`),
+each from its own initialisation of the method's architecture. Their logits on
+the pool, its flips and the population are cached in the run directory
+(``mia/<victim>-reference-logits.safetensors`` with a JSON key of what
+produced them); a second audit whose key matches trains nothing.
+
+Label-free encoders (``Method.label_free``, FedGaLA): ``model(x)`` is an
+embedding with no classes, so the signal is **augmentation consistency**: the
+cosine similarity of the embeddings of two SimCLR views of the record
+(:class:`fedaudit.augment.SimCLRAugment`), averaged over
+``CONSISTENCY_PAIRS`` view pairs drawn with a fixed seed. ``loss`` scores it
+directly; LiRA uses its Fisher z-transform atanh(c) as φ. RMIA needs class
+probabilities and is reported as not applicable.
+
+Hyper-parameters, the same in ``quick`` and ``paper`` except N:
+RMIA T = 2, γ = 2 (:mod:`fedaudit.membership`); 4 consistency view pairs.
+
+Deviations and choices, with reasons:
+
+* Reference models train alone on half of the victim's pool, not inside a
+  re-run federation (see :mod:`fedaudit.reference_models`); their epochs are
+  capped in ``quick`` so a CPU audit stays within minutes.
+* LiRA on a label-free encoder takes φ = atanh(c): cosines pile up near 1,
+  where a Gaussian fits badly; the transform is monotone, so the ``loss``
+  ROC is unchanged.
+* Consistency views are quantised to uint8 so target and reference models see
+  bit-identical inputs through the same evaluation path (a 1/255 rounding).
+* ``last_upload`` is queried through the method's ``predict`` (public code,
+  e.g. FedFD-A's test-time adapter) on the assembled weights.
+* The ``domain`` variant has no reference models: the question is about a
+  whole domain, and the loss signal already separates domains.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedaudit import runs
+from fedaudit.aggregation import load_state_
+from fedaudit.attack import Attack, AttackerPrior, AttackOutput
+from fedaudit.augment import SimCLRAugment
+from fedaudit.errors import FedauditError, unknown_choice
+from fedaudit.federation import derive_seed
+from fedaudit.membership import (
+    lira_offline,
+    lira_online,
+    lira_signal,
+    loss_signal,
+    membership_metrics,
+    rmia_prob,
+    rmia_score,
+)
+from fedaudit.reference_models import REFERENCE_PATHS, ReferenceLogits, TrainOne, _views, inclusion_masks, train_reference_models
+from fedaudit.training import Preprocess
+from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+
+from .deepinversion import _Context, _latest_weights
+
+if TYPE_CHECKING:
+    from fedaudit.config import RunConfig
+    from fedaudit.federation import Federation
+    from fedaudit.method import Method
+
+log = logging.getLogger("fedaudit")
+
+# What a user selects, and the result keys each produces.
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "loss": ("loss",),
+    "lira": ("lira_online", "lira_offline"),
+    "rmia": ("rmia",),
+    "domain": ("domain",),
+}
+GLOBAL, LAST_UPLOAD = "global_model", "last_upload"
+TARGETS = (GLOBAL, LAST_UPLOAD)
+ALL_DOMAINS = "all"
+NOT_APPLICABLE = "not applicable"
+CONSISTENCY_PAIRS = 4
+MIA_STREAM = 9_001  # derive_seed stream: challenge shuffles, reference models, consistency views
+CACHE_FORMAT = 1
+MAX_REFERENCE_MODELS = 4_096
+
+Query = Callable[[Tensor], Tensor]  # normalised inputs [B, C, H, W] → logits (or embeddings)
+Predict = Callable[[nn.Module, Tensor], Tensor]
+
+
+@dataclass(frozen=True, eq=False)
+class MembershipChallenge:
+    """What the auditor hands the attack for one victim. Deliberately no membership field.
+
+    ``images`` uint8 [n, C, H, W] and ``labels`` [n]: the victim's members and
+    holdout records, shuffled together; ``population_images`` /
+    ``population_labels``: records of other domains that no model trained on
+    (RMIA's z). All on the attack device.
+    """
+
+    victim: str
+    images: Tensor
+    labels: Tensor
+    population_images: Tensor
+    population_labels: Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class DomainChallenge:
+    """Records of member domains (their holdouts) and of the unseen domain, shuffled, without saying which."""
+
+    images: Tensor
+    labels: Tensor
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A variant or target that could not run, and why (stored as is in metrics)."""
+
+    reason: str
+    status: str = NOT_APPLICABLE
+
+    def to_json(self) -> dict[str, str]:
+        return {"status": self.status, "reason": self.reason}
+
+
+@dataclass
+class VictimScores:
+    """The attack's answer for one victim: ``scores[result_key][target]`` per candidate, or why not."""
+
+    scores: dict[str, dict[str, Tensor | Skipped]]
+    info: dict[str, dict[str, Any]]  # per target: round, weights_from, signal; "reference": how they were made
+
+
+def check_reference_models(n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or not 2 <= n <= MAX_REFERENCE_MODELS:
+        raise FedauditError(f"--reference-models must be an integer from 2 to {MAX_REFERENCE_MODELS}, got {n!r}; "
+                            "use 8 (quick) or 64 (paper)")
+    return n
+
+
+def check_variants(variants: Iterable[str]) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(variants))
+    for v in chosen:
+        if v not in VARIANTS:
+            raise unknown_choice("mia variant", v, list(VARIANTS))
+    if not chosen:
+        raise FedauditError(f"no mia variant selected; choose from {', '.join(VARIANTS)}")
+    return chosen
+
+
+class MembershipInference(Attack):
+    """Every selected variant against both targets of one victim's challenge.
+
+    The method-side knowledge an attacker has from the public code — whether
+    the model is a label-free encoder, its local training recipe, its
+    architecture's constructor and its ``predict`` — is given at construction.
+    """
+
+    name = "mia"
+    family: ClassVar[str] = "mia"
+    summary = "membership inference (loss, LiRA online/offline, RMIA, domain-level) on the global model and the last upload"
+    roles: ClassVar[tuple[str, ...]] = ("server", "client")
+    variants: ClassVar[tuple[str, ...]] = tuple(VARIANTS)
+
+    def __init__(self, reference_models: int = 8, *, seed: int = 0, precision: str = "fp32", path: str = "auto",
+                 label_free: bool = False, recipe: TrainOne | None = None,
+                 build_model: Callable[[], nn.Module] | None = None, predict: Predict | None = None,
+                 cache_dir: Path | None = None, consistency_pairs: int = CONSISTENCY_PAIRS) -> None:
+        if path not in REFERENCE_PATHS:
+            raise unknown_choice("reference-model path", path, REFERENCE_PATHS)
+        self.reference_models = check_reference_models(reference_models)
+        self.seed, self.precision, self.path = seed, precision, path
+        self.label_free, self.recipe = label_free, recipe
+        self.build_model, self.cache_dir = build_model, cache_dir
+        self.predict: Predict = predict or (lambda model, x: model(x))
+        self.consistency_pairs = consistency_pairs
+        self.trained = 0  # reference-model sets trained (not read from the cache) by this instance
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> MembershipInference:
+        """Defaults from the run config; :func:`audit_membership` adds the method's knowledge."""
+        return cls(getattr(cfg, "reference_models", 8), seed=cfg.seed, precision=cfg.precision)
+
+    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> list[AttackOutput]:
+        raise FedauditError("membership inference needs the auditor's challenge; call "
+                            "fedaudit.attacks.mia.audit_membership (api.run_attacks does)")
+
+    def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str],
+                  device: torch.device) -> list[AttackOutput]:
+        return self.run(view, prior, ", ".join(victims), device)
+
+    # -- one victim ------------------------------------------------------------------
+
+    def attack(self, view: WireView, prior: AttackerPrior, challenge: MembershipChallenge, query: Query,
+               device: torch.device, variants: Sequence[str]) -> VictimScores:
+        """Scores for every result key of ``variants`` (except ``domain``) on both targets."""
+        pre = attacker_preprocess(prior, device)
+        forwards: dict[str, Query | Skipped] = {GLOBAL: query}
+        info: dict[str, dict[str, Any]] = {GLOBAL: {}}
+        last, info[LAST_UPLOAD] = self._last_upload(view, prior, challenge.victim, device)
+        forwards[LAST_UPLOAD] = last
+        want_rmia = "rmia" in variants and not self.label_free and challenge.population_labels.numel() > 0
+        signals = {t: f if isinstance(f, Skipped) else self._signals(f, challenge, pre, prior, want_rmia)
+                   for t, f in forwards.items()}
+
+        ref: dict[str, Tensor] | Skipped | None = None
+        if "lira" in variants or want_rmia:
+            ref = self._reference_signals(challenge, prior, pre, device)
+            if not isinstance(ref, Skipped):
+                info["reference"] = ref.pop("info")
+
+        out: dict[str, dict[str, Tensor | Skipped]] = {}
+        for target, sig in signals.items():
+            for key in (k for v in variants if v != "domain" for k in VARIANTS[v]):
+                out.setdefault(key, {})[target] = sig if isinstance(sig, Skipped) else self._score(key, sig, ref, challenge)
+        return VictimScores(out, info)
+
+    def _score(self, key: str, sig: dict[str, Tensor], ref: dict[str, Tensor] | Skipped | None,
+               challenge: MembershipChallenge) -> Tensor | Skipped:
+        if key == "loss":
+            return sig["loss"]
+        if key == "rmia":
+            if self.label_free:
+                return Skipped("label-free encoder: RMIA needs class probabilities Pr(y|x), and the model outputs embeddings")
+            if challenge.population_labels.numel() == 0:
+                return Skipped("no population records: the federation has no other source domain whose holdout could serve as z")
+        if isinstance(ref, Skipped):
+            return ref
+        assert ref is not None
+        if key == "lira_online":
+            return lira_online(sig["phi"], ref["phi"], ref["masks"])
+        if key == "lira_offline":
+            return lira_offline(sig["phi"], ref["phi"], ref["masks"])
+        return rmia_score(sig["p_x"], ref["p_x"], ref["masks"], sig["p_z"], ref["p_z"])
+
+    # -- signals ---------------------------------------------------------------------
+
+    def _signals(self, forward: Query, challenge: MembershipChallenge, pre: Preprocess, prior: AttackerPrior,
+                 want_rmia: bool) -> dict[str, Tensor]:
+        """Per-record signals of one target: ``loss`` and LiRA's ``phi`` (and RMIA's ``p_x``/``p_z``)."""
+        y = challenge.labels.cpu()
+        if self.label_free:
+            views = self._consistency_views(challenge, prior)
+            (emb,) = _views(forward, [views], pre, False, self.precision)
+            c = consistency(emb, self.consistency_pairs)
+            return {"loss": c, "phi": fisher_z(c)}
+        sets = [challenge.images, challenge.population_images] if want_rmia else [challenge.images]
+        outs = list(_views(forward, sets, pre, prior.hflip, self.precision))
+        logits, flipped = outs.pop(0), outs.pop(0) if prior.hflip else None
+        sig = {"loss": loss_signal(logits, y), "phi": lira_signal(logits, y, flipped)}
+        if want_rmia:
+            pop, pop_flipped = outs.pop(0), outs.pop(0) if prior.hflip else None
+            sig["p_x"] = rmia_prob(logits, y, flipped_logits=flipped)
+            sig["p_z"] = rmia_prob(pop, challenge.population_labels.cpu(), flipped_logits=pop_flipped)
+        return sig
+
+    def _consistency_views(self, challenge: MembershipChallenge, prior: AttackerPrior) -> Tensor:
+        """uint8 [2·pairs·n, C, H, W]: for each pair k, view A of every record, then view B (fixed seed)."""
+        images = challenge.images
+        g = torch.Generator(device=images.device)
+        g.manual_seed(derive_seed(self.seed, MIA_STREAM, 2, _stable_int(challenge.victim)))
+        augment = SimCLRAugment(hflip=prior.hflip)
+        unit = images.float() / 255.0
+        views = [augment(unit, g) for _ in range(2 * self.consistency_pairs)]
+        return torch.cat(views).mul_(255.0).round_().clamp_(0, 255).to(torch.uint8)
+
+    # -- reference models --------------------------------------------------------------
+
+    def _reference_signals(self, challenge: MembershipChallenge, prior: AttackerPrior, pre: Preprocess,
+                           device: torch.device) -> dict[str, Any] | Skipped:
+        """Reference signals [N, n] (and RMIA's on the population) with the masks, from the cache or trained."""
+        if self.recipe is None:
+            return Skipped("the method gives no local recipe to train reference models with (Method.reference_recipe)")
+        if self.build_model is None:
+            return Skipped("no architecture constructor was given to build reference models")
+        n = challenge.labels.shape[0]
+        if n < 4:
+            return Skipped(f"the victim's pool has {n} records; reference models need at least 4")
+        seed = derive_seed(self.seed, MIA_STREAM, 1, _stable_int(challenge.victim))
+        key = self._cache_key(challenge, prior, seed)
+        loaded = self._load_cache(challenge.victim, key)
+        if loaded is None:
+            t0 = time.perf_counter()
+            tensors, made = self._train(challenge, prior, pre, seed)
+            made["seconds"] = round(time.perf_counter() - t0, 3)
+            self._save_cache(challenge.victim, key, tensors, made)
+            self.trained += 1
+            source = "trained"
+        else:
+            (tensors, made), source = loaded, "cache"
+        t = tensors
+        masks = t["masks"].bool()
+        info = {"reference_models": int(masks.shape[0]), "recipe": repr(self.recipe), "source": source, **made}
+        y = challenge.labels.cpu()
+        if self.label_free:
+            return {"phi": fisher_z(t["consistency"]), "masks": masks, "info": info}
+        out = {"phi": lira_signal(t["logits"], y, t.get("flipped")), "masks": masks, "info": info}
+        if "population_logits" in t:
+            out["p_x"] = rmia_prob(t["logits"], y, flipped_logits=t.get("flipped"))
+            out["p_z"] = rmia_prob(t["population_logits"], challenge.population_labels.cpu(),
+                                   flipped_logits=t.get("population_flipped"))
+        return out
+
+    def _train(self, challenge: MembershipChallenge, prior: AttackerPrior, pre: Preprocess,
+               seed: int) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """The tensors to cache, and how they were made (training path and why)."""
+        masks = inclusion_masks(challenge.labels.shape[0], self.reference_models, torch.Generator().manual_seed(seed % 2**63))
+        if self.label_free:
+            views = self._consistency_views(challenge, prior)
+            ref = train_reference_models(self.build_model, challenge.images, challenge.labels, masks, self.recipe,
+                                         preprocess=pre, population=views, seed=seed, path=self.path, flip=False,
+                                         precision=self.precision)
+            # Only the consistency per (model, record) is kept: the view embeddings are large and nothing else reads them.
+            tensors = {"consistency": consistency(ref.population_logits, self.consistency_pairs).float(),
+                       "masks": ref.masks.to(torch.uint8)}
+        else:
+            population = challenge.population_images if challenge.population_labels.numel() else None
+            ref = train_reference_models(self.build_model, challenge.images, challenge.labels, masks, self.recipe,
+                                         preprocess=pre, population=population, seed=seed, path=self.path,
+                                         flip=prior.hflip, precision=self.precision)
+            tensors = _tensors_of(ref)
+        return tensors, {"path": ref.path, "path_reason": ref.reason}
+
+    def _cache_key(self, challenge: MembershipChallenge, prior: AttackerPrior, seed: int) -> dict[str, Any]:
+        shapes = sorted((k, list(v.shape)) for k, v in prior.build_model().state_dict().items())
+        return {
+            "format": CACHE_FORMAT,
+            "victim": challenge.victim,
+            "reference_models": self.reference_models,
+            "recipe": repr(self.recipe),
+            "seed": seed,
+            "path": self.path,
+            "precision": self.precision,
+            "signal": f"consistency/{self.consistency_pairs}" if self.label_free else "logits",
+            "flip": bool(prior.hflip),
+            "architecture": _digest(json.dumps(shapes).encode()),
+            "pool": _digest_tensors(challenge.images, challenge.labels),
+            "population": _digest_tensors(challenge.population_images, challenge.population_labels),
+        }
+
+    def _cache_paths(self, victim: str) -> tuple[Path, Path] | None:
+        if self.cache_dir is None:
+            return None
+        stem = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in victim) + "-reference-logits"
+        return self.cache_dir / f"{stem}.safetensors", self.cache_dir / f"{stem}.json"
+
+    def _load_cache(self, victim: str, key: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Any]] | None:
+        """(tensors, how they were made) when the cache holds this key, else None."""
+        paths = self._cache_paths(victim)
+        if paths is None or not all(p.is_file() for p in paths):
+            return None
+        from safetensors.torch import load_file
+
+        try:
+            meta = runs.read_json(paths[1])
+            if meta.get("key") != key:
+                log.info("mia: reference-logit cache for %s was made by other settings; retraining", victim)
+                return None
+            return load_file(str(paths[0])), dict(meta.get("made", {}))
+        except (OSError, ValueError, json.JSONDecodeError) as exc:
+            log.warning("mia: unreadable reference-logit cache for %s (%s); retraining", victim, exc)
+            return None
+
+    def _save_cache(self, victim: str, key: dict[str, Any], tensors: dict[str, Tensor], made: dict[str, Any]) -> None:
+        paths = self._cache_paths(victim)
+        if paths is None:
+            return
+        from safetensors.torch import save_file
+
+        paths[0].parent.mkdir(parents=True, exist_ok=True)
+        with runs.atomic_path(paths[0]) as tmp:
+            save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
+        # Written last: a matching key marks a complete cache.
+        runs.write_json(paths[1], {"key": key, "made": made, "tensors": sorted(tensors)})
+
+    # -- targets -----------------------------------------------------------------------
+
+    def _last_upload(self, view: WireView, prior: AttackerPrior, victim: str,
+                     device: torch.device) -> tuple[Query | Skipped, dict[str, Any]]:
+        """The victim's newest uploaded weights as a queryable model, or why there are none in this view."""
+        if view.role != SERVER:
+            return Skipped(f"only a curious server sees a client's uploads; this attacker is {view.role}"), {}
+        me = client_role(victim)
+        sent = [a for a in view if a.sender == me]
+        uploads = _latest_weights(sent, sender=me)
+        if not uploads:
+            kinds = ", ".join(sorted({a.kind.value for a in sent})) or "nothing"
+            return Skipped(f"the server's view holds no weight-bearing upload (full_model or partial_model) from "
+                           f"{victim}; it sent {kinds}"), {}
+        broadcast = _latest_weights([a for a in view if a.sender == SERVER], receiver=me)
+        stats = [a for a in sent if a.kind == ArtifactKind.BN_STATS_ALL_LAYERS]
+        layers: list[Artifact] = [*broadcast, *uploads, *([max(stats, key=lambda a: a.round)] if stats else [])]
+        model = prior.build_model()
+        base = {k: v.detach().to(device) for k, v in model.state_dict().items()}
+        state, assembled = _Context(view, prior, base, [], [], device).assemble(layers[:-1], layers[-1])
+        load_state_(model, state)
+        model = model.to(device).eval()
+        predict = self.predict
+        info = {"round": max(a.round for a in uploads), "weights_from": assembled["weights_from"]}
+        return (lambda x: predict(model, x)), info
+
+    # -- domain level --------------------------------------------------------------------
+
+    def attack_domain(self, challenge: DomainChallenge, query: Query, prior: AttackerPrior,
+                      device: torch.device) -> Tensor:
+        """The global model's per-record signal (higher = looks like a training domain)."""
+        pre = attacker_preprocess(prior, device)
+        if self.label_free:
+            probe = MembershipChallenge(ALL_DOMAINS, challenge.images, challenge.labels, challenge.images[:0],
+                                        challenge.labels[:0])
+            (emb,) = _views(query, [self._consistency_views(probe, prior)], pre, False, self.precision)
+            return consistency(emb, self.consistency_pairs)
+        (logits,) = _views(query, [challenge.images], pre, False, self.precision)
+        return loss_signal(logits, challenge.labels.cpu())
+
+    def signal_name(self, key: str) -> str:
+        if self.label_free:
+            return (f"augmentation consistency: mean cosine of the embeddings of {self.consistency_pairs} SimCLR view "
+                    "pairs" + ("; LiRA on its Fisher z" if key.startswith("lira") else ""))
+        return {
+            "loss": "-cross-entropy (Yeom et al.)",
+            "lira_online": "LiRA logit-scaled confidence, record and flip averaged; IN and OUT Gaussians",
+            "lira_offline": "LiRA logit-scaled confidence, record and flip averaged; one-sided OUT Gaussian",
+            "rmia": "RMIA: fraction of population records z with LR(x, z) >= 2, Pr(y|x) at T = 2",
+            "domain": "-cross-entropy of the global model (Yeom et al.)",
+        }[key]
+
+
+class MiaLoss(MembershipInference):
+    name = "mia-loss"
+    summary = "membership inference, loss attack only (no reference models)"
+    variants = ("loss",)
+
+
+class MiaLira(MembershipInference):
+    name = "mia-lira"
+    summary = "membership inference, LiRA online and offline only"
+    variants = ("lira",)
+
+
+class MiaRmia(MembershipInference):
+    name = "mia-rmia"
+    summary = "membership inference, RMIA only"
+    variants = ("rmia",)
+
+
+class MiaDomain(MembershipInference):
+    name = "mia-domain"
+    summary = "domain-level membership: was this domain in the federation? (global model)"
+    variants = ("domain",)
+
+
+MIA_ATTACKS: tuple[type[MembershipInference], ...] = (MembershipInference, MiaLoss, MiaLira, MiaRmia, MiaDomain)
+
+
+def mia_variants(classes: Iterable[type[Attack]]) -> tuple[str, ...]:
+    """The union of variants of the selected mia classes (``--attack mia-loss,mia-lira``), in canonical order."""
+    chosen = {v for cls in classes if issubclass(cls, MembershipInference) for v in cls.variants}
+    return tuple(v for v in VARIANTS if v in chosen)
+
+
+# -- signals and helpers -----------------------------------------------------------------
+
+
+def consistency(embeddings: Tensor, pairs: int) -> Tensor:
+    """Mean cosine of view pairs: [..., 2·pairs·n, D] laid out as pair k's A views then its B views → [..., n] (float64)."""
+    e = embeddings.double()
+    n = e.shape[-2] // (2 * pairs)
+    e = e.reshape(*e.shape[:-2], pairs, 2, n, e.shape[-1])
+    return F.cosine_similarity(e[..., 0, :, :], e[..., 1, :, :], dim=-1).mean(-2)
+
+
+def fisher_z(c: Tensor) -> Tensor:
+    """atanh of a cosine, clamped off ±1 so a perfectly consistent record stays finite."""
+    return torch.atanh(c.double().clamp(-1 + 1e-6, 1 - 1e-6))
+
+
+def attacker_preprocess(prior: AttackerPrior, device: torch.device) -> Preprocess:
+    """The federation's normalisation and augmentation, rebuilt from public knowledge."""
+    return Preprocess(prior.mean, prior.std, device, hflip=prior.hflip, channels_last=device.type == "cuda")
+
+
+def _tensors_of(ref: ReferenceLogits) -> dict[str, Tensor]:
+    named = {"logits": ref.logits, "flipped": ref.flipped, "population_logits": ref.population_logits,
+             "population_flipped": ref.population_flipped, "masks": ref.masks.to(torch.uint8)}
+    return {k: v for k, v in named.items() if v is not None}
+
+
+def _digest(blob: bytes) -> str:
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _digest_tensors(*tensors: Tensor) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _stable_int(text: str) -> int:
+    """A seed component from a name (Python's str hash is salted per process)."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+
+
+# -- the auditor -----------------------------------------------------------------------------
+
+
+def make_challenge(fed: Federation, victim: str, seed: int) -> tuple[MembershipChallenge, Tensor]:
+    """The victim's challenge and the truth the auditor keeps (bool [n], True = member)."""
+    client = next((c for c in fed.clients if c.domain == victim), None)
+    if client is None:
+        raise unknown_choice("mia victim", victim, [c.domain for c in fed.clients])
+    d = client.data
+    images, labels = torch.cat([d.train_x, d.holdout_x]), torch.cat([d.train_y, d.holdout_y])
+    is_member = torch.cat([torch.ones(d.train_y.shape[0], dtype=torch.bool),
+                           torch.zeros(d.holdout_y.shape[0], dtype=torch.bool)])
+    g = torch.Generator().manual_seed(derive_seed(seed, MIA_STREAM, 0, _stable_int(victim)) % 2**63)
+    order = torch.randperm(labels.shape[0], generator=g)
+    others = [c.data for c in fed.clients if c.domain != victim]
+    pop_x = torch.cat([o.holdout_x for o in others]) if others else images[:0]
+    pop_y = torch.cat([o.holdout_y for o in others]) if others else labels[:0]
+    dev = order.to(images.device)
+    return MembershipChallenge(victim, images[dev], labels[dev], pop_x, pop_y), is_member[order]
+
+
+def make_domain_challenge(fed: Federation, domains: Sequence[str], seed: int) -> tuple[DomainChallenge, list[str | None]]:
+    """Holdouts of ``domains`` and the unseen target domain's records, shuffled; the truth (domain, None = target)."""
+    parts = [(c.domain, c.data.holdout_x, c.data.holdout_y) for c in fed.clients if c.domain in domains]
+    parts.append((None, fed.target_x, fed.target_y))
+    images = torch.cat([p[1] for p in parts])
+    labels = torch.cat([p[2] for p in parts])
+    truth = [p[0] for p in parts for _ in range(p[2].shape[0])]
+    g = torch.Generator().manual_seed(derive_seed(seed, MIA_STREAM, 3) % 2**63)
+    order = torch.randperm(labels.shape[0], generator=g)
+    dev = order.to(images.device)
+    return DomainChallenge(images[dev], labels[dev]), [truth[i] for i in order.tolist()]
+
+
+def black_box(method: Method, fed: Federation) -> Query:
+    """Query access to the deployed model: normalised inputs → the method's outputs, nothing else."""
+    model = method.global_model(fed).eval()
+
+    @torch.no_grad()
+    def query(x: Tensor) -> Tensor:
+        return method.predict(model, x)
+
+    return query
+
+
+def audit_membership(run_dir: Path, cfg: RunConfig, method: Method, fed: Federation, prior: AttackerPrior, *,
+                     role: str, victims: Sequence[str], reference_models: int,
+                     variants: Sequence[str] = tuple(VARIANTS), path: str = "auto") -> dict[str, Any]:
+    """Run the selected mia ``variants`` as ``role`` against ``victims``; the auditor scores them.
+
+    Returns ``{result_key: {target: {victim: membership_metrics(...) + members, nonmembers,
+    reference_models, signal}}}`` (JSON-able) with result keys loss, lira_online, lira_offline, rmia and
+    domain (target global_model; victims = each source domain attacked and ``all``, pooled). What could
+    not run is ``{"status": "not applicable", "reason": ...}`` in the victim's place. Reference logits
+    are cached under ``run_dir/mia/``.
+    """
+    variants = check_variants(variants)
+    check_reference_models(reference_models)
+    device = fed.device
+    needs_reference = "lira" in variants or "rmia" in variants
+    attack = MembershipInference(
+        reference_models, seed=cfg.seed, precision=cfg.precision, path=path, label_free=method.label_free,
+        recipe=method.reference_recipe(fed) if needs_reference else None,
+        build_model=lambda: method.build_model(fed), predict=method.predict, cache_dir=Path(run_dir) / "mia")
+    view = fed.wire.view(role)
+    query = black_box(method, fed)
+    result: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    # Reference training may draw from torch's global RNG (MixStyle, dropout): fork it, seeded, so the
+    # audit is reproducible and leaves the run's own RNG where it was.
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(derive_seed(cfg.seed, MIA_STREAM, 4))
+        for victim in victims if any(v != "domain" for v in variants) else ():
+            challenge, is_member = make_challenge(fed, victim, cfg.seed)
+            answer = attack.attack(view, prior, challenge, query, device, variants)
+            reference = answer.info.get("reference", {})
+            for key, by_target in answer.scores.items():
+                for target, scores in by_target.items():
+                    if isinstance(scores, Skipped):
+                        entry = scores.to_json()
+                    else:
+                        uses_ref = key != "loss"
+                        scores = scores.double().cpu()
+                        entry = _scored(scores[is_member], scores[~is_member], attack.signal_name(key),
+                                        reference.get("reference_models", 0) if uses_ref else 0)
+                        entry.update(answer.info.get(target, {}))
+                        if uses_ref:
+                            entry["reference"] = reference
+                        if key == "rmia":
+                            entry["population"] = int(challenge.population_labels.shape[0])
+                    result.setdefault(key, {}).setdefault(target, {})[victim] = entry
+        if "domain" in variants:
+            result["domain"] = _audit_domains(attack, fed, prior, query, victims, cfg.seed, device)
+    log.info("mia: %s as %s against %s in %.1fs (%d reference-model set(s) trained)", ", ".join(variants), role,
+             ", ".join(victims), time.perf_counter() - t0, attack.trained)
+    return result
+
+
+def _audit_domains(attack: MembershipInference, fed: Federation, prior: AttackerPrior, query: Query,
+                   victims: Sequence[str], seed: int, device: torch.device) -> dict[str, Any]:
+    """Per source domain and pooled (``all``): its holdout records against the unseen domain's records."""
+    challenge, truth = make_domain_challenge(fed, victims, seed)
+    scores = attack.attack_domain(challenge, query, prior, device).cpu()
+    unseen = scores[torch.tensor([t is None for t in truth])]
+    rows: dict[str, Any] = {}
+    for victim in [*victims, ALL_DOMAINS]:
+        member = torch.tensor([t is not None and victim in (t, ALL_DOMAINS) for t in truth])
+        rows[victim] = _scored(scores[member], unseen, attack.signal_name("domain"), 0)
+        rows[victim]["nonmember_domain"] = fed.split.target
+    return {GLOBAL: rows}
+
+
+def _scored(members: Tensor, nonmembers: Tensor, signal: str, n_reference: int) -> dict[str, Any]:
+    """membership_metrics with the fields every entry carries."""
+    out = membership_metrics(members, nonmembers)
+    out.update(members=int(members.numel()), nonmembers=int(nonmembers.numel()), reference_models=int(n_reference),
+               signal=signal)
+    return out
+
+
+__all__ = ["MIA_ATTACKS", "DomainChallenge", "MembershipChallenge", "MembershipInference", "VARIANTS",
+           "audit_membership", "make_challenge", "mia_variants"]
