@@ -238,7 +238,7 @@ def _brush_field(rng: np.random.Generator, lay: _Layout) -> np.ndarray:
 
 
 def _painting(rng: np.random.Generator, lay: _Layout) -> np.ndarray:
-    n, s = lay.n, lay.size
+    n = lay.n
     h_obj = rng.random(n)
     h_bg = h_obj + _uniform(rng, 0.25, 0.75, n)  # clearly different, saturated hues
     v_obj, v_bg = contrasting_levels(rng, n, dark=(0.12, 0.45), light=(0.65, 0.98))
