@@ -82,14 +82,14 @@ def rows(run_dir: Path, method: str, attacker: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/leakage-table"))
-    parser.add_argument("--only", default="", help="comma-separated methods to run (default: all cases)")
+    parser.add_argument("--only", default="", help="comma-separated methods or method:attacker cases (default: all)")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
     lines = ["| method | attacker | artifact | domain attribution, macro (control; chance) | class fidelity (control; chance) "
              "| identifiability [95% CI] (control) | PSNR dB to nearest member (control) | unseen acc |",
              "|---|---|---|---|---|---|---|---|"]
     for method, attacker in CASES:
-        if only and method not in only:
+        if only and method not in only and f"{method}:{attacker}" not in only:
             continue
         run_dir = run(args.out / f"{method}-{attacker.replace(':', '-')}", method, attacker)
         lines += rows(run_dir, method, attacker)
