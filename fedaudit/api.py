@@ -28,6 +28,7 @@ from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.federation import Federation, derive_seed
 from fedaudit.leakage import Auditor, DomainRecords, domain_matrix, image_grid, macro_diagonal, with_control
 from fedaudit.method import Method
+from fedaudit.reports import write_report_or_warn
 from fedaudit.wire import SERVER, Wire, client_role
 
 log = logging.getLogger("fedaudit")
@@ -129,6 +130,7 @@ def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, target
                  reporter: Reporter, on_round_end, command: str, data_seconds: float) -> EvaluateResult:
     if len(targets) == 1:
         metrics = run_one(root, cfg, dataset, targets[0], device, reporter, on_round_end, command, data_seconds)
+        write_report_or_warn(root)  # report.html from the finished run's files; a failure only warns
         return EvaluateResult(root, metrics)
     per_target = {}
     for target in targets:
@@ -141,6 +143,7 @@ def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, target
     metrics = summarise_targets(cfg, per_target)
     runs.write_json(root / "metrics.json", metrics)
     runs.mark_complete(root, ["config.json", "metrics.json", *(f"{target_dirname(t)}/{runs.COMPLETE}" for t in targets)])
+    write_report_or_warn(root)  # one report for all targets, rendered from the root and its target-*/ folders
     return EvaluateResult(root, metrics)
 
 

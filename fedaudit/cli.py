@@ -257,6 +257,40 @@ def _setup_logging(quiet: bool) -> None:
     log.setLevel(logging.INFO)
 
 
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(..., help="A finished run directory (written by `fedaudit evaluate`)."),
+    redact: bool = typer.Option(False, "--redact", help="Blur every embedded reconstruction (the sharp pixels are not written)."),
+    risk_thresholds: Optional[Path] = typer.Option(None, help="TOML or JSON file of risk-tier thresholds (keys listed in the report)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Where to write (default RUN_DIR/report.html)."),
+) -> None:
+    """Re-render a run's HTML leakage report from its stored files."""
+    from fedaudit.reports import write_report
+
+    try:
+        path = write_report(run_dir, output, redact=redact, thresholds=risk_thresholds)
+    except FedauditError as exc:
+        fail(str(exc))
+    console().print(f"report: {path}", highlight=False, markup=False)
+
+
+@app.command()
+def compare(
+    run_dirs: list[Path] = typer.Argument(..., help="Finished run directories, one column each."),
+    output: Path = typer.Option(..., "-o", "--output", help="The HTML file to write."),
+    redact: bool = typer.Option(False, "--redact", help="Blur every embedded reconstruction."),
+    risk_thresholds: Optional[Path] = typer.Option(None, help="TOML or JSON file of risk-tier thresholds."),
+) -> None:
+    """One page comparing runs side by side, with a privacy–utility scatter."""
+    from fedaudit.reports import write_compare
+
+    try:
+        path = write_compare(run_dirs, output, redact=redact, thresholds=risk_thresholds)
+    except FedauditError as exc:
+        fail(str(exc))
+    console().print(f"comparison: {path}", highlight=False, markup=False)
+
+
 def main() -> None:
     app()
 

@@ -1,5 +1,44 @@
-"""HTML reports (``fedaudit.reports``): the leakage report and ``compare``.
+"""HTML reports (``fedaudit.reports``): the leakage report and ``fedaudit compare``.
 
-The full report lands with its own issue; until then a run's results are in
-``metrics.json``, ``history.csv`` and ``wire.jsonl``.
+* :mod:`~fedaudit.reports.load` reads a finished run directory (stored files only);
+* :mod:`~fedaudit.reports.verdict` turns stored numbers into risk tiers with a
+  one-line reason, against configurable thresholds;
+* :mod:`~fedaudit.reports.plots` draws matplotlib figures as inline SVG;
+* :mod:`~fedaudit.reports.render` fills ``templates/report.html.j2`` (Jinja2,
+  autoescaped) into one self-contained page.
+
+This module imports nothing heavy, so :mod:`fedaudit.api` can import it at
+start-up; the renderer loads on first use.
 """
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("fedaudit")
+
+
+def write_report(run_dir: str | Path, out: str | Path | None = None, **options: Any) -> Path:
+    """Render ``run_dir/report.html`` (or ``out``); options: ``redact``, ``thresholds``."""
+    from fedaudit.reports.render import write_report as write
+
+    return write(run_dir, out, **options)
+
+
+def write_compare(run_dirs: list[str | Path], out: str | Path, **options: Any) -> Path:
+    """One page comparing runs; options: ``redact``, ``thresholds``."""
+    from fedaudit.reports.render import write_compare as write
+
+    return write(run_dirs, out, **options)
+
+
+def write_report_or_warn(run_dir: str | Path) -> Path | None:
+    """``write_report`` for the end of ``fedaudit evaluate``: a report failure is a warning, never a lost run."""
+    try:
+        return write_report(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the run is already complete on disk; the report can be re-rendered
+        log.warning("could not write report.html for %s (%s: %s); the run itself is complete — "
+                    "retry with `fedaudit report %s`", run_dir, type(exc).__name__, exc, run_dir)
+        return None

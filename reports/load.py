@@ -1,0 +1,145 @@
+"""Reading a run directory for the report: stored files only, nothing recomputed.
+
+A single-target run directory holds ``config.json``, ``metrics.json``,
+``history.csv``, ``wire.jsonl``, ``images/*.png`` and ``COMPLETE``
+(:mod:`fedaudit.runs`). A ``target_domain=all`` run holds the averaged
+``metrics.json`` at its root and one such directory per target
+(``target-<domain>/``); the report renders one *unit* per target, and the
+root's own averages beside them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedaudit import runs
+from fedaudit.errors import FedauditError
+
+
+@dataclass
+class Unit:
+    """One trained federation with one unseen target: the rows and columns of every table."""
+
+    run_dir: Path
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    history: list[dict[str, Any]]
+    wire: list[dict[str, Any]]
+    label: str = ""
+    images: dict[str, bytes] = field(default_factory=dict)  # path relative to run_dir -> PNG bytes
+
+    @property
+    def method(self) -> str:
+        return str(self.metrics.get("method", "?"))
+
+    @property
+    def dataset(self) -> str:
+        return str(self.metrics.get("dataset", "?"))
+
+    @property
+    def target(self) -> str:
+        return str(self.metrics.get("target_domain", "?"))
+
+    @property
+    def leakage(self) -> dict[str, Any]:
+        return self.metrics.get("leakage") or {}
+
+
+@dataclass
+class Run:
+    """A run directory: its units (one per target) and, for ``target_domain=all``, the root's averages."""
+
+    run_dir: Path
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    units: list[Unit]
+
+    @property
+    def multi_target(self) -> bool:
+        return self.metrics.get("target_domain") == "all"
+
+
+def load_run(path: str | Path) -> Run:
+    """Load a finished run directory; a folder that is not one, or an unfinished run, is a one-line user error."""
+    root = Path(path).expanduser()
+    if not root.is_dir() or not (root / "config.json").is_file():
+        raise FedauditError(f"{root} is not a fedaudit run directory (no config.json); "
+                            "give a folder written by `fedaudit evaluate`")
+    if not runs.is_complete(root) or not (root / "metrics.json").is_file():
+        raise FedauditError(f"{root} is an incomplete run (no {runs.COMPLETE} marker); "
+                            f"finish it with `fedaudit evaluate --resume {root}` first")
+    config = _read_json(root / "config.json")
+    metrics = _read_json(root / "metrics.json")
+    if metrics.get("target_domain") != "all":
+        return Run(root, config, metrics, [_load_unit(root, config, metrics)])
+    from fedaudit.api import target_dirname  # imported here: fedaudit.api imports this package
+
+    units = []
+    for target in config.get("targets") or list((metrics.get("accuracy") or {}).get("per_target") or {}):
+        sub = root / target_dirname(target)
+        if not runs.is_complete(sub) or not (sub / "metrics.json").is_file():
+            raise FedauditError(f"{root} is an incomplete run: target {target} has no finished {sub.name}/; "
+                                f"finish it with `fedaudit evaluate --resume {root}` first")
+        units.append(_load_unit(sub, _read_json(sub / "config.json"), _read_json(sub / "metrics.json")))
+    return Run(root, config, metrics, units)
+
+
+def _load_unit(run_dir: Path, config: dict[str, Any], metrics: dict[str, Any]) -> Unit:
+    unit = Unit(run_dir, config, metrics, _read_history(run_dir / "history.csv"), _read_jsonl(run_dir / "wire.jsonl"))
+    for rel in _image_paths(unit.leakage):
+        path = (run_dir / rel).resolve()
+        # only files inside the run directory: metrics.json is data, not a licence to read the disk
+        if path.is_file() and run_dir.resolve() in path.parents:
+            unit.images[rel] = path.read_bytes()
+    return unit
+
+
+def _image_paths(leakage: dict[str, Any]) -> list[str]:
+    found = []
+    for attack in leakage.values():
+        if not isinstance(attack, dict):
+            continue
+        for artifact in attack.values():
+            if not isinstance(artifact, dict):
+                continue
+            for entry in artifact.values():
+                if isinstance(entry, dict) and isinstance(entry.get("image_grid"), str):
+                    found.append(entry["image_grid"])
+    return found
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return runs.read_json(path)
+    except (OSError, ValueError) as exc:
+        raise FedauditError(f"cannot read {path}: {exc}; the run directory is damaged — re-run it") from None
+
+
+def _read_history(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows = []
+    with path.open(newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            rows.append({k: _number(v) for k, v in row.items()})
+    return rows
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _number(text: str | None) -> Any:
+    if text is None or text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value

@@ -1,0 +1,600 @@
+"""The HTML leakage report and ``compare``: one self-contained page per run (or per set of runs).
+
+The page is rendered from a run directory's stored files only
+(:mod:`fedaudit.reports.load`); it formats and explains numbers, it never
+recomputes one. Sections, always all present, in order (ATTACKS.md, "The HTML
+report"): notice, verdict, side by side, what crossed the wire,
+reconstructions, membership, accuracy and cost over rounds, provenance;
+``compare`` adds a privacy–utility scatter after "side by side".
+
+Every run × target is one *unit* and one column of every table: a single run
+has one unit, a ``target_domain=all`` run one per target (with the root's
+stored means beside them), ``compare`` the units of every run given.
+
+Safety: Jinja2 autoescapes everything; the only markup passed through is the
+SVG matplotlib wrote (its text XML-escaped, see :mod:`fedaudit.reports.plots`).
+Images are data URIs; under ``--redact`` they are blurred before encoding, so
+the page never carries the sharp bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from fedaudit import runs
+from fedaudit.errors import FedauditError
+from fedaudit.reports import plots
+from fedaudit.reports.load import Run, Unit, load_run
+from fedaudit.reports.verdict import (BOOKKEEPING, DOMAIN, MIA, MIA_TARGETS, RiskThresholds, Verdict, artifact_verdict,
+                                      load_thresholds, mia_count, mia_level, mia_rows, mia_tpr_ci, mia_verdict)
+
+REPORT_NAME = "report.html"
+MAX_IMAGE_SIDE = 900  # px; the stored grids are ~200×660, this only bounds a larger --image-size
+REDACT_BLUR = 0.06  # Gaussian radius as a fraction of the grid's short side: a 64-px digit cell becomes a smudge
+MISSING = "—"
+NOT_SECTIONS = BOOKKEEPING
+LEVELS = (0.001, 0.01, 0.1)
+RESOLVE_PER_LEVEL = 10  # non-members per unit of FPR needed to resolve a level (ATTACKS.md: 10/FPR)
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[tuple[str, list[str]]] = field(default_factory=list)
+
+
+# -- public entry points --------------------------------------------------------
+
+
+def write_report(run_dir: str | Path, out: str | Path | None = None, *, redact: bool = False,
+                 thresholds: str | Path | RiskThresholds | None = None) -> Path:
+    """Render ``run_dir`` into ``out`` (default ``run_dir/report.html``); returns the file written."""
+    tiers = _thresholds(thresholds)  # a bad thresholds file fails before any run is read
+    run = load_run(run_dir)
+    html = render([run], redact=redact, thresholds=tiers, compare=False)
+    path = Path(out).expanduser() if out is not None else run.run_dir / REPORT_NAME
+    runs.write_text(path, html)
+    return path
+
+
+def write_compare(run_dirs: Sequence[str | Path], out: str | Path, *, redact: bool = False,
+                  thresholds: str | Path | RiskThresholds | None = None) -> Path:
+    """The same sections across runs side by side, plus the privacy–utility scatter."""
+    tiers = _thresholds(thresholds)
+    if not run_dirs:
+        raise FedauditError("compare needs at least one run directory: fedaudit compare RUN_DIR... -o FILE")
+    loaded = [load_run(d) for d in run_dirs]
+    html = render(loaded, redact=redact, thresholds=tiers, compare=True)
+    path = Path(out).expanduser()
+    runs.write_text(path, html)
+    return path
+
+
+def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds, compare: bool) -> str:
+    from fedaudit import __version__
+
+    units = [u for r in run_list for u in r.units]
+    _label_units(units, compare)
+    ctx = {
+        "compare": compare,
+        "redact": redact,
+        "title": _title(run_list, compare),
+        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "version": __version__,
+        "runs": [{"dir": r.run_dir.name, "method": r.metrics.get("method", "?"), "dataset": r.metrics.get("dataset", "?"),
+                  "target": r.metrics.get("target_domain", "?")} for r in run_list],
+        "labels": [u.label for u in units],
+        "thresholds": thresholds.describe(),
+        "verdict": verdict_table(units, thresholds),
+        "accuracy": accuracy_table(units),
+        "means": [mean_note(r) for r in run_list if r.multi_target],
+        "communication": communication_table(units),
+        "leakage": leakage_table(units),
+        "scatter": scatter_section(units) if compare else None,
+        "wire": [(u.label, wire_table(u)) for u in units],
+        "reconstructions": [(u.label, reconstructions(u, redact)) for u in units],
+        "membership": [(u.label, membership(u)) for u in units],
+        "rounds": rounds_section(units),
+        "provenance": provenance_table(units),
+        "config": _aligned(units, lambda u: [(k, _value(v)) for k, v in _config(u).items()]),
+    }
+    return _environment().get_template("report.html.j2").render(**ctx)
+
+
+def _thresholds(value: str | Path | RiskThresholds | None) -> RiskThresholds:
+    return value if isinstance(value, RiskThresholds) else load_thresholds(value)
+
+
+def _environment():
+    import jinja2
+
+    # autoescape on for every template; StrictUndefined: a renamed key fails the tests, not the reader
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+def _title(run_list: Sequence[Run], compare: bool) -> str:
+    if compare:
+        return f"fedaudit comparison of {len(run_list)} runs"
+    m = run_list[0].metrics
+    return f"fedaudit leakage report: {m.get('method', '?')} on {m.get('dataset', '?')}, unseen domain {m.get('target_domain', '?')}"
+
+
+def _label_units(units: list[Unit], compare: bool) -> None:
+    for i, u in enumerate(units, 1):
+        if compare:
+            u.label = f"{i}. {u.method} · {u.dataset} · target {u.target}"
+        else:
+            u.label = f"target {u.target}"
+
+
+def _aligned(units: Sequence[Unit], cells: Callable[[Unit], list[tuple[str, str]]]) -> Table:
+    """One row per label seen in any unit (first-seen order), one column per unit; absent cells say so."""
+    per_unit = [dict(cells(u)) for u in units]
+    order: list[str] = []
+    for d in per_unit:
+        order += [k for k in d if k not in order]
+    return Table([u.label for u in units], [(k, [d.get(k, MISSING) for d in per_unit]) for k in order])
+
+
+# -- 1. verdict ------------------------------------------------------------------
+
+
+def verdict_table(units: Sequence[Unit], t: RiskThresholds) -> list[tuple[str, list[Verdict | None]]]:
+    """Rows: every shared (kind, direction) any unit declares, then membership targets; cells: one verdict per unit."""
+    keys: list[str] = []
+    for u in units:
+        keys += [k for k in (u.metrics.get("communication") or {}).get("declared") or [] if k not in keys]
+    rows: list[tuple[str, list[Verdict | None]]] = []
+    for key in keys:
+        cells: list[Verdict | None] = []
+        for u in units:
+            if key in ((u.metrics.get("communication") or {}).get("declared") or []):
+                cells.append(artifact_verdict(key, u.metrics, _config(u), t))
+            else:
+                cells.append(None)
+        rows.append((_share_title(key), cells))
+    targets: list[str] = []
+    for u in units:
+        targets += [k for k in mia_rows(u.metrics) if k not in targets]
+    for target in targets or ["global_model"]:
+        title = "membership: was each source domain in the federation?" if target == DOMAIN else \
+            f"membership: {MIA_TARGETS.get(target, target)}"
+        rows.append((title, [mia_verdict(target, u.metrics, t) for u in units]))
+    return rows
+
+
+def _share_title(key: str) -> str:
+    kind, arrow = key[:-1], key[-1]
+    return f"{kind} {arrow} ({'client → server' if arrow == '↑' else 'server → client'})"
+
+
+def _config(u: Unit) -> dict[str, Any]:
+    return u.config.get("config") or (u.metrics.get("provenance") or {}).get("config") or {}
+
+
+# -- 2. side by side -------------------------------------------------------------------
+
+
+def accuracy_table(units: Sequence[Unit]) -> Table:
+    def cells(u: Unit) -> list[tuple[str, str]]:
+        acc = u.metrics.get("accuracy") or {}
+        out = [("unseen-domain accuracy (selected round)", _f3(acc.get("unseen_domain"))),
+               ("selected round (best source validation)", _text(acc.get("selected_round")))]
+        final = acc.get("final_round") or {}
+        if final:
+            out.append(("unseen-domain accuracy at the final round", f"{_f3(final.get('unseen_domain'))} (round {_text(final.get('round'))})"))
+        val = acc.get("source_val") or {}
+        out.append(("source validation accuracy, mean", _f3(val.get("mean"))))
+        for domain, v in (val.get("per_domain") or {}).items():
+            out.append((f"source validation accuracy, {domain}", _f3(v)))
+        for k, v in (acc.get("method_specific") or {}).items():
+            out.append((f"method-specific: {k}", _value(v)))
+        return out
+
+    return _aligned(units, cells)
+
+
+def mean_note(run: Run) -> str:
+    acc = run.metrics.get("accuracy") or {}
+    n = len(run.units)
+    return (f"{run.run_dir.name}: mean over its {n} targets as stored in metrics.json — unseen-domain accuracy "
+            f"{_f3(acc.get('unseen_domain'))}, source validation {_f3((acc.get('source_val') or {}).get('mean'))}.")
+
+
+def communication_table(units: Sequence[Unit]) -> Table:
+    def cells(u: Unit) -> list[tuple[str, str]]:
+        c = u.metrics.get("communication") or {}
+        out = [("shares (declared by the method)", ", ".join(c.get("declared") or []) or MISSING),
+               ("rounds × clients", f"{_text(c.get('rounds'))} × {_text(c.get('clients'))}"),
+               ("MB up per round (clients → server)", _f3(c.get("mb_up_per_round"))),
+               ("MB down per round (server → clients)", _f3(c.get("mb_down_per_round"))),
+               ("total up", _size(c.get("bytes_up"))),
+               ("total down", _size(c.get("bytes_down")))]
+        for kind, d in (c.get("by_kind") or {}).items():
+            for direction, arrow in (("up", "↑"), ("down", "↓")):
+                if (d or {}).get(direction):
+                    out.append((f"total, {kind} {arrow}", _size(d[direction])))
+        return out
+
+    return _aligned(units, cells)
+
+
+def leakage_table(units: Sequence[Unit]) -> Table:
+    def cells(u: Unit) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for attack, sec in u.leakage.items():
+            if attack == MIA or not isinstance(sec, dict):
+                continue
+            summary = sec.get("summary") or {}
+            for key, victims in sec.items():
+                if key in NOT_SECTIONS or not isinstance(victims, dict):
+                    continue
+                head = f"{attack} · {key}"
+                s = summary.get(key) or {}
+                macro = (s.get("domain_attribution") or {}).get("macro")
+                if macro:
+                    out.append((f"{head} · domain attribution (macro over victims)", _with_control(macro)))
+                if s.get("class_fidelity"):
+                    out.append((f"{head} · class fidelity (mean over victims)", _with_control(s["class_fidelity"])))
+                statuses = []
+                for victim, e in victims.items():
+                    if not isinstance(e, dict):
+                        continue
+                    m = e.get("metrics")
+                    if e.get("status") != "attacked" or not isinstance(m, dict):
+                        statuses.append(f"{victim}: {e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}")
+                        continue
+                    if m.get("status") == "unavailable":
+                        statuses.append(f"{victim}: not scored — {m.get('reason', 'no reason stored')}")
+                        continue
+                    out += [(f"{head} · {victim} · {label}", text) for label, text in _victim_metrics(m)]
+                if statuses:
+                    out.append((f"{head} · not attacked", "; ".join(statuses)))
+            judges = sec.get("auditor") or {}
+            lpips = judges.get("lpips")
+            if isinstance(lpips, dict) and lpips.get("status") != "available":
+                out.append((f"{attack} · LPIPS", f"{lpips.get('status', '?')}: looked for {lpips.get('looked_for', '?')}; "
+                                                 f"{lpips.get('fix', '')}".strip("; ")))
+            dom = judges.get("domain_classifier") or {}
+            if dom:
+                out.append((f"{attack} · judge: domain classifier accuracy", f"{_f3(dom.get('accuracy_on_members'))} "
+                            f"on members (trained on {dom.get('trained_on', '?')})"))
+            for victim, j in (judges.get("class_classifier") or {}).items():
+                out.append((f"{attack} · judge: class classifier accuracy, {victim}", f"{_f3(j.get('accuracy_on_members'))} on members"))
+        for variant, target, victim, e in _mia_entries(u):
+            if "status" in e and "advantage" not in e:
+                out.append((f"mia · {variant} · {target} · {victim}", f"{e['status']} — {e.get('reason', 'no reason stored')}"))
+                continue
+            level = mia_level(e, 0.01) or {}
+            out.append((f"mia · {variant} · {target} · {victim}",
+                        f"AUC {_f3(e.get('auc'))} · advantage {_f3(e.get('advantage'))} · "
+                        f"TPR@1%FPR {_f3(level.get('tpr'))} {_ci(mia_tpr_ci(level))}"))
+        if not out:
+            out.append(("leakage", "no attack ran in this run; run with --attack deepinversion or --attack mia"))
+        return out
+
+    return _aligned(units, cells)
+
+
+def _victim_metrics(m: dict[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    ident = m.get("identifiability")
+    if isinstance(ident, dict):
+        out.append(("identifiability (chance 0.5)",
+                    f"attack {_f3(ident.get('attack'))} {_ci(ident.get('attack_ci95'))} · control {_f3(ident.get('control'))} "
+                    f"{_ci(ident.get('control_ci95'))} · n {_text(ident.get('n'))}"))
+    for key, label in (("domain_attribution", "domain attribution"), ("class_fidelity", "class fidelity"),
+                       ("psnr_mean", "PSNR to nearest member, mean (dB)"), ("ssim_mean", "SSIM to nearest member, mean"),
+                       ("lpips_mean", "LPIPS to nearest member, mean")):
+        v = m.get(key)
+        if isinstance(v, dict) and "attack" in v:
+            out.append((label, _with_control(v)))
+        elif isinstance(v, dict):  # e.g. LPIPS without its backbone: the status is shown once per attack
+            out.append((label, str(v.get("status", "unavailable"))))
+    return out
+
+
+def _with_control(d: dict[str, Any]) -> str:
+    text = f"attack {_f3(d.get('attack'))} · control {_f3(d.get('control'))}"
+    return text + (f" · chance {_f3(d['chance'])}" if "chance" in d else "")
+
+
+# -- privacy–utility scatter (compare) ---------------------------------------------------
+
+
+def scatter_section(units: Sequence[Unit]) -> dict[str, Any]:
+    """One plot per leakage metric every unit has: x = the metric (and its control), y = unseen accuracy.
+
+    Reconstruction metrics are per artifact and methods share different
+    artifacts, so each unit contributes its most-leaking shared artifact (the
+    highest stored attack value); the artifact is named beside its point.
+    """
+    per_unit = [_scatter_metrics(u) for u in units]
+    common = [k for k in per_unit[0] if all(k in d for d in per_unit)] if per_unit else []
+    everywhere = {k for d in per_unit for k in d}
+    methods = [u.method for u in units]
+    plots_out = []
+    for name in common:
+        pts = []
+        for u, d in zip(units, per_unit):
+            attack, control, where = d[name]
+            label = u.method if methods.count(u.method) == 1 else f"{u.method}/{u.target}"
+            pts.append((f"{label} ({where})" if where else label, attack, control,
+                        float((u.metrics.get("accuracy") or {}).get("unseen_domain") or float("nan"))))
+        plots_out.append({"name": name, "svg": plots.scatter_plot(name, pts, name.split(": ", 1)[-1])})
+    missing = sorted(everywhere - set(common))
+    why = None
+    if not plots_out:
+        why = ("no leakage metric was measured in every run" + (f" (measured in some only: {', '.join(missing)})" if missing else
+               "; run them with --attack deepinversion or --attack mia"))
+    return {"plots": plots_out, "why": why, "partial": missing if plots_out else []}
+
+
+def _scatter_metrics(u: Unit) -> dict[str, tuple[float, float | None, str]]:
+    out: dict[str, tuple[float, float | None, str]] = {}
+    for attack, sec in u.leakage.items():
+        if attack == MIA or not isinstance(sec, dict):
+            continue
+        for key, s in (sec.get("summary") or {}).items():
+            for name, d in ((f"{attack}: domain attribution (macro)", (s.get("domain_attribution") or {}).get("macro")),
+                            (f"{attack}: class fidelity", s.get("class_fidelity"))):
+                if isinstance(d, dict) and _finite(d.get("attack")) and (name not in out or d["attack"] > out[name][0]):
+                    out[name] = (float(d["attack"]), d.get("control"), key)
+    for variant, target, victim, e in _mia_entries(u):
+        name = f"mia {variant} on {target}: AUC"
+        if _finite(e.get("auc")) and (name not in out or e["auc"] > out[name][0]):
+            out[name] = (float(e["auc"]), 0.5, victim)
+    return out
+
+
+def _mia_entries(u: Unit) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """Every stored (variant, target, victim, entry) of the membership attack, bookkeeping keys skipped."""
+    mia = u.leakage.get(MIA)
+    if not isinstance(mia, dict):
+        return []
+    return [(variant, target, victim, e) for variant, by_target in mia.items()
+            if variant not in BOOKKEEPING and isinstance(by_target, dict)
+            for target, by_victim in by_target.items() if isinstance(by_victim, dict)
+            for victim, e in by_victim.items() if isinstance(e, dict)]
+
+
+# -- 3. the ledger ----------------------------------------------------------------------
+
+
+def wire_table(u: Unit) -> Table | str:
+    """Rounds × (kind, direction): MB and message count, from wire.jsonl."""
+    if not u.wire:
+        return "wire.jsonl is empty or missing: this run recorded no messages"
+    cols: list[tuple[str, str]] = []
+    cells: dict[tuple[int, str, str], list[int]] = {}
+    for row in u.wire:
+        key = (str(row.get("kind", "?")), str(row.get("direction", "?")))
+        if key not in cols:
+            cols.append(key)
+        slot = cells.setdefault((int(row.get("round", -1)), *key), [0, 0])
+        slot[0] += int(row.get("bytes", 0))
+        slot[1] += 1
+    table = Table([f"{k} {'↑' if d == 'up' else '↓' if d == 'down' else d}" for k, d in cols])
+    for rnd in sorted({r for r, _, _ in cells}):
+        row = []
+        for k, d in cols:
+            b = cells.get((rnd, k, d))
+            row.append(f"{_size(b[0])} · {b[1]} msg" if b else MISSING)
+        table.rows.append((f"round {rnd}", row))
+    totals = [sum(v[0] for (r, k, d), v in cells.items() if (k, d) == col) for col in cols]
+    counts = [sum(v[1] for (r, k, d), v in cells.items() if (k, d) == col) for col in cols]
+    table.rows.append(("all rounds", [f"{_size(b)} · {n} msg" for b, n in zip(totals, counts)]))
+    return table
+
+
+# -- 4. reconstructions ------------------------------------------------------------------
+
+
+def reconstructions(u: Unit, redact: bool) -> dict[str, Any]:
+    items, notes = [], []
+    attacks = {a: s for a, s in u.leakage.items() if a != MIA and isinstance(s, dict)}
+    for attack, sec in attacks.items():
+        for key, victims in sec.items():
+            if key in NOT_SECTIONS or not isinstance(victims, dict):
+                continue
+            for victim, e in victims.items():
+                if not isinstance(e, dict):
+                    continue
+                head = f"{attack} · {key} · victim {victim}"
+                rel = e.get("image_grid")
+                if e.get("status") != "attacked":
+                    notes.append(f"{head}: {e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}")
+                elif rel is None:
+                    notes.append(f"{head}: attacked in latent space (no images to show); its scores are in “Side by side”")
+                elif rel not in u.images:
+                    notes.append(f"{head}: the image {rel} is missing from the run directory")
+                else:
+                    items.append({"title": head, "uri": image_uri(u.images[rel], redact),
+                                  "scores": " · ".join(f"{label}: {text}" for label, text in _victim_metrics(e.get("metrics") or {})[:3])})
+    why = None
+    if not attacks:
+        why = "no reconstruction attack ran in this run; run with --attack deepinversion"
+    elif not items:
+        why = "no attack in this run produced images (see the notes below)"
+    return {"items": items, "notes": notes, "why": why}
+
+
+def image_uri(png: bytes, redact: bool) -> str:
+    """A PNG data URI; under ``redact`` the pixels are blurred before encoding (not by CSS)."""
+    from PIL import Image, ImageFilter
+
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    if max(img.size) > MAX_IMAGE_SIDE:
+        img.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE), Image.Resampling.LANCZOS)
+    if redact:
+        radius = max(6.0, REDACT_BLUR * min(img.size))
+        img = img.filter(ImageFilter.GaussianBlur(radius))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+# -- 5. membership ------------------------------------------------------------------------
+
+
+def membership(u: Unit) -> dict[str, Any]:
+    """Per variant: a log-log ROC plot and the TPR@FPR table with intervals; gaps and warnings spelled out."""
+    if not isinstance(u.leakage.get(MIA), dict) or not u.leakage[MIA]:
+        return {"blocks": [], "notes": [], "why": "no membership attack in this run; run with --attack mia"}
+    by_variant: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+    for variant, target, victim, e in _mia_entries(u):
+        by_variant.setdefault(variant, []).append((target, victim, e))
+    blocks, notes = [], []
+    for variant, entries in by_variant.items():
+        curves, missing, warnings, nonmembers = [], [], [], []
+        table = Table(["AUC (chance band)", "advantage", *(f"TPR @ {lv:g} FPR [95% CI]" for lv in LEVELS),
+                       "members / non-members", "reference models"])
+        for target, victim, e in entries:
+            label = f"{target} · {victim}"
+            if "status" in e and "advantage" not in e:
+                notes.append(f"{variant} · {label}: {e['status']} — {e.get('reason', 'no reason stored')}")
+                continue
+            lacks = [k for k in ("auc", "advantage", "roc") if k not in e] + (["levels"] if mia_level(e, 0.01) is None else [])
+            if lacks:
+                missing.append(f"{label}: missing {', '.join(lacks)}")
+            band = e.get("auc_chance_interval")
+            cells = [_f3(e.get("auc")) + (f" (chance {band[0]:.3f}–{band[1]:.3f})" if _interval(band) else ""),
+                     _f3(e.get("advantage"))]
+            for lv in LEVELS:
+                level = mia_level(e, lv)
+                if level is None:
+                    cells.append("missing")
+                    continue
+                text = f"{_f4(level.get('tpr'))} {_ci(mia_tpr_ci(level))}"
+                if not level.get("resolvable", True):
+                    text += " (unresolved)"
+                    warnings.append(f"{label}, FPR {lv:g}: " + (level.get("warning") or "too few non-members"))
+                cells.append(text)
+            cells += [f"{mia_count(e, 'members')} / {mia_count(e, 'nonmembers')}", _text(e.get("reference_models", MISSING))]
+            table.rows.append((label, cells))
+            roc = e.get("roc") if isinstance(e.get("roc"), dict) else {}
+            if isinstance(roc.get("fpr"), list) and isinstance(roc.get("tpr"), list) and roc["fpr"]:
+                curves.append((label, roc["fpr"], roc["tpr"]))
+            n = mia_count(e, "nonmembers")
+            if isinstance(n, int) and n > 0:
+                nonmembers.append(n)
+        if not table.rows:
+            continue
+        # the axis reaches 1e-5 only when FPR 1e-3 is itself resolvable (10/FPR = 10,000 non-members); below
+        # that the curve left of 1e-3 would be a few single false positives
+        xmin = 1e-5 if nonmembers and max(nonmembers) >= RESOLVE_PER_LEVEL / 1e-3 else 1e-3
+        svg = plots.roc_plot(curves, xmin, f"{variant}: ROC (log-log)") if curves else None
+        if not curves:
+            missing.append(f"{variant}: no stored ROC curve to plot")
+        blocks.append({"variant": variant, "svg": svg, "table": table, "warnings": warnings, "missing": missing})
+    why = None if blocks else "the membership attack stored no scored result (see the notes)"
+    return {"blocks": blocks, "notes": notes, "why": why}
+
+
+# -- 6. over rounds -----------------------------------------------------------------------
+
+
+def rounds_section(units: Sequence[Unit]) -> dict[str, Any]:
+    with_history = [u for u in units if u.history]
+    if not with_history:
+        return {"acc": None, "bytes": None, "table": None, "why": "history.csv is empty or missing in every run"}
+    acc, traffic = [], []
+    for u in with_history:
+        xs = [r.get("round") for r in u.history]
+        acc.append((f"{u.label}: source validation", xs, [_num(r.get("val_mean")) for r in u.history]))
+        acc.append((f"{u.label}: unseen domain", xs, [_num(r.get("target")) for r in u.history]))
+        traffic.append((f"{u.label}: MB up", xs, [_mb_num(r.get("bytes_up")) for r in u.history]))
+        traffic.append((f"{u.label}: MB down", xs, [_mb_num(r.get("bytes_down")) for r in u.history]))
+    table = _aligned(with_history, lambda u: [(f"round {r.get('round')}", (
+        f"val {_f3(r.get('val_mean'))} · unseen {_f3(r.get('target'))} · "
+        f"{_size(r.get('bytes_up'))} ↑ / {_size(r.get('bytes_down'))} ↓")) for r in u.history])
+    return {"acc": plots.rounds_plot(acc, "accuracy", "Accuracy per round", percent=True),
+            "bytes": plots.rounds_plot(traffic, "MB", "Traffic per round"), "table": table,
+            "why": None if len(with_history) == len(units) else
+            "history.csv is missing in: " + ", ".join(u.label for u in units if not u.history)}
+
+
+# -- 7. provenance ------------------------------------------------------------------------
+
+
+def provenance_table(units: Sequence[Unit]) -> Table:
+    def cells(u: Unit) -> list[tuple[str, str]]:
+        p = u.metrics.get("provenance") or {}
+        out = [("run directory", u.run_dir.name), ("command", _text(p.get("command") or u.config.get("command"))),
+               ("config hash", _text(p.get("config_hash") or u.config.get("config_hash"))),
+               ("dataset fingerprint", _text(p.get("dataset_fingerprint"))),
+               ("dataset files skipped (unreadable)", _text(p.get("dataset_skipped_files"))),
+               ("seed", _text(p.get("seed"))), ("metrics schema version", _text(u.metrics.get("schema_version")))]
+        dev = p.get("device") or {}
+        out.append(("device", f"{dev.get('type', '?')} · {dev.get('name', '?')} · {dev.get('threads', '?')} threads"))
+        for k, v in (p.get("versions") or {}).items():
+            out.append((f"version: {k}", _text(v)))
+        for k, v in (p.get("seconds") or {}).items():
+            out.append((f"seconds: {k}", _value(v)))
+        return out
+
+    return _aligned(units, cells)
+
+
+# -- formatting ---------------------------------------------------------------------------
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if _finite(x) else None
+
+
+def _mb_num(x: Any) -> float | None:
+    return float(x) / 1e6 if _finite(x) else None
+
+
+def _f3(x: Any) -> str:
+    return f"{x:.3f}" if _finite(x) else MISSING if x is None else _text(x)
+
+
+def _f4(x: Any) -> str:
+    return f"{x:.4f}" if _finite(x) else MISSING if x is None else _text(x)
+
+
+def _size(x: Any) -> str:
+    """Bytes for a reader: MB to three decimals, small messages in bytes (48 bytes is not "0.000 MB")."""
+    if not _finite(x):
+        return MISSING
+    return f"{x / 1e6:.3f} MB" if x >= 1e4 else f"{int(x)} bytes"
+
+
+def _ci(ci: Any) -> str:
+    if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(_finite(v) for v in ci):
+        return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+    return "[interval missing]"
+
+
+def _interval(ci: Any) -> bool:
+    return isinstance(ci, (list, tuple)) and len(ci) == 2 and all(_finite(v) for v in ci)
+
+
+def _text(x: Any) -> str:
+    return MISSING if x is None else str(x)
+
+
+def _value(v: Any) -> str:
+    if _finite(v):
+        return f"{v:.4g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, ensure_ascii=False)
+    return _text(v)
+
+
+__all__ = ["REPORT_NAME", "Table", "image_uri", "render", "write_compare", "write_report"]
