@@ -169,7 +169,7 @@ def _reconstruction_verdict(attack: str, key: str, arrow: str, attacker: str, en
     macro = (summary.get("domain_attribution") or {}).get("macro") or {}
     if _isnum(macro.get("attack")) and _isnum(macro.get("control")):
         lift = macro["attack"] - _baseline(macro)
-        tier = HIGH if lift >= t.domain_attribution_lift_high else MEDIUM if lift >= t.domain_attribution_lift_medium else LOW
+        tier = HIGH if lift >= t.domain_attribution_lift_high - 1e-9 else MEDIUM if lift >= t.domain_attribution_lift_medium - 1e-9 else LOW
         text = (f"{lead} that an independent classifier attributes to {whose} {pct(macro['attack'])} of the time{avg} "
                 f"(chance {pct(macro.get('chance'))}; untrained-model control {pct(macro['control'])}{per}){_top_victim(attacked)}.")
         candidates.append(Verdict(tier, text))
@@ -178,7 +178,7 @@ def _reconstruction_verdict(attack: str, key: str, arrow: str, attacker: str, en
     fidelity = summary.get("class_fidelity") or {}
     if _isnum(fidelity.get("attack")) and _isnum(fidelity.get("control")):
         lift = fidelity["attack"] - _baseline(fidelity)
-        tier = HIGH if lift >= t.class_fidelity_lift_high else MEDIUM if lift >= t.class_fidelity_lift_medium else LOW
+        tier = HIGH if lift >= t.class_fidelity_lift_high - 1e-9 else MEDIUM if lift >= t.class_fidelity_lift_medium - 1e-9 else LOW
         text = (f"{lead} that an independent classifier labels as the intended class {pct(fidelity['attack'])} of the time{avg} "
                 f"(chance {pct(fidelity.get('chance'))}; untrained-model control {pct(fidelity['control'])}{per}).")
         candidates.append(Verdict(tier, text))
