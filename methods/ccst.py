@@ -81,10 +81,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedaudit.aggregation import weighted_average_
 from fedaudit.errors import FedauditError
 from fedaudit.federation import Client, Federation
-from fedaudit.method import DOWN, UP, sample_weight
+from fedaudit.method import DOWN, UP
 from fedaudit.models.cnn import CNNEncoder
 from fedaudit.style import EPS, adain, feature_style, pooled_feature_style, style_encoder
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
@@ -253,14 +252,9 @@ class CCST(FedAvg):
     # -- server --------------------------------------------------------------------
 
     def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
-        states, weights = [], []
-        for arts in uploads.values():
-            by_kind = {a.kind: a for a in arts}
-            states.append(by_kind[ArtifactKind.FULL_MODEL].tensors)
-            weights.append(sample_weight(arts))
         # The style encoder stays exactly at round 0 (averaging identical copies would only add rounding).
         frozen = _frozen_keys(fed.model)
-        weighted_average_(self.global_state, states, weights, keys=[k for k in self.global_state if k not in frozen])
+        self.average_full_models(uploads, keys=[k for k in self.global_state if k not in frozen])
 
 
 __all__ = ["CCST", "BankStyleTransfer"]

@@ -14,6 +14,8 @@ client per round).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from fedaudit.aggregation import load_state_, model_state, weighted_average_
 from fedaudit.federation import Client, Federation
 from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
@@ -41,9 +43,13 @@ class FedAvg(Method):
         return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(fed.model)), sample_count(client, rnd)]
 
     def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+        self.average_full_models(uploads)
+
+    def average_full_models(self, uploads: dict[str, list[Artifact]], keys: Iterable[str] | None = None) -> None:
+        """Sample-weighted mean of the uploaded ``FULL_MODEL``s into the global state (only ``keys`` if given)."""
         states, weights = [], []
         for arts in uploads.values():
             by_kind = {a.kind: a for a in arts}
             states.append(by_kind[ArtifactKind.FULL_MODEL].tensors)
             weights.append(sample_weight(arts))
-        weighted_average_(self.global_state, states, weights)
+        weighted_average_(self.global_state, states, weights, keys=keys)
