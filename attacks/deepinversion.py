@@ -248,8 +248,8 @@ class DeepInversion(Attack):
                     statuses.append(self._status(ctx.view, victim, kind.value, *reason))
                     continue
                 # Weights: fresh < what the server broadcast to the victim < what the victim uploaded itself.
-                layers = [*_latest_weights(broadcasts, receiver=client_role(victim)),
-                          *_latest_weights(sent, sender=client_role(victim))]
+                layers = [*latest_weights(broadcasts, receiver=client_role(victim)),
+                          *latest_weights(sent, sender=client_role(victim))]
                 state, info = ctx.assemble(layers, art)
                 if "unsupported" in info:
                     statuses.append(self._status(ctx.view, victim, kind.value, "not yet supported", info["unsupported"]))
@@ -278,7 +278,7 @@ class DeepInversion(Attack):
                 statuses += [self._status(ctx.view, v, kind.value, *reason) for v in victims]
                 continue
             # Weights: fresh < own uploads < the broadcast weights (the model the global stats belong to).
-            layers = [*_latest_weights(own, sender=me), *_latest_weights(received, receiver=me)]
+            layers = [*latest_weights(own, sender=me), *latest_weights(received, receiver=me)]
             state, info = ctx.assemble(layers, art)
             if "unsupported" in info:
                 statuses += [self._status(ctx.view, v, kind.value, "not yet supported", info["unsupported"]) for v in victims]
@@ -451,17 +451,8 @@ class _Context:
 
     def assemble(self, layers: Iterable[Artifact], stats: Artifact) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """A full model state: fresh init, overlaid by ``layers`` in order, then the statistics of ``stats``."""
-        state = dict(self.base)
-        source = dict.fromkeys(state, "fresh")
-        for art in [*layers, stats]:
-            for k, t in art.tensors.items():
-                if k in state and t.shape == state[k].shape:
-                    state[k] = t.detach().to(self.device, state[k].dtype)
-                    source[k] = f"{art.kind.value}@r{art.round} from {art.sender}"
-        weights_from: dict[str, int] = {}
-        for k, s in source.items():
-            if k not in self.keys:
-                weights_from[s] = weights_from.get(s, 0) + 1
+        state, source = overlay_state(self.base, [*layers, stats], self.device)
+        weights_from = count_sources(source, skip=self.keys)
         use_ce = bool(self.head_keys) and all(source[k] != "fresh" for k in self.head_keys)
         unknown = [k for k in self.keys if source[k] == "fresh"]
         info = {"round": stats.round, "sender": stats.sender, "weights_from": weights_from, "use_ce": use_ce}
@@ -487,7 +478,31 @@ class _Context:
         return art, {k: art.tensors[k].to(self.device) for k in self.keys}
 
 
-def _latest_weights(arts: list[Artifact], sender: str | None = None, receiver: str | None = None) -> list[Artifact]:
+def overlay_state(base: dict[str, Tensor], artifacts: Iterable[Artifact],
+                  device: torch.device) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """``base`` overlaid by each artifact's matching tensors in order, and where each tensor came from
+    ("fresh" or ``<kind>@r<round> from <sender>``)."""
+    state = dict(base)
+    source = dict.fromkeys(state, "fresh")
+    for art in artifacts:
+        for k, t in art.tensors.items():
+            if k in state and t.shape == state[k].shape:
+                state[k] = t.detach().to(device, state[k].dtype)
+                source[k] = f"{art.kind.value}@r{art.round} from {art.sender}"
+    return state, source
+
+
+def count_sources(source: dict[str, str], skip: Iterable[str] = ()) -> dict[str, int]:
+    """How many tensors came from each source (``weights_from`` in the results), leaving out ``skip``."""
+    skip = set(skip)
+    counts: dict[str, int] = {}
+    for k, s in source.items():
+        if k not in skip:
+            counts[s] = counts.get(s, 0) + 1
+    return counts
+
+
+def latest_weights(arts: list[Artifact], sender: str | None = None, receiver: str | None = None) -> list[Artifact]:
     """The newest weight-bearing artifact of each kind from ``sender`` / to ``receiver``, oldest first."""
     picked = []
     for kind in WEIGHT_KINDS:

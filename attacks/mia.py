@@ -100,11 +100,11 @@ from fedaudit.membership import (
     rmia_prob,
     rmia_score,
 )
-from fedaudit.reference_models import REFERENCE_PATHS, ReferenceLogits, TrainOne, _views, inclusion_masks, train_reference_models
+from fedaudit.reference_models import REFERENCE_PATHS, ReferenceLogits, TrainOne, eval_views, inclusion_masks, train_reference_models
 from fedaudit.training import Preprocess
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 
-from .deepinversion import _Context, _latest_weights
+from .deepinversion import count_sources, latest_weights, overlay_state
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
@@ -287,11 +287,11 @@ class MembershipInference(Attack):
         y = challenge.labels.cpu()
         if self.label_free:
             views = self._consistency_views(challenge, prior)
-            (emb,) = _views(forward, [views], pre, False, self.precision)
+            (emb,) = eval_views(forward, [views], pre, False, self.precision)
             c = consistency(emb, self.consistency_pairs)
             return {"loss": c, "phi": fisher_z(c)}
         sets = [challenge.images, challenge.population_images] if want_rmia else [challenge.images]
-        outs = list(_views(forward, sets, pre, prior.hflip, self.precision))
+        outs = list(eval_views(forward, sets, pre, prior.hflip, self.precision))
         logits, flipped = outs.pop(0), outs.pop(0) if prior.hflip else None
         sig = {"loss": loss_signal(logits, y), "phi": lira_signal(logits, y, flipped)}
         if want_rmia:
@@ -428,21 +428,21 @@ class MembershipInference(Attack):
             return Skipped(f"only a curious server sees a client's uploads; this attacker is {view.role}"), {}
         me = client_role(victim)
         sent = [a for a in view if a.sender == me]
-        uploads = _latest_weights(sent, sender=me)
+        uploads = latest_weights(sent, sender=me)
         if not uploads:
             kinds = ", ".join(sorted({a.kind.value for a in sent})) or "nothing"
             return Skipped(f"the server's view holds no weight-bearing upload (full_model or partial_model) from "
                            f"{victim}; it sent {kinds}"), {}
-        broadcast = _latest_weights([a for a in view if a.sender == SERVER], receiver=me)
+        broadcast = latest_weights([a for a in view if a.sender == SERVER], receiver=me)
         stats = [a for a in sent if a.kind == ArtifactKind.BN_STATS_ALL_LAYERS]
         layers: list[Artifact] = [*broadcast, *uploads, *([max(stats, key=lambda a: a.round)] if stats else [])]
         model = prior.build_model()
         base = {k: v.detach().to(device) for k, v in model.state_dict().items()}
-        state, assembled = _Context(view, prior, base, [], [], device).assemble(layers[:-1], layers[-1])
+        state, source = overlay_state(base, layers, device)
         load_state_(model, state)
         model = model.to(device).eval()
         predict = self.predict
-        info = {"round": max(a.round for a in uploads), "weights_from": assembled["weights_from"]}
+        info = {"round": max(a.round for a in uploads), "weights_from": count_sources(source)}
         return (lambda x: predict(model, x)), info
 
     # -- domain level --------------------------------------------------------------------
@@ -454,9 +454,9 @@ class MembershipInference(Attack):
         if self.label_free:
             probe = MembershipChallenge(ALL_DOMAINS, challenge.images, challenge.labels, challenge.images[:0],
                                         challenge.labels[:0])
-            (emb,) = _views(query, [self._consistency_views(probe, prior)], pre, False, self.precision)
+            (emb,) = eval_views(query, [self._consistency_views(probe, prior)], pre, False, self.precision)
             return consistency(emb, self.consistency_pairs)
-        (logits,) = _views(query, [challenge.images], pre, False, self.precision)
+        (logits,) = eval_views(query, [challenge.images], pre, False, self.precision)
         return loss_signal(logits, challenge.labels.cpu())
 
     def signal_name(self, key: str) -> str:

@@ -215,7 +215,7 @@ Views = tuple[Tensor, ...]  # logits on the pool [, its flips] [, the population
 
 
 @torch.no_grad()
-def _views(forward: Callable[[Tensor], Tensor], sets: list[Tensor], preprocess: Preprocess, flip: bool,
+def eval_views(forward: Callable[[Tensor], Tensor], sets: list[Tensor], preprocess: Preprocess, flip: bool,
            precision: str) -> Views:
     """``forward``'s logits (CPU float32, records on dim -2) on each image set, then on its flips when ``flip``."""
     out = []
@@ -313,7 +313,7 @@ def train_reference_models(build_model: Callable[[], nn.Module], images: Tensor,
     sets = [images] if population is None else [images, population.to(device)]
 
     def evaluate(forward: Callable[[Tensor], Tensor]) -> Views:
-        return _views(forward, sets, preprocess, flip, precision)
+        return eval_views(forward, sets, preprocess, flip, precision)
 
     run = _train_vmap if chosen == "vmap" else _train_sequential
     views = list(run(build_model, images, labels, masks, train_one, preprocess, seed, device, evaluate))
