@@ -143,3 +143,17 @@ def accuracy(predict: Callable[[Tensor], Tensor], images: Tensor, labels: Tensor
             logits = predict(x)
         correct += (logits.argmax(1) == labels[start:start + batch_size]).sum()
     return correct.item() / images.shape[0]
+
+
+@torch.no_grad()
+def mean_cross_entropy(predict: Callable[[Tensor], Tensor], images: Tensor, labels: Tensor, preprocess: Preprocess,
+                       precision: str, batch_size: int = 512) -> Tensor:
+    """Mean cross-entropy on (images, labels), no augmentation, as :func:`accuracy` evaluates;
+    a float32 0-d tensor on the device (no host sync)."""
+    total = torch.zeros((), device=images.device, dtype=torch.float32)
+    for start in range(0, images.shape[0], batch_size):
+        x = preprocess(images[start:start + batch_size])
+        with autocast(images.device, precision):
+            logits = predict(x)
+        total += F.cross_entropy(logits.float(), labels[start:start + batch_size], reduction="sum")
+    return total / max(images.shape[0], 1)

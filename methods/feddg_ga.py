@@ -24,8 +24,7 @@ the next round, where the client holds exactly the same model θ^{r−1}:
 
 * client, round r: receive θ^{r−1}; val loss on it = ``after_{r−1}``; train;
   val loss of the local model = ``before_r``; upload ``FULL_MODEL`` and
-  ``SCALARS`` {num_samples, val_loss_local = before_r,
-  val_loss_global = after_{r−1}}.
+  ``SCALARS`` {val_loss_local = before_r, val_loss_global = after_{r−1}}.
 * server, round r: G_{r−1} = after_{r−1} − before_{r−1} (``before_{r−1}``
   kept from round r−1's upload, and checkpointed), a ← update with
   d_{r−1}; aggregate round r's models with the updated a.
@@ -36,8 +35,9 @@ is never measured; the weights it would produce are never used. Val losses
 are mean cross-entropy on the client's training-domain ``val`` split
 (never the unseen target), eval mode, no augmentation, no grad.
 
-Wire: ``FULL_MODEL`` down and up; ``SCALARS`` up (``num_samples`` int64 and
-the two float32 val losses, 16 bytes per client per round — round 1's
+Wire: ``FULL_MODEL`` down and up; ``SCALARS`` up (the two float32 val
+losses, 8 bytes per client per round; no sample count, since the GA weights
+start at 1/K and never read one — round 1's
 ``val_loss_global`` is the initial model's loss, sent so every upload has
 one schema, unused by the server). The current weights are reported as
 ``ga_weight/<domain>`` extras (history.csv per round; ``metrics.json`` →
@@ -79,14 +79,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaudit.aggregation import model_state, weighted_average_
 from fedaudit.errors import FedauditError
 from fedaudit.federation import Client, Federation
 from fedaudit.method import DOWN, UP, Scores
-from fedaudit.training import autocast
+from fedaudit.training import mean_cross_entropy
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
 from .fedavg import FedAvg
@@ -121,21 +120,14 @@ def ga_update(weights: Tensor, gaps: Tensor, step: float) -> Tensor:
 
 
 @torch.no_grad()
-def val_loss(fed: Federation, model: nn.Module, predict: Callable[[nn.Module, Tensor], Tensor], x: Tensor, y: Tensor,
-             batch_size: int = 512) -> Tensor:
-    """Mean cross-entropy of ``model`` on (x, y): eval mode, no augmentation,
-    the engine's preprocessing and autocast; the model's train/eval mode is
-    restored. Returns a float32 0-d tensor on the device (no host sync)."""
+def val_loss(fed: Federation, model: nn.Module, predict: Callable[[nn.Module, Tensor], Tensor], x: Tensor, y: Tensor) -> Tensor:
+    """Mean cross-entropy of ``model`` on (x, y) in eval mode with the engine's preprocessing;
+    the model's train/eval mode is restored. A 0-d device tensor (no host sync)."""
     was_training = model.training
     model.eval()
-    total = torch.zeros((), device=x.device, dtype=torch.float32)
-    for start in range(0, x.shape[0], batch_size):
-        inp = fed.preprocess(x[start:start + batch_size])
-        with autocast(x.device, fed.cfg.precision):
-            logits = predict(model, inp)
-        total += F.cross_entropy(logits.float(), y[start:start + batch_size], reduction="sum")
+    loss = mean_cross_entropy(lambda inp: predict(model, inp), x, y, fed.preprocess, fed.cfg.precision)
     model.train(was_training)
-    return total / x.shape[0]
+    return loss
 
 
 class FedDGGA(FedAvg):
@@ -178,7 +170,6 @@ class FedDGGA(FedAvg):
     def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
         before = val_loss(fed, fed.model, self.predict, client.data.val_x, client.data.val_y)
         scalars = {
-            "num_samples": torch.tensor(client.num_samples, dtype=torch.int64),
             VAL_LOSS_LOCAL: before,
             VAL_LOSS_GLOBAL: self._val_loss_received.pop(client.role),
         }

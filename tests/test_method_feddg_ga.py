@@ -79,7 +79,7 @@ def _uploads(values, sizes, losses_local, losses_global, rnd):
     for i, (v, n, lo, gl) in enumerate(zip(values, sizes, losses_local, losses_global)):
         role = f"client:d{i}"
         state = {"w": torch.full((3,), float(v)), "n": torch.tensor(v)}
-        scalars = {"num_samples": torch.tensor(n), "val_loss_local": torch.tensor(lo), "val_loss_global": torch.tensor(gl)}
+        scalars = {"val_loss_local": torch.tensor(lo), "val_loss_global": torch.tensor(gl)}
         out[role] = [Artifact(ArtifactKind.FULL_MODEL, role, SERVER, rnd, state),
                      Artifact(ArtifactKind.SCALARS, role, SERVER, rnd, scalars)]
     return out
@@ -125,8 +125,8 @@ def test_wire_carries_both_val_losses_every_round_and_they_are_the_promised_mode
         for role, art in seen[rnd].items():
             assert art.round == rnd
             t = art.tensors
-            assert set(t) == {"num_samples", "val_loss_local", "val_loss_global"}
-            assert t["num_samples"].dtype == torch.int64 and t["val_loss_local"].dtype == torch.float32
+            assert set(t) == {"val_loss_local", "val_loss_global"}  # no sample count: the GA weights never read one
+            assert t["val_loss_local"].dtype == torch.float32 and t["val_loss_global"].dtype == torch.float32
             assert all(v.dim() == 0 for v in t.values())
             assert 0 < t["val_loss_local"].item() < 20 and 0 < t["val_loss_global"].item() < 20
             if rnd > 1:  # the re-ordering: what the client reports as "after" is the previous aggregate's loss
@@ -137,12 +137,12 @@ def test_wire_carries_both_val_losses_every_round_and_they_are_the_promised_mode
     for rnd in range(1, rounds + 1):
         scalars = [r for r in rows if r["round"] == rnd and r["kind"] == "scalars"]
         assert sorted(r["sender"] for r in scalars) == sorted(f"client:{d}" for d in clients)
-        assert all(r["direction"] == "up" and r["bytes"] == 8 + 4 + 4 and r["tensors"] == 3 for r in scalars)
+        assert all(r["direction"] == "up" and r["bytes"] == 4 + 4 and r["tensors"] == 2 for r in scalars)
         for direction in ("up", "down"):
             full = [r for r in rows if r["round"] == rnd and r["kind"] == "full_model" and r["direction"] == direction]
             assert len(full) == len(clients) and all(r["bytes"] == sd_bytes for r in full)
     comm = result.metrics["communication"]["by_kind"]
-    assert comm["scalars"] == {"up": 16 * len(clients) * rounds, "down": 0}
+    assert comm["scalars"] == {"up": 8 * len(clients) * rounds, "down": 0}
     assert {(r["kind"], r["direction"]) for r in rows} == {(k.value, d) for k, d in METHODS["feddg_ga"].shares}
     # the weights are visible to the user, per round and at the selected round
     weights = result.metrics["accuracy"]["method_specific"]
