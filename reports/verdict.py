@@ -167,22 +167,24 @@ def _reconstruction_verdict(attack: str, key: str, arrow: str, attacker: str, en
     notes: list[str] = []
 
     macro = (summary.get("domain_attribution") or {}).get("macro") or {}
-    if _isnum(macro.get("attack")) and _isnum(macro.get("control")):
-        lift = macro["attack"] - _baseline(macro)
-        tier = HIGH if lift >= t.domain_attribution_lift_high - 1e-9 else MEDIUM if lift >= t.domain_attribution_lift_medium - 1e-9 else LOW
-        text = (f"{lead} that an independent classifier attributes to {whose} {pct(macro['attack'])} of the time{avg} "
-                f"(chance {pct(macro.get('chance'))}; untrained-model control {pct(macro['control'])}{per}){_top_victim(attacked)}.")
-        candidates.append(Verdict(tier, text))
-        notes.append(f"domain attribution {pct(macro['attack'])} vs control {pct(macro['control'])} ({points(lift)})")
-
     fidelity = summary.get("class_fidelity") or {}
-    if _isnum(fidelity.get("attack")) and _isnum(fidelity.get("control")):
-        lift = fidelity["attack"] - _baseline(fidelity)
-        tier = HIGH if lift >= t.class_fidelity_lift_high - 1e-9 else MEDIUM if lift >= t.class_fidelity_lift_medium - 1e-9 else LOW
-        text = (f"{lead} that an independent classifier labels as the intended class {pct(fidelity['attack'])} of the time{avg} "
-                f"(chance {pct(fidelity.get('chance'))}; untrained-model control {pct(fidelity['control'])}{per}).")
-        candidates.append(Verdict(tier, text))
-        notes.append(f"class fidelity {pct(fidelity['attack'])} vs control {pct(fidelity['control'])} ({points(lift)})")
+    lifts = (
+        (macro, "domain attribution", t.domain_attribution_lift_high, t.domain_attribution_lift_medium,
+         f"attributes to {whose}", _top_victim(attacked)),
+        (fidelity, "class fidelity", t.class_fidelity_lift_high, t.class_fidelity_lift_medium,
+         "labels as the intended class", ""),
+    )
+    for metric, name, high, medium, verb, tail in lifts:
+        if not (_isnum(metric.get("attack")) and _isnum(metric.get("control"))):
+            continue
+        lift = metric["attack"] - _baseline(metric)
+        # a lift equal to its threshold reaches it (0.35 − 0.25 is 0.0999… in floats)
+        tier = HIGH if lift >= high - 1e-9 else MEDIUM if lift >= medium - 1e-9 else LOW
+        candidates.append(Verdict(tier, f"{lead} that an independent classifier {verb} {pct(metric['attack'])} of the time{avg} "
+                                        f"(chance {pct(metric.get('chance'))}; untrained-model control "
+                                        f"{pct(metric['control'])}{per}){tail}."))
+        notes.append(f"{name} {pct(metric['attack'])} vs control {pct(metric['control'])} and chance "
+                     f"{pct(metric.get('chance'))} ({points(lift)} over the larger)")
 
     above = []
     for victim, e in attacked.items():
