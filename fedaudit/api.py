@@ -95,6 +95,7 @@ def evaluate(
     cfg = resolve(explicit, file_opts, method_cls.profile_defaults)
     check_names(cfg)
     method_cls(cfg)  # validates method options before any work is done
+    cfg = private_config(cfg, method_cls)
     device = resolve_device(cfg.device)
 
     t0 = time.perf_counter()
@@ -195,6 +196,7 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
         "accuracy": fed.results(),
         "communication": communication(fed),
         "leakage": leakage,
+        "privacy": privacy(fed),
         "provenance": provenance(cfg, dataset, device, command, stages),
     }
     save_progress(run_dir, fed)
@@ -202,6 +204,42 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
     runs.mark_complete(run_dir, RUN_FILES)
     runs.drop_checkpoint(run_dir)
     return metrics
+
+
+# -- defenses ------------------------------------------------------------------
+
+
+def private_config(cfg: RunConfig, method_cls: type[Method]) -> RunConfig:
+    """With ``--dp-epsilon``: check the method can be trained with DP-SGD, and switch the
+    norm layers to GroupNorm when Opacus' validator rejects the chosen ones (saying which)."""
+    from dataclasses import replace
+
+    from fedaudit.dp import check_supported, describe_layers, unsupported_layers
+    from fedaudit.models import build_model
+
+    if cfg.dp_epsilon is None:
+        return cfg
+    check_supported(cfg, method_cls)
+    bad = unsupported_layers(build_model(cfg.model, 2, cfg.image_size, norm=cfg.norm))
+    if not bad:
+        return cfg
+    if cfg.norm == "gn":
+        raise FedauditError(f"DP-SGD cannot train {describe_layers(bad)} of --model {cfg.model}; choose another --model")
+    log.warning("DP-SGD cannot train --norm %s (Opacus' validator rejects %s): training with --norm gn instead",
+                cfg.norm, describe_layers(bad))
+    return replace(cfg, norm="gn")
+
+
+def privacy(fed: Federation) -> dict[str, Any]:
+    """The defense in force and what it covers: per client ε spent (Opacus' accountant), and for every
+    artifact the method sends whether that ε covers it."""
+    from fedaudit.dp import coverage
+
+    shares = fed.method.declared_shares()
+    if fed.dp is None:
+        return {"dp": None, "coverage": [{**row, "covered": False, "why": "no DP: trained without a privacy mechanism"}
+                                         for row in coverage(shares)]}
+    return {"dp": fed.dp.summary({c.index: c.domain for c in fed.clients}), "coverage": coverage(shares)}
 
 
 # -- attacks -------------------------------------------------------------------
@@ -438,6 +476,7 @@ def summarise_targets(cfg: RunConfig, per_target: dict[str, dict]) -> dict[str, 
             "per_target": {t: m["communication"] for t, m in per_target.items()},
         },
         "leakage": {t: m["leakage"] for t, m in per_target.items()},
+        "privacy": {t: m.get("privacy") for t, m in per_target.items()},
         "provenance": {**first["provenance"], "seconds": {t: m["provenance"]["seconds"] for t, m in per_target.items()}},
     }
 

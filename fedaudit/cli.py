@@ -147,6 +147,10 @@ def evaluate(
     inversion_l2_weight: Optional[float] = typer.Option(None, help="Weight of the image L2 prior (default 1e-5)."),
     lpips_weights: Optional[str] = typer.Option(None, help="Local AlexNet weights for LPIPS (default: the torch hub cache; never downloaded)."),
     reference_models: Optional[int] = typer.Option(None, help="Membership inference: reference models per victim (quick 8, paper 64)."),
+    dp_epsilon: Optional[float] = typer.Option(None, help="Train every client with DP-SGD (Opacus) to this ε per client over all rounds; models switch to --norm gn."),
+    dp_delta: Optional[float] = typer.Option(None, help="DP-SGD δ (default 1e-5; must be below 1/records of every client)."),
+    dp_max_grad_norm: Optional[float] = typer.Option(None, help="DP-SGD per-sample clipping norm (default 1.0)."),
+    dp_sweep: Optional[str] = typer.Option(None, help="Run once per DP-SGD ε, e.g. 1,8,inf (inf: no DP), and write sweep.html with the privacy–utility curve."),
     method_option: Optional[list[str]] = typer.Option(
         None, help="Method-specific NAME=VALUE (repeatable); each also has its own flag --<method>-<name> VALUE, "
                    "e.g. --ccst-style single --ccst-k 3 (see `fedaudit list methods`)."),
@@ -155,7 +159,7 @@ def evaluate(
     quiet: bool = typer.Option(False, "--quiet", help="Logs only, no progress bars."),
 ) -> None:
     """Train a method in a leave-one-domain-out federation, record its wire, attack it, write a run directory."""
-    from fedaudit import api
+    from fedaudit import api, sweep
 
     _setup_logging(quiet)
     options = dict(attack=attack, dataset=dataset, target_domain=target_domain, model=model, norm=norm,
@@ -165,9 +169,18 @@ def evaluate(
                    inversion_iters=inversion_iters, inversion_batch=inversion_batch, inversion_lr=inversion_lr,
                    inversion_bn_weight=inversion_bn_weight, inversion_ce_weight=inversion_ce_weight,
                    inversion_tv_weight=inversion_tv_weight, inversion_l2_weight=inversion_l2_weight,
-                   lpips_weights=lpips_weights, reference_models=reference_models)
+                   lpips_weights=lpips_weights, reference_models=reference_models, dp_epsilon=dp_epsilon,
+                   dp_delta=dp_delta, dp_max_grad_norm=dp_max_grad_norm)
     try:
         options["split"] = _split(split)
+        if dp_sweep is not None or (resume is not None and sweep.is_sweep(resume)):
+            swept = sweep.sweep_dp(None if dp_sweep is None else sweep.parse_epsilons(dp_sweep), method, resume=resume,
+                                   config=config, method_option=method_option, method_flags=method_flags(ctx.args),
+                                   reporter=RichReporter(quiet), command=api.command_line(), **options)
+            for metrics, run_dir in zip(swept.metrics, swept.run_dirs):
+                print_summary(metrics, run_dir)
+            console().print(f"DP sweep: {swept.root}\nreport: {swept.report}", highlight=False, markup=False)
+            return
         result = api.evaluate(method, config=config, resume=resume, method_option=method_option,
                               method_flags=method_flags(ctx.args),
                               reporter=RichReporter(quiet), command=api.command_line(), **options)

@@ -62,6 +62,11 @@ class RunConfig:
     inversion_tv_weight: float = 1e-3
     inversion_l2_weight: float = 1e-5
     lpips_weights: str | None = None  # local AlexNet backbone file; default: the torch hub cache
+    # Defense: DP-SGD (Opacus) for every client's local training; None = no DP. The ε is per client,
+    # for one record of its training split, over all rounds (fedaudit/dp.py).
+    dp_epsilon: float | None = None
+    dp_delta: float = 1e-5
+    dp_max_grad_norm: float = 1.0
     method_options: dict[str, Any] = field(default_factory=dict)
     profile: str = "quick"
 
@@ -170,6 +175,10 @@ def validate(cfg: RunConfig) -> None:
     _check_range("inversion_lr", cfg.inversion_lr, 1e-6, 10.0, float)
     for name in ("inversion_bn_weight", "inversion_ce_weight", "inversion_tv_weight", "inversion_l2_weight"):
         _check_range(name, getattr(cfg, name), 0.0, 1e6, float)
+    if cfg.dp_epsilon is not None:
+        _check_range("dp_epsilon", cfg.dp_epsilon, 0.01, 1e4, float)
+    _check_range("dp_delta", cfg.dp_delta, 1e-12, 0.1, float)
+    _check_range("dp_max_grad_norm", cfg.dp_max_grad_norm, 1e-4, 1e4, float)
     check_attacker(cfg.attacker)
     if not isinstance(cfg.victim, str) or not cfg.victim:
         raise FedauditError(f"--victim must be a source domain or 'all', got {cfg.victim!r}")

@@ -27,10 +27,14 @@ from torch import Tensor, nn
 from fedaudit.aggregation import StateDict, clone_state, load_state_, model_state
 from fedaudit.config import RunConfig
 from fedaudit.data import ClientData, LODOSplit, MultiDomainDataset
+from fedaudit.dp import PrivateTraining, describe_layers, unsupported_layers
 from fedaudit.errors import FedauditError
 from fedaudit.method import Method
 from fedaudit.training import LossFn, Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer, train_steps
 from fedaudit.wire import Artifact, Wire, client_role
+
+
+DP_SAMPLING_STREAM, DP_NOISE_STREAM = 9_001, 9_002  # generator streams private to DP-SGD's sampling and noise
 
 
 class TrainingDiverged(FedauditError):
@@ -89,6 +93,13 @@ class Federation:
         self.rounds_done = 0
         self._round_loss = torch.zeros((), device=device)
         self._round_steps = 0
+        self.dp: PrivateTraining | None = None
+        if cfg.dp_epsilon is not None:
+            bad = unsupported_layers(self.model)
+            if bad:
+                raise FedauditError(f"method {cfg.method}'s model has layers DP-SGD cannot train: {describe_layers(bad)}; "
+                                    "drop --dp-epsilon or choose a method without them")
+            self.dp = PrivateTraining(cfg, {c.index: c.num_samples for c in self.clients})
 
     # -- services for methods --------------------------------------------------
 
@@ -127,8 +138,20 @@ class Federation:
         opt = optimizer or make_optimizer(self.model.parameters(), cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay)
         g = self.generator(rnd, client)
         aug = g if cfg.augment else None
-        total, n = train_steps(self.model, opt, self.batches(client, g, epochs, steps), client.data.train_x, client.data.train_y,
-                               self.preprocess, loss_fn, aug, cfg.precision, after_backward)
+        data = client.data
+
+        def run(opt: torch.optim.Optimizer, batches: Iterator[Tensor], after: Callable[[], None] | None = None) -> tuple[Tensor, int]:
+            return train_steps(self.model, opt, batches, data.train_x, data.train_y, self.preprocess, loss_fn, aug,
+                               cfg.precision, after)
+
+        if self.dp is None:
+            total, n = run(opt, self.batches(client, g, epochs, steps), after_backward)
+        else:
+            # DP-SGD: Poisson batches, per-sample clipping and noise; a method's after_backward term
+            # (data-independent, e.g. FedProx's proximal gradient) is added after the noise.
+            total, n = self.dp.train(self.model, opt, client.index, epochs, steps,
+                                     derive_seed(cfg.seed, rnd, client.index, DP_SAMPLING_STREAM),
+                                     self.generator(rnd, client, DP_NOISE_STREAM), run, after_privatise=after_backward)
         self.record_loss(total, n)
 
     def record_loss(self, total: Tensor, steps: int) -> None:
@@ -240,6 +263,7 @@ class Federation:
             "method": extras,
             "ledger": self.wire.ledger_rows(),
             "wire_index": wire_index,
+            **({"dp": self.dp.state()} if self.dp is not None else {}),
         }
         return tensors, state
 
@@ -257,3 +281,5 @@ class Federation:
         self.history = state["history"]
         self.selected = state["selected"]
         self.timings = state["timings"]
+        if self.dp is not None:
+            self.dp.restore(state.get("dp", {}))

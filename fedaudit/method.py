@@ -78,6 +78,9 @@ class Method:
     # True when ``model(x)`` is an embedding with no class scores (an unsupervised
     # encoder): membership attacks then use augmentation consistency, not p(y|x).
     label_free: ClassVar[bool] = False
+    # Why this method cannot train with DP-SGD (--dp-epsilon), or "" when its local training runs
+    # through Federation.train_local with a per-sample loss (the only loop the engine privatises).
+    dp_incompatible: ClassVar[str] = "its local training does not run through the engine's DP-SGD loop"
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
@@ -162,11 +165,16 @@ class Method:
     def reference_recipe(self, fed: Federation) -> TrainOne | None:
         """Auditor-side: how a client of this method trains locally, as a recipe for the
         membership-inference reference models (:func:`fedaudit.reference_models.train_reference_models`).
-        Default: the run's cross-entropy SGD for :func:`reference_epochs` epochs. Methods with another
+        Default: the run's cross-entropy SGD (DP-SGD under ``--dp-epsilon``) for :func:`reference_epochs` epochs. Methods with another
         local loss override this; None means no recipe (LiRA and RMIA are then not applicable)."""
-        from fedaudit.reference_models import SGDRecipe  # imports the engine, which imports this module
+        from fedaudit.reference_models import DPSGDRecipe, SGDRecipe  # imports the engine, which imports this module
 
-        return replace(SGDRecipe.from_config(self.cfg), epochs=reference_epochs(self.cfg))
+        recipe = replace(SGDRecipe.from_config(self.cfg), epochs=reference_epochs(self.cfg))
+        if fed.dp is None or not fed.dp.plans:
+            return recipe
+        # Under DP-SGD the informed attacker trains its reference models with the clients' mechanism too.
+        sigma = sum(p.noise_multiplier for p in fed.dp.plans.values()) / len(fed.dp.plans)
+        return DPSGDRecipe(**vars(recipe), noise_multiplier=sigma, max_grad_norm=fed.dp.max_grad_norm)
 
     def declared_shares(self) -> tuple[tuple[ArtifactKind, str], ...]:
         """The (kind, direction) pairs this configured instance sends; options

@@ -151,6 +151,29 @@ class SGDRecipe:
                     cross_entropy_loss, generator if self.augment else None, self.precision)
 
 
+@dataclass(frozen=True)
+class DPSGDRecipe(SGDRecipe):
+    """:class:`~fedaudit.reference_models.SGDRecipe` with DP-SGD: the local recipe of a client under
+    ``--dp-epsilon``, for reference models (an informed attacker trains them as the victim did)."""
+
+    noise_multiplier: float = 1.0
+    max_grad_norm: float = 1.0
+
+    def __call__(self, model: nn.Module, images: Tensor, labels: Tensor, preprocess, generator: torch.Generator) -> None:
+        from fedaudit.dp import batches_per_epoch, new_engine, private_steps
+
+        n = labels.shape[0]
+        opt = make_optimizer(model.parameters(), self.optimizer, self.lr, self.momentum, self.weight_decay)
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+
+        def run(optimizer, batches):
+            return train_steps(model, optimizer, batches, images, labels, preprocess, cross_entropy_loss,
+                               generator if self.augment else None, self.precision)
+
+        private_steps(model, opt, n, self.batch_size, self.epochs * batches_per_epoch(n, self.batch_size),
+                      self.noise_multiplier, self.max_grad_norm, new_engine(), seed, generator, run)
+
+
 @dataclass(eq=False)
 class ReferenceLogits:
     """What :func:`train_reference_models` returns (tensors on the CPU, float32).

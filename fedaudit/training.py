@@ -116,6 +116,11 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Ite
     total = torch.zeros((), device=device)
     steps = 0
     for idx in batches:
+        if idx.numel() == 0:  # DP-SGD's Poisson sampling can draw an empty batch: a noise-only step
+            optimizer.zero_grad(set_to_none=True)
+            optimizer.step()
+            steps += 1
+            continue
         x = preprocess(images[idx], generator)
         y = labels[idx]
         with autocast(device, precision):

@@ -26,6 +26,7 @@ class FedAvg(Method):
     name = "fedavg"
     summary = "sample-weighted averaging of whole models (baseline)"
     paper = "McMahan et al., AISTATS 2017"
+    dp_incompatible = ""
     shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP), (ArtifactKind.SCALARS, UP))
 
     def broadcast(self, fed: Federation, rnd: int) -> list[Artifact]:

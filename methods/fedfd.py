@@ -98,6 +98,7 @@ class FedFD(Method):
     name = "fedfd"
     summary = "SiloBN + feature diversification with instance/global BN statistics mixing"
     paper = "Yang et al., ECCV 2024"
+    dp_incompatible = "its feature decomposition mixes BatchNorm statistics across the records of a batch"
     shares = (
         (ArtifactKind.PARTIAL_MODEL, DOWN),
         (ArtifactKind.GLOBAL_STATS, DOWN),

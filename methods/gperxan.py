@@ -112,6 +112,7 @@ class GPerXAN(Method):
     name = "gperxan"
     summary = "XAN norm layers with personalised BN sides + frozen-global-head guidance"
     paper = "Le et al., CVPR 2024"
+    dp_incompatible = "its XAN layers contain BatchNorm, whose batch statistics are the method and which DP-SGD cannot train"
     # The default (`upload=partial`) protocol; declared_shares() gives the configured one.
     shares = _PARTIAL_SHARES
     options = {"upload": "partial", "lam": 0.5, "xan_blocks": 4}

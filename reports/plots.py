@@ -118,3 +118,32 @@ def scatter_plot(metric: str, points: Sequence[tuple[str, float, float | None, f
         ax.set_xlim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
         ax.grid(alpha=0.3)
         return to_svg(fig)
+
+
+def epsilon_plot(epsilons: Sequence[float | None], series: Sequence[tuple[str, list[float], list[float] | None]],
+                 title: str) -> Markup:
+    """Values against the DP ε on a log axis; ``None`` (no DP) is drawn at the right as ∞.
+    Each series: (label, values, controls or None); controls are dashed in the same colour."""
+    finite = sorted(e for e in epsilons if e is not None)
+    inf_x = (finite[-1] * 4 if finite else 1.0)
+    xs = [inf_x if e is None else float(e) for e in epsilons]
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    with matplotlib.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(6.4, 3.4))
+        for label, values, controls in series:
+            line, = ax.plot([xs[i] for i in order], [values[i] for i in order], marker="o", markersize=3, linewidth=1.2,
+                            label=plain(label))
+            if controls is not None:
+                ax.plot([xs[i] for i in order], [controls[i] for i in order], linestyle="--", linewidth=1,
+                        color=line.get_color(), label=plain(f"{label}: control"))
+        ax.set_xscale("log")
+        ticks = finite + ([inf_x] if None in epsilons else [])
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{t:g}" for t in finite] + (["∞ (no DP)"] if None in epsilons else []))
+        ax.minorticks_off()
+        ax.set_xlabel("DP-SGD ε per client")
+        ax.set_ylim(0, 1.05)
+        ax.set_title(plain(title), loc="left", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return to_svg(fig)

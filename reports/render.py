@@ -97,6 +97,8 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds,
         "accuracy": accuracy_table(units),
         "means": [mean_note(r) for r in run_list if r.multi_target],
         "communication": communication_table(units),
+        "privacy": privacy_table(units),
+        "dp_curve": dp_curve_section(units) if compare else None,
         "leakage": leakage_table(units),
         "scatter": scatter_section(units) if compare else None,
         "wire": [(u.label, wire_table(u)) for u in units],
@@ -129,11 +131,14 @@ def _title(run_list: Sequence[Run], compare: bool) -> str:
 
 
 def _label_units(units: list[Unit], compare: bool) -> None:
+    any_dp = any(_dp(u) for u in units)
     for i, u in enumerate(units, 1):
+        # with DP in any run, every label says its ε: the runs may differ only in it
+        eps = f" · ε {(_dp(u) or {}).get('epsilon_target', '?'):g}" if _dp(u) else (" · no DP" if any_dp else "")
         if compare:
-            u.label = f"{i}. {u.method} · {u.dataset} · target {u.target}"
+            u.label = f"{i}. {u.method} · {u.dataset} · target {u.target}{eps}"
         else:
-            u.label = f"target {u.target}"
+            u.label = f"target {u.target}{eps}"
 
 
 def _aligned(units: Sequence[Unit], cells: Callable[[Unit], list[tuple[str, str]]]) -> Table:
@@ -226,6 +231,60 @@ def communication_table(units: Sequence[Unit]) -> Table:
         return out
 
     return _aligned(units, cells)
+
+
+def _dp(u: Unit) -> dict[str, Any] | None:
+    return (u.metrics.get("privacy") or {}).get("dp")
+
+
+def privacy_table(units: Sequence[Unit]) -> Table:
+    """The defense in force: DP-SGD's ε per client (Opacus' accountant), and for every artifact the
+    method shares whether that ε covers it — an ε says nothing about what it does not cover."""
+    def cells(u: Unit) -> list[tuple[str, str]]:
+        privacy = u.metrics.get("privacy")
+        if privacy is None:
+            return [("defense", "not recorded (a run from before fedaudit recorded defenses)")]
+        dp = privacy.get("dp")
+        if not dp:
+            out = [("defense", "none: clients train with plain SGD; no artifact is covered by a privacy guarantee")]
+        else:
+            out = [("defense", f"DP-SGD (Opacus), target ε {_num_text(dp.get('epsilon_target'))} per client over all rounds, "
+                               f"δ {_num_text(dp.get('delta'))}, clipping norm {_num_text(dp.get('max_grad_norm'))}, "
+                               f"{_text(dp.get('accountant')).upper()} accountant; unit: {_text(dp.get('unit'))}"
+                               + ("; noise from torch's PRNG, not a cryptographic one" if dp.get("secure_rng") is False else ""))]
+            for domain, c in (dp.get("clients") or {}).items():
+                out.append((f"ε spent, {domain}", f"{_f3(c.get('epsilon_spent'))} (noise multiplier {_f3(c.get('noise_multiplier'))}, "
+                                                   f"sampling rate {_f3(c.get('sample_rate'))}, {_text(c.get('steps'))} steps, "
+                                                   f"{_text(c.get('records'))} records)"))
+        for row in privacy.get("coverage") or []:
+            arrow = "↑" if row.get("direction") == "up" else "↓"
+            verdict = "covered" if row.get("covered") else "NOT covered"
+            out.append((f"covered by ε? {_text(row.get('artifact'))} {arrow}", f"{verdict}: {_text(row.get('why'))}"))
+        return out
+
+    return _aligned(units, cells)
+
+
+def _num_text(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, (int, float)) else _text(x)
+
+
+def dp_curve_section(units: Sequence[Unit]) -> dict[str, Any] | None:
+    """Privacy–utility curve over the DP ε of runs that differ only in it (``--dp-sweep``): unseen accuracy
+    and every leakage metric measured in all of them, against ε (∞ = no DP, at the right)."""
+    eps = [(_dp(u) or {}).get("epsilon_target") for u in units]
+    if len({e for e in eps}) < 2 or len({(u.method, u.dataset, u.target) for u in units}) != 1:
+        return None
+    per_unit = [_scatter_metrics(u) for u in units]
+    common = [k for k in per_unit[0] if all(k in d for d in per_unit)]
+    series = [("unseen-domain accuracy", [float((u.metrics.get("accuracy") or {}).get("unseen_domain") or float("nan"))
+                                          for u in units], None)]
+    for name in common:
+        controls = [d[name][1] for d in per_unit]
+        series.append((name, [d[name][0] for d in per_unit],
+                       controls if all(isinstance(c, (int, float)) for c in controls) else None))
+    return {"svg": plots.epsilon_plot(eps, series, f"{units[0].method} on {units[0].dataset}: utility and leakage against ε"),
+            "points": [f"ε {'∞ (no DP)' if e is None else f'{e:g}'}: {u.run_dir.name}" for e, u in zip(eps, units)]}
 
 
 def leakage_table(units: Sequence[Unit]) -> Table:

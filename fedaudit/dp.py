@@ -1,0 +1,297 @@
+"""Differentially private local training: DP-SGD through Opacus.
+
+The unit of privacy is one record of one client's ``train`` split (its
+members). Every client is its own mechanism: its local steps in every round
+are DP-SGD steps (Poisson sampling, per-sample clipping to
+``max_grad_norm``, Gaussian noise) through Opacus' ``PrivacyEngine``, and
+one accountant per client composes them over all rounds. The noise
+multiplier is chosen once per client, before training, so that the
+accountant's ε after the last round is at most the target:
+
+    σ = get_noise_multiplier(ε, δ, q = 1 / batches per epoch, steps = rounds × local steps)
+
+What the ε covers is what leaves the client as a function of DP-SGD's
+output: trained weights (full models, partial models, heads, deltas).
+Anything a method computes from the data *outside* the optimiser —
+running BatchNorm statistics, style banks, amplitude spectra, validation
+losses — is not covered; :func:`coverage` says which artifacts of a method
+are which, and the report prints it beside ε.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from fedaudit.errors import FedauditError
+from fedaudit.wire import ArtifactKind
+
+if TYPE_CHECKING:
+    from fedaudit.config import RunConfig
+
+ACCOUNTANT = "rdp"  # Rényi DP (Mironov 2017): conservative, standard, and stable for thousands of steps
+# Opacus' default RDP orders stop at 63; large ε with few steps wants higher orders for a tight bound.
+ALPHAS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [80, 96, 128, 192, 256, 384, 512]
+# Opacus and torch warnings that say nothing about this run: the PRNG note (the summary records
+# secure_rng False) and the hook notes on the first layer, whose input needs no gradient.
+QUIET = (".*Secure RNG.*", ".*non-full backward hook.*", ".*Full backward hook is firing.*",
+         ".*PrivacyEngine detected new dataset object.*")  # one engine per client: each round's loader is the same records
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    with warnings.catch_warnings():
+        for pattern in QUIET:
+            warnings.filterwarnings("ignore", message=pattern)
+        yield
+
+# Artifacts that are DP-SGD's output (post-processing of the noisy weights) — covered by ε.
+COVERED = {
+    ArtifactKind.FULL_MODEL: "weights trained with DP-SGD (a model without BatchNorm buffers)",
+    ArtifactKind.MODEL_DELTA: "difference of DP-SGD-trained weights",
+    ArtifactKind.PARTIAL_MODEL: "a subset of DP-SGD-trained weights",
+    ArtifactKind.CLASSIFIER_HEAD: "head weights trained with DP-SGD",
+    ArtifactKind.TRANSLATOR: "translator weights trained with DP-SGD",
+}
+# Artifacts computed from private records outside the optimiser — not covered.
+NOT_COVERED = {
+    ArtifactKind.BN_STATS_ALL_LAYERS: "running BatchNorm statistics are averages of the records, not DP-SGD output",
+    ArtifactKind.GLOBAL_STATS: "aggregated BatchNorm statistics are averages of the records",
+    ArtifactKind.STYLE_BANK: "feature means/stds of private images, computed outside DP-SGD",
+    ArtifactKind.AMPLITUDE_BANK: "Fourier amplitude spectra of private images, computed outside DP-SGD",
+    ArtifactKind.SCALARS: "counts and validation losses are computed from private records outside DP-SGD",
+    ArtifactKind.IMPORTANCE: "importance weights are computed from private records outside DP-SGD",
+}
+
+
+def coverage(shares: tuple[tuple[ArtifactKind, str], ...]) -> list[dict[str, str]]:
+    """For each (kind, direction) a method sends: whether the DP-SGD ε covers it, and why.
+
+    Broadcasts are the server's aggregates of client uploads: covered exactly when what they aggregate is.
+    """
+    rows = []
+    for kind, direction in shares:
+        covered = kind in COVERED
+        reason = COVERED.get(kind) or NOT_COVERED.get(kind) or "not DP-SGD output"
+        rows.append({"artifact": kind.value, "direction": direction, "covered": covered, "why": reason})
+    return rows
+
+
+def check_supported(cfg: RunConfig, method_cls: type) -> None:
+    """Fail early, in one line, when a run cannot be trained with DP-SGD as configured."""
+    if cfg.dp_epsilon is None:
+        return
+    reason = getattr(method_cls, "dp_incompatible", "")
+    if reason:
+        raise FedauditError(f"--dp-epsilon cannot be used with method {method_cls.name}: {reason}; "
+                            "choose fedavg, fedprox, feddg_ga or ccst, or drop --dp-epsilon")
+    if cfg.precision != "fp32":
+        raise FedauditError("--dp-epsilon needs --precision fp32 (per-sample gradients in bf16 clip inexactly); "
+                            "drop --precision bf16")
+
+
+def unsupported_layers(model: nn.Module) -> list[str]:
+    """Opacus' validator, layer by layer: ``"name (Type)"`` for each layer DP-SGD cannot train (BatchNorm, …)."""
+    from opacus.validators import ModuleValidator
+
+    found = []
+    for name, module in model.named_modules():
+        validator = ModuleValidator.VALIDATORS.get(type(module))
+        if validator is not None and validator(module):
+            found.append(f"{name or 'model'} ({type(module).__name__})")
+    return found
+
+
+def describe_layers(layers: list[str], limit: int = 4) -> str:
+    more = f" and {len(layers) - limit} more" if len(layers) > limit else ""
+    return ", ".join(layers[:limit]) + more
+
+
+@dataclass(frozen=True)
+class ClientPlan:
+    """One client's DP-SGD mechanism: what the accountant is told."""
+
+    records: int
+    sample_rate: float  # Poisson inclusion probability per step (1 / batches per epoch, as Opacus sets it)
+    steps_per_round: int
+    rounds: int
+    noise_multiplier: float
+
+    @property
+    def steps(self) -> int:
+        return self.steps_per_round * self.rounds
+
+
+def batches_per_epoch(records: int, batch_size: int) -> int:
+    return math.ceil(records / min(batch_size, records))
+
+
+def noise_for(epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
+    """The smallest noise multiplier (to Opacus' tolerance) whose accountant ε after ``steps`` is ≤ ``epsilon``."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    try:
+        return float(get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
+                                          steps=steps, accountant=ACCOUNTANT, epsilon_tolerance=0.005, alphas=ALPHAS))
+    except ValueError as exc:  # Opacus: the target cannot be met with any noise it tries
+        raise FedauditError(f"--dp-epsilon {epsilon:g} cannot be met over {steps} steps at sampling rate {sample_rate:.4f} "
+                            f"({exc}); raise --dp-epsilon or train fewer rounds") from None
+
+
+def spent_epsilon(history: list[tuple[float, float, int]], delta: float) -> float:
+    """The accountant's ε for a history of (noise multiplier, sample rate, steps)."""
+    from opacus.accountants import create_accountant
+
+    accountant = create_accountant(ACCOUNTANT)
+    accountant.history = [tuple(h) for h in history]
+    return float(accountant.get_epsilon(delta, alphas=ALPHAS)) if history else 0.0
+
+
+class _PrivateStep:
+    """The optimiser ``train_steps`` sees under DP: ``step`` privatises the batch gradient
+    (clip, sum, noise: Opacus' ``DPOptimizer.pre_step``), then lets a method add a
+    data-independent term (FedProx's proximal gradient) — post-processing, so ε is unchanged."""
+
+    def __init__(self, optimizer, after_privatise: Callable[[], None] | None):
+        self.optimizer = optimizer
+        self.after_privatise = after_privatise
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none)
+
+    def step(self) -> None:
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and getattr(p, "grad_sample", None) is None:
+                    # an empty Poisson batch: a noise-only step, as the accountant assumes
+                    p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
+        if self.optimizer.pre_step():
+            if self.after_privatise is not None:
+                self.after_privatise()
+            self.optimizer.original_optimizer.step()
+
+
+class PrivateTraining:
+    """DP-SGD for every client of a federation, with one Opacus accountant each."""
+
+    def __init__(self, cfg: RunConfig, records: dict[int, int]):
+        self.epsilon = float(cfg.dp_epsilon)
+        self.delta = float(cfg.dp_delta)
+        self.max_grad_norm = float(cfg.dp_max_grad_norm)
+        self.rounds = cfg.rounds
+        self.batch_size = cfg.batch_size
+        self.records = dict(records)
+        for index, n in self.records.items():
+            if self.delta >= 1.0 / n:
+                raise FedauditError(f"--dp-delta {self.delta:g} is not below 1/n = {1 / n:.2g} for a client with {n} "
+                                    "training records (δ ≥ 1/n allows releasing a record outright); use --dp-delta 1e-5")
+        self.plans: dict[int, ClientPlan] = {}
+        self.engines = {i: new_engine() for i in self.records}
+
+    def plan(self, index: int, steps_per_round: int) -> ClientPlan:
+        """The client's plan, fixed at its first local training (the steps per round are known then)."""
+        plan = self.plans.get(index)
+        if plan is None:
+            n = self.records[index]
+            q = 1.0 / batches_per_epoch(n, self.batch_size)
+            plan = ClientPlan(n, q, steps_per_round, self.rounds, noise_for(self.epsilon, self.delta, q, steps_per_round * self.rounds))
+            self.plans[index] = plan
+        elif plan.steps_per_round != steps_per_round:
+            raise FedauditError(f"a client's local steps changed from {plan.steps_per_round} to {steps_per_round} between rounds; "
+                                "the DP-SGD noise was planned for a fixed number of steps per round")
+        return plan
+
+    def train(self, model: nn.Module, optimizer: torch.optim.Optimizer, index: int, epochs: int | None, steps: int | None,
+              sampler_seed: int, noise_generator: torch.Generator, run: StepLoop,
+              after_privatise: Callable[[], None] | None = None) -> tuple[Tensor, int]:
+        """One round of one client's DP-SGD: ``run(optimizer, batches)`` is the engine's step loop."""
+        n = self.records[index]
+        plan = self.plan(index, epochs * batches_per_epoch(n, self.batch_size) if steps is None else steps)
+        return private_steps(model, optimizer, n, self.batch_size, plan.steps_per_round, plan.noise_multiplier,
+                             self.max_grad_norm, self.engines[index], sampler_seed, noise_generator, run, after_privatise)
+
+    # -- record and resume ---------------------------------------------------------
+
+    def summary(self, domains: dict[int, str]) -> dict[str, Any]:
+        """Per client: the planned mechanism and the ε its accountant has spent so far."""
+        clients = {}
+        for index, plan in sorted(self.plans.items()):
+            history = self.engines[index].accountant.history
+            clients[domains[index]] = {
+                "epsilon_spent": spent_epsilon(history, self.delta), "noise_multiplier": plan.noise_multiplier,
+                "sample_rate": plan.sample_rate, "steps": sum(int(h[2]) for h in history),
+                "planned_steps": plan.steps, "records": plan.records}
+        return {"epsilon_target": self.epsilon, "delta": self.delta, "max_grad_norm": self.max_grad_norm,
+                "accountant": ACCOUNTANT, "unit": "one record of one client's training split",
+                "secure_rng": False, "clients": clients}
+
+    def state(self) -> dict[str, Any]:
+        return {str(i): {"plan": vars(p), "history": [list(h) for h in self.engines[i].accountant.history]}
+                for i, p in self.plans.items()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        for key, item in state.items():
+            index = int(key)
+            self.plans[index] = ClientPlan(**item["plan"])
+            self.engines[index].accountant.history = [tuple(h) for h in item["history"]]
+
+
+StepLoop = Callable[[torch.optim.Optimizer, Iterator[Tensor]], tuple[Tensor, int]]
+
+
+def private_steps(model: nn.Module, optimizer: torch.optim.Optimizer, records: int, batch_size: int, steps: int,
+                  noise_multiplier: float, max_grad_norm: float, engine, sampler_seed: int,
+                  noise_generator: torch.Generator | None, run: StepLoop,
+                  after_privatise: Callable[[], None] | None = None) -> tuple[Tensor, int]:
+    """``steps`` DP-SGD steps through Opacus' ``engine`` (a PrivacyEngine, whose accountant records them):
+    Poisson batches at rate 1 / ceil(records / batch_size), per-sample clipping, Gaussian noise.
+    ``run(optimizer, batches)`` is the caller's step loop (:func:`fedaudit.training.train_steps`)."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(torch.arange(records)), batch_size=min(batch_size, records),
+                        generator=torch.Generator().manual_seed(sampler_seed))
+    without_inplace_ops(model)
+    model.train()
+    with _quiet():
+        hooks, dp_optimizer, dp_loader = engine.make_private(
+            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=noise_multiplier,
+            max_grad_norm=max_grad_norm, poisson_sampling=True, noise_generator=noise_generator, wrap_model=False)
+        try:
+            device = next(model.parameters()).device
+            return run(_PrivateStep(dp_optimizer, after_privatise), _poisson_batches(dp_loader, steps, device))
+        finally:
+            hooks.cleanup()
+
+
+def new_engine():
+    """An Opacus PrivacyEngine with this module's accountant."""
+    from opacus import PrivacyEngine
+
+    with _quiet():
+        return PrivacyEngine(accountant=ACCOUNTANT)
+
+
+def without_inplace_ops(model: nn.Module) -> None:
+    """Opacus' backward hooks forbid in-place ops on a hooked layer's output (ReLU(inplace=True));
+    turning them off changes no value."""
+    for module in model.modules():
+        if getattr(module, "inplace", False) is True:
+            module.inplace = False
+
+
+def _poisson_batches(loader, steps: int, device: torch.device) -> Iterator[Tensor]:
+    """Exactly ``steps`` Poisson-sampled index batches (fresh passes of Opacus' DP loader as needed)."""
+    done = 0
+    while True:
+        for (idx,) in loader:
+            yield idx.to(device)
+            done += 1
+            if done >= steps:
+                return
