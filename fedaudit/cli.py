@@ -229,9 +229,11 @@ def _list(what: str) -> None:
         table.add_column("shares (↑ client→server, ↓ server→client)", no_wrap=True)
         table.add_column("options")
         table.add_column("what it is")
+        table.add_column("--dp-epsilon")
         for name, cls in METHODS.items():
             opts = ", ".join(f"--{name}-{k} {v}".replace("_", "-") for k, v in cls.options.items()) or "-"
-            table.add_row(name, cls.describe_shares(), opts, f"{cls.summary} ({cls.paper})")
+            dp = f"no: {cls.dp_incompatible}" if cls.dp_incompatible else "yes"
+            table.add_row(name, cls.describe_shares(), opts, f"{cls.summary} ({cls.paper})", dp)
     elif what == "attacks":
         from fedaudit.attacks import ATTACKS, NO_ATTACK
 
