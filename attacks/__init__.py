@@ -1,8 +1,8 @@
 """Attack families, one module each, registered by name (``fedaudit.attacks``).
 
 ``none`` is not an attack class: it means "train and measure accuracy and
-communication only". Reconstruction (``deepinversion``) and membership
-inference (``mia``) register here as they land. ``mia`` runs every membership
+communication only". Reconstruction (``deepinversion``, ``gradinv``) and
+membership inference (``mia``) register here as they land. ``mia`` runs every membership
 variant; ``mia-loss``, ``mia-lira``, ``mia-rmia`` and ``mia-domain`` one of them
 (members of the ``mia`` family: ``all`` lists the family once).
 """
@@ -13,9 +13,10 @@ from fedaudit.attack import Attack
 from fedaudit.errors import unknown_choice
 
 from .deepinversion import DeepInversion
+from .gradinv import GradInv
 from .mia import MIA_ATTACKS
 
-ATTACKS: dict[str, type[Attack]] = {cls.name: cls for cls in (DeepInversion, *MIA_ATTACKS)}
+ATTACKS: dict[str, type[Attack]] = {cls.name: cls for cls in (DeepInversion, GradInv, *MIA_ATTACKS)}
 
 NO_ATTACK = "none"
 

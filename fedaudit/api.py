@@ -372,6 +372,13 @@ def score_reconstructions_of(attack: str, outputs: list[AttackOutput], auditor: 
         if pair is not None:
             attack_scores, control_scores = pair
             entry["metrics"] = with_control(attack_scores, control_scores, auditor.chance())
+            if out.info.get("batch_matching") and out.images is not None:
+                # Unordered batch reconstructions: each is matched to a distinct member (Hungarian).
+                from fedaudit.leakage import MATCHED_METRICS
+
+                entry["metrics"]["matched"] = {
+                    side: {k: v for k, v in auditor.score_matched(out.victim, imgs).items() if k in MATCHED_METRICS}
+                    for side, imgs in (("attack", out.images), ("control", out.control_images))}
             entry["predicted_domain"] = {
                 side: dict(zip(auditor.domains, domain_matrix({out.victim: s["predicted_domains"]}, auditor.domains)[0]))
                 for side, s in (("attack", attack_scores), ("control", control_scores))}

@@ -18,6 +18,10 @@ reports (ATTACKS.md, "Leakage metrics"):
 * ``lpips`` between ``r`` and ``NN_in`` when the AlexNet backbone file is on
   disk, otherwise "unavailable" with the path looked for.
 
+Batch inversions whose images come back unordered (gradient inversion) are
+also scored by :func:`matched_fidelity`: each reconstruction is matched to a
+distinct member by the Hungarian algorithm on pixel MSE.
+
 Latents synthesised from a ``CLASSIFIER_HEAD`` are scored the same way in
 latent space (:func:`score_latents`): the references are the real latents of
 the victim's members and holdouts through the encoder the head was trained
@@ -316,6 +320,38 @@ def score_reconstructions(recon01: Tensor, targets: Tensor | None, ref: VictimRe
     return out
 
 
+MATCHED_METRICS = ("psnr_mean", "ssim_mean", "psnr_best", "ssim_best")
+
+
+def matched_fidelity(recon01: Tensor, records01: Tensor) -> dict[str, Any]:
+    """PSNR/SSIM of reconstructions matched one-to-one to distinct real records.
+
+    A batch inversion (gradient inversion) returns the batch's images in no
+    particular order and with no trustworthy class, so each reconstruction is
+    paired with a *distinct* record by the Hungarian algorithm
+    (``scipy.optimize.linear_sum_assignment``) on pixel MSE; with more records
+    than reconstructions the assignment is rectangular (every reconstruction
+    gets a record), with fewer only ``len(records01)`` reconstructions are
+    matched. Returns mean and best PSNR/SSIM over the matched pairs, their
+    count ``n`` and ``assignment`` ([reconstruction, record] index pairs).
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    r, m = recon01.float().clamp(0, 1), records01.float()
+    if r.shape[0] == 0 or m.shape[0] == 0:
+        nan = float("nan")
+        return {"n": 0, "psnr_mean": nan, "psnr_best": nan, "ssim_mean": nan, "ssim_best": nan, "assignment": []}
+    mse = torch.cdist(r.flatten(1), m.flatten(1).to(r.device)).pow(2) / r[0].numel()
+    rows, cols = linear_sum_assignment(mse.cpu().double().numpy())
+    ri = torch.as_tensor(rows, dtype=torch.long, device=r.device)
+    ci = torch.as_tensor(cols, dtype=torch.long, device=m.device)
+    a, b = r[ri], m[ci].to(r.device)
+    p, s = psnr(a, b), ssim(a, b)
+    return {"n": int(ri.numel()), "psnr_mean": float(p.mean()), "psnr_best": float(p.max()),
+            "ssim_mean": float(s.mean()), "ssim_best": float(s.max()),
+            "assignment": [[int(i), int(j)] for i, j in zip(rows, cols)]}
+
+
 def score_latents(latents: Tensor, targets: Tensor, ref: VictimRecords, class_probe: LinearProbe,
                   domain_probe: LinearProbe, head: nn.Module) -> dict[str, Any]:
     """Raw scores of synthesised latents against one victim's real latents.
@@ -474,6 +510,11 @@ class Auditor:
         class_clf = self.class_classifier(victim) if targets is not None else None
         return score_reconstructions(self.to_unit(images), targets, self.victim_records(victim),
                                      class_clf, self.domain_classifier(), self.lpips)
+
+    def score_matched(self, victim: str, images: Tensor) -> dict[str, Any]:
+        """:func:`matched_fidelity` of normalised-space ``images`` against ``victim``'s members
+        (every member was in its local training of the attacked round)."""
+        return matched_fidelity(self.to_unit(images), self.victim_records(victim).members)
 
     def latent_judges(self, victim: str) -> tuple[VictimRecords, LinearProbe, LinearProbe] | None:
         """The victim's real latents (members, holdouts) and two linear probes on
