@@ -338,7 +338,7 @@ def leakage_table(units: Sequence[Unit]) -> Table:
                         f"AUC {_f3(e.get('auc'))} · advantage {_f3(e.get('advantage'))} · "
                         f"TPR@1%FPR {_f3(level.get('tpr'))} {_ci(mia_tpr_ci(level))}"))
         if not out:
-            out.append(("leakage", "no attack ran in this run; run with --attack deepinversion or --attack mia"))
+            out.append(("leakage", "no attack ran in this run; run with --attack deepinversion, gradinv or mia"))
         return out
 
     return _aligned(units, cells)
@@ -359,6 +359,12 @@ def _victim_metrics(m: dict[str, Any]) -> list[tuple[str, str]]:
             out.append((label, _with_control(v)))
         elif isinstance(v, dict):  # e.g. LPIPS without its backbone: the status is shown once per attack
             out.append((label, str(v.get("status", "unavailable"))))
+    matched = m.get("matched")  # batch inversions (gradinv): each reconstruction paired with a distinct member
+    if isinstance(matched, dict) and "attack" in matched and "control" in matched:
+        for key, label in (("psnr_mean", "PSNR to its Hungarian-matched member, mean (dB)"),
+                           ("ssim_mean", "SSIM to its Hungarian-matched member, mean"),
+                           ("psnr_best", "PSNR to its Hungarian-matched member, best (dB)")):
+            out.append((label, _with_control({"attack": matched["attack"].get(key), "control": matched["control"].get(key)})))
     return out
 
 
@@ -394,7 +400,7 @@ def scatter_section(units: Sequence[Unit]) -> dict[str, Any]:
     why = None
     if not plots_out:
         why = ("no leakage metric was measured in every run" + (f" (measured in some only: {', '.join(missing)})" if missing else
-               "; run them with --attack deepinversion or --attack mia"))
+               "; run them with --attack deepinversion, gradinv or mia"))
     return {"plots": plots_out, "why": why, "partial": missing if plots_out else []}
 
 
