@@ -57,7 +57,7 @@ from .deepinversion import overlay_state
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
 
-ARTIFACT = "model_update"
+ARTIFACT = "full_model:update"  # the difference of the full_model broadcast and upload; the verdict files it under full_model ↑
 NOT_APPLICABLE = "not applicable"
 CONTROL_SEED_OFFSET = 1  # the control's random update draws from seed + 1; the dummies from seed
 LABEL_METHOD = ("iDLG: classes whose last-layer bias update (or weight-row sum without a bias) is positive; "

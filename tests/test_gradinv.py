@@ -232,7 +232,7 @@ def test_gradinv_on_a_fedavg_run_is_scored_with_matching_and_a_partial_model_met
     result = tiny_run("fedavg", rounds=1, local_epochs=1, attack="gradinv", inversion_iters=5, inversion_batch=10,
                       victim="clean")
     metrics = json.loads((result.run_dir / "metrics.json").read_text())
-    entry = metrics["leakage"]["gradinv"]["model_update"]["clean"]
+    entry = metrics["leakage"]["gradinv"]["full_model:update"]["clean"]
     assert entry["status"] == "attacked" and entry["local_steps"]["victim"] >= 1
     matched = entry["metrics"]["matched"]
     for side in ("attack", "control"):
@@ -240,10 +240,15 @@ def test_gradinv_on_a_fedavg_run_is_scored_with_matching_and_a_partial_model_met
         assert matched[side]["psnr_best"] >= matched[side]["psnr_mean"] > 0
     assert sum(entry["labels"]["counts"]) == 10 and metrics["leakage"]["gradinv"]["settings"]["iters"] == 5
     assert (result.run_dir / entry["image_grid"]).is_file()
+    # the report's verdict files the update under the upload it was computed from
+    from fedaudit.reports.verdict import NOT_ASSESSED, RiskThresholds, artifact_verdict
+
+    verdict = artifact_verdict("full_model↑", metrics, {"attacker": "server"}, RiskThresholds())
+    assert verdict.tier != NOT_ASSESSED and "gradinv" in verdict.reason, verdict
 
     gperxan = tiny_run("gperxan", rounds=1, local_epochs=1, attack="gradinv", inversion_iters=5, victim="clean",
                        out=str(result.run_dir.parent / "gperxan"))
-    skipped = gperxan.metrics["leakage"]["gradinv"]["model_update"]["clean"]
+    skipped = gperxan.metrics["leakage"]["gradinv"]["full_model:update"]["clean"]
     assert skipped["status"] == "not applicable" and "partial_model" in skipped["reason"]
 
 
