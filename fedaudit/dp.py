@@ -88,10 +88,13 @@ def check_supported(cfg: RunConfig, method_cls: type) -> None:
     """Fail early, in one line, when a run cannot be trained with DP-SGD as configured."""
     if cfg.dp_epsilon is None:
         return
+    from fedaudit.methods import METHODS
+
     reason = getattr(method_cls, "dp_incompatible", "")
     if reason:
+        able = ", ".join(name for name, cls in METHODS.items() if not cls.dp_incompatible)
         raise FedauditError(f"--dp-epsilon cannot be used with method {method_cls.name}: {reason}; "
-                            "choose fedavg, fedprox, feddg_ga or ccst, or drop --dp-epsilon")
+                            f"choose one of {able}, or drop --dp-epsilon")
     if cfg.precision != "fp32":
         raise FedauditError("--dp-epsilon needs --precision fp32 (per-sample gradients in bf16 clip inexactly); "
                             "drop --precision bf16")
