@@ -170,11 +170,11 @@ class _PrivateStep:
         self.optimizer.zero_grad(set_to_none)
 
     def step(self) -> None:
-        for group in self.optimizer.param_groups:
-            for p in group["params"]:
-                if p.requires_grad and getattr(p, "grad_sample", None) is None:
-                    # an empty Poisson batch: a noise-only step, as the accountant assumes
-                    p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
+        params = [p for group in self.optimizer.param_groups for p in group["params"] if p.requires_grad]
+        if all(getattr(p, "grad_sample", None) is None for p in params):
+            # an empty Poisson batch (no backward ran): a noise-only step, as the accountant assumes
+            for p in params:
+                p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
         if self.optimizer.pre_step():
             if self.after_privatise is not None:
                 self.after_privatise()

@@ -181,3 +181,25 @@ def test_dp_sweep_resumes_with_the_accountants_history_and_draws_the_curve(tmp_p
         assert math.isclose(c["epsilon_spent"], expected, rel_tol=1e-12) and 19.5 < expected <= 20.0, domain
     html = (root / "sweep.html").read_text()
     assert "Against the DP-SGD ε" in html and "ε 20" in html and "no DP" in html and "NOT covered" in html
+
+
+def test_an_empty_poisson_batch_is_a_noise_only_step():
+    """With a sampling rate that draws no record, every step still adds noise (the accountant counts it)."""
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from fedaudit.dp import _PrivateStep
+
+    model = nn.Linear(4, 2)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    loader = DataLoader(TensorDataset(torch.arange(10)), batch_size=10)
+    hooks, dp_opt, _ = PrivacyEngine(accountant="rdp").make_private(
+        module=model, optimizer=opt, data_loader=loader, noise_multiplier=1.0, max_grad_norm=1.0, wrap_model=False,
+        noise_generator=torch.Generator().manual_seed(0))
+    step = _PrivateStep(dp_opt, None)
+    step.zero_grad()
+    step.step()  # no backward: an empty batch
+    hooks.cleanup()
+    moved = [float((p.detach() - b).abs().max()) for p, b in zip(model.parameters(), before)]
+    assert all(m > 0 for m in moved), moved  # noise only, scaled by 1 / expected batch size
