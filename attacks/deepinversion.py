@@ -71,6 +71,7 @@ from fedaudit.inversion import (
     StyleProbe,
     bn_modules,
     invert,
+    pixel_box,
 )
 from fedaudit.style import EPS as STYLE_EPS
 from fedaudit.style import style_encoder
@@ -216,8 +217,7 @@ class DeepInversion(Attack):
             return outputs
         targets = [InversionTarget(f"{j.artifact}/{i}", j.state, {"ce": 1.0 if j.use_ce else 0.0}) for i, j in enumerate(jobs)]
         controls = [InversionTarget(f"control/{t.name}", base, dict(t.gates)) for t in targets]
-        lo = torch.tensor([(0.0 - m) / s for m, s in zip(prior.mean, prior.std)])
-        hi = torch.tensor([(1.0 - m) / s for m, s in zip(prior.mean, prior.std)])
+        lo, hi = pixel_box(prior.mean, prior.std)
         result = invert(fresh, [*targets, *controls], prior.num_classes, prior.image_size, self.settings, lo, hi, device)
         for i, job in enumerate(jobs):
             info = {**job.info, "ce": job.use_ce, "losses": result.losses[targets[i].name],
@@ -390,8 +390,7 @@ class DeepInversion(Attack):
             matcher = "amplitude"
         targets = [InversionTarget(f"{kind.value}/{i}", {k: t.to(device) for k, t in v.items()}) for i, v in enumerate(victims)]
         controls = [InversionTarget(f"control/{t.name}", control) for t in targets]
-        lo = torch.tensor([(0.0 - m) / s for m, s in zip(prior.mean, prior.std)])
-        hi = torch.tensor([(1.0 - m) / s for m, s in zip(prior.mean, prior.std)])
+        lo, hi = pixel_box(prior.mean, prior.std)
         result = invert(probe, [*targets, *controls], n, prior.image_size, replace(st, per_class=1), lo, hi, device,
                         matchers=[ProbeLoss(matcher)], weights={matcher: st.bn_weight})
         outputs = []

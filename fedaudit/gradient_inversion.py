@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from fedaudit.inversion import image_priors, warmup_cosine
+from fedaudit.inversion import image_priors, pixel_box, warmup_cosine
 
 DECAYS = ("step", "cosine")
 STEP_MILESTONES = (3 / 8, 5 / 8, 7 / 8)  # the paper's decay points, ×0.1 each
@@ -233,8 +233,7 @@ def invert_update(model: nn.Module, params_before: Mapping[str, Tensor], target_
     labels = labels.to(device)
     lo = hi = None
     if settings.mean is not None and settings.std is not None:
-        lo = torch.tensor([(0.0 - m) / s for m, s in zip(settings.mean, settings.std)], device=device).view(1, -1, 1, 1)
-        hi = torch.tensor([(1.0 - m) / s for m, s in zip(settings.mean, settings.std)], device=device).view(1, -1, 1, 1)
+        lo, hi = (b.to(device).view(1, -1, 1, 1) for b in pixel_box(settings.mean, settings.std))
     g = generator if generator is not None else torch.Generator().manual_seed(0)
     best: tuple[float, float, Tensor] | None = None
     trials = []

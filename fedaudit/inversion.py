@@ -303,6 +303,12 @@ def image_priors(x: Tensor) -> tuple[Tensor, Tensor]:
     return tv.mean(1), l2.mean(1)
 
 
+def pixel_box(mean: Sequence[float], std: Sequence[float]) -> tuple[Tensor, Tensor]:
+    """Per-channel bounds ([C] each) of what [0, 1] pixels map to in normalised space: the box constraint."""
+    return (torch.tensor([(0.0 - m) / s for m, s in zip(mean, std)]),
+            torch.tensor([(1.0 - m) / s for m, s in zip(mean, std)]))
+
+
 def invert(model: nn.Module, targets: Sequence[InversionTarget], num_classes: int, image_size: int,
            settings: InversionSettings, lo: Tensor, hi: Tensor, device: torch.device, matchers: Sequence[Matcher] | None = None,
            weights: dict[str, float] | None = None, log_every: int = 10) -> InversionResult:

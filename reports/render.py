@@ -273,7 +273,7 @@ def dp_curve_section(units: Sequence[Unit]) -> dict[str, Any] | None:
     """Privacy–utility curve over the DP ε of runs that differ only in it (``--dp-sweep``): unseen accuracy
     and every leakage metric measured in all of them, against ε (∞ = no DP, at the right)."""
     eps = [(_dp(u) or {}).get("epsilon_target") for u in units]
-    if len({e for e in eps}) < 2 or len({(u.method, u.dataset, u.target) for u in units}) != 1:
+    if len(set(eps)) < 2 or len({(u.method, u.dataset, u.target) for u in units}) != 1:
         return None
     per_unit = [_scatter_metrics(u) for u in units]
     common = [k for k in per_unit[0] if all(k in d for d in per_unit)]
