@@ -86,7 +86,13 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
         options = {k: v for k, v in evaluate_options.items() if v is not None}
         options["config"] = str(options["config"]) if options.get("config") is not None else None
         out = Path(options.pop("out", None) or "runs").expanduser()
-        root = runs.new_run_dir(out, method or "fedavg", str(options.get("dataset") or "default"), "dpsweep")
+        from fedaudit.config import RunConfig, load_toml
+
+        # the folder is named like a run's: method and dataset as the points will resolve them
+        from_file = load_toml(options["config"]) if options.get("config") else {}
+        name = method or from_file.get("method") or RunConfig.method
+        dataset = options.get("dataset") or from_file.get("dataset") or RunConfig.dataset
+        root = runs.new_run_dir(out, str(name), str(dataset), "dpsweep")
         runs.write_json(root / SWEEP_FILE, {"epsilons": epsilons, "method": method, "options": options})
 
     run_dirs, metrics, norm = [], [], None
