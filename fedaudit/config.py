@@ -178,6 +178,9 @@ def validate(cfg: RunConfig) -> None:
         _check_range(name, getattr(cfg, name), 0.0, 1e6, float)
     if cfg.dp_epsilon is not None:
         _check_range("dp_epsilon", cfg.dp_epsilon, 0.01, 1e4, float)
+        if cfg.precision != "fp32":
+            raise FedauditError("--dp-epsilon needs --precision fp32 (per-sample gradients in bf16 clip inexactly); "
+                                "drop --precision bf16")
     _check_range("dp_delta", cfg.dp_delta, 1e-12, 0.1, float)
     _check_range("dp_max_grad_norm", cfg.dp_max_grad_norm, 1e-4, 1e4, float)
     check_attacker(cfg.attacker)

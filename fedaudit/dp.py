@@ -95,9 +95,6 @@ def check_supported(cfg: RunConfig, method_cls: type) -> None:
         able = ", ".join(name for name, cls in METHODS.items() if not cls.dp_incompatible)
         raise FedauditError(f"--dp-epsilon cannot be used with method {method_cls.name}: {reason}; "
                             f"choose one of {able}, or drop --dp-epsilon")
-    if cfg.precision != "fp32":
-        raise FedauditError("--dp-epsilon needs --precision fp32 (per-sample gradients in bf16 clip inexactly); "
-                            "drop --precision bf16")
 
 
 def unsupported_layers(model: nn.Module) -> list[str]:
