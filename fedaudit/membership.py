@@ -68,6 +68,26 @@ with FPR ≤ level, with Clopper–Pearson 95% intervals for the TPR (over the
 member count) and the achieved FPR (over the non-member count); a level is
 *resolvable* only with at least 10/level non-members; membership advantage
 max(TPR − FPR); the 95% band of the AUC under no membership signal.
+
+Nulls at the run's counts (the verdict's tests; ATTACKS.md, "Every number
+sits beside nulls"). Each statistic is judged against its own distribution
+when the scores carry no membership signal (members and non-members
+exchangeable), computed for the actual numbers of members and non-members:
+
+* ``advantage`` is a maximum over thresholds, so 0.1 is not "0.1 above
+  chance": it is the one-sided two-sample Kolmogorov–Smirnov statistic
+  max_t(F_non(t) − F_mem(t)), and its p-value is the KS test's
+  (:func:`advantage_p_value`; with 225 members and 180 non-members its 95%
+  null quantile is about 0.12);
+* ``TPR at FPR ≤ level``: the operating point counts the members ranked above
+  the (a+1)-th highest non-member, a = ⌊level·n₀⌋ false positives allowed;
+  with random ranks that count is ≥ tp exactly when the top tp + a ranks hold
+  at most a non-members, a hypergeometric tail (:func:`tpr_p_value`, exact);
+* ``auc``: the one-sided Mann–Whitney test (:func:`auc_p_value`).
+
+A verdict row gathers many such tests (victims × variants × targets) and
+corrects them with Holm's step-down procedure (:func:`holm`), which controls
+the family-wise error at the stated α without assuming independence.
 """
 
 from __future__ import annotations
@@ -82,7 +102,7 @@ import torch
 from torch import Tensor
 
 from fedaudit.errors import FedauditError
-from fedaudit.leakage import clopper_pearson
+from fedaudit.intervals import clopper_pearson
 
 GLOBAL_VARIANCE_BELOW = 64  # fewer reference models than this: one pooled variance (Carlini et al. 2022)
 VARIANCE_FLOOR = 1e-8
@@ -90,6 +110,7 @@ RMIA_TEMPERATURE, RMIA_GAMMA, RMIA_OFFLINE_A = 2.0, 2.0, 0.3
 FPR_LEVELS = (0.001, 0.01, 0.1)
 NONMEMBERS_PER_LEVEL = 10  # a level is resolvable with at least 10/level non-members (ATTACKS.md)
 ROC_MAX_POINTS = 200
+EXACT_KS_MAX = 10_000  # n_members × n_nonmembers up to which the KS p-value is exact (beyond: asymptotic, ~1 ms)
 
 ArrayLike = Tensor | np.ndarray | Sequence[float]
 
@@ -387,9 +408,64 @@ def tpr_at_fpr(fpr: np.ndarray, tpr: np.ndarray, level: float, n_members: int, n
         "fpr_interval": list(clopper_pearson(int(fp[i]), n_nonmembers)),
         "true_positives": int(tp[i]),
         "false_positives": int(fp[i]),
+        "allowed_false_positives": int(allowed),
+        "p_value": tpr_p_value(int(tp[i]), allowed, n_members, n_nonmembers),
         "resolvable": bool(resolvable),
         "warning": warning,
     }
+
+
+def advantage_p_value(member_scores: ArrayLike, nonmember_scores: ArrayLike) -> float:
+    """P(advantage ≥ observed) when the scores carry no membership signal, at these counts.
+
+    The advantage max_t(TPR − FPR) is the one-sided two-sample KS statistic
+    D⁺ = max(F_non − F_mem) (higher score = member); scipy's ``ks_2samp``
+    gives its exact p-value up to :data:`EXACT_KS_MAX` pairs and the
+    asymptotic one beyond (within a few percent of exact at 225 × 180).
+    """
+    from scipy.stats import ks_2samp
+
+    pos, neg = _scores(member_scores, "member"), _scores(nonmember_scores, "non-member")
+    method = "exact" if pos.size * neg.size <= EXACT_KS_MAX else "asymp"  # exact path counting grows as n₁·n₀
+    return float(ks_2samp(neg, pos, alternative="greater", method=method).pvalue)
+
+
+def advantage_null_quantile(n_members: int, n_nonmembers: int, alpha: float = 0.05) -> float:
+    """The advantage that scores with no signal exceed with probability ``alpha`` (asymptotic one-sided KS):
+    the smallest effect a test at level ``alpha`` can detect at these counts."""
+    return math.sqrt(-math.log(alpha) / 2.0 * (n_members + n_nonmembers) / (n_members * n_nonmembers))
+
+
+def tpr_p_value(true_positives: int, allowed_false_positives: int, n_members: int, n_nonmembers: int) -> float:
+    """P(TP ≥ ``true_positives``) at an operating point allowing ``allowed_false_positives`` when
+    ranks are random: the top TP + a ranks then hold at most a non-members (hypergeometric, exact)."""
+    from scipy.stats import hypergeom
+
+    if true_positives <= 0:
+        return 1.0
+    a = int(allowed_false_positives)
+    return float(hypergeom.cdf(a, n_members + n_nonmembers, n_nonmembers, int(true_positives) + a))
+
+
+def auc_p_value(member_scores: ArrayLike, nonmember_scores: ArrayLike) -> float:
+    """One-sided Mann–Whitney p-value of AUC > 0.5 (members score higher)."""
+    from scipy.stats import mannwhitneyu
+
+    pos, neg = _scores(member_scores, "member"), _scores(nonmember_scores, "non-member")
+    return float(mannwhitneyu(pos, neg, alternative="greater").pvalue)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (same order as given): reject where adjusted ≤ α keeps the
+    family-wise error at α for any dependence between the tests."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(p_values[i])))
+        adjusted[i] = running
+    return adjusted
 
 
 def advantage(fpr: np.ndarray, tpr: np.ndarray) -> float:
@@ -427,7 +503,9 @@ def membership_metrics(member_scores: ArrayLike, nonmember_scores: ArrayLike,
     """Everything the report shows for one attack, JSON-able.
 
     Keys: ``n_members``, ``n_nonmembers``, ``auc``, ``auc_chance_interval``
-    (95% band under no signal), ``advantage``, ``tpr_at_fpr`` (one entry per
+    (95% band under no signal), ``auc_p_value``, ``advantage`` with
+    ``advantage_p_value`` and ``advantage_null_95`` (its 95% quantile with no
+    signal at these counts), ``tpr_at_fpr`` (one entry per
     level, keyed by ``f"{level:g}"``, see :func:`tpr_at_fpr`), ``warnings``
     (one sentence per unresolvable level) and ``roc`` (``fpr``/``tpr`` lists
     thinned to about 200 points, ``points``: the full curve's length).
@@ -443,6 +521,9 @@ def membership_metrics(member_scores: ArrayLike, nonmember_scores: ArrayLike,
         "auc": auc(fpr, tpr),
         "auc_chance_interval": list(auc_null_interval(n_pos, n_neg)),
         "advantage": advantage(fpr, tpr),
+        "advantage_p_value": advantage_p_value(pos, neg),
+        "advantage_null_95": advantage_null_quantile(n_pos, n_neg),
+        "auc_p_value": auc_p_value(pos, neg),
         "tpr_at_fpr": points,
         "warnings": [p["warning"] for p in points.values() if p["warning"]],
         "roc": {"fpr": thin_fpr, "tpr": thin_tpr, "points": int(fpr.size)},
