@@ -5,17 +5,9 @@ import math
 import pytest
 import torch
 
-from fedaudit.leakage import (
-    PSNR_CAP_DB,
-    clopper_pearson,
-    domain_matrix,
-    identifiability,
-    load_lpips,
-    macro_diagonal,
-    nearest_in_class,
-    psnr,
-    ssim,
-)
+from fedaudit.audit.identifiability import identifiability_test
+from fedaudit.intervals import clopper_pearson
+from fedaudit.leakage import PSNR_CAP_DB, domain_matrix, load_lpips, macro_diagonal, nearest_in_class, psnr, ssim
 
 
 def _images(n=6, seed=0, size=16):
@@ -48,23 +40,47 @@ def test_nearest_neighbour_is_searched_within_the_target_class_only():
     assert math.isinf(float(d))  # a class without references cannot be judged
 
 
-def test_identifiability_is_one_for_copies_of_members_and_zero_for_copies_of_holdouts():
-    members, holdout = _images(10, seed=2), _images(10, seed=3)
-    y = torch.arange(10) % 5
-    d_in, _ = nearest_in_class(members, y, members, y)
-    d_out, _ = nearest_in_class(members, y, holdout, y)
-    ident = identifiability(d_in, d_out)
-    assert ident["value"] == 1.0 and ident["n"] == 10
-    lo, hi = ident["ci95"]
-    assert hi == 1.0 and 0.6 < lo < 0.75  # Clopper-Pearson lower bound for 10/10 is 0.692
-    d_in, _ = nearest_in_class(holdout, y, members, y)
-    d_out, _ = nearest_in_class(holdout, y, holdout, y)
-    assert identifiability(d_in, d_out)["value"] == 0.0
+def test_identifiability_chance_is_measured_and_a_half_with_unequal_sets():
+    """Random images against 225 members and 90 holdouts: a naive nearest-neighbour vote would
+    favour members 5/7 of the time; balanced draws bring chance to 1/2 and the test does not fire."""
+    g = torch.Generator().manual_seed(0)
+    recon, y = torch.rand(40, 3, 8, 8, generator=g), torch.arange(40) % 10
+    members, my = torch.rand(225, 3, 8, 8, generator=g), torch.arange(225) % 10
+    holdout, hy = torch.rand(90, 3, 8, 8, generator=g), torch.arange(90) % 10
+    out = identifiability_test(recon, y, members, my, holdout, hy)
+    assert out["chance"] == pytest.approx(0.5, abs=0.03) and out["per_class"]["3"] == 9
+    assert out["p_value"] > 0.05 and out["members"] == 225 and out["nonmembers"] == 90
+    naive = (torch.cdist(recon.flatten(1), members.flatten(1)).min(1).values <
+             torch.cdist(recon.flatten(1), holdout.flatten(1)).min(1).values).float().mean()
+    assert naive > 0.6  # what balancing fixes
+
+
+def test_identifiability_p_values_are_calibrated_under_no_signal():
+    """Over seeds, random reconstructions are significant at 5% about 5% of the time, not more."""
+    hits = 0
+    for seed in range(40):
+        g = torch.Generator().manual_seed(seed)
+        recon = torch.rand(20, 3, 6, 6, generator=g)
+        out = identifiability_test(recon, None, torch.rand(60, 3, 6, 6, generator=g), None,
+                                   torch.rand(30, 3, 6, 6, generator=g), None, seed=seed, permutations=200)
+        hits += out["p_value"] <= 0.05
+    assert hits <= 5  # 2 expected; 5 or more has probability < 5%
+
+
+def test_identifiability_finds_copies_of_members_and_not_of_holdouts():
+    members, holdout = _images(40, seed=2), _images(40, seed=3)
+    y = torch.arange(40) % 4
+    hit = identifiability_test(members[:20], y[:20], members, y, holdout, y)
+    assert hit["value"] > 0.7 and hit["p_value"] < 0.01
+    miss = identifiability_test(holdout[:20], y[:20], members, y, holdout, y)
+    assert miss["value"] < 0.3 and miss["p_value"] > 0.5
 
 
 def test_identifiability_leaves_out_reconstructions_that_cannot_be_judged():
-    ident = identifiability(torch.tensor([0.1, math.inf, 0.3]), torch.tensor([0.2, 0.1, math.inf]))
-    assert ident["n"] == 1 and ident["excluded"] == 2 and ident["value"] == 1.0
+    members, holdout = _images(6, seed=4), _images(6, seed=5)
+    out = identifiability_test(_images(3, seed=6), torch.tensor([0, 1, 7]), members, torch.tensor([0, 0, 0, 1, 1, 1]),
+                               holdout, torch.tensor([0, 0, 0, 1, 1, 1]))
+    assert out["n"] == 2 and out["excluded"] == 1
 
 
 def test_clopper_pearson_matches_known_values():
