@@ -387,7 +387,7 @@ class MembershipInference(Attack):
     def _cache_paths(self, victim: str) -> tuple[Path, Path] | None:
         if self.cache_dir is None:
             return None
-        stem = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in victim) + "-reference-logits"
+        stem = runs.safe_name(victim) + "-reference-logits"
         return self.cache_dir / f"{stem}.safetensors", self.cache_dir / f"{stem}.json"
 
     def _load_cache(self, victim: str, key: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Any]] | None:

@@ -108,9 +108,14 @@ def new_run_dir(out: Path, method: str, dataset: str, target: str) -> Path:
     return path
 
 
+def safe_name(text: str) -> str:
+    """``text`` as a file-name part: letters, digits, ``-`` and ``_`` kept, everything else ``_``."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+
+
 def _slug(text: str) -> str:
     text = text.split("/")[-1] if text.startswith("folder:") else text
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)[:40] or "x"
+    return safe_name(text)[:40] or "x"
 
 
 def is_complete(run_dir: Path) -> bool:

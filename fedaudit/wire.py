@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from fedaudit.runs import safe_name
+
 SERVER = "server"
 
 
@@ -167,7 +169,7 @@ class Wire:
         from fedaudit.runs import atomic_path
 
         self.artifact_dir.mkdir(parents=True, exist_ok=True)
-        name = f"{index:06d}-r{artifact.round:03d}-{artifact.kind.value}-{_safe(artifact.sender)}-{_safe(artifact.receiver)}.safetensors"
+        name = f"{index:06d}-r{artifact.round:03d}-{artifact.kind.value}-{safe_name(artifact.sender)}-{safe_name(artifact.receiver)}.safetensors"
         tensors = {k: t.detach().cpu().contiguous() for k, t in artifact.tensors.items()}
         with atomic_path(self.artifact_dir / name) as tmp:
             save_file(tensors, str(tmp), metadata={"meta": json.dumps(artifact.meta, default=str)})
@@ -238,5 +240,3 @@ class Wire:
             self.retained[(a.kind.value, a.sender, a.receiver)] = a
 
 
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
