@@ -193,6 +193,10 @@ class DeepInversion(Attack):
     def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> list[AttackOutput]:
         return self.run_batch(view, prior, [victim], device)
 
+    def for_counterfactual(self, per_class: int | None = None) -> DeepInversion:
+        return DeepInversion(replace(self.settings, nulls=False, per_class=per_class or self.settings.per_class),
+                             self.own_weight)
+
     def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str],
                   device: torch.device) -> list[AttackOutput]:
         """Attack every victim from what ``view`` holds; all inversions run as one batch."""
@@ -216,16 +220,24 @@ class DeepInversion(Attack):
         if not jobs:
             return outputs
         targets = [InversionTarget(f"{j.artifact}/{i}", j.state, {"ce": 1.0 if j.use_ce else 0.0}) for i, j in enumerate(jobs)]
-        controls = [InversionTarget(f"control/{t.name}", base, dict(t.gates)) for t in targets]
+        # Nulls in the same batch: the untrained model (same gates), and the victim's own state with the
+        # statistics term off (prior-only: TV, L2, jitter, and CE where the head is known).
+        controls = [InversionTarget(f"control/{t.name}", base, dict(t.gates)) for t in targets] if self.settings.nulls else []
+        priors = [InversionTarget(f"prior/{t.name}", t.state, {**t.gates, "bn": 0.0}) for t in targets] if self.settings.nulls else []
         lo, hi = pixel_box(prior.mean, prior.std)
-        result = invert(fresh, [*targets, *controls], prior.num_classes, prior.image_size, self.settings, lo, hi, device)
+        result = invert(fresh, [*targets, *controls, *priors], prior.num_classes, prior.image_size, self.settings, lo, hi,
+                        device)
         for i, job in enumerate(jobs):
-            info = {**job.info, "ce": job.use_ce, "losses": result.losses[targets[i].name],
-                    "control_losses": result.losses[controls[i].name], "seconds_shared": result.seconds}
+            info = {**job.info, "ce": job.use_ce, "losses": result.losses[targets[i].name], "seconds_shared": result.seconds}
+            nulls = {}
+            if controls:
+                info.update(control_losses=result.losses[controls[i].name], prior_only_losses=result.losses[priors[i].name])
+                nulls = {"prior_only": result.images[2 * len(jobs) + i]}
             for v in job.victims:
                 outputs.append(AttackOutput(self.name, view.role, v, job.artifact, images=result.images[i],
-                                            targets=result.labels, control_images=result.images[len(jobs) + i],
-                                            info=dict(info, status="attacked")))
+                                            targets=result.labels,
+                                            control_images=result.images[len(jobs) + i] if controls else None,
+                                            nulls=dict(nulls), info=dict(info, status="attacked")))
         return outputs
 
     # -- dispatch ----------------------------------------------------------------
@@ -326,9 +338,13 @@ class DeepInversion(Attack):
         num = st.per_class * prior.num_classes
         g = torch.Generator(device=device).manual_seed(st.seed)
         t0 = time.perf_counter()
-        latents, labels = invert_latents([h for _, h in heads] + [template.to(device)], num, prior.num_classes,
+        victims_heads = [h for _, h in heads]
+        # Nulls: the untrained head (the control), then each victim's head with its statistics term off (prior-only).
+        extra = [template.to(device), *victims_heads] if st.nulls else []
+        weights = [st.latent_bn_weight] * (len(heads) + (1 if st.nulls else 0)) + [0.0] * (len(heads) if st.nulls else 0)
+        latents, labels = invert_latents(victims_heads + extra, num, prior.num_classes,
                                          iterations=st.iters, generator=g, lr=st.latent_lr, batch_size=min(num, 64),
-                                         bn_weight=st.latent_bn_weight, norm_weight=st.latent_norm_weight)
+                                         bn_weight=weights, norm_weight=st.latent_norm_weight)
         # Labels are balanced, so sorting each head's latents by label gives every head the same target vector.
         order = labels.argsort(dim=1, stable=True)
         latents = torch.gather(latents, 1, order[..., None].expand_as(latents))
@@ -337,8 +353,10 @@ class DeepInversion(Attack):
         for i, (job, head) in enumerate(heads):
             info = {"status": "attacked", "round": job.artifact.round, "sender": job.artifact.sender,
                     "space": "latent", "latent_dim": int(latents.shape[-1]), "seconds_shared": seconds}
+            nulls = {"prior_only": latents[len(heads) + 1 + i]} if st.nulls else {}
             outputs.append(AttackOutput(self.name, role, job.victim, kind, latents=latents[i], targets=targets,
-                                        control_latents=latents[-1], head=head, info=info))
+                                        control_latents=latents[len(heads)] if st.nulls else None, nulls=nulls,
+                                        head=head, info=info))
         return outputs
 
     def _invert_bank(self, fresh: nn.Module, jobs: list[_BankJob], prior: AttackerPrior, view: WireView,
@@ -354,7 +372,7 @@ class DeepInversion(Attack):
         cap = st.per_class * prior.num_classes
         info: dict[str, Any] = {"status": "attacked"}
         if kind == ArtifactKind.STYLE_BANK:
-            encoder, weights_from = self._style_encoder(fresh, view, device)
+            encoder, weights_from = style_encoder_in_view(fresh, view, device)
             rows = jobs[0].entries["mean"].shape[0]
             if any(j.entries["mean"].shape != jobs[0].entries["mean"].shape for j in jobs):
                 return [self._status_of(view.role, j.victim, kind.value, "not yet supported",
@@ -389,31 +407,25 @@ class DeepInversion(Attack):
             info.update(spectra=n)
             matcher = "amplitude"
         targets = [InversionTarget(f"{kind.value}/{i}", {k: t.to(device) for k, t in v.items()}) for i, v in enumerate(victims)]
-        controls = [InversionTarget(f"control/{t.name}", control) for t in targets]
+        controls = [InversionTarget(f"control/{t.name}", control) for t in targets] if st.nulls else []
+        priors = [InversionTarget(f"prior/{t.name}", t.state, {matcher: 0.0}) for t in targets] if st.nulls else []
         lo, hi = pixel_box(prior.mean, prior.std)
-        result = invert(probe, [*targets, *controls], n, prior.image_size, replace(st, per_class=1), lo, hi, device,
-                        matchers=[ProbeLoss(matcher)], weights={matcher: st.bn_weight})
+        result = invert(probe, [*targets, *controls, *priors], n, prior.image_size, replace(st, per_class=1), lo, hi,
+                        device, matchers=[ProbeLoss(matcher)], weights={matcher: st.bn_weight})
         outputs = []
         for i, job in enumerate(jobs):
             entry = dict(info, round=job.artifact.round, sender=job.artifact.sender,
-                         losses=result.losses[targets[i].name], control_losses=result.losses[controls[i].name],
-                         seconds_shared=result.seconds, control_artifact="statistics of uniform-noise images")
+                         losses=result.losses[targets[i].name], seconds_shared=result.seconds)
+            nulls = {}
+            if controls:
+                entry.update(control_losses=result.losses[controls[i].name],
+                             prior_only_losses=result.losses[priors[i].name],
+                             control_artifact="statistics of uniform-noise images")
+                nulls = {"prior_only": result.images[2 * len(jobs) + i]}
             outputs.append(AttackOutput(self.name, view.role, job.victim, kind.value, images=result.images[i],
-                                        targets=None, control_images=result.images[len(jobs) + i], info=entry))
+                                        targets=None, control_images=result.images[len(jobs) + i] if controls else None,
+                                        nulls=nulls, info=entry))
         return outputs
-
-    def _style_encoder(self, fresh: nn.Module, view: WireView, device: torch.device) -> tuple[nn.Module, str]:
-        """The feature map styles were measured with: the first block of the newest global model the
-        attacker saw (CCST freezes that block at its round-0 weights, so every round carries them)."""
-        model = copy.deepcopy(fresh).to(device)
-        sent = [a for a in view if a.kind == ArtifactKind.FULL_MODEL and a.sender == SERVER
-                and (view.role == SERVER or a.receiver == view.role)]
-        source = "fresh initialisation (no global model on the wire)"
-        if sent:
-            latest = max(sent, key=lambda a: a.round)
-            load_state_(model, {k: t.to(device) for k, t in latest.tensors.items()})
-            source = f"full_model@r{latest.round} from server"
-        return style_encoder(model.eval()), source
 
     def _status(self, view: WireView, victim: str, artifact: str, status: str, reason: str) -> AttackOutput:
         return self._status_of(view.role, victim, artifact, status, reason)
@@ -475,6 +487,20 @@ class _Context:
         before = [a for a in candidates if a.round < broadcast_round]
         art = max(before or candidates, key=lambda a: a.round)
         return art, {k: art.tensors[k].to(self.device) for k in self.keys}
+
+
+def style_encoder_in_view(fresh: nn.Module, view: WireView, device: torch.device) -> tuple[nn.Module, str]:
+    """The feature map styles were measured with: the first block of the newest global model the
+    observer saw (CCST freezes that block at its round-0 weights, so every round carries them)."""
+    model = copy.deepcopy(fresh).to(device)
+    sent = [a for a in view if a.kind == ArtifactKind.FULL_MODEL and a.sender == SERVER
+            and (view.role == SERVER or a.receiver == view.role)]
+    source = "fresh initialisation (no global model on the wire)"
+    if sent:
+        latest = max(sent, key=lambda a: a.round)
+        load_state_(model, {k: t.to(device) for k, t in latest.tensors.items()})
+        source = f"full_model@r{latest.round} from server"
+    return style_encoder(model.eval()), source
 
 
 def overlay_state(base: dict[str, Tensor], artifacts: Iterable[Artifact],

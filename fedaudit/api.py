@@ -14,19 +14,20 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from fedaudit import runs
-from fedaudit.attack import AttackerPrior, AttackOutput
+from fedaudit.attack import AttackerPrior
+from fedaudit.audit.verdict import RiskThresholds, judge
 from fedaudit.config import RunConfig, load_toml, parse_method_options, resolve
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.federation import Federation, derive_seed
-from fedaudit.leakage import Auditor, DomainRecords, domain_matrix, image_grid, macro_diagonal, with_control
+from fedaudit.leakage import Auditor, DomainRecords
 from fedaudit.method import Method
 from fedaudit.reports import write_report_or_warn
 from fedaudit.wire import SERVER, Wire, client_role
@@ -199,6 +200,9 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
         "privacy": privacy(fed),
         "provenance": provenance(cfg, dataset, device, command, stages),
     }
+    # The verdict is computed once, here, from the evidence just stored; the report renders it.
+    metrics["verdict"] = judge(metrics, cfg.to_json(), RiskThresholds())
+    metrics["verdict_thresholds"] = asdict(RiskThresholds())
     save_progress(run_dir, fed)
     runs.write_json(run_dir / "metrics.json", metrics)
     runs.mark_complete(run_dir, RUN_FILES)
@@ -305,13 +309,15 @@ def run_attacks(run_dir: Path, cfg: RunConfig, method: Method, fed: Federation, 
                                           reference_models=cfg.reference_models, variants=mia_variants(membership))
     if not classes:
         return leakage
+    from fedaudit.audit.reconstruction import audit_reconstruction
+
     view = fed.wire.view(role)
     auditor = build_auditor(cfg, fed, dataset, device)  # trains the judges: only when a reconstruction attack runs
     for cls in classes:
         attack = cls.from_config(cfg, prior)
-        log.info("attack %s as %s against %s", cls.name, role, ", ".join(victims))
-        outputs = attack.run_batch(view, prior, victims, device)
-        leakage[cls.name] = score_reconstructions_of(cls.name, outputs, auditor, run_dir)
+        log.info("attack %s as %s against %s (with its nulls, holdout twin and positive control)", cls.name, role,
+                 ", ".join(victims))
+        leakage[cls.name] = audit_reconstruction(attack, view, prior, victims, auditor, run_dir, device)
         settings = getattr(attack, "settings", None)
         if settings is not None:
             leakage[cls.name]["settings"] = settings.to_json()
@@ -329,9 +335,12 @@ def build_auditor(cfg: RunConfig, fed: Federation, dataset: MultiDomainDataset, 
         d = client.data
         records.append(DomainRecords(domain, d.train_x, d.train_y, d.holdout_x, d.holdout_y,
                                      torch.cat([d.val_x, d.holdout_x]), torch.cat([d.val_y, d.holdout_y])))
+    from fedaudit.audit.counterfactual import TrainingRecipe
+
     return Auditor(records, len(dataset.classes), dataset.mean, dataset.std, dataset.hflip,
                    seed=derive_seed(cfg.seed, PRIOR_SEED_STREAM + 1) % 2**31, device=device,
-                   lpips_weights=cfg.lpips_weights, latent_encoders=latent_encoders(cfg, fed))
+                   lpips_weights=cfg.lpips_weights, latent_encoders=latent_encoders(cfg, fed),
+                   recipe=TrainingRecipe(fed.preprocess, cfg.augment, cfg.batch_size))
 
 
 def latent_encoders(cfg: RunConfig, fed: Federation) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
@@ -351,91 +360,6 @@ def latent_encoders(cfg: RunConfig, fed: Federation) -> dict[str, Callable[[torc
     if type(fed.method).head_encoder is Method.head_encoder:
         return {}
     return {c.domain: encoder_of(c) for c in fed.clients}
-
-
-def score_reconstructions_of(attack: str, outputs: list[AttackOutput], auditor: Auditor, run_dir: Path) -> dict[str, Any]:
-    """``{artifact: {victim: scores}, "summary": {artifact: ...}, "auditor": ...}`` with every metric beside its control."""
-    section: dict[str, Any] = {}
-    scored: dict[str, dict[str, tuple[dict[str, Any], dict[str, Any]]]] = {}  # artifact -> victim -> (attack, control)
-    for out in outputs:
-        entry: dict[str, Any] = {k: v for k, v in out.info.items() if k not in ("losses", "control_losses")}
-        pair = None
-        if out.latents is not None and out.control_latents is not None:
-            attack_scores = auditor.score_latents(out.victim, out.latents, out.targets, out.head)
-            if attack_scores is None:
-                entry["metrics"] = {"status": "unavailable",
-                                    "reason": "the method keeps no record of the encoder this head was trained on"}
-            else:
-                pair = attack_scores, auditor.score_latents(out.victim, out.control_latents, out.targets, out.head)
-        elif out.images is not None and out.control_images is not None:
-            pair = auditor.score(out.victim, out.images, out.targets), auditor.score(out.victim, out.control_images, out.targets)
-        if pair is not None:
-            attack_scores, control_scores = pair
-            entry["metrics"] = with_control(attack_scores, control_scores, auditor.chance())
-            if out.info.get("batch_matching") and out.images is not None:
-                # Unordered batch reconstructions: each is matched to a distinct member (Hungarian).
-                from fedaudit.leakage import MATCHED_METRICS
-
-                entry["metrics"]["matched"] = {
-                    side: {k: v for k, v in auditor.score_matched(out.victim, imgs).items() if k in MATCHED_METRICS}
-                    for side, imgs in (("attack", out.images), ("control", out.control_images))}
-            entry["predicted_domain"] = {
-                side: dict(zip(auditor.domains, domain_matrix({out.victim: s["predicted_domains"]}, auditor.domains)[0]))
-                for side, s in (("attack", attack_scores), ("control", control_scores))}
-            if "final_loss" not in entry and "losses" in out.info:
-                entry["final_loss"] = {"attack": out.info.get("losses"), "control": out.info.get("control_losses")}
-            if out.images is not None:
-                if auditor.lpips is None:
-                    entry["metrics"]["lpips_mean"] = auditor.lpips_status
-                entry["image_grid"] = save_reconstruction_grid(run_dir, attack, out, auditor, attack_scores)
-            scored.setdefault(out.artifact, {})[out.victim] = pair
-        section.setdefault(out.artifact, {})[out.victim] = entry
-    summary = {artifact: summarise_artifact(rows, auditor) for artifact, rows in scored.items()}
-    if summary:
-        section["summary"] = summary
-        section["auditor"] = {**auditor.judges, "lpips": auditor.lpips_status}
-    return section
-
-
-def summarise_artifact(rows: dict[str, tuple[dict[str, Any], dict[str, Any]]], auditor: Auditor) -> dict[str, Any]:
-    """The headline over victims: the victim × predicted-domain matrix and its macro diagonal, and the mean
-    class fidelity (absent for inversions with no target class), each for the attack and its control."""
-    victims = list(rows)
-    index = [auditor.domains.index(v) for v in victims]
-    mats = {side: domain_matrix({v: rows[v][i]["predicted_domains"] for v in victims}, auditor.domains)
-            for i, side in enumerate(("attack", "control"))}
-    out: dict[str, Any] = {"domain_attribution": {
-        "victims": victims, "domains": auditor.domains, "matrix": mats,
-        "macro": {"attack": macro_diagonal(mats["attack"], index), "control": macro_diagonal(mats["control"], index),
-                  "chance": 1.0 / len(auditor.domains)},
-    }}
-    if all("class_fidelity" in a for a, _ in rows.values()):
-        mean = lambda i: sum(r[i]["class_fidelity"] for r in rows.values()) / len(rows)  # noqa: E731
-        out["class_fidelity"] = {"attack": mean(0), "control": mean(1), "chance": 1.0 / auditor.num_classes}
-    return out
-
-
-def save_reconstruction_grid(run_dir: Path, attack: str, out: AttackOutput, auditor: Auditor,
-                             scores: dict[str, Any]) -> str:
-    """PNG: per class (or the first ten, without classes), real nearest member | reconstruction | control.
-    Returns its path relative to the run."""
-    from PIL import Image
-
-    if out.targets is None:
-        idx = torch.arange(min(10, out.images.shape[0]), device=out.images.device)
-    else:
-        first = [int(torch.nonzero(out.targets == c)[0]) for c in torch.unique(out.targets).tolist()][:10]
-        idx = torch.tensor(first, device=out.targets.device)
-    members = auditor.victim_records(out.victim).members
-    columns = [members[scores["nn_member_index"][idx.to(members.device)]], auditor.to_unit(out.images[idx]),
-               auditor.to_unit(out.control_images[idx])]
-    size = out.images.shape[-1]
-    grid = image_grid(columns, scale=max(1, 64 // size))
-    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in f"{attack}-{out.artifact}-{out.victim}")
-    rel = f"images/{safe}.png"
-    with runs.atomic_path(run_dir / rel) as tmp:
-        Image.fromarray(grid.numpy()).save(tmp, format="PNG")
-    return rel
 
 
 def save_progress(run_dir: Path, fed: Federation) -> None:
@@ -484,6 +408,7 @@ def summarise_targets(cfg: RunConfig, per_target: dict[str, dict]) -> dict[str, 
         },
         "leakage": {t: m["leakage"] for t, m in per_target.items()},
         "privacy": {t: m.get("privacy") for t, m in per_target.items()},
+        "verdict": [{**row, "target": t} for t, m in per_target.items() for row in m.get("verdict") or []],
         "provenance": {**first["provenance"], "seconds": {t: m["provenance"]["seconds"] for t, m in per_target.items()}},
     }
 
@@ -552,7 +477,7 @@ def resolve_targets(cfg: RunConfig, dataset: MultiDomainDataset) -> list[str]:
 
 
 def target_dirname(target: str) -> str:
-    return "target-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in target)
+    return "target-" + runs.safe_name(target)
 
 
 def command_line() -> str:

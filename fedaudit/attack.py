@@ -56,7 +56,9 @@ class AttackOutput:
     Reconstructions fill ``images`` (normalised input space) or ``latents``
     with ``targets`` (the class each was optimised for), and
     ``control_images`` / ``control_latents`` with the same attack's output
-    against an untrained model of the same architecture; membership attacks fill ``scores`` for the
+    against an untrained model of the same architecture (the untrained control), and ``nulls`` with
+    other nulls the attack ran beside it (``"prior_only"``: the same optimisation with the artifact's
+    matching term switched off); membership attacks fill ``scores`` for the
     records the auditor named. ``info["status"]`` is ``"attacked"``, or
     ``"not yet supported"`` / ``"not applicable"`` with ``info["reason"]``.
     """
@@ -71,6 +73,7 @@ class AttackOutput:
     scores: Tensor | None = None
     control_images: Tensor | None = None
     control_latents: Tensor | None = None
+    nulls: dict[str, Tensor] = field(default_factory=dict)
     head: nn.Module | None = None  # the attacked classifier head, for scoring latents with it
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -89,6 +92,12 @@ class Attack:
 
     def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> list[AttackOutput]:
         raise NotImplementedError
+
+    def for_counterfactual(self, per_class: int | None = None) -> Attack | None:
+        """The same attack, same budget, without its nulls: what the auditor re-runs on counterfactual
+        artifacts (holdout twin, positive control); ``per_class`` images per class when the artifact holds
+        that many (a positive control). None when the attack cannot be re-run that way."""
+        return None
 
     def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str],
                   device: torch.device) -> list[AttackOutput]:

@@ -76,6 +76,9 @@ class InversionSettings:
     precision: str = "fp32"
     victims: str = "auto"
     seed: int = 0
+    # Run the nulls beside the attack (untrained control, prior-only control). The auditor switches
+    # them off when it re-runs the attack on counterfactual artifacts (twin, power), which need none.
+    nulls: bool = True
     # Latent inversion of a classifier head (CLASSIFIER_HEAD): Adam on latents,
     # same iteration count; the BN term matters more to an attacker than to
     # FedLSI's server, hence a larger weight than the paper's λ_bn = 1e-3.

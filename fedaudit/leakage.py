@@ -7,9 +7,10 @@ record (never trained on) of class ``c``, by pixel L2 on [0, 1] images, and
 reports (ATTACKS.md, "Leakage metrics"):
 
 * ``psnr`` / ``ssim`` between ``r`` and ``NN_in`` (mean and best);
-* ``identifiability``: the fraction of ``r`` closer to ``NN_in`` than to
-  ``NN_out``, with its Clopper–Pearson 95% interval (0.5 = no record-level
-  signal);
+* ``identifiability``: the fraction of ``r`` closer to its nearest member
+  than to its nearest non-member, with *equal* numbers of both per class and
+  a permutation null (:mod:`fedaudit.audit.identifiability`: chance measured,
+  p-value, Clopper–Pearson 95% interval);
 * ``domain_attribution``: how often a domain classifier trained on real
   images of every domain assigns ``r`` to the victim's domain (headline: the
   macro average over victims of the victim × predicted-domain matrix);
@@ -27,8 +28,13 @@ latent space (:func:`score_latents`): the references are the real latents of
 the victim's members and holdouts through the encoder the head was trained
 on, and the judges are linear probes on real latents of unscored records.
 
-Every number is reported next to its control: the same attack against an
-untrained model of the same architecture (:func:`with_control`).
+Every number is reported next to its nulls (:func:`with_nulls`): the same
+attack against an untrained model of the same architecture, the same
+optimisation with the artifact's matching term switched off (prior-only),
+and the same attack on the artifact recomputed from holdout records (the
+holdout twin, :mod:`fedaudit.audit.counterfactual`). Chance levels are
+computed from the data: identifiability's from its permutation null, class
+fidelity's as the best constant guess on the actual targets.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedaudit.audit.identifiability import identifiability_test
 from fedaudit.probe import LinearProbe, fit_linear_probe
 
 PSNR_CAP_DB = 100.0  # identical images: PSNR is infinite; a cap keeps metrics.json valid JSON
@@ -104,36 +111,6 @@ def nearest_in_class(r: Tensor, r_y: Tensor, refs: Tensor, ref_y: Tensor) -> tup
 
 
 # -- intervals ------------------------------------------------------------------
-
-
-def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Exact binomial interval for ``k`` successes in ``n`` trials.
-
-    scipy ships with scikit-learn (a dependency), so its beta quantiles are
-    always there.
-    """
-    from scipy.stats import beta
-
-    if n <= 0:
-        return (0.0, 1.0)
-    alpha = 1.0 - level
-    lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
-    return (lo, hi)
-
-
-def identifiability(d_in: Tensor, d_out: Tensor) -> dict[str, Any]:
-    """Fraction of reconstructions strictly closer to their nearest member than
-    to their nearest non-member, with its 95% interval.
-
-    Reconstructions whose class lacks members or non-members are left out
-    (they cannot be judged) and counted in ``excluded``.
-    """
-    ok = torch.isfinite(d_in) & torch.isfinite(d_out)
-    n = int(ok.sum())
-    k = int((d_in[ok] < d_out[ok]).sum())
-    lo, hi = clopper_pearson(k, n)
-    return {"value": k / n if n else float("nan"), "k": k, "n": n, "ci95": [lo, hi], "excluded": int((~ok).sum())}
 
 
 # -- auditor classifiers ---------------------------------------------------------
@@ -268,7 +245,12 @@ def load_lpips(override: str | None, device: torch.device) -> tuple[LPIPS | None
 
 @dataclass
 class VictimRecords:
-    """The auditor's reference sets for one victim, as [0, 1] images."""
+    """The auditor's reference sets for one victim, as [0, 1] images (or latents).
+
+    ``holdout`` are the non-members identifiability compares against; the
+    other half of the victim's holdout (``twin``) is what its holdout-twin
+    artifact is computed from, so no record is both.
+    """
 
     domain_index: int
     members: Tensor
@@ -278,7 +260,7 @@ class VictimRecords:
 
 
 def score_reconstructions(recon01: Tensor, targets: Tensor | None, ref: VictimRecords, class_clf: AuditorClassifier | None,
-                          domain_clf: AuditorClassifier, lpips_fn: LPIPS | None = None) -> dict[str, Any]:
+                          domain_clf: AuditorClassifier, lpips_fn: LPIPS | None = None, seed: int = 0) -> dict[str, Any]:
     """Raw scores of one set of reconstructions against one victim's records.
 
     ``targets=None`` (an inversion with no target class: styles, spectra)
@@ -288,13 +270,14 @@ def score_reconstructions(recon01: Tensor, targets: Tensor | None, ref: VictimRe
     ``predicted_domains`` (for the victim × domain matrix).
     """
     recon01 = recon01.float().clamp(0, 1)
-    if targets is None:  # reconstructions with no target class (style, amplitude): nearest over every class
+    classless = targets is None
+    if classless:  # reconstructions with no target class (style, amplitude): nearest over every class
         targets = torch.zeros(recon01.shape[0], dtype=torch.long, device=recon01.device)
-        ref = VictimRecords(ref.domain_index, ref.members, torch.zeros_like(ref.member_y), ref.holdout,
-                            torch.zeros_like(ref.holdout_y))
+        member_y = torch.zeros_like(ref.member_y)
         class_clf = None
-    d_in, i_in = nearest_in_class(recon01, targets, ref.members, ref.member_y)
-    d_out, _ = nearest_in_class(recon01, targets, ref.holdout, ref.holdout_y)
+    else:
+        member_y = ref.member_y
+    d_in, i_in = nearest_in_class(recon01, targets, ref.members, member_y)
     has_nn = torch.isfinite(d_in)
     nn_in = ref.members[i_in]
     p = psnr(recon01, nn_in)[has_nn]
@@ -307,17 +290,25 @@ def score_reconstructions(recon01: Tensor, targets: Tensor | None, ref: VictimRe
         "ssim_mean": float(s.mean()) if s.numel() else float("nan"),
         "ssim_best": float(s.max()) if s.numel() else float("nan"),
         "l2_to_member_mean": float(d_in[has_nn].mean()) if has_nn.any() else float("nan"),
-        "identifiability": identifiability(d_in, d_out),
+        "identifiability": identifiability_test(recon01, None if classless else targets, ref.members, ref.member_y,
+                                                ref.holdout, ref.holdout_y, seed=seed),
         "domain_attribution": float((domains == ref.domain_index).float().mean()),
         "predicted_domains": domains,
         "nn_member_index": i_in,
     }
     if class_clf is not None:
-        out["class_fidelity"] = float((class_clf.predict(recon01) == targets).float().mean())
+        hits = class_clf.predict(recon01) == targets
+        out["class_fidelity"] = float(hits.float().mean())
+        out["class_fidelity_chance"] = best_constant_guess(targets)
     if lpips_fn is not None:
         lp = lpips_fn(recon01[has_nn], nn_in[has_nn])
         out["lpips_mean"] = float(lp.mean()) if lp.numel() else float("nan")
     return out
+
+
+def best_constant_guess(targets: Tensor) -> float:
+    """Accuracy of the best guess that ignores the image: the most frequent target class's share."""
+    return float(torch.bincount(targets.cpu()).max() / targets.numel()) if targets.numel() else float("nan")
 
 
 MATCHED_METRICS = ("psnr_mean", "ssim_mean", "psnr_best", "ssim_best")
@@ -353,7 +344,7 @@ def matched_fidelity(recon01: Tensor, records01: Tensor) -> dict[str, Any]:
 
 
 def score_latents(latents: Tensor, targets: Tensor, ref: VictimRecords, class_probe: LinearProbe,
-                  domain_probe: LinearProbe, head: nn.Module) -> dict[str, Any]:
+                  domain_probe: LinearProbe, head: nn.Module, seed: int = 0) -> dict[str, Any]:
     """Raw scores of synthesised latents against one victim's real latents.
 
     ``ref`` holds latents (the victim's encoder applied to its members and
@@ -365,7 +356,6 @@ def score_latents(latents: Tensor, targets: Tensor, ref: VictimRecords, class_pr
     """
     z = latents.float()
     d_in, _ = nearest_in_class(z, targets, ref.members, ref.member_y)
-    d_out, _ = nearest_in_class(z, targets, ref.holdout, ref.holdout_y)
     has_nn = torch.isfinite(d_in)
     domains = domain_probe.logits(z).argmax(1)
     with torch.no_grad():
@@ -374,9 +364,11 @@ def score_latents(latents: Tensor, targets: Tensor, ref: VictimRecords, class_pr
     return {
         "n": int(z.shape[0]),
         "l2_to_member_mean": float(d_in[has_nn].mean()) if has_nn.any() else float("nan"),
-        "identifiability": identifiability(d_in, d_out),
+        "identifiability": identifiability_test(z, targets, ref.members, ref.member_y, ref.holdout, ref.holdout_y,
+                                                seed=seed),
         "domain_attribution": float((domains == ref.domain_index).float().mean()),
         "class_fidelity": float((class_probe.logits(z).argmax(1) == targets).float().mean()),
+        "class_fidelity_chance": best_constant_guess(targets),
         "head_agreement": float((head_pred == targets).float().mean()),
         "moment_gap": float((z.mean(0) - ref.members.float().mean(0)).norm() / spread),
         "predicted_domains": domains,
@@ -387,18 +379,35 @@ SCALAR_METRICS = ("psnr_mean", "psnr_best", "ssim_mean", "ssim_best", "l2_to_mem
                   "domain_attribution", "class_fidelity", "head_agreement", "moment_gap")
 
 
-def with_control(attack: dict[str, Any], control: dict[str, Any], chance: dict[str, float]) -> dict[str, Any]:
-    """Every metric as ``{"attack": a, "control": c}`` (plus chance and intervals where they exist)."""
+NULLS = ("control", "prior_only", "twin")  # the untrained control keeps its historical key, "control"
+IDENTIFIABILITY_KEYS = ("value", "ci95", "p_value", "k")
+
+
+def with_nulls(attack: dict[str, Any], nulls: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    """Every metric as ``{"attack": a, "control": c, "prior_only": p, "twin": t, "chance": ...}``.
+
+    ``nulls`` maps a null's name (:data:`NULLS`) to its raw scores, or None
+    when that null did not run (its key is then absent). Chance levels are
+    the computed ones: class fidelity's best constant guess on the targets,
+    identifiability's permutation mean (with its 95% quantile and the
+    attack's p-value beside it).
+    """
+    ran = {k: v for k, v in nulls.items() if v is not None}
     out: dict[str, Any] = {}
     for key in SCALAR_METRICS:
         if key in attack:
-            out[key] = {"attack": attack[key], "control": control.get(key, float("nan"))}
-            if key in chance:
-                out[key]["chance"] = chance[key]
-    ia, ic = attack["identifiability"], control["identifiability"]
-    out["identifiability"] = {"attack": ia["value"], "attack_ci95": ia["ci95"], "attack_k": ia["k"], "n": ia["n"],
-                              "control": ic["value"], "control_ci95": ic["ci95"], "control_k": ic["k"],
-                              "excluded": ia["excluded"], "chance": 0.5}
+            out[key] = {"attack": attack[key], **{k: v.get(key, float("nan")) for k, v in ran.items()}}
+    if "class_fidelity" in out:
+        out["class_fidelity"]["chance"] = attack["class_fidelity_chance"]
+    ia = attack["identifiability"]
+    ident = {"attack": ia["value"], "attack_ci95": ia["ci95"], "attack_k": ia["k"], "attack_p_value": ia["p_value"],
+             "n": ia["n"], "excluded": ia["excluded"], "chance": ia["chance"], "null_q95": ia["null_q95"],
+             "balanced": {"per_class": ia["per_class"], "permutations": ia["permutations"],
+                          "members": ia["members"], "nonmembers": ia["nonmembers"]}}
+    for name, scores in ran.items():
+        other = scores["identifiability"]
+        ident.update({name: other["value"], f"{name}_ci95": other["ci95"], f"{name}_p_value": other["p_value"]})
+    out["identifiability"] = ident
     return out
 
 
@@ -428,7 +437,8 @@ class DomainRecords:
     ``members`` are what the victim trained on (the records reconstructions
     are compared with); ``reference`` are records the judges may train on
     (val + holdout of a source, the whole unseen target); ``holdout`` are the
-    non-members for identifiability.
+    victim's non-members, which the auditor halves (stratified, seeded) into
+    the identifiability reference and the holdout twin's source.
     """
 
     domain: str
@@ -440,19 +450,40 @@ class DomainRecords:
     reference_y: Tensor
 
 
+@dataclass
+class HoldoutHalves:
+    """A victim's holdout, halved: ``reference`` for identifiability, ``twin`` for the holdout twin."""
+
+    reference_x: Tensor
+    reference_y: Tensor
+    twin_x: Tensor
+    twin_y: Tensor
+
+
+def halve_holdout(x: Tensor, y: Tensor, seed: int) -> HoldoutHalves:
+    """Split a holdout in two class-stratified halves with a fixed seed."""
+    from fedaudit.data.split import stratified_split
+
+    ref, _, twin = stratified_split(y.cpu(), (0.5, 0.0, 0.5), torch.Generator().manual_seed(seed))
+    ref, twin = ref.to(x.device), twin.to(x.device)
+    return HoldoutHalves(x[ref], y[ref], x[twin], y[twin])
+
+
 class Auditor:
-    """Holds the private records and the judges; scores reconstructions with their controls.
+    """Holds the private records and the judges; scores reconstructions with their nulls.
 
     The judges are trained once per run on records that are *not* scored as
-    members: the domain classifier on the reference records of every domain
-    (so chance is 1/#domains), each victim's class classifier on that
-    victim's reference records. Their accuracy on the victims' members (which
-    they never saw) is reported beside the scores.
+    members: the domain classifier on the reference records of every domain,
+    each victim's class classifier on that victim's reference records. Their
+    accuracy on the victims' members (which they never saw) is reported
+    beside the scores.
     """
 
     def __init__(self, records: list[DomainRecords], num_classes: int, mean: tuple[float, ...], std: tuple[float, ...],
                  hflip: bool, seed: int, device: torch.device, lpips_weights: str | None = None,
-                 judge_steps: int = 300, latent_encoders: dict[str, Callable[[Tensor], Tensor]] | None = None) -> None:
+                 judge_steps: int = 300, latent_encoders: dict[str, Callable[[Tensor], Tensor]] | None = None,
+                 recipe: Any = None) -> None:
+        self.recipe = recipe  # how clients train (fedaudit.audit.counterfactual.TrainingRecipe), to replay statistics
         self.records = {r.domain: r for r in records}
         self.domains = [r.domain for r in records]
         self.num_classes = num_classes
@@ -470,6 +501,28 @@ class Auditor:
         # victim -> uint8 images -> latents of the encoder its CLASSIFIER_HEAD was trained on
         self.latent_encoders = latent_encoders or {}
         self._latent: dict[str, tuple[VictimRecords, LinearProbe, LinearProbe]] = {}
+        self.halves = {r.domain: halve_holdout(r.holdout_x, r.holdout_y, seed + i)
+                       for i, r in enumerate(records) if r.holdout_x is not None}
+
+    def twin_records(self, victim: str) -> Tensor:
+        """uint8 records the victim's holdout twin is computed from (never a reference for identifiability)."""
+        return self.halves[victim].twin_x
+
+    def members(self, victim: str) -> Tensor:
+        """uint8: the victim's members (what its artifacts summarise)."""
+        return self.records[victim].members_x
+
+    def power_records(self, victim: str, per_class: int) -> Tensor:
+        """uint8: ``per_class`` of the victim's members of every class (a seeded draw, the same for every
+        attack and ordered by class) — the records behind a positive control."""
+        return self.records[victim].members_x[self._power_index(victim, per_class)]
+
+    def _power_index(self, victim: str, per_class: int) -> Tensor:
+        y = self.records[victim].members_y
+        g = torch.Generator().manual_seed(self.seed + 17 * (1 + self.domains.index(victim)))
+        order = torch.randperm(y.shape[0], generator=g).to(y.device)
+        picks = [order[y[order] == c][:per_class] for c in range(self.num_classes)]
+        return torch.cat(picks)
 
     def to_unit(self, images: Tensor) -> Tensor:
         """Normalised input-space images → [0, 1]."""
@@ -501,15 +554,39 @@ class Auditor:
         return self._class_clf[victim]
 
     def victim_records(self, victim: str) -> VictimRecords:
-        r = self.records[victim]
+        r, half = self.records[victim], self.halves[victim]
         return VictimRecords(self.domains.index(victim), r.members_x.float() / 255.0, r.members_y,
-                             r.holdout_x.float() / 255.0, r.holdout_y)
+                             half.reference_x.float() / 255.0, half.reference_y)
 
     def score(self, victim: str, images: Tensor, targets: Tensor | None) -> dict[str, Any]:
         """Raw scores of normalised-space ``images`` optimised for ``targets`` (None: no class) against ``victim``'s records."""
         class_clf = self.class_classifier(victim) if targets is not None else None
         return score_reconstructions(self.to_unit(images), targets, self.victim_records(victim),
-                                     class_clf, self.domain_classifier(), self.lpips)
+                                     class_clf, self.domain_classifier(), self.lpips, seed=self.seed)
+
+    def score_power(self, victim: str, per_class: int, recon: Tensor, targets: Tensor | None,
+                    latent: bool = False) -> dict[str, Any]:
+        """Reconstructions (normalised images, or latents with ``latent``) against the members a positive
+        control's artifact was computed from (``per_class`` of each class): identifiability against as many
+        of the victim's reference non-members of the same class (classless when ``targets`` is None), with
+        its permutation null; and, for images, the PSNR to the nearest of those members."""
+        idx = self._power_index(victim, per_class)
+        r = self.records[victim]
+        sources, source_y = r.members_x[idx], r.members_y[idx]
+        if latent:
+            ref, _, _ = self.latent_judges(victim)
+            x, src = recon.float(), self.latent_encoders[victim](sources).float()
+        else:
+            ref = self.victim_records(victim)
+            x, src = self.to_unit(recon), sources.float() / 255.0
+        out: dict[str, Any] = {"identifiability": identifiability_test(x, targets, src, source_y, ref.holdout,
+                                                                       ref.holdout_y, seed=self.seed)}
+        if not latent:
+            t = targets if targets is not None else torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+            dist, nearest = nearest_in_class(x, t, src, source_y if targets is not None else torch.zeros_like(source_y))
+            ok = torch.isfinite(dist)
+            out["psnr"] = psnr(x[ok], src[nearest[ok]]).cpu()
+        return out
 
     def score_matched(self, victim: str, images: Tensor) -> dict[str, Any]:
         """:func:`matched_fidelity` of normalised-space ``images`` against ``victim``'s members
@@ -530,7 +607,9 @@ class Auditor:
             domain_probe = fit_linear_probe(torch.cat(refs), domain_y, len(self.domains))
             class_probe = fit_linear_probe(refs[self.domains.index(victim)], r.reference_y, self.num_classes)
             members = encode(r.members_x)
-            ref = VictimRecords(self.domains.index(victim), members, r.members_y, encode(r.holdout_x), r.holdout_y)
+            half = self.halves[victim]
+            ref = VictimRecords(self.domains.index(victim), members, r.members_y, encode(half.reference_x),
+                                half.reference_y)
             self._latent[victim] = (ref, class_probe, domain_probe)
             self.judges.setdefault("latent_probes", {})[victim] = {
                 "trained_on": "latents of val+holdout records (class: the victim's; domain: every domain's)",
@@ -545,10 +624,7 @@ class Auditor:
         if judges is None:
             return None
         ref, class_probe, domain_probe = judges
-        return score_latents(latents, targets, ref, class_probe, domain_probe, head)
-
-    def chance(self) -> dict[str, float]:
-        return {"domain_attribution": 1.0 / len(self.domains), "class_fidelity": 1.0 / self.num_classes}
+        return score_latents(latents, targets, ref, class_probe, domain_probe, head, seed=self.seed)
 
 
 def image_grid(columns: list[Tensor], scale: int = 1, gap: int = 2) -> Tensor:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fedaudit import runs
 from fedaudit.api import evaluate
-from fedaudit.leakage import clopper_pearson
+from fedaudit.intervals import clopper_pearson
 
 # (method, attacker): the server sees every upload; a curious client sees its broadcasts.
 CASES = [

@@ -1,0 +1,276 @@
+"""Reconstruction audits: an attack, its nulls, its holdout twin and its positive control, scored.
+
+For every artifact a reconstruction attack inverts, the auditor stores
+
+* the attack's scores beside every **null** it ran: the untrained control
+  (``control``), the prior-only control (``prior_only``: the same
+  optimisation with the artifact's matching term off) and the **holdout
+  twin** (``twin``: the same attack on the artifact recomputed from holdout
+  records), and the computed chance levels (:func:`fedaudit.leakage.with_nulls`);
+* its **power**: the same attack, same iterations and weights, on the
+  artifact of one and two member images per class
+  (:data:`~fedaudit.audit.counterfactual.POWER_PER_CLASS`). ``reached`` when,
+  for some size, the reconstructions reveal what the verdict's tests look
+  for — the victim's domain or the intended class — significantly more often
+  than the prior-only control's; ``record_level`` when they single out the
+  source members from non-members of their class. Without power a low reading cannot be told
+  from a weak attack, and the verdict says INCONCLUSIVE; without record-level
+  power a LOW says record-level leakage was not testable.
+
+The twin and the power runs need an attack that can be re-run without its
+nulls on a counterfactual view (:meth:`Attack.without_nulls`) and the
+server's view; otherwise the entry says why they are absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedaudit import runs
+from fedaudit.attack import Attack, AttackerPrior, AttackOutput
+from fedaudit.audit.counterfactual import (
+    POWER_PER_CLASS,
+    TWIN,
+    Counterfactual,
+    counterfactual_view,
+    power_case,
+    pseudo_name,
+    split_pseudo,
+)
+from fedaudit.leakage import MATCHED_METRICS, Auditor, domain_matrix, image_grid, macro_diagonal, with_nulls
+from fedaudit.wire import SERVER, WireView
+
+POWER_ALPHA = 0.05
+POWER_RULE = (f"reached when, for one or two member images per class, the reconstructions from their artifact are "
+              "attributed to the victim's domain, or labelled as their intended class, more often than the prior-only "
+              f"control's (one-sided Fisher p <= {POWER_ALPHA}), or are record_level: closer to those members than to as "
+              f"many non-members of their class (permutation p <= {POWER_ALPHA}) and than the prior-only control's are")
+Key = tuple[str, str, str]  # (victim, artifact, case)
+
+
+def audit_reconstruction(attack: Attack, view: WireView, prior: AttackerPrior, victims: list[str], auditor: Auditor,
+                         run_dir: Path, device: torch.device) -> dict[str, Any]:
+    """Run ``attack`` (with its nulls) and its counterfactuals; return its metrics.json section."""
+    outputs = attack.run_batch(view, prior, victims, device)
+    counter, absent = run_counterfactuals(attack, view, prior, victims, auditor, device)
+    return score_section(attack.name, outputs, counter, absent, auditor, run_dir)
+
+
+def run_counterfactuals(attack: Attack, view: WireView, prior: AttackerPrior, victims: list[str], auditor: Auditor,
+                        device: torch.device) -> tuple[dict[Key, AttackOutput], dict[Key, str]]:
+    """The attack (without nulls) on the holdout twin and on each positive control of every victim.
+
+    Returns the outputs by (victim, artifact, case), and why a (victim, artifact, case) is absent."""
+    cases = [TWIN, *(power_case(k) for k in POWER_PER_CLASS)]
+    absent: dict[Key, str] = {}
+    if attack.for_counterfactual() is None:
+        return {}, {("*", "*", c): f"{attack.name} has no counterfactual run yet" for c in cases}
+    if view.role != SERVER:
+        return {}, {("*", "*", c): "counterfactuals are built for the server's view only: a curious client sees "
+                                   "aggregates of several clients" for c in cases}
+    out: dict[Key, AttackOutput] = {}
+    for case in cases:
+        if case == TWIN:
+            bare = attack.for_counterfactual()
+            records = [Counterfactual(v, case, auditor.twin_records(v), swap_out=auditor.members(v)) for v in victims]
+        else:
+            per_class = int(case.split(":")[1])
+            bare = attack.for_counterfactual(per_class)
+            records = [Counterfactual(v, case, auditor.power_records(v, per_class)) for v in victims]
+        cf_view, skipped = counterfactual_view(view, prior, records, device, auditor.recipe, auditor.seed,
+                                               auditor.latent_encoders)
+        # One batch per case: cases differ in artifact shape (a bank of 10 spectra vs of 90).
+        for o in bare.run_batch(cf_view, prior, [pseudo_name(v, case) for v in victims], device):
+            victim, _ = split_pseudo(o.victim)
+            key = (victim, o.artifact, case)
+            why = skipped.get(o.victim, {}).get(o.artifact.split(":")[0])
+            if why is not None:
+                absent[key] = why
+            elif o.info.get("status") != "attacked":
+                absent[key] = f"{o.info.get('status')}: {o.info.get('reason', '')}"
+            else:
+                out[key] = o
+    return out, absent
+
+
+def _why_absent(absent: dict[Key, str], victim: str, artifact: str, case: str) -> str:
+    return absent.get((victim, artifact, case)) or absent.get(("*", "*", case)) or "not run"
+
+
+def score_section(attack: str, outputs: list[AttackOutput], counter: dict[Key, AttackOutput], absent: dict[Key, str],
+                  auditor: Auditor, run_dir: Path) -> dict[str, Any]:
+    """``{artifact: {victim: entry}, "summary": {artifact: ...}, "auditor": ...}``: every metric beside its nulls."""
+    section: dict[str, Any] = {}
+    scored: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}  # artifact -> victim -> case -> raw scores
+    for out in outputs:
+        entry: dict[str, Any] = {k: v for k, v in out.info.items() if not k.endswith("losses")}
+        latent = out.latents is not None
+        recon = out.latents if latent else out.images
+        if recon is not None and (out.control_latents if latent else out.control_images) is not None:
+            score = _scorer(auditor, out)
+            if score is None:
+                entry["metrics"] = {"status": "unavailable",
+                                    "reason": "the method keeps no record of the encoder this head was trained on"}
+            else:
+                cases = {"attack": recon, "control": out.control_latents if latent else out.control_images,
+                         "prior_only": out.nulls.get("prior_only")}
+                twin = counter.get((out.victim, out.artifact, TWIN))
+                cases["twin"] = None if twin is None else (twin.latents if latent else twin.images)
+                raw = {name: score(x) for name, x in cases.items() if x is not None}
+                entry["metrics"] = with_nulls(raw["attack"], {k: raw.get(k) for k in ("control", "prior_only", "twin")})
+                entry["twin"] = ({"status": "scored", "records": int(auditor.twin_records(out.victim).shape[0]),
+                                  "source": "half of the victim's holdout (never trained on)"} if twin is not None else
+                                 {"status": "not available", "reason": _why_absent(absent, out.victim, out.artifact, TWIN)})
+                entry["power"] = _power(auditor, out, counter, absent, latent, raw.get("prior_only"))
+                if out.info.get("batch_matching") and out.images is not None:
+                    # Unordered batch reconstructions: each is matched to a distinct member (Hungarian).
+                    entry["metrics"]["matched"] = {
+                        side: {k: v for k, v in auditor.score_matched(out.victim, imgs).items() if k in MATCHED_METRICS}
+                        for side, imgs in (("attack", out.images), ("control", out.control_images))}
+                entry["predicted_domain"] = {
+                    name: dict(zip(auditor.domains, domain_matrix({out.victim: s["predicted_domains"]}, auditor.domains)[0]))
+                    for name, s in raw.items()}
+                losses = {name: out.info[f"{prefix}losses"] for name, prefix in
+                          (("attack", ""), ("control", "control_"), ("prior_only", "prior_only_"))
+                          if f"{prefix}losses" in out.info}
+                if "final_loss" not in entry and losses:
+                    entry["final_loss"] = losses
+                if out.images is not None:
+                    if auditor.lpips is None:
+                        entry["metrics"]["lpips_mean"] = auditor.lpips_status
+                    entry["image_grid"] = save_reconstruction_grid(run_dir, attack, out, cases, auditor, raw["attack"])
+                    entry["grid_columns"] = ["real nearest member", *(GRID_NAMES[c] for c in GRID_COLUMNS
+                                                                      if cases.get(c) is not None)]
+                scored.setdefault(out.artifact, {})[out.victim] = raw
+        section.setdefault(out.artifact, {})[out.victim] = entry
+    summary = {artifact: summarise_artifact(rows, auditor) for artifact, rows in scored.items()}
+    if summary:
+        section["summary"] = summary
+        section["auditor"] = {**auditor.judges, "lpips": auditor.lpips_status}
+    return section
+
+
+def _scorer(auditor: Auditor, out: AttackOutput) -> Callable[..., dict[str, Any]] | None:
+    """Raw scores of a reconstruction set of ``out``'s kind (images or latents) against its victim, for
+    ``out``'s targets unless others are given."""
+    if out.latents is not None:
+        if auditor.latent_judges(out.victim) is None:
+            return None
+        return lambda z, targets=out.targets: auditor.score_latents(out.victim, z, targets, out.head)
+    return lambda x, targets=out.targets: auditor.score(out.victim, x, targets)
+
+
+def _power(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput], absent: dict[Key, str],
+           latent: bool, prior_only: dict[str, Any] | None) -> dict[str, Any]:
+    """The positive control of one attacked artifact, per size (member images per class): whether its
+    reconstructions reveal what the verdict's tests look for better than the prior-only control's do —
+    the victim's domain or the intended class (``reached``), or the records themselves (``record_level``)."""
+    sizes: dict[str, Any] = {}
+    score = _scorer(auditor, out)
+    for k in POWER_PER_CLASS:
+        cf = counter.get((out.victim, out.artifact, power_case(k)))
+        if cf is None or prior_only is None or score is None:
+            why = (_why_absent(absent, out.victim, out.artifact, power_case(k)) if cf is None else
+                   "no prior-only control ran" if prior_only is None else "not scored")
+            sizes[str(k)] = {"status": "not available", "reason": why}
+            continue
+        recon = cf.latents if latent else cf.images
+        mine = score(recon, cf.targets)
+        sources = auditor.score_power(out.victim, k, recon, cf.targets, latent)
+        null = auditor.score_power(out.victim, k, out.nulls["prior_only"], out.targets, latent)
+        ident = sources["identifiability"]
+        row: dict[str, Any] = {"per_class": k, "images": int(auditor.power_records(out.victim, k).shape[0])}
+        lifts = []
+        for metric in ("domain_attribution", "class_fidelity"):
+            if metric in mine and metric in prior_only:
+                p = fisher_greater(mine[metric], mine["n"], prior_only[metric], prior_only["n"])
+                row[metric] = {"attack": mine[metric], "prior_only": prior_only[metric], "p_value": p}
+                lifts.append(p <= POWER_ALPHA and mine[metric] > prior_only[metric])
+        row.update(identifiability=ident["value"], ci95=ident["ci95"], p_value=ident["p_value"], chance=ident["chance"],
+                   prior_only=null["identifiability"]["value"])
+        if "psnr" in sources:
+            row["psnr_to_sources"] = {"attack_mean": float(sources["psnr"].mean()), "attack_best": float(sources["psnr"].max()),
+                                      "prior_only_mean": float(null["psnr"].mean())}
+        row["record_level"] = bool(ident["p_value"] <= POWER_ALPHA and ident["value"] > row["prior_only"])
+        row["reached"] = bool(any(lifts) or row["record_level"])
+        sizes[str(k)] = row
+    ran = [r for r in sizes.values() if "reached" in r]
+    if not ran:
+        reasons = sorted({r["reason"] for r in sizes.values()})
+        return {"status": "not available", "reason": "; ".join(reasons), "sizes": sizes}
+    return {"status": "measured", "reached": any(r["reached"] for r in ran),
+            "record_level": any(r["record_level"] for r in ran), "sizes": sizes, "rule": POWER_RULE}
+
+
+def fisher_greater(a: float, n_a: int, b: float, n_b: int) -> float:
+    """One-sided Fisher exact p-value that rate ``a`` (of ``n_a``) exceeds rate ``b`` (of ``n_b``)."""
+    from scipy.stats import fisher_exact
+
+    ka, kb = round(a * n_a), round(b * n_b)
+    return float(fisher_exact([[ka, n_a - ka], [kb, n_b - kb]], alternative="greater")[1])
+
+
+def summarise_artifact(rows: dict[str, dict[str, dict[str, Any]]], auditor: Auditor) -> dict[str, Any]:
+    """The headline over victims: the victim × predicted-domain matrix and its macro diagonal, and the mean
+    class fidelity (absent for inversions with no target class), for the attack and each null, with the
+    counts behind them (for the verdict's tests) and the computed chance levels."""
+    victims = list(rows)
+    index = [auditor.domains.index(v) for v in victims]
+    cases = [c for c in ("attack", "control", "prior_only", "twin") if all(c in rows[v] for v in victims)]
+    mats = {c: domain_matrix({v: rows[v][c]["predicted_domains"] for v in victims}, auditor.domains) for c in cases}
+    counts = {c: [sum(int((rows[v][c]["predicted_domains"] == i).sum()) for v, i in zip(victims, index)),
+                  sum(int(rows[v][c]["predicted_domains"].numel()) for v in victims)] for c in cases}
+    macro: dict[str, Any] = {c: macro_diagonal(mats[c], index) for c in cases}
+    # A guess that ignores the victim puts share p(v) on each victim: its macro diagonal is at most 1/#victims.
+    # One victim has no such guard (always naming it scores 1): there the controls show the judge's default.
+    if len(victims) > 1:
+        macro["chance"] = 1.0 / len(victims)
+        macro["chance_name"] = f"the best guess that ignores the victim (1/{len(victims)} victims)"
+    else:
+        macro["chance"] = 1.0 / len(auditor.domains)
+        macro["chance_name"] = (f"a uniform guess over {len(auditor.domains)} domains (one victim: the controls show "
+                                "where the judge sends images that carry no data)")
+    out: dict[str, Any] = {"domain_attribution": {"victims": victims, "domains": auditor.domains, "matrix": mats,
+                                                  "macro": macro, "counts": counts}}
+    if all("class_fidelity" in rows[v]["attack"] for v in victims):
+        fidelity: dict[str, Any] = {c: sum(rows[v][c]["class_fidelity"] for v in victims) / len(victims) for c in cases}
+        fidelity["chance"] = sum(rows[v]["attack"]["class_fidelity_chance"] for v in victims) / len(victims)
+        fidelity["chance_name"] = "the best constant guess on the targets"
+        fidelity["counts"] = {c: [round(sum(rows[v][c]["class_fidelity"] * rows[v][c]["n"] for v in victims)),
+                                  sum(rows[v][c]["n"] for v in victims)] for c in cases}
+        out["class_fidelity"] = fidelity
+    return out
+
+
+def save_reconstruction_grid(run_dir: Path, attack: str, out: AttackOutput, cases: dict[str, torch.Tensor | None],
+                             auditor: Auditor, scores: dict[str, Any]) -> str:
+    """PNG: per class (or the first ten, without classes), real nearest member | reconstruction | prior-only |
+    untrained control | holdout twin (the nulls that ran). Returns its path relative to the run."""
+    from PIL import Image
+
+    if out.targets is None:
+        idx = torch.arange(min(10, out.images.shape[0]), device=out.images.device)
+    else:
+        first = [int(torch.nonzero(out.targets == c)[0]) for c in torch.unique(out.targets).tolist()][:10]
+        idx = torch.tensor(first, device=out.targets.device)
+    members = auditor.victim_records(out.victim).members
+    columns = [members[scores["nn_member_index"][idx.to(members.device)]]]
+    columns += [auditor.to_unit(cases[c][idx]) for c in GRID_COLUMNS if cases.get(c) is not None]
+    size = out.images.shape[-1]
+    grid = image_grid(columns, scale=max(1, 64 // size))
+    rel = f"images/{runs.safe_name(f'{attack}-{out.artifact}-{out.victim}')}.png"
+    with runs.atomic_path(run_dir / rel) as tmp:
+        Image.fromarray(grid.numpy()).save(tmp, format="PNG")
+    return rel
+
+
+GRID_COLUMNS = ("attack", "prior_only", "control", "twin")  # after the nearest real member
+GRID_NAMES = {"attack": "reconstruction", "prior_only": "prior-only control", "control": "untrained-model control",
+              "twin": "holdout twin"}
+
+
+__all__ = ["POWER_ALPHA", "audit_reconstruction", "run_counterfactuals", "score_section", "summarise_artifact"]
