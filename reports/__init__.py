@@ -1,8 +1,9 @@
 """HTML reports (``fedaudit.reports``): the leakage report and ``fedaudit compare``.
 
 * :mod:`~fedaudit.reports.load` reads a finished run directory (stored files only);
-* :mod:`~fedaudit.reports.verdict` turns stored numbers into risk tiers with a
-  one-line reason, against configurable thresholds;
+* the verdict it shows is the one the run stored (``metrics.json → verdict``,
+  computed by :mod:`fedaudit.audit.verdict`); ``--risk-thresholds`` re-judges
+  the stored evidence with other thresholds;
 * :mod:`~fedaudit.reports.plots` draws matplotlib figures as inline SVG;
 * :mod:`~fedaudit.reports.render` fills ``templates/report.html.j2`` (Jinja2,
   autoescaped) into one self-contained page.

@@ -33,8 +33,7 @@ from fedaudit import runs
 from fedaudit.errors import FedauditError
 from fedaudit.reports import plots
 from fedaudit.reports.load import Run, Unit, load_run
-from fedaudit.reports.verdict import (BOOKKEEPING, DOMAIN, MIA, MIA_TARGETS, RiskThresholds, Verdict, artifact_verdict,
-                                      load_thresholds, mia_count, mia_level, mia_rows, mia_tpr_ci, mia_verdict)
+from fedaudit.audit.verdict import BOOKKEEPING, MIA, NOT_ASSESSED, RiskThresholds, judge, load_thresholds, mia_level
 
 REPORT_NAME = "report.html"
 MAX_IMAGE_SIDE = 900  # px; the stored grids are ~200×660, this only bounds a larger --image-size
@@ -56,7 +55,10 @@ class Table:
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, *, redact: bool = False,
                  thresholds: str | Path | RiskThresholds | None = None) -> Path:
-    """Render ``run_dir`` into ``out`` (default ``run_dir/report.html``); returns the file written."""
+    """Render ``run_dir`` into ``out`` (default ``run_dir/report.html``); returns the file written.
+
+    The verdict is the one the run stored; ``thresholds`` re-judges the stored evidence with other
+    thresholds (the page says so)."""
     tiers = _thresholds(thresholds)  # a bad thresholds file fails before any run is read
     run = load_run(run_dir)
     html = render([run], redact=redact, thresholds=tiers, compare=False)
@@ -78,11 +80,13 @@ def write_compare(run_dirs: Sequence[str | Path], out: str | Path, *, redact: bo
     return path
 
 
-def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds, compare: bool) -> str:
+def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds | None, compare: bool) -> str:
+    """``thresholds`` None: every unit's stored verdict; otherwise the stored evidence re-judged with them."""
     from fedaudit import __version__
 
     units = [u for r in run_list for u in r.units]
     _label_units(units, compare)
+    verdict, verdict_note = verdict_table(units, thresholds)
     ctx = {
         "compare": compare,
         "redact": redact,
@@ -92,8 +96,9 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds,
         "runs": [{"dir": r.run_dir.name, "method": r.metrics.get("method", "?"), "dataset": r.metrics.get("dataset", "?"),
                   "target": r.metrics.get("target_domain", "?")} for r in run_list],
         "labels": [u.label for u in units],
-        "thresholds": thresholds.describe(),
-        "verdict": verdict_table(units, thresholds),
+        "thresholds": _stored_thresholds(units, thresholds).describe(),
+        "verdict": verdict,
+        "verdict_note": verdict_note,
         "accuracy": accuracy_table(units),
         "means": [mean_note(r) for r in run_list if r.multi_target],
         "communication": communication_table(units),
@@ -111,8 +116,22 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds,
     return _environment().get_template("report.html.j2").render(**ctx)
 
 
-def _thresholds(value: str | Path | RiskThresholds | None) -> RiskThresholds:
-    return value if isinstance(value, RiskThresholds) else load_thresholds(value)
+def _thresholds(value: str | Path | RiskThresholds | None) -> RiskThresholds | None:
+    return value if isinstance(value, RiskThresholds) or value is None else load_thresholds(value)
+
+
+def _stored_thresholds(units: Sequence[Unit], given: RiskThresholds | None) -> RiskThresholds:
+    """The thresholds the shown verdict used: the given ones, else those the (first) run stored."""
+    if given is not None:
+        return given
+    for u in units:
+        stored = u.metrics.get("verdict_thresholds")
+        if isinstance(stored, dict):
+            try:
+                return RiskThresholds(**stored)
+            except TypeError:
+                break
+    return RiskThresholds()
 
 
 def _environment():
@@ -153,33 +172,58 @@ def _aligned(units: Sequence[Unit], cells: Callable[[Unit], list[tuple[str, str]
 # -- 1. verdict ------------------------------------------------------------------
 
 
-def verdict_table(units: Sequence[Unit], t: RiskThresholds) -> list[tuple[str, list[Verdict | None]]]:
-    """Rows: every shared (kind, direction) any unit declares, then membership targets; cells: one verdict per unit."""
+def verdict_table(units: Sequence[Unit], t: RiskThresholds | None) -> tuple[list[tuple[str, list[dict | None]]], str]:
+    """Rows: every shared (kind, direction) any unit declares, then membership rows; cells: each unit's
+    stored verdict row (or None where the unit does not share that artifact). And a note on where the
+    verdict came from."""
+    per_unit: list[dict[str, dict]] = []
+    judged = 0
+    for u in units:
+        stored = u.metrics.get("verdict")
+        if t is not None or not isinstance(stored, list):
+            stored = judge(u.metrics, _config(u), t)
+            judged += 1
+        per_unit.append({r["row"]: r for r in stored if isinstance(r, dict) and "row" in r})
     keys: list[str] = []
-    for u in units:
-        keys += [k for k in (u.metrics.get("communication") or {}).get("declared") or [] if k not in keys]
-    rows: list[tuple[str, list[Verdict | None]]] = []
+    for rows in per_unit:
+        keys += [k for k in rows if k not in keys]
+    table = []
     for key in keys:
-        cells: list[Verdict | None] = []
-        for u in units:
-            if key in ((u.metrics.get("communication") or {}).get("declared") or []):
-                cells.append(artifact_verdict(key, u.metrics, _config(u), t))
-            else:
-                cells.append(None)
-        rows.append((_share_title(key), cells))
-    targets: list[str] = []
-    for u in units:
-        targets += [k for k in mia_rows(u.metrics) if k not in targets]
-    for target in targets or ["global_model"]:
-        title = "membership: was each source domain in the federation?" if target == DOMAIN else \
-            f"membership: {MIA_TARGETS.get(target, target)}"
-        rows.append((title, [mia_verdict(target, u.metrics, t) for u in units]))
-    return rows
+        title = next(r[key]["title"] for r in per_unit if key in r)
+        table.append((title, [None if key not in rows else {"tier": tier_label(rows[key].get("tier")),
+                                                             "reason": rows[key].get("reason", ""),
+                                                             "evidence": verdict_evidence(rows[key])}
+                              for rows in per_unit]))
+    if t is not None:
+        note = "Re-judged at report time from the stored evidence with the thresholds below (--risk-thresholds)."
+    elif judged:
+        note = (f"{judged} run(s) stored no verdict (made before verdicts were stored): judged at report time from their "
+                "stored evidence with the default thresholds; evidence those runs did not store counts against them.")
+    else:
+        note = "The verdict each run stored (metrics.json → verdict), with the thresholds below."
+    return table, note
 
 
-def _share_title(key: str) -> str:
-    kind, arrow = key[:-1], key[-1]
-    return f"{kind} {arrow} ({'client → server' if arrow == '↑' else 'server → client'})"
+def verdict_evidence(row: dict[str, Any], limit: int = 4) -> list[str]:
+    """The tests that decided a row, one short line each, deciding ones first."""
+    order = {"high": 0, "medium": 1, "low": 2}
+    items = sorted((e for e in row.get("evidence") or [] if isinstance(e, dict)),
+                   key=lambda e: (order.get(e.get("tier"), 3), -(e.get("effect") or 0.0) if _finite(e.get("effect")) else 0))
+    out = []
+    for e in items[:limit]:
+        base = (f" vs {e.get('baseline_name', '?')} {_f3(e.get('baseline'))}" if _finite(e.get("baseline")) else "")
+        ci = f" {_ci(e.get('interval'))}" if e.get("interval") else ""
+        power = e.get("power")
+        pw = "" if not isinstance(power, dict) else (" · power reached" if power.get("reached") else " · power not reached")
+        out.append(f"{e.get('test')} ({e.get('source')}): {_f3(e.get('value'))}{ci}{base}; p {_pfmt(e.get('p_value'))}, "
+                   f"adjusted {_pfmt(e.get('p_adjusted'))}{pw}")
+    if len(items) > limit:
+        out.append(f"… and {len(items) - limit} more test(s) in metrics.json → verdict")
+    return out
+
+
+def tier_label(tier: Any) -> str:
+    return str(tier or NOT_ASSESSED).replace("_", " ")
 
 
 def _config(u: Unit) -> dict[str, Any]:
@@ -315,7 +359,7 @@ def leakage_table(units: Sequence[Unit]) -> Table:
                     if m.get("status") == "unavailable":
                         statuses.append(f"{victim}: not scored — {m.get('reason', 'no reason stored')}")
                         continue
-                    out += [(f"{head} · {victim} · {label}", text) for label, text in _victim_metrics(m)]
+                    out += [(f"{head} · {victim} · {label}", text) for label, text in _victim_metrics(e)]
                 if statuses:
                     out.append((f"{head} · not attacked", "; ".join(statuses)))
             judges = sec.get("auditor") or {}
@@ -344,13 +388,17 @@ def leakage_table(units: Sequence[Unit]) -> Table:
     return _aligned(units, cells)
 
 
-def _victim_metrics(m: dict[str, Any]) -> list[tuple[str, str]]:
+def _victim_metrics(e: dict[str, Any]) -> list[tuple[str, str]]:
+    """One victim's scores, each beside every null that ran, then its power."""
+    m = e.get("metrics") or {}
     out = []
     ident = m.get("identifiability")
     if isinstance(ident, dict):
-        out.append(("identifiability (chance 0.5)",
-                    f"attack {_f3(ident.get('attack'))} {_ci(ident.get('attack_ci95'))} · control {_f3(ident.get('control'))} "
-                    f"{_ci(ident.get('control_ci95'))} · n {_text(ident.get('n'))}"))
+        nulls = " · ".join(f"{name} {_f3(ident.get(key))}" for key, name in NULL_LABELS if key in ident)
+        out.append(("identifiability (balanced; chance measured)",
+                    f"attack {_f3(ident.get('attack'))} {_ci(ident.get('attack_ci95'))}, permutation p "
+                    f"{_pfmt(ident.get('attack_p_value'))} · chance {_f3(ident.get('chance'))} · {nulls} · "
+                    f"n {_text(ident.get('n'))}"))
     for key, label in (("domain_attribution", "domain attribution"), ("class_fidelity", "class fidelity"),
                        ("psnr_mean", "PSNR to nearest member, mean (dB)"), ("ssim_mean", "SSIM to nearest member, mean"),
                        ("lpips_mean", "LPIPS to nearest member, mean")):
@@ -365,11 +413,34 @@ def _victim_metrics(m: dict[str, Any]) -> list[tuple[str, str]]:
                            ("ssim_mean", "SSIM to its Hungarian-matched member, mean"),
                            ("psnr_best", "PSNR to its Hungarian-matched member, best (dB)")):
             out.append((label, _with_control({"attack": matched["attack"].get(key), "control": matched["control"].get(key)})))
+    power = e.get("power")
+    if isinstance(power, dict):
+        if power.get("status") == "measured":
+            sizes = []
+            for k, v in (power.get("sizes") or {}).items():
+                if "reached" not in v:
+                    continue
+                parts = [f"{m.replace('_', ' ')} {_f3(v[m].get('attack'))} vs prior-only {_f3(v[m].get('prior_only'))} "
+                         f"(p {_pfmt(v[m].get('p_value'))})" for m in ("domain_attribution", "class_fidelity") if m in v]
+                parts.append(f"identifiability {_f3(v.get('identifiability'))} (p {_pfmt(v.get('p_value'))})")
+                sizes.append(f"{k}/class ({v.get('images')} images): " + ", ".join(parts))
+            verdict = "reached" if power.get("reached") else "NOT reached"
+            verdict += ", record-level" if power.get("record_level") else ", not record-level"
+            out.append(("power (positive control)", f"{verdict} — " + "; ".join(sizes)))
+        else:
+            out.append(("power (positive control)", f"{power.get('status', '?')}: {power.get('reason', '')}"))
+    twin = e.get("twin")
+    if isinstance(twin, dict) and twin.get("status") != "scored":
+        out.append(("holdout twin", f"{twin.get('status', '?')}: {twin.get('reason', '')}"))
     return out
 
 
+NULL_LABELS = (("control", "untrained control"), ("prior_only", "prior-only control"), ("twin", "holdout twin"))
+
+
 def _with_control(d: dict[str, Any]) -> str:
-    text = f"attack {_f3(d.get('attack'))} · control {_f3(d.get('control'))}"
+    text = f"attack {_f3(d.get('attack'))}"
+    text += "".join(f" · {name} {_f3(d.get(key))}" for key, name in NULL_LABELS if key in d)
     return text + (f" · chance {_f3(d['chance'])}" if "chance" in d else "")
 
 
@@ -484,7 +555,9 @@ def reconstructions(u: Unit, redact: bool) -> dict[str, Any]:
                     notes.append(f"{head}: the image {rel} is missing from the run directory")
                 else:
                     items.append({"title": head, "uri": image_uri(u.images[rel], redact),
-                                  "scores": " · ".join(f"{label}: {text}" for label, text in _victim_metrics(e.get("metrics") or {})[:3])})
+                                  "columns": ", ".join(e.get("grid_columns") or ["real nearest member", "reconstruction",
+                                                                                 "untrained-model control"]),
+                                  "scores": " · ".join(f"{label}: {text}" for label, text in _victim_metrics(e)[:2])})
     why = None
     if not attacks:
         why = "no reconstruction attack ran in this run; run with --attack deepinversion"
@@ -638,6 +711,18 @@ def _size(x: Any) -> str:
     if not _finite(x):
         return MISSING
     return f"{x / 1e6:.3f} MB" if x >= 1e4 else f"{int(x)} bytes"
+
+
+def _pfmt(p: Any) -> str:
+    return MISSING if not _finite(p) else (f"{p:.2g}" if p >= 0.001 else "< 0.001")
+
+
+def mia_tpr_ci(level: dict[str, Any]) -> Any:
+    return level.get("tpr_ci95", level.get("tpr_interval"))
+
+
+def mia_count(entry: dict[str, Any], what: str) -> Any:
+    return entry.get(what, entry.get(f"n_{what}", "?"))
 
 
 def _ci(ci: Any) -> str:

@@ -1,0 +1,519 @@
+"""The verdict: a risk tier per shared artifact and per membership target, from stored evidence.
+
+A reviewer signs this, so every tier is a rule over numbers the run stored,
+and each row keeps the evidence that decided it: the test, its value, the
+baseline it had to beat and that baseline's name, its interval, its p-value
+before and after correction, and the attack's power.
+
+**Baselines are the strongest null that fits the test.**
+
+* Record level (``identifiability``: are reconstructions nearer to training
+  records than to fresh ones?): the permutation null at the run's counts
+  (chance), the untrained control, the prior-only control and the holdout
+  twin. It is significant when its permutation p-value survives the row's
+  correction; HIGH when, in addition, its 95% interval lies wholly above every
+  measured null, MEDIUM when only its value does.
+* Distribution level (``domain_attribution``, ``class_fidelity``): chance (the
+  best guess that ignores the victim, or the image), the untrained control and
+  the prior-only control — not the twin, which carries the domain as the
+  members do (twin above the controls is itself the distribution-level
+  finding). The lift over the strongest null is judged against the
+  thresholds, and the lift must be significant: a one-sided binomial test
+  against chance, Fisher's exact test against a measured control.
+* Membership (``mia_tpr``, ``mia_advantage``): TPR at 1% FPR with its exact
+  hypergeometric p-value (HIGH at a resolvable level with its interval above
+  ``mia_tpr_ci_low``); the advantage max(TPR − FPR) with its one-sided KS
+  p-value at the run's counts (MEDIUM at ``mia_advantage_medium`` or more).
+
+**Many tests, one row.** Every test behind a row (victims × attacks, or
+victims × variants × targets) enters Holm's step-down correction at the
+family-wise level ``alpha`` (default 0.05): with no leakage at all, a row reads
+MEDIUM or HIGH at most 5% of the time whatever the number of tests.
+
+**Power before LOW.** A reconstruction row that would read LOW reads
+INCONCLUSIVE unless one of its attacks reached power — revealed the domain or
+class of a handful of member images from their artifact better than its
+prior-only control, at the same budget (the positive control,
+:mod:`fedaudit.audit.reconstruction`). Where the attack could not also single
+those records out (``record_level``), the LOW says record-level leakage was
+not testable. A membership row that would
+read LOW reads INCONCLUSIVE when its counts could not detect an advantage of
+``mia_advantage_medium`` at the corrected level.
+
+Tiers: ``high``, ``medium``, ``low``, ``inconclusive``, ``not_assessed``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from fedaudit.errors import FedauditError
+from fedaudit.membership import holm
+
+HIGH, MEDIUM, LOW, INCONCLUSIVE, NOT_ASSESSED = "high", "medium", "low", "inconclusive", "not_assessed"
+TIER_ORDER = {HIGH: 4, MEDIUM: 3, LOW: 2, INCONCLUSIVE: 1, NOT_ASSESSED: 0}
+MIA = "mia"
+DOMAIN = "domain"  # the domain-level membership variant: its own row
+MIA_TARGETS = {"global_model": "the final global model", "last_upload": "the victim's last upload"}
+BOOKKEEPING = ("summary", "auditor", "settings")  # keys of an attack's section that are not results
+NOT_ATTACKS = (MIA, "canary")
+NULL_NAMES = {"chance": "chance", "control": "untrained-model control", "prior_only": "prior-only control",
+              "twin": "holdout twin"}
+CORRECTION = "Holm"
+
+
+@dataclass(frozen=True)
+class RiskThresholds:
+    """Effect sizes and the significance level of the tiers (fractions in [0, 1])."""
+
+    domain_attribution_lift_high: float = 0.30
+    domain_attribution_lift_medium: float = 0.10
+    class_fidelity_lift_high: float = 0.30
+    class_fidelity_lift_medium: float = 0.10
+    mia_tpr_ci_low: float = 0.01
+    mia_advantage_medium: float = 0.10
+    alpha: float = 0.05
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """(key, value, meaning) rows for the report's threshold table."""
+        t = self
+        return [
+            ("alpha", _num(t.alpha), f"family-wise significance level of each verdict row ({CORRECTION} correction "
+                                     "over every test behind the row); medium and high need a significant test"),
+            ("domain_attribution_lift_high", _num(t.domain_attribution_lift_high),
+             "high when the macro domain attribution of reconstructions exceeds the strongest null (chance, "
+             "untrained and prior-only controls) by at least this"),
+            ("domain_attribution_lift_medium", _num(t.domain_attribution_lift_medium), "medium at this lift"),
+            ("class_fidelity_lift_high", _num(t.class_fidelity_lift_high),
+             "high when class fidelity exceeds the strongest null by at least this"),
+            ("class_fidelity_lift_medium", _num(t.class_fidelity_lift_medium), "medium at this lift"),
+            ("mia_tpr_ci_low", _num(t.mia_tpr_ci_low),
+             "high when TPR at 1% FPR is significant at a resolvable level and its 95% lower bound exceeds this"),
+            ("mia_advantage_medium", _num(t.mia_advantage_medium),
+             "medium when the membership advantage max(TPR − FPR) is significant and reaches this; a row that "
+             "could not detect this advantage reads inconclusive rather than low"),
+        ]
+
+
+def load_thresholds(path: str | Path | None) -> RiskThresholds:
+    """Defaults, overridden by a flat TOML or JSON file; a bad key or value is a one-line user error."""
+    if path is None:
+        return RiskThresholds()
+    path = Path(path).expanduser()
+    valid = [f.name for f in fields(RiskThresholds)]
+    if not path.is_file():
+        raise FedauditError(f"--risk-thresholds file {path} does not exist; give a TOML or JSON file with keys {', '.join(valid)}")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
+        raise FedauditError(f"--risk-thresholds file {path} is not valid {kind} ({exc}); "
+                            f"write flat keys such as domain_attribution_lift_high = 0.3") from None
+    if not isinstance(data, dict):
+        raise FedauditError(f"--risk-thresholds file {path} must hold a table of keys ({', '.join(valid)})")
+    values: dict[str, float] = {}
+    for key, value in data.items():
+        if key not in valid:
+            raise FedauditError(f"--risk-thresholds: unknown key {key!r} in {path}; valid keys: {', '.join(valid)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+            raise FedauditError(f"--risk-thresholds: {key} must be a number in [0, 1], got {value!r} in {path}; "
+                                f"the default is {getattr(RiskThresholds, key)}")
+        values[key] = float(value)
+    out = RiskThresholds(**values)
+    for stem in ("domain_attribution_lift", "class_fidelity_lift"):
+        if getattr(out, f"{stem}_medium") > getattr(out, f"{stem}_high"):
+            raise FedauditError(f"--risk-thresholds: {stem}_medium ({getattr(out, f'{stem}_medium')}) is above "
+                                f"{stem}_high ({getattr(out, f'{stem}_high')}) in {path}; medium must not exceed high")
+    if not 0.0 < out.alpha < 1.0:
+        raise FedauditError(f"--risk-thresholds: alpha must lie strictly between 0 and 1, got {out.alpha} in {path}")
+    return out
+
+
+# -- evidence -------------------------------------------------------------------------
+
+
+@dataclass
+class Evidence:
+    """One test behind a verdict row."""
+
+    test: str
+    source: str  # "deepinversion full_model / clean", "lira_online on the final global model / clean"
+    value: float
+    baseline: float | None
+    baseline_name: str
+    p_value: float
+    interval: list[float] | None = None
+    nulls: dict[str, float] | None = None
+    power: dict[str, Any] | None = None
+    p_adjusted: float = 1.0
+    tier: str = LOW
+    text: str = ""  # the plain-language sentence if this test decides the row
+    effect: float | None = None  # what the effect-size rule compares (lift, or the interval's low end)
+    detail: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None and k != "text"}
+
+
+def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThresholds | None = None) -> list[dict[str, Any]]:
+    """The verdict rows of one target's metrics: every declared share, then every membership row."""
+    t = thresholds or RiskThresholds()
+    rows = []
+    for key in (metrics.get("communication") or {}).get("declared") or []:
+        rows.append(artifact_row(key, metrics, config, t))
+    targets = mia_rows(metrics) or ["global_model"]
+    rows += [membership_row(target, metrics, t) for target in targets]
+    return rows
+
+
+def _row(row: str, title: str, tier: str, reason: str, evidence: list[Evidence], t: RiskThresholds) -> dict[str, Any]:
+    return {"row": row, "title": title, "tier": tier, "reason": reason,
+            "correction": f"{CORRECTION} over {len(evidence)} test(s) at family-wise alpha {_num(t.alpha)}" if evidence else None,
+            "evidence": [e.to_json() for e in evidence]}
+
+
+def _decide(evidence: list[Evidence], t: RiskThresholds) -> None:
+    """Holm-adjust the row's p-values and set each test's tier from its significance and effect."""
+    for e, adj in zip(evidence, holm([e.p_value for e in evidence])):
+        e.p_adjusted = adj
+        if adj > t.alpha:
+            e.tier = LOW
+
+
+# -- shared artifacts -----------------------------------------------------------------
+
+
+def share_title(key: str) -> str:
+    kind, arrow = key[:-1], key[-1]
+    return f"{kind} {arrow} ({'client → server' if arrow == '↑' else 'server → client'})"
+
+
+def artifact_row(kind_dir: str, metrics: dict[str, Any], config: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
+    """The verdict row of one declared share (``"full_model↑"``)."""
+    kind, arrow = kind_dir[:-1], kind_dir[-1]
+    title = share_title(kind_dir)
+    leakage = metrics.get("leakage") or {}
+    attacks = {name: sec for name, sec in leakage.items() if name not in NOT_ATTACKS and isinstance(sec, dict)}
+    if not attacks:
+        return _row(kind_dir, title, NOT_ASSESSED, "no reconstruction attack ran in this run; run with --attack "
+                    "deepinversion", [], t)
+    attacker = str(config.get("attacker") or "server")
+    sees = "↑" if attacker == "server" else "↓"
+    if arrow != sees:
+        other = "--attacker client:<domain>" if attacker == "server" else "--attacker server"
+        what = "uploads" if sees == "↑" else "broadcasts"
+        return _row(kind_dir, title, NOT_ASSESSED, f"this run's attacker ({attacker}) sees {what} only; assess this "
+                    f"direction with {other}", [], t)
+    found = [(name, key, sec) for name, sec in attacks.items() for key in sec
+             if key not in BOOKKEEPING and key.split(":")[0] == kind]
+    if not found:
+        return _row(kind_dir, title, NOT_ASSESSED, f"no attack in this run targets {kind}", [], t)
+    evidence: list[Evidence] = []
+    skipped: list[str] = []
+    powers: list[tuple[str, dict[str, Any]]] = []
+    for name, key, sec in found:
+        entries = {v: e for v, e in sec[key].items() if isinstance(e, dict)}
+        summary = (sec.get("summary") or {}).get(key)
+        if summary is None:
+            for e in entries.values():
+                status = e.get("status", "unknown")
+                reason = e.get("reason") or (e.get("metrics") or {}).get("reason") or "no reason stored"
+                status = "attacked but not scored" if status == "attacked" else status
+                if f"{status}: {reason}" not in skipped:
+                    skipped.append(f"{status}: {reason}")
+            continue
+        evidence += _reconstruction_evidence(name, key, attacker, entries, summary, t)
+        powers += [(f"{name} {key} / {v}", e.get("power") or {}) for v, e in entries.items()
+                   if isinstance(e.get("metrics"), dict) and "identifiability" in e["metrics"]]
+    if not evidence:
+        return _row(kind_dir, title, NOT_ASSESSED, "; ".join(skipped) or f"no score with nulls stored for {kind}", [], t)
+    _decide(evidence, t)
+    top = max(evidence, key=lambda e: (TIER_ORDER[e.tier], e.effect or 0.0))
+    if top.tier in (HIGH, MEDIUM):
+        return _row(kind_dir, title, top.tier, top.text, evidence, t)
+    notes = "; ".join(_note(e) for e in evidence)
+    reached = [src for src, p in powers if p.get("reached")]
+    if reached:
+        record = [src for src, p in powers if p.get("record_level")]
+        scope = ("it also singled out the source records, so record-level leakage was testable" if record else
+                 "it could not single out the source records even there, so record-level leakage was not testable "
+                 "at this budget; this LOW covers distribution-level leakage")
+        return _row(kind_dir, title, LOW, f"no test beat its strongest null after {CORRECTION} correction ({notes}). "
+                    f"On the positive control ({reached[0]}) the attack did reveal the domain or class of a few member "
+                    f"images from their statistics; {scope}.", evidence, t)
+    why = sorted({p.get("reason") for _, p in powers if p.get("status") == "not available" and p.get("reason")})
+    budget = "the attack could not recover even the artifact of a handful of member images at this budget"
+    if why and not any(p.get("status") == "measured" for _, p in powers):
+        budget = f"no positive control ran ({'; '.join(why)})"
+    return _row(kind_dir, title, INCONCLUSIVE, f"no test beat its strongest null ({notes}), but {budget}: a low reading "
+                "cannot be told from a weak attack. Raise --inversion-iters or --inversion-batch, or run --profile paper "
+                "on a GPU, and audit again.", evidence, t)
+
+
+def _note(e: Evidence) -> str:
+    base = f"{e.baseline_name} {_fmt(e.baseline)}" if e.baseline is not None else "no baseline"
+    return f"{e.test} {_fmt(e.value)} vs {base}, p {_p(e.p_adjusted)}"
+
+
+def _strongest(nulls: dict[str, float]) -> tuple[str, float]:
+    """(name, value) of the largest finite null."""
+    finite = {k: v for k, v in nulls.items() if _isnum(v)}
+    name = max(finite, key=lambda k: finite[k])
+    return name, float(finite[name])
+
+
+def _reconstruction_evidence(attack: str, key: str, attacker: str, entries: dict[str, dict], summary: dict[str, Any],
+                             t: RiskThresholds) -> list[Evidence]:
+    attacked = {v: e for v, e in entries.items() if e.get("status") == "attacked" and isinstance(e.get("metrics"), dict)
+                and "identifiability" in e["metrics"]}
+    what = "images" if any("image_grid" in e for e in attacked.values()) else "latent features"
+    victims = list((summary.get("domain_attribution") or {}).get("victims") or attacked)
+    if attacker == "server":
+        who = f"the {victims[0]} client" if len(victims) == 1 else f"the {len(victims)} source clients ({', '.join(victims)})"
+        lead = f"From what {who} uploaded ({key}), the server synthesised {what}"
+    else:
+        lead = f"From the {key} broadcasts it received, the {attacker.split(':', 1)[-1]} client synthesised {what} of {', '.join(victims)}"
+    out: list[Evidence] = []
+    for test, metric, high, medium, verb in (
+            ("domain_attribution", summary.get("domain_attribution", {}).get("macro") or {},
+             t.domain_attribution_lift_high, t.domain_attribution_lift_medium,
+             f"attributes to {victims[0] if len(victims) == 1 else 'each victim’s own domain'}"),
+            ("class_fidelity", summary.get("class_fidelity") or {}, t.class_fidelity_lift_high,
+             t.class_fidelity_lift_medium, "labels as the intended class")):
+        if not _isnum(metric.get("attack")):
+            continue
+        counts = ((summary.get(test) or {}).get("counts") if test == "domain_attribution" else metric.get("counts")) or {}
+        nulls = {k: metric[k] for k in ("chance", "control", "prior_only") if _isnum(metric.get(k))}
+        if not nulls:
+            continue
+        name, base = _strongest(nulls)
+        p = _lift_p_value(counts.get("attack"), counts.get(name), base if name == "chance" else None)
+        lift = metric["attack"] - base
+        tier = HIGH if lift >= high - 1e-9 else MEDIUM if lift >= medium - 1e-9 else LOW
+        twin = f"; holdout twin {pct(metric['twin'])}" if _isnum(metric.get("twin")) else ""
+        text = (f"{lead} that an independent classifier {verb} {pct(metric['attack'])} of the time"
+                f"{'' if len(victims) == 1 else ' on average'} — {points(lift)} over the strongest null, the "
+                f"{NULL_NAMES[name]} ({pct(base)}; chance {pct(metric.get('chance'))}, untrained control "
+                f"{pct(metric.get('control'))}, prior-only control {pct(metric.get('prior_only'))}{twin}).")
+        out.append(Evidence(test, f"{attack} {key} (macro over {len(victims)} victim(s))" if test == "domain_attribution"
+                            else f"{attack} {key} (mean over {len(victims)} victim(s))", float(metric["attack"]), base,
+                            NULL_NAMES[name], p, nulls={**nulls, **({"twin": metric["twin"]} if _isnum(metric.get("twin")) else {})},
+                            tier=tier, text=text, effect=lift))
+    for victim, e in attacked.items():
+        ident = e["metrics"]["identifiability"]
+        if not _isnum(ident.get("attack")) or not _isnum(ident.get("attack_p_value")):
+            continue
+        nulls = {k: ident[k] for k in ("chance", "control", "prior_only", "twin") if _isnum(ident.get(k))}
+        measured = {k: v for k, v in nulls.items() if k != "chance"}
+        name, base = _strongest(nulls)
+        ci = ident.get("attack_ci95")
+        above_all = _interval(ci) and all(ci[0] > v for v in measured.values())
+        above = all(ident["attack"] > v for v in nulls.values())
+        tier = HIGH if above_all and above else MEDIUM if above else LOW
+        n = ident.get("n", "?")
+        text = (f"{_fmt_count(ident.get('attack_k'))} of {n} {what} synthesised for {victim} sit closer to one of its "
+                f"training records than to a fresh record of the same domain ({pct(ident['attack'])}, 95% CI "
+                f"{pct(ci[0]) if _interval(ci) else '?'}–{pct(ci[1]) if _interval(ci) else '?'}, permutation p "
+                f"{_p(ident['attack_p_value'])}; equal numbers of members and non-members per class, chance "
+                f"{pct(ident.get('chance'))}; strongest null the {NULL_NAMES[name]} at {pct(base)}): record-level leakage.")
+        out.append(Evidence("identifiability", f"{attack} {key} / {victim}", float(ident["attack"]), base, NULL_NAMES[name],
+                            float(ident["attack_p_value"]), interval=ci if _interval(ci) else None, nulls=nulls,
+                            power=_power_summary(e.get("power")), tier=tier, text=text,
+                            effect=(ci[0] - max(measured.values(), default=base)) if _interval(ci) else None,
+                            detail={"balanced": ident.get("balanced"), "null_q95": ident.get("null_q95")}))
+    return out
+
+
+def _power_summary(power: Any) -> dict[str, Any] | None:
+    if not isinstance(power, dict):
+        return None
+    if power.get("status") != "measured":
+        return {"reached": False, "status": power.get("status"), "reason": power.get("reason")}
+    sizes = {k: {"reached": v.get("reached"), "record_level": v.get("record_level"),
+                 **{m: v[m] for m in ("domain_attribution", "class_fidelity") if m in v},
+                 "identifiability": v.get("identifiability"), "identifiability_p_value": v.get("p_value")}
+             for k, v in (power.get("sizes") or {}).items() if isinstance(v, dict) and "reached" in v}
+    return {"reached": bool(power.get("reached")), "record_level": bool(power.get("record_level")), "sizes": sizes}
+
+
+def _lift_p_value(attack: Any, null: Any, chance: float | None) -> float:
+    """One-sided p-value of the attack's count beating the null: binomial against a chance level,
+    Fisher's exact test against a measured control's count."""
+    from scipy.stats import binomtest, fisher_exact
+
+    if not _pair(attack):
+        return 1.0
+    k, n = int(attack[0]), int(attack[1])
+    if n <= 0:
+        return 1.0
+    if chance is not None:
+        return float(binomtest(k, n, min(max(chance, 0.0), 1.0), alternative="greater").pvalue)
+    if not _pair(null) or int(null[1]) <= 0:
+        return 1.0
+    kb, nb = int(null[0]), int(null[1])
+    return float(fisher_exact([[k, n - k], [kb, nb - kb]], alternative="greater")[1])
+
+
+# -- membership -------------------------------------------------------------------------
+
+
+def membership_title(row: str) -> str:
+    return ("membership: was each source domain in the federation?" if row == DOMAIN
+            else f"membership: {MIA_TARGETS.get(row, row)}")
+
+
+def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
+    """The verdict of one membership row: a target (``global_model``, ``last_upload``) over the
+    record-level variants, or ``domain`` for the domain-level variant."""
+    key = f"membership:{row}"
+    title = membership_title(row)
+    mia = (metrics.get("leakage") or {}).get(MIA)
+    if not isinstance(mia, dict) or not mia:
+        return _row(key, title, NOT_ASSESSED, "no membership attack in this run; run with --attack mia", [], t)
+    what = "the domain-level attack" if row == DOMAIN else MIA_TARGETS.get(row, row)
+    evidence: list[Evidence] = []
+    notes: list[str] = []
+    sizes: list[tuple[int, int]] = []
+    for variant, target, victim, e in mia_entries(mia, row):
+        if "advantage" not in e:
+            notes.append(f"{variant}/{victim}: {e.get('status', 'not run')} — {e.get('reason', 'no reason stored')}")
+            continue
+        on = MIA_TARGETS.get(target, target)
+        n1, n0 = int(e.get("n_members", e.get("members", 0)) or 0), int(e.get("n_nonmembers", e.get("nonmembers", 0)) or 0)
+        sizes.append((n1, n0))
+        counts = f"{n1} members vs {n0} non-members"
+        level = mia_level(e, 0.01)
+        if level is not None and _isnum(level.get("p_value")):
+            ci = level.get("tpr_interval", level.get("tpr_ci95"))
+            resolvable = bool(level.get("resolvable", True))
+            effect_ok = resolvable and _interval(ci) and ci[0] > t.mia_tpr_ci_low
+            if variant == DOMAIN:
+                text = (f"Querying {on}, the domain-level attack tells {victim} records (never trained on) from "
+                        f"unseen-domain records: TPR {pct(level.get('tpr'))} at 1% FPR (95% CI {pct(ci[0])}–{pct(ci[1])}, "
+                        f"exact p {_p(level['p_value'])}; chance 1%; {counts}) — the model reveals that {victim} took part.")
+            else:
+                text = (f"The {variant} attack on {on} flags {pct(level.get('tpr'))} of {victim}'s training records at 1% "
+                        f"false positives (95% CI {pct(ci[0]) if _interval(ci) else '?'}–"
+                        f"{pct(ci[1]) if _interval(ci) else '?'}, exact p {_p(level['p_value'])}; chance 1%; {counts}).")
+            evidence.append(Evidence("mia_tpr", f"{variant} on {target} / {victim}", float(level.get("tpr", 0.0)),
+                                     float(level.get("fpr_achieved", 0.01)), "achieved FPR (the chance line TPR = FPR)",
+                                     float(level["p_value"]), interval=ci if _interval(ci) else None,
+                                     tier=HIGH if effect_ok else LOW, text=text,
+                                     effect=(ci[0] if _interval(ci) else None),
+                                     detail={"resolvable": resolvable, "warning": level.get("warning") or None}))
+        adv, p = e.get("advantage"), e.get("advantage_p_value")
+        if _isnum(adv) and _isnum(p):
+            auc = f", AUC {e['auc']:.2f}" if _isnum(e.get("auc")) else ""
+            text = (f"The {variant} attack on {on} reaches membership advantage {adv:.2f} on {victim} (max TPR − FPR, "
+                    f"KS p {_p(p)} at {counts}; no signal gives ≥ {e.get('advantage_null_95', float('nan')):.2f} only 5% "
+                    f"of the time{auc}).")
+            evidence.append(Evidence("mia_advantage", f"{variant} on {target} / {victim}", float(adv),
+                                     e.get("advantage_null_95"), "95% quantile with no signal at these counts", float(p),
+                                     tier=MEDIUM if adv >= t.mia_advantage_medium else LOW, text=text, effect=float(adv)))
+    if not evidence:
+        return _row(key, title, NOT_ASSESSED, f"no membership result for {what}: {'; '.join(notes) or 'none stored'}", [], t)
+    _decide(evidence, t)
+    top = max(evidence, key=lambda e: (TIER_ORDER[e.tier], e.effect or 0.0))
+    if top.tier in (HIGH, MEDIUM):
+        return _row(key, title, top.tier, top.text, evidence, t)
+    from fedaudit.membership import advantage_null_quantile
+
+    m = sum(1 for e in evidence if e.test == "mia_advantage") or 1
+    detectable = min(advantage_null_quantile(n1, n0, t.alpha / m) for n1, n0 in sizes) if sizes else float("inf")
+    summary = "; ".join(_note(e) for e in evidence if e.test == "mia_advantage")
+    if detectable > t.mia_advantage_medium:
+        return _row(key, title, INCONCLUSIVE, (
+            f"no membership test was significant for {what} after {CORRECTION} correction ({summary}), but at these "
+            f"counts an advantage below {detectable:.2f} could not have been detected across {m} tests (the medium "
+            f"threshold is {t.mia_advantage_medium:g}): use more records per victim (--dataset shapes-large, a folder "
+            "dataset, or a larger holdout share in --split)."), evidence, t)
+    return _row(key, title, LOW, (f"no membership test was significant for {what} after {CORRECTION} correction "
+                                  f"({summary}); an advantage of {detectable:.2f} or more would have been detected."),
+                evidence, t)
+
+
+def mia_entries(mia: dict[str, Any], row: str) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """(variant, target, victim, entry) of one membership row; bookkeeping keys and non-tables are skipped."""
+    out = []
+    for variant, by_target in mia.items():
+        if variant in BOOKKEEPING or not isinstance(by_target, dict) or (variant == DOMAIN) != (row == DOMAIN):
+            continue
+        for target, by_victim in by_target.items():
+            if (row == DOMAIN or target == row) and isinstance(by_victim, dict):
+                out += [(variant, target, v, e) for v, e in by_victim.items() if isinstance(e, dict)]
+    return out
+
+
+def mia_rows(metrics: dict[str, Any]) -> list[str]:
+    """The membership rows a run has: its record-level targets, then ``domain`` if that variant ran."""
+    mia = (metrics.get("leakage") or {}).get(MIA)
+    seen: list[str] = []
+    if isinstance(mia, dict):
+        for variant, by_target in mia.items():
+            if variant in BOOKKEEPING or not isinstance(by_target, dict):
+                continue
+            keys = [DOMAIN] if variant == DOMAIN else [k for k in by_target if isinstance(by_target[k], dict)]
+            seen += [k for k in keys if k not in seen]
+    return sorted(seen, key=lambda k: k == DOMAIN)
+
+
+def mia_level(entry: dict[str, Any], level: float) -> dict[str, Any] | None:
+    """The stored operating point at FPR ``level`` (``tpr_at_fpr``; keys as strings)."""
+    for name in ("levels", "tpr_at_fpr"):
+        table = entry.get(name)
+        if isinstance(table, dict):
+            for key, value in table.items():
+                try:
+                    if math.isclose(float(key), level) and isinstance(value, dict):
+                        return value
+                except ValueError:
+                    continue
+    return None
+
+
+# -- formatting -------------------------------------------------------------------------
+
+
+def pct(x: Any) -> str:
+    if not _isnum(x):
+        return "n/a"
+    v = 100.0 * float(x)
+    return f"{v:.1f}%" if 0 < abs(v) < 10 else f"{v:.0f}%"
+
+
+def points(lift: float) -> str:
+    return f"{'+' if lift >= 0 else '−'}{abs(100 * lift):.0f} points"
+
+
+def _p(p: Any) -> str:
+    return "n/a" if not _isnum(p) else (f"{p:.2g}" if p >= 0.001 else "< 0.001")
+
+
+def _fmt(x: Any) -> str:
+    return "n/a" if not _isnum(x) else f"{float(x):.2f}"
+
+
+def _fmt_count(k: Any) -> str:
+    return f"{k:.0f}" if _isnum(k) else "?"
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def _isnum(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _interval(ci: Any) -> bool:
+    return isinstance(ci, (list, tuple)) and len(ci) == 2 and all(_isnum(v) for v in ci)
+
+
+def _pair(x: Any) -> bool:
+    return isinstance(x, (list, tuple)) and len(x) == 2 and all(_isnum(v) for v in x)
