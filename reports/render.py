@@ -647,11 +647,13 @@ def _rounds(rounds: Any) -> str:
     """Round numbers for a reader: a run of consecutive rounds as "1–19", with how many."""
     if not isinstance(rounds, list) or not all(isinstance(r, int) for r in rounds):
         return _text(rounds)
+    if not rounds:
+        return "none"
     if rounds == list(range(rounds[0], rounds[0] + len(rounds))) and len(rounds) > 2:
         text = f"{rounds[0]}–{rounds[-1]}"
     else:
         text = ", ".join(map(str, rounds))
-    return f"{text} ({len(rounds)} round{'s' if len(rounds) != 1 else ''})"
+    return f"{text} ({len(rounds)} rounds)" if len(rounds) > 1 else text
 
 
 def _ci(ci: Any) -> str:
