@@ -37,15 +37,21 @@ PAPER_SHRINK = {
 }
 
 
-def run(out: Path, method: str, **options) -> Path:
-    """The finished run under ``out`` that sent what the method now declares, or a new one
-    (a run from before a default changed, e.g. gperxan's upload, is not read back)."""
-    cfg = resolve({"method": method, "method_options": parse_method_options(options.get("method_option") or [])},
+def finished(out: Path, method: str, method_option: list[str] | None = None) -> Path | None:
+    """A finished run under ``out`` that sent what ``method`` (with these options) declares now;
+    a run from before a default changed (e.g. gperxan's upload) is not read back."""
+    cfg = resolve({"method": method, "method_options": parse_method_options(method_option or [])},
                   method_defaults=METHODS[method].profile_defaults)
     declared = sorted(f"{k.value}{'↑' if d == 'up' else '↓'}" for k, d in METHODS[method](cfg).declared_shares())
     done = [d for d in sorted(out.glob("*")) if runs.is_complete(d)
             and runs.read_json(d / "metrics.json")["communication"].get("declared") == declared] if out.exists() else []
-    return done[0] if done else evaluate(method, out=str(out), attack="none", **options).run_dir
+    return done[0] if done else None
+
+
+def run(out: Path, method: str, **options) -> Path:
+    """The finished run under ``out`` (see :func:`finished`), or a new one."""
+    done = finished(out, method, options.get("method_option"))
+    return done or evaluate(method, out=str(out), attack="none", **options).run_dir
 
 
 def per_round(run_dir: Path) -> str:
