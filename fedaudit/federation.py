@@ -7,7 +7,9 @@ One round, for every method::
                         evaluate the global model on every source val split and the target ◄┘
 
 The engine owns no algorithm: it receives a :class:`~fedaudit.method.Method`
-and calls its hooks. Randomness is re-derived from (seed, round, client) at
+and calls its hooks. A round after which the method's server holds no
+deployable model (``Method.global_model`` returns None) is recorded with its
+accuracy missing and is never selected. Randomness is re-derived from (seed, round, client) at
 the start of every round, so a run resumed after round r takes exactly the
 steps an uninterrupted run would have taken.
 """
