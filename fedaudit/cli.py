@@ -59,7 +59,10 @@ class RichReporter:
         self.task = self.progress.add_task(f"target {target}: rounds", total=rounds, completed=done, status="")
 
     def round_done(self, target: str, row: dict[str, Any]) -> None:
-        status = f"val {row['val_mean']:.3f}  unseen {row['target']:.3f}  loss {row['train_loss']:.3f}"
+        def acc(x: float | None) -> str:  # None: no deployable model after this round
+            return "—" if x is None else f"{x:.3f}"
+
+        status = f"val {acc(row['val_mean'])}  unseen {acc(row['target'])}  loss {row['train_loss']:.3f}"
         if self.progress is not None:
             self.progress.update(self.task, advance=1, status=status)
         else:

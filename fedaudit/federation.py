@@ -7,7 +7,9 @@ One round, for every method::
                         evaluate the global model on every source val split and the target ◄┘
 
 The engine owns no algorithm: it receives a :class:`~fedaudit.method.Method`
-and calls its hooks. Randomness is re-derived from (seed, round, client) at
+and calls its hooks. A round after which the method's server holds no
+deployable model (``Method.global_model`` returns None) is recorded with its
+accuracy missing and is never selected. Randomness is re-derived from (seed, round, client) at
 the start of every round, so a run resumed after round r takes exactly the
 steps an uninterrupted run would have taken.
 """
@@ -208,19 +210,27 @@ class Federation:
 
     def evaluate(self, rnd: int, train_loss: float) -> dict[str, Any]:
         model = self.method.global_model(self)
-        scores = self.method.score(self, model)
-        val, target = scores.val, scores.target
-        val_mean = sum(val.values()) / len(val)
-        # DomainBed's training-domain validation: the best mean source-val
-        # round is selected; the target domain never influences the choice.
-        if val_mean > self.selected["val_mean"]:
-            self.selected = {"round": rnd, "val_mean": val_mean}
-            self.selected_state = clone_state(model_state(model))
+        if model is None:
+            # No deployable model after this round (see Method.global_model): its
+            # accuracy is missing (None, an empty history.csv cell) and never selected.
+            if rnd == self.cfg.rounds:
+                raise RuntimeError(f"method {self.cfg.method} deploys no model after the final round {rnd}")
+            val: dict[str, float | None] = {c.domain: None for c in self.clients}
+            val_mean, target, extra = None, None, {}
+        else:
+            scores = self.method.score(self, model)
+            val, target, extra = dict(scores.val), scores.target, scores.extra
+            val_mean = sum(scores.val.values()) / len(val)
+            # DomainBed's training-domain validation: the best mean source-val
+            # round is selected; the target domain never influences the choice.
+            if val_mean > self.selected["val_mean"]:
+                self.selected = {"round": rnd, "val_mean": val_mean}
+                self.selected_state = clone_state(model_state(model))
         comm = self.wire.bytes_in_round(rnd)
         row = {"round": rnd, "train_loss": round(train_loss, 6), "val_mean": val_mean}
         row.update({f"val/{d}": a for d, a in val.items()})
         row.update({"target": target, "bytes_up": comm["up"], "bytes_down": comm["down"]})
-        row.update({f"extra/{k}": v for k, v in scores.extra.items()})
+        row.update({f"extra/{k}": v for k, v in extra.items()})
         return row
 
     def results(self) -> dict[str, Any]:
@@ -229,12 +239,15 @@ class Federation:
             raise RuntimeError("no round has run")
         best = next(r for r in self.history if r["round"] == self.selected["round"])
         extra = {k[len("extra/"):]: v for k, v in best.items() if k.startswith("extra/")}
+        undeployed = [r["round"] for r in self.history if r["val_mean"] is None]
         return {
             "unseen_domain": best["target"],
             "source_val": {"mean": best["val_mean"], "per_domain": {c.domain: best[f"val/{c.domain}"] for c in self.clients}},
             "selected_round": best["round"],
             "final_round": {"round": self.history[-1]["round"], "unseen_domain": self.history[-1]["target"],
                             "source_val_mean": self.history[-1]["val_mean"]},
+            # rounds after which the server held no deployable model: not scored, never selectable
+            **({"rounds_without_deployed_model": undeployed} if undeployed else {}),
             **({"method_specific": extra} if extra else {}),
         }
 

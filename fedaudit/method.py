@@ -139,8 +139,14 @@ class Method:
 
     # -- inference -----------------------------------------------------------
 
-    def global_model(self, fed: Federation) -> nn.Module:
-        """The model the federation deploys, loaded into the shared module."""
+    def global_model(self, fed: Federation) -> nn.Module | None:
+        """The model the federation deploys, loaded into the shared module.
+
+        None when the server holds no deployable model after this round: one
+        assembled only from what crossed the wire (gPerXAN's ``upload=partial``
+        before its final round, which sends the BN side only then). The engine
+        records that round's accuracy as missing and never selects it; after
+        the final round a method must return a model."""
         load_state_(fed.model, self.global_state)
         return fed.model
 

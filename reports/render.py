@@ -241,6 +241,9 @@ def accuracy_table(units: Sequence[Unit]) -> Table:
         final = acc.get("final_round") or {}
         if final:
             out.append(("unseen-domain accuracy at the final round", f"{_f3(final.get('unseen_domain'))} (round {_text(final.get('round'))})"))
+        undeployed = acc.get("rounds_without_deployed_model")
+        if undeployed:
+            out.append(("rounds with no deployable model (not scored, never selected)", _rounds(undeployed)))
         val = acc.get("source_val") or {}
         out.append(("source validation accuracy, mean", _f3(val.get("mean"))))
         for domain, v in (val.get("per_domain") or {}).items():
@@ -723,6 +726,19 @@ def mia_tpr_ci(level: dict[str, Any]) -> Any:
 
 def mia_count(entry: dict[str, Any], what: str) -> Any:
     return entry.get(what, entry.get(f"n_{what}", "?"))
+
+
+def _rounds(rounds: Any) -> str:
+    """Round numbers for a reader: a run of consecutive rounds as "1–19", with how many."""
+    if not isinstance(rounds, list) or not all(isinstance(r, int) for r in rounds):
+        return _text(rounds)
+    if not rounds:
+        return "none"
+    if rounds == list(range(rounds[0], rounds[0] + len(rounds))) and len(rounds) > 2:
+        text = f"{rounds[0]}–{rounds[-1]}"
+    else:
+        text = ", ".join(map(str, rounds))
+    return f"{text} ({len(rounds)} rounds)" if len(rounds) > 1 else text
 
 
 def _ci(ci: Any) -> str:

@@ -18,9 +18,9 @@ import argparse
 import json
 from pathlib import Path
 
-from fedaudit import runs
 from fedaudit.api import evaluate
 from fedaudit.intervals import clopper_pearson
+from method_table import finished  # scripts/ is on sys.path when run as python scripts/leakage_table.py
 
 # (method, attacker): the server sees every upload; a curious client sees its broadcasts.
 CASES = [
@@ -34,10 +34,10 @@ CASES = [
 
 
 def run(out: Path, method: str, attacker: str) -> Path:
-    """The finished run under ``out``, or a new one."""
-    done = [d for d in sorted(out.glob("*")) if runs.is_complete(d)] if out.exists() else []
+    """The finished run under ``out`` that sent what the method now declares, or a new one."""
+    done = finished(out, method)
     if done:
-        return done[0]
+        return done
     return evaluate(method, out=str(out), dataset="digits", attack="deepinversion", attacker=attacker,
                     victim="all").run_dir
 

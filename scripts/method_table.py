@@ -19,9 +19,15 @@ from pathlib import Path
 
 from fedaudit import runs
 from fedaudit.api import evaluate
+from fedaudit.config import parse_method_options, resolve
 from fedaudit.methods import METHODS
 
 DATASETS = ("shapes", "digits")
+# Labelled fedaudit variants measured beside their method's default (the paper's protocol):
+# row label -> (method, method options). Run when their method is in --methods.
+VARIANTS = {
+    "gperxan upload=partial": ("gperxan", ["upload=partial"]),  # BN side up only in the final round
+}
 # Shrink only iteration counts for the one-round paper-bytes run; shapes of what is sent stay the paper's.
 PAPER_SHRINK = {
     "fedsb": ["budget=1"],
@@ -31,10 +37,21 @@ PAPER_SHRINK = {
 }
 
 
+def finished(out: Path, method: str, method_option: list[str] | None = None) -> Path | None:
+    """A finished run under ``out`` that sent what ``method`` (with these options) declares now;
+    a run from before a default changed (e.g. gperxan's upload) is not read back."""
+    cfg = resolve({"method": method, "method_options": parse_method_options(method_option or [])},
+                  method_defaults=METHODS[method].profile_defaults)
+    declared = sorted(f"{k.value}{'↑' if d == 'up' else '↓'}" for k, d in METHODS[method](cfg).declared_shares())
+    done = [d for d in sorted(out.glob("*")) if runs.is_complete(d)
+            and runs.read_json(d / "metrics.json")["communication"].get("declared") == declared] if out.exists() else []
+    return done[0] if done else None
+
+
 def run(out: Path, method: str, **options) -> Path:
-    """The finished run under ``out``, or a new one."""
-    done = [d for d in sorted(out.glob("*")) if runs.is_complete(d)] if out.exists() else []
-    return done[0] if done else evaluate(method, out=str(out), attack="none", **options).run_dir
+    """The finished run under ``out`` (see :func:`finished`), or a new one."""
+    done = finished(out, method, options.get("method_option"))
+    return done or evaluate(method, out=str(out), attack="none", **options).run_dir
 
 
 def per_round(run_dir: Path) -> str:
@@ -80,10 +97,13 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     rows = []
-    for method in args.methods.split(","):
-        row = {"method": method}
+    methods = args.methods.split(",")
+    todo = [(m, m, []) for m in methods] + [(label, m, opts) for label, (m, opts) in VARIANTS.items() if m in methods]
+    for label, method, options in todo:
+        row = {"method": label}
+        folder = label.replace(" ", "-")
         for ds in DATASETS:
-            run_dir = run(out / "quick" / ds / method, method, dataset=ds, device=args.device)
+            run_dir = run(out / "quick" / ds / folder, method, dataset=ds, device=args.device, method_option=options)
             m = runs.read_json(run_dir / "metrics.json")
             row[ds] = (m["accuracy"]["unseen_domain"], m["accuracy"]["source_val"]["mean"], m["target_domain"])
             row.setdefault("quick_bytes", per_round(run_dir))
@@ -91,8 +111,8 @@ def main() -> None:
         if args.paper_bytes:
             # 32 px: at or below 64 px the ResNet has the same (small-image) stem and so the same tensors as at
             # the paper profile's 64 px, and the run is four times cheaper
-            run_dir = run(out / "paper-1round" / method, method, dataset="shapes", profile="paper", rounds=1, local_epochs=1,
-                    image_size=32, method_option=PAPER_SHRINK.get(method, []), device=args.device)
+            run_dir = run(out / "paper-1round" / folder, method, dataset="shapes", profile="paper", rounds=1, local_epochs=1,
+                    image_size=32, method_option=PAPER_SHRINK.get(method, []) + options, device=args.device)
             row["paper_bytes"] = per_round(run_dir)
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -40,6 +40,13 @@ def test_unknown_dataset_lists_the_valid_ones():
     _user_error(["evaluate", "--dataset", "cifar"], "cifar", "shapes", "digits", "folder:PATH")
 
 
+def test_bad_shapes_size_names_the_fix_and_list_shows_the_spelling():
+    text = _user_error(["evaluate", "--dataset", "shapes:9"], "shapes:9", "shapes:N", "shapes:375")
+    assert len([ln for ln in text.splitlines() if ln.strip()]) == 1
+    listed = runner.invoke(app, ["list", "datasets"], env={"COLUMNS": "250"})
+    assert listed.exit_code == 0 and "shapes:N" in listed.output and "shapes:375" in listed.output
+
+
 def test_unknown_target_domain_lists_the_domains():
     _user_error(["evaluate", *FAST, "--target-domain", "mars"], "mars", "clean", "all")
 

@@ -33,7 +33,7 @@ def digits() -> MultiDomainDataset:
 
 
 def test_registry_lists_every_spec():
-    assert set(DATASETS) == {"shapes", "digits", "folder:PATH"}
+    assert set(DATASETS) == {"shapes", "shapes:N", "digits", "folder:PATH"}
     assert all(isinstance(v, str) and v and "\n" not in v for v in DATASETS.values())
 
 
@@ -142,6 +142,44 @@ def test_shapes_classes_are_learnable():
     finally:
         torch.set_num_threads(threads)
     assert acc > 0.5, acc  # chance is 1/7
+
+
+# ---------------------------------------------------------------- shapes:N (size)
+
+
+def test_shapes_size_spec_renders_n_per_class_deterministically(shapes):
+    assert load_dataset("shapes:150").fingerprint() == shapes.fingerprint()  # plain shapes is shapes:150, byte for byte
+    small = load_dataset("shapes:12", image_size=16)
+    assert small.name == "shapes:12" and small.domains == shapes.domains and small.classes == shapes.classes
+    for d in small.domains:
+        assert small.images[d].shape == (84, 3, 16, 16) and small.images[d].dtype == torch.uint8
+        assert torch.bincount(small.labels[d], minlength=7).tolist() == [12] * 7
+    assert load_dataset("shapes:12", image_size=16).fingerprint() == small.fingerprint()
+    assert load_dataset("shapes:12", image_size=16, seed=1).fingerprint() != small.fingerprint()
+    assert load_dataset("shapes:13", image_size=16).fingerprint() != small.fingerprint()
+
+
+@pytest.mark.parametrize("spec", ["shapes:", "shapes:abc", "shapes:9", "shapes:1001", "shapes:37.5", "shapes:-40",
+                                  "shapes: 375", "shapes:1e3", "shapes:375:2"])
+def test_bad_shapes_size_names_the_fix(spec):
+    with pytest.raises(FedauditError) as e:
+        load_dataset(spec)
+    msg = str(e.value)
+    assert repr(spec) in msg and "shapes:N" in msg and "shapes:375" in msg and "10 to 1000" in msg and "\n" not in msg
+
+
+def test_shapes_375_leaves_every_source_client_1000_non_members():
+    """Membership TPR at 1% FPR is resolved from 1,000 non-members (a client's holdout) on; shapes:375
+    gives every source client that many at the default split, whichever domain is the target."""
+    from fedaudit.membership import min_nonmembers
+
+    big = load_dataset("shapes:375")
+    for d in big.domains:
+        assert big.images[d].shape == (2625, 3, 32, 32)
+        assert torch.bincount(big.labels[d], minlength=7).tolist() == [375] * 7
+    holdouts = {c.holdout_idx.numel() for t in big.domains for c in lodo_split(big, t).sources}
+    assert holdouts == {1051} and min(holdouts) >= min_nonmembers(0.01) == 1000  # 1,051: the number DATASETS states
+    assert "1,051" in DATASETS["shapes:N"]
 
 
 # ---------------------------------------------------------------- fingerprint

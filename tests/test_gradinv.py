@@ -244,8 +244,9 @@ def test_gradinv_on_a_fedavg_run_is_scored_with_matching_and_a_partial_model_met
     row = next(r for r in metrics["verdict"] if r["row"] == "full_model↑")
     assert row["tier"] != "not_assessed" and any("gradinv" in e["source"] for e in row["evidence"]), row
 
+    # gperxan's upload=partial variant sends partial_model only (its default, the paper's, uploads full_model)
     gperxan = tiny_run("gperxan", rounds=1, local_epochs=1, attack="gradinv", inversion_iters=5, victim="clean",
-                       out=str(result.run_dir.parent / "gperxan"))
+                       out=str(result.run_dir.parent / "gperxan"), method_option=["upload=partial"])
     skipped = gperxan.metrics["leakage"]["gradinv"]["full_model:update"]["clean"]
     assert skipped["status"] == "not applicable" and "partial_model" in skipped["reason"]
 

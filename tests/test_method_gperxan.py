@@ -1,9 +1,11 @@
 """gPerXAN and the XAN norm layer: the mix, the personalised BN side on the
-wire (partial vs full upload), the frozen-global-head guidance, and resume."""
+wire (the paper's full upload vs fedaudit's partial variant), the
+frozen-global-head guidance, honest model selection, and resume."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -21,7 +23,8 @@ from fedaudit.wire import ArtifactKind
 from fedaudit.methods.gperxan import GPerXAN, guided_loss
 
 ROUNDS = 2
-TINY = dict(dataset="digits", image_size=16, batch_size=32, device="cpu")  # as conftest's tiny_run
+# As conftest's tiny_run, with one local epoch: these tests look at the protocol, not at accuracy.
+TINY = dict(dataset="digits", image_size=16, batch_size=32, local_epochs=1, device="cpu")
 
 
 def _run(out: Path, rounds: int = ROUNDS, on_round_end=None, **options):
@@ -36,12 +39,28 @@ def _history(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in zip(header, line.split(",")) if not k.startswith("bytes")} for line in lines[1:]]
 
 
+def _run_with_fed(out: Path, **options):
+    """A tiny run, artifacts kept; returns (result, its Federation, per round: did the server deploy a model)."""
+    feds, deployed = [], []
+
+    def after(fed, rnd):
+        feds.append(fed)
+        deployed.append(fed.method.global_model(fed) is not None)
+
+    result = _run(out, on_round_end=after, keep_artifacts=True, **options)
+    return result, feds[-1], deployed
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """The default run (upload=full, the paper's protocol)."""
+    return _run_with_fed(tmp_path_factory.mktemp("full"))
+
+
 @pytest.fixture(scope="module")
 def partial_run(tmp_path_factory):
-    """The default (upload=partial) run, artifacts kept, and its Federation."""
-    feds: list = []
-    result = _run(tmp_path_factory.mktemp("partial"), on_round_end=lambda fed, rnd: feds.append(fed), keep_artifacts=True)
-    return result, feds[-1]
+    """fedaudit's upload=partial variant."""
+    return _run_with_fed(tmp_path_factory.mktemp("partial"), method_option=["upload=partial"])
 
 
 def _artifacts(run_dir: Path) -> list[tuple[int, str, str, str, dict]]:
@@ -120,10 +139,37 @@ def test_norm_xan_is_accepted_for_any_method_and_trains():
 # -- the wire -------------------------------------------------------------------
 
 
-def test_partial_mode_sends_the_bn_side_only_in_the_final_round(partial_run):
-    result, _ = partial_run
+def test_default_uploads_the_whole_model_bn_side_included_every_round(full_run):
+    """Algorithm 1, line 12: the server averages the whole client models every round; line 7: the
+    broadcast leaves the BN side out. The ledger shows the BN side going up in every round."""
+    result, fed, deployed = full_run
+    assert GPerXAN.options["upload"] == "full" and fed.method.declared_shares() == GPerXAN.shares
     clients = _clients(result)
-    bn_keys = set(xan_bn_side_keys(build_model("cnn", 10, 16, norm="xan")))
+    bn_keys = set(fed.method.bn_keys)
+    every_key = set(fed.model.state_dict())
+    rows = _ledger(result.run_dir)
+    assert {(r["kind"], r["direction"]) for r in rows} == {(k.value, d) for k, d in GPerXAN.shares}
+    assert result.metrics["communication"]["declared"] == ["full_model↑", "partial_model↓", "scalars↑"]
+    ups = sorted((r["round"], r["sender"]) for r in rows if r["kind"] == "full_model")
+    assert ups == sorted((rnd, c) for rnd in range(1, ROUNDS + 1) for c in clients)
+    arts = _artifacts(result.run_dir)
+    for rnd, kind, sender, receiver, tensors in arts:
+        if kind == ArtifactKind.FULL_MODEL.value:
+            assert set(tensors) == every_key, (rnd, sender)  # BN side and its running statistics included
+        elif kind == ArtifactKind.PARTIAL_MODEL.value:
+            assert receiver in clients and not bn_keys & set(tensors), (rnd, receiver)
+    bn_up = {(rnd, sender) for rnd, kind, sender, _, t in arts if kind == ArtifactKind.FULL_MODEL.value and bn_keys <= set(t)}
+    assert bn_up == {(rnd, c) for rnd in range(1, ROUNDS + 1) for c in clients}
+    # The server holds the whole average from the wire every round: every round is scored.
+    assert deployed == [True] * ROUNDS
+    assert all(row["val_mean"] and row["target"] for row in _history(result.run_dir))
+    assert "rounds_without_deployed_model" not in result.metrics["accuracy"]
+
+
+def test_partial_mode_sends_the_bn_side_only_in_the_final_round(partial_run):
+    result, fed, _ = partial_run
+    clients = _clients(result)
+    bn_keys = set(fed.method.bn_keys)
     arts = _artifacts(result.run_dir)
     assert arts
     for rnd, kind, sender, _, tensors in arts:
@@ -136,16 +182,48 @@ def test_partial_mode_sends_the_bn_side_only_in_the_final_round(partial_run):
     final = [sender for rnd, kind, sender, _, _ in arts if kind == ArtifactKind.BN_STATS_ALL_LAYERS.value]
     assert sorted(final) == sorted(clients)  # exactly once per client
     kinds = {(r["kind"], r["direction"]) for r in _ledger(result.run_dir)}
-    assert kinds == {(k.value, d) for k, d in GPerXAN.shares}
+    assert kinds == {(k.value, d) for k, d in fed.method.declared_shares()}
+    assert ("bn_stats_all_layers", "up") in kinds and ("full_model", "up") not in kinds
 
 
-def test_deployed_bn_side_is_the_sample_weighted_average_of_the_final_uploads(partial_run):
-    result, fed = partial_run
-    uploads = {s: t for r, k, s, _, t in _artifacts(result.run_dir) if k == ArtifactKind.BN_STATS_ALL_LAYERS.value}
+def test_partial_mode_scores_and_selects_only_the_model_the_wire_assembled(partial_run):
+    """Before the final round the partial-mode server holds no BN side: no model is deployed,
+    no accuracy is reported for those rounds, and selection falls on the final round."""
+    result, _, deployed = partial_run
+    assert deployed == [False] * (ROUNDS - 1) + [True]
+    history = _history(result.run_dir)
+    for row in history[:-1]:
+        assert all(v == "" for k, v in row.items() if k == "val_mean" or k == "target" or k.startswith("val/")), row
+        assert float(row["train_loss"]) > 0  # the round trained; only its evaluation is missing
+    final = history[-1]
+    assert int(final["round"]) == ROUNDS and float(final["val_mean"]) > 0 and float(final["target"]) > 0
+    acc = result.metrics["accuracy"]
+    assert acc["selected_round"] == ROUNDS
+    assert acc["rounds_without_deployed_model"] == list(range(1, ROUNDS))
+    assert acc["unseen_domain"] == pytest.approx(float(final["target"]))
+    assert acc["source_val"]["mean"] == pytest.approx(float(final["val_mean"]))
+    # The report renders the missing rounds as "—" (and says why) instead of crashing or plotting zeros.
+    page = (result.run_dir / "report.html").read_text(encoding="utf-8")
+    assert "val — · unseen —" in page
+    assert "rounds with no deployable model (not scored, never selected)" in page
+
+
+def test_progress_line_shows_a_round_without_a_deployed_model(caplog):
+    from fedaudit.cli import RichReporter
+
+    with caplog.at_level(logging.INFO, logger="fedaudit"):
+        RichReporter(quiet=True).round_done("textured", {"round": 1, "val_mean": None, "target": None, "train_loss": 0.5})
+    assert "val —  unseen —  loss 0.500" in caplog.text
+
+
+@pytest.mark.parametrize("mode,kind", [("full", ArtifactKind.FULL_MODEL), ("partial", ArtifactKind.BN_STATS_ALL_LAYERS)])
+def test_deployed_bn_side_is_the_sample_weighted_average_of_the_final_uploads(request, mode, kind):
+    result, fed, _ = request.getfixturevalue(f"{mode}_run")
+    uploads = {s: t for r, k, s, _, t in _artifacts(result.run_dir) if k == kind.value and r == ROUNDS}
     weights = {c.role: c.num_samples for c in fed.clients}
     total = sum(weights.values())
     server = fed.method.global_state  # the server's own state: only the wire can have filled its BN side
-    for key in xan_bn_side_keys(fed.model):
+    for key in fed.method.bn_keys:
         if server[key].is_floating_point():
             expected = sum(uploads[role][key] * (w / total) for role, w in weights.items())
             assert torch.allclose(server[key], expected, atol=1e-6), key
@@ -154,8 +232,8 @@ def test_deployed_bn_side_is_the_sample_weighted_average_of_the_final_uploads(pa
     assert all(torch.equal(deployed[k], v) for k, v in server.items())
 
 
-def test_bn_side_is_personal_and_shared_tensors_are_identical_after_broadcast(partial_run):
-    _, fed = partial_run
+def test_bn_side_is_personal_and_shared_tensors_are_identical_after_broadcast(full_run):
+    _, fed, _ = full_run
     method = fed.method
     key = next(k for k in method.bn_keys if k.endswith("running_mean"))
     sides = [c.state[key] for c in fed.clients]
@@ -169,19 +247,19 @@ def test_bn_side_is_personal_and_shared_tensors_are_identical_after_broadcast(pa
         assert all(torch.equal(state[k], client.state[k]) for k in method.bn_keys)  # its own, not the average
 
 
-def test_full_mode_uploads_full_models_and_trains_like_partial(tmp_path, partial_run):
-    partial, _ = partial_run
-    full = _run(tmp_path, method_option=["upload=full"])
-    rows = _ledger(full.run_dir)
-    full_up = [(r["round"], r["sender"]) for r in rows if r["kind"] == "full_model"]
-    assert sorted(full_up) == sorted((rnd, c) for rnd in range(1, ROUNDS + 1) for c in _clients(full))
-    assert {(r["kind"], r["direction"]) for r in rows} == {
-        ("full_model", "up"), ("scalars", "up"), ("partial_model", "down")}
-    assert full.metrics["communication"]["declared"] == ["full_model↑", "partial_model↓", "scalars↑"]
-    # Same training; the partial run's per-round oracle is exactly the average
-    # that the full-upload server holds from the wire.
-    assert _history(full.run_dir) == _history(partial.run_dir)
-    assert full.metrics["accuracy"] == partial.metrics["accuracy"]
+def test_partial_mode_trains_like_full_and_deploys_the_same_final_model(full_run, partial_run):
+    """The upload mode changes what crosses the wire, not training: same losses every round and,
+    in the final round, the same deployed model (both average the same BN sides)."""
+    full, _, _ = full_run
+    partial, _, _ = partial_run
+    f_rows, p_rows = _history(full.run_dir), _history(partial.run_dir)
+    assert [r["train_loss"] for r in f_rows] == [r["train_loss"] for r in p_rows]
+    assert f_rows[-1] == p_rows[-1]
+    assert partial.metrics["accuracy"]["final_round"] == full.metrics["accuracy"]["final_round"]
+    f_bytes = full.metrics["communication"]["by_kind"]
+    p_bytes = partial.metrics["communication"]["by_kind"]
+    assert p_bytes["partial_model"]["down"] == f_bytes["partial_model"]["down"]  # the same broadcast
+    assert p_bytes["partial_model"]["up"] + p_bytes["bn_stats_all_layers"]["up"] * ROUNDS == f_bytes["full_model"]["up"]
 
 
 # -- the guidance regulariser ---------------------------------------------------
@@ -207,15 +285,15 @@ def test_guidance_term_reaches_the_encoder_only():
     assert all(torch.equal(global_head[k], frozen[k]) for k in frozen)
 
 
-def test_removing_lambda_changes_training(tmp_path, partial_run):
-    partial, _ = partial_run
+def test_removing_lambda_changes_training(tmp_path, full_run):
+    guided, _, _ = full_run
     plain = _run(tmp_path, rounds=1, keep_artifacts=True, method_option=["lam=0"])
 
     def round1_upload(result) -> dict:
         first = _clients(result)[0]
-        return next(t for r, k, s, _, t in _artifacts(result.run_dir) if r == 1 and k == "partial_model" and s == first)
+        return next(t for r, k, s, _, t in _artifacts(result.run_dir) if r == 1 and k == "full_model" and s == first)
 
-    a, b = round1_upload(partial), round1_upload(plain)
+    a, b = round1_upload(guided), round1_upload(plain)
     assert not torch.allclose(a["encoder.blocks.0.0.weight"], b["encoder.blocks.0.0.weight"])
 
 
@@ -223,7 +301,7 @@ def test_removing_lambda_changes_training(tmp_path, partial_run):
 
 
 @pytest.mark.parametrize("explicit,needle", [
-    ({"method_options": {"upload": "everything"}}, "upload of gperxan must be one of partial, full"),
+    ({"method_options": {"upload": "everything"}}, "upload of gperxan must be one of full, partial"),
     ({"method_options": {"lam": -1}}, "lam"),
     ({"method_options": {"xan_blocks": 7}}, "xan_blocks"),
     ({"norm": "gn"}, "needs --norm xan"),
@@ -235,20 +313,27 @@ def test_bad_options_are_named(explicit, needle):
 
 
 def test_declared_shares_follow_the_upload_option():
-    full = GPerXAN(resolve({"method": "gperxan", "method_options": {"upload": "full"}}, method_defaults=GPerXAN.profile_defaults))
-    assert (ArtifactKind.FULL_MODEL, "up") in full.declared_shares()
-    assert ArtifactKind.BN_STATS_ALL_LAYERS not in {k for k, _ in full.declared_shares()}
+    def configured(**options) -> GPerXAN:
+        return GPerXAN(resolve({"method": "gperxan", "method_options": options}, method_defaults=GPerXAN.profile_defaults))
+
+    default = configured()
+    assert default.declared_shares() == GPerXAN.shares  # what `fedaudit list methods` prints
+    assert (ArtifactKind.FULL_MODEL, "up") in default.declared_shares()
+    assert ArtifactKind.BN_STATS_ALL_LAYERS not in {k for k, _ in default.declared_shares()}
+    partial = {k: d for k, d in configured(upload="partial").declared_shares() if d == "up"}
+    assert ArtifactKind.FULL_MODEL not in partial and partial[ArtifactKind.BN_STATS_ALL_LAYERS] == "up"
 
 
 def test_killed_run_resumes_to_the_same_numbers(tmp_path, partial_run):
-    whole, _ = partial_run
+    """Partial mode: the resumed run carries its unscored round 1 across the checkpoint."""
+    whole, _, _ = partial_run
 
     def kill_after_round_1(fed, rnd):
         if rnd == 1:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        _run(tmp_path, on_round_end=kill_after_round_1, keep_artifacts=True)
+        _run(tmp_path, on_round_end=kill_after_round_1, keep_artifacts=True, method_option=["upload=partial"])
     (cut_dir,) = tmp_path.iterdir()
     resumed = evaluate(resume=cut_dir)
     assert resumed.metrics["accuracy"] == whole.metrics["accuracy"]

@@ -18,6 +18,12 @@ a signed distance field (SDF), so filled, outlined and anti-aliased versions
 come from one distance image, and a whole domain renders in a fraction of a
 second. Output is fully determined by ``seed``; the labels and poses do not
 depend on ``image_size``, so 64 px renders the same scenes more finely.
+
+Size: ``shapes`` renders :data:`PER_CLASS` (150) images per class per domain;
+the spec ``shapes:N`` renders N (``shapes:150`` is byte-identical to
+``shapes``; another N draws other scenes, not a superset). ``shapes:375``
+leaves 1,051 holdout records (non-members) per source client at the default
+50/10/40 split — membership TPR at 1% FPR needs 1,000 to be resolved.
 """
 
 from __future__ import annotations
@@ -28,12 +34,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..errors import FedauditError
 from .base import MultiDomainDataset
 from .colour import contrasting_levels, hsv, with_luma
 
 CLASSES: list[str] = ["circle", "square", "triangle", "star", "cross", "heart", "crescent"]
 DOMAINS: list[str] = ["photo", "painting", "cartoon", "sketch"]
 PER_CLASS: int = 150
+# ``shapes:N`` bounds: a domain renders in one vectorised pass, so memory grows with N
+# (about 1.5 GB peak at N = 1000, 32 px); larger sets belong in a folder dataset.
+MIN_PER_CLASS, MAX_PER_CLASS = 10, 1000
 
 # Rotation range (radians). ±45° covers every orientation of the square and
 # cross and most of the star's, while keeping hearts and crescents recognisable.
@@ -316,11 +326,24 @@ def render_domain(
     return torch.from_numpy(u8).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels.astype(np.int64))
 
 
-def load_shapes(image_size: int = 32, seed: int = 0) -> MultiDomainDataset:
-    """Build the ``shapes`` dataset (7 classes x 4 styles, ~1050 images per domain)."""
+def per_class_of(spec: str) -> int:
+    """Images per class per domain named by ``shapes`` or ``shapes:N``; FedauditError naming the fix otherwise."""
+    if spec == "shapes":
+        return PER_CLASS
+    text = spec[len("shapes:"):]
+    if text.isascii() and text.isdigit() and MIN_PER_CLASS <= int(text) <= MAX_PER_CLASS:
+        return int(text)
+    raise FedauditError(
+        f"dataset spec {spec!r} is not valid; give shapes:N with N images per class per domain, a whole number "
+        f"from {MIN_PER_CLASS} to {MAX_PER_CLASS} (e.g. shapes:375 for 1,000+ non-members per client), or plain shapes"
+    )
+
+
+def load_shapes(image_size: int = 32, seed: int = 0, per_class: int = PER_CLASS, name: str = "shapes") -> MultiDomainDataset:
+    """Build the ``shapes`` dataset: 7 classes x 4 styles, ``per_class`` images per class per domain."""
     images, labels = {}, {}
     for dom in DOMAINS:
-        images[dom], labels[dom] = render_domain(dom, image_size, seed)
+        images[dom], labels[dom] = render_domain(dom, image_size, seed, per_class)
     return MultiDomainDataset(
-        name="shapes", classes=list(CLASSES), domains=list(DOMAINS), images=images, labels=labels, hflip=True
+        name=name, classes=list(CLASSES), domains=list(DOMAINS), images=images, labels=labels, hflip=True
     )
