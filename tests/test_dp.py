@@ -144,6 +144,15 @@ def test_dp_at_epsilon_1_lowers_liras_tpr_at_low_fpr():
     print("no DP", without["auc"], without["tpr_at_fpr"]["0.01"], "| ε=1", with_dp["auc"], with_dp["tpr_at_fpr"]["0.01"])
     assert with_dp["tpr_at_fpr"]["0.01"]["tpr"] < without["tpr_at_fpr"]["0.01"]["tpr"]
     assert with_dp["auc"] < 0.6 < without["auc"]
+    # The verdict's rules on the same scores: a finding without DP, never one at ε = 1 (issue 14, 1c).
+    from fedaudit.audit.verdict import judge
+
+    def tier(entry: dict) -> str:
+        metrics = {"communication": {"declared": []}, "leakage": {"mia": {"lira_online": {"global_model": {"v": entry}}}}}
+        return judge(metrics, {"attacker": "server"})[0]["tier"]
+
+    assert tier(without) in ("medium", "high")
+    assert tier(with_dp) in ("low", "inconclusive")
 
 
 # -- the sweep ----------------------------------------------------------------------------

@@ -158,3 +158,33 @@ def test_near_chance_model_with_unequal_counts_is_never_high_and_a_short_attack_
     evidence = [e for e in row["evidence"] if e["test"] == "identifiability"]
     assert evidence and all(e["tier"] == "low" and e["baseline_name"] for e in evidence)
     assert all(e["power"]["reached"] is False for e in evidence)
+
+
+def test_the_statistics_of_a_few_member_images_are_rated_high(tiny_run):
+    """Every client's last upload carries the BatchNorm statistics of four of its members and nothing
+    else: the same attack and rules rate it HIGH (its reconstructions reveal each victim's domain far
+    above every null). Measured: macro domain attribution 0.95 against 0.33 for the strongest null."""
+    import torch
+
+    from fedaudit.audit.counterfactual import replay_statistics
+    from fedaudit.wire import Artifact
+
+    def plant(fed, rnd):
+        if rnd != fed.cfg.rounds:
+            return
+        for client in fed.clients:
+            key = ("full_model", client.role, "server")
+            art = fed.wire.retained[key]
+            model = fed.method.build_model(fed)
+            model.load_state_dict(dict(art.tensors))
+            stats = replay_statistics(model, client.data.train_x[:4], fed.preprocess, torch.Generator().manual_seed(0),
+                                      start=None, steps=None, batch_size=32, augment=False)
+            fed.wire.retained[key] = Artifact(art.kind, art.sender, art.receiver, art.round,
+                                              {k: stats.get(k, t) for k, t in art.tensors.items()})
+
+    result = tiny_run("fedavg", dataset="shapes", rounds=2, local_epochs=1, attack="deepinversion", inversion_iters=100,
+                      inversion_batch=7, on_round_end=plant)
+    row = next(r for r in result.metrics["verdict"] if r["row"] == "full_model↑")
+    assert row["tier"] == HIGH, row["reason"]
+    top = next(e for e in row["evidence"] if e["tier"] == HIGH)
+    assert top["test"] == "domain_attribution" and top["p_adjusted"] <= 0.05 and top["value"] - top["baseline"] >= 0.3
