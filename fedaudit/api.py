@@ -327,7 +327,7 @@ def build_auditor(cfg: RunConfig, fed: Federation, dataset: MultiDomainDataset, 
             records.append(DomainRecords(domain, None, None, None, None, fed.target_x, fed.target_y))
             continue
         d = client.data
-        records.append(DomainRecords(domain, d.train_x, d.train_y, d.holdout_x, d.holdout_y,
+        records.append(DomainRecords(domain, *d.members(), d.holdout_x, d.holdout_y,  # members: train minus canaries
                                      torch.cat([d.val_x, d.holdout_x]), torch.cat([d.val_y, d.holdout_y])))
     return Auditor(records, len(dataset.classes), dataset.mean, dataset.std, dataset.hflip,
                    seed=derive_seed(cfg.seed, PRIOR_SEED_STREAM + 1) % 2**31, device=device,
