@@ -32,6 +32,8 @@ from fedaudit.errors import FedauditError
 HIGH, MEDIUM, LOW, NOT_ASSESSED = "high", "medium", "low", "not assessed"
 TIER_ORDER = {HIGH: 3, MEDIUM: 2, LOW: 1, NOT_ASSESSED: 0}
 MIA = "mia"
+CANARY = "canary"  # the one-run ε audit: a bound per victim, not a reconstruction section
+NOT_RECONSTRUCTIONS = (MIA, CANARY)  # leakage sections that are not {artifact: {victim: reconstruction scores}}
 DOMAIN = "domain"  # the domain-level membership variant: its own verdict row
 MIA_TARGETS = {"global_model": "the final global model", "last_upload": "the victim's last upload"}
 BOOKKEEPING = ("summary", "auditor", "settings")  # keys of an attack's section that are not results
@@ -114,7 +116,7 @@ def artifact_verdict(kind_dir: str, metrics: dict[str, Any], config: dict[str, A
     """The tier of one declared share (``"full_model↑"``) in one run."""
     kind, arrow = kind_dir[:-1], kind_dir[-1]
     leakage = metrics.get("leakage") or {}
-    attacks = {name: sec for name, sec in leakage.items() if name != MIA and isinstance(sec, dict)}
+    attacks = {name: sec for name, sec in leakage.items() if name not in NOT_RECONSTRUCTIONS and isinstance(sec, dict)}
     if not attacks:
         return Verdict(NOT_ASSESSED, "no reconstruction attack ran in this run; run with --attack deepinversion")
     attacker = str(config.get("attacker") or "server")
