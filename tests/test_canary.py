@@ -229,7 +229,7 @@ def test_tiny_run_under_dp_sgd_stays_below_the_epsilon_spent(tiny_run, epsilon):
     # ε = 8 is the acceptance setting, where 32 canaries (power ≈ 2) cannot refute the claim whatever
     # happens, and the entry says so; at ε = 1 the power exceeds the claim, so "bound <= ε spent" could fail.
     m = tiny_run("fedavg", attack="canary", canaries=32, dp_epsilon=epsilon, norm="gn", rounds=1,
-                 local_epochs=1).metrics
+                 local_epochs=1, batch_size=64).metrics  # batch 64: half the Opacus steps of the default 32
     spent = m["privacy"]["dp"]["clients"]
     for victim, e in m["leakage"]["canary"].items():
         assert e["epsilon_spent"] == pytest.approx(spent[victim]["epsilon_spent"])
