@@ -4,7 +4,9 @@
 communication only". Reconstruction (``deepinversion``, ``gradinv``) and
 membership inference (``mia``) register here as they land. ``mia`` runs every membership
 variant; ``mia-loss``, ``mia-lira``, ``mia-rmia`` and ``mia-domain`` one of them
-(members of the ``mia`` family: ``all`` lists the family once).
+(members of the ``mia`` family: ``all`` lists the family once). ``canary`` (the
+one-run privacy audit) plants records in the training split, so it changes what is
+trained: ``all`` leaves it out, and it runs only when named.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from __future__ import annotations
 from fedaudit.attack import Attack
 from fedaudit.errors import unknown_choice
 
+from .canary import CanaryAudit
 from .deepinversion import DeepInversion
 from .gradinv import GradInv
 from .mia import MIA_ATTACKS
 
-ATTACKS: dict[str, type[Attack]] = {cls.name: cls for cls in (DeepInversion, GradInv, *MIA_ATTACKS)}
+ATTACKS: dict[str, type[Attack]] = {cls.name: cls for cls in (DeepInversion, GradInv, *MIA_ATTACKS, CanaryAudit)}
 
 NO_ATTACK = "none"
 
@@ -26,11 +29,13 @@ def attack_names() -> list[str]:
 
 
 def get_attacks(spec: str) -> list[type[Attack]]:
-    """``none`` → [], ``all`` → every attack family once, ``a,b`` → those (each once)."""
+    """``none`` → [], ``all`` → every attack family once (but not the canary audit, which changes
+    what is trained), ``a,b`` → those (each once)."""
     if spec == NO_ATTACK:
         return []
     if spec == "all":
-        return [cls for cls in ATTACKS.values() if getattr(cls, "family", cls.name) == cls.name]
+        return [cls for cls in ATTACKS.values()
+                if getattr(cls, "family", cls.name) == cls.name and not getattr(cls, "plants_canaries", False)]
     out = []
     for name in (s.strip() for s in spec.split(",")):
         if name not in ATTACKS:

@@ -423,27 +423,7 @@ class MembershipInference(Attack):
 
     def _last_upload(self, view: WireView, prior: AttackerPrior, victim: str,
                      device: torch.device) -> tuple[Query | Skipped, dict[str, Any]]:
-        """The victim's newest uploaded weights as a queryable model, or why there are none in this view."""
-        if view.role != SERVER:
-            return Skipped(f"only a curious server sees a client's uploads; this attacker is {view.role}"), {}
-        me = client_role(victim)
-        sent = [a for a in view if a.sender == me]
-        uploads = latest_weights(sent, sender=me)
-        if not uploads:
-            kinds = ", ".join(sorted({a.kind.value for a in sent})) or "nothing"
-            return Skipped(f"the server's view holds no weight-bearing upload (full_model or partial_model) from "
-                           f"{victim}; it sent {kinds}"), {}
-        broadcast = latest_weights([a for a in view if a.sender == SERVER], receiver=me)
-        stats = [a for a in sent if a.kind == ArtifactKind.BN_STATS_ALL_LAYERS]
-        layers: list[Artifact] = [*broadcast, *uploads, *([max(stats, key=lambda a: a.round)] if stats else [])]
-        model = prior.build_model()
-        base = {k: v.detach().to(device) for k, v in model.state_dict().items()}
-        state, source = overlay_state(base, layers, device)
-        load_state_(model, state)
-        model = model.to(device).eval()
-        predict = self.predict
-        info = {"round": max(a.round for a in uploads), "weights_from": count_sources(source)}
-        return (lambda x: predict(model, x)), info
+        return last_upload(view, prior, victim, device, self.predict)
 
     # -- domain level --------------------------------------------------------------------
 
@@ -508,6 +488,32 @@ def mia_variants(classes: Iterable[type[Attack]]) -> tuple[str, ...]:
 # -- signals and helpers -----------------------------------------------------------------
 
 
+def last_upload(view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
+                predict: Predict) -> tuple[Query | Skipped, dict[str, Any]]:
+    """The victim's newest uploaded weights as a queryable model (through the method's public ``predict``),
+    or why there are none in this view; with where its weights came from."""
+    if view.role != SERVER:
+        return Skipped(f"only a curious server sees a client's uploads; this attacker is {view.role}"), {}
+    me = client_role(victim)
+    sent = [a for a in view if a.sender == me]
+    uploads = latest_weights(sent, sender=me)
+    if not uploads:
+        kinds = ", ".join(sorted({a.kind.value for a in sent})) or "nothing"
+        return Skipped(f"the server's view holds no weight-bearing upload (full_model or partial_model) from "
+                       f"{victim}; it sent {kinds}"), {}
+    broadcast = latest_weights([a for a in view if a.sender == SERVER], receiver=me)
+    stats = [a for a in sent if a.kind == ArtifactKind.BN_STATS_ALL_LAYERS]
+    layers: list[Artifact] = [*broadcast, *uploads, *([max(stats, key=lambda a: a.round)] if stats else [])]
+    model = prior.build_model()
+    base = {k: v.detach().to(device) for k, v in model.state_dict().items()}
+    state, source = overlay_state(base, layers, device)
+    load_state_(model, state)
+    model = model.to(device).eval()
+    info = {"round": max(a.round for a in uploads), "weights_from": count_sources(source)}
+    return (lambda x: predict(model, x)), info
+
+
+
 def consistency(embeddings: Tensor, pairs: int) -> Tensor:
     """Mean cosine of view pairs: [..., 2·pairs·n, D] laid out as pair k's A views then its B views → [..., n] (float64)."""
     e = embeddings.double()
@@ -558,8 +564,9 @@ def make_challenge(fed: Federation, victim: str, seed: int) -> tuple[MembershipC
     if client is None:
         raise unknown_choice("mia victim", victim, [c.domain for c in fed.clients])
     d = client.data
-    images, labels = torch.cat([d.train_x, d.holdout_x]), torch.cat([d.train_y, d.holdout_y])
-    is_member = torch.cat([torch.ones(d.train_y.shape[0], dtype=torch.bool),
+    train_x, train_y = d.members()  # an auditor's canaries are trained on but are not the victim's members
+    images, labels = torch.cat([train_x, d.holdout_x]), torch.cat([train_y, d.holdout_y])
+    is_member = torch.cat([torch.ones(train_y.shape[0], dtype=torch.bool),
                            torch.zeros(d.holdout_y.shape[0], dtype=torch.bool)])
     g = torch.Generator().manual_seed(derive_seed(seed, MIA_STREAM, 0, _stable_int(victim)) % 2**63)
     order = torch.randperm(labels.shape[0], generator=g)
@@ -670,4 +677,4 @@ def _scored(members: Tensor, nonmembers: Tensor, signal: str, n_reference: int) 
 
 
 __all__ = ["MIA_ATTACKS", "DomainChallenge", "MembershipChallenge", "MembershipInference", "VARIANTS",
-           "audit_membership", "make_challenge", "mia_variants"]
+           "audit_membership", "black_box", "last_upload", "make_challenge", "mia_variants"]

@@ -152,6 +152,7 @@ def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, target
 def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: str, device: torch.device,
             reporter: Reporter, on_round_end, command: str, data_seconds: float) -> dict[str, Any]:
     """Train, attack and write one target's run directory (resuming if it has a checkpoint)."""
+    from fedaudit.attacks.canary import canary_split
     from fedaudit.methods import get_method
 
     if runs.is_complete(run_dir):
@@ -160,6 +161,7 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
     log.info("run directory %s (target %s)", run_dir, target)
     method = get_method(cfg.method)(cfg)
     split = lodo_split(dataset, target, cfg.split, seed=cfg.seed)
+    split = canary_split(cfg, split, len(dataset.classes), lambda sources: attack_role_and_victims(cfg, sources)[1])
     wire = Wire(run_dir / "artifacts" if cfg.keep_artifacts else None)
     fed = Federation(cfg, method, dataset, split, device, wire)
     ckpt = runs.load_checkpoint(run_dir)
@@ -307,6 +309,13 @@ def run_attacks(run_dir: Path, cfg: RunConfig, method: Method, fed: Federation, 
         log.info("attack mia as %s against %s (%d reference models)", role, ", ".join(victims), cfg.reference_models)
         leakage["mia"] = audit_membership(run_dir, cfg, method, fed, prior, role=role, victims=victims,
                                           reference_models=cfg.reference_models, variants=mia_variants(membership))
+    canary = [c for c in classes if getattr(c, "plants_canaries", False)]
+    classes = [c for c in classes if c not in canary]
+    if canary:  # the one-run audit: the auditor scores the canaries it planted before training
+        from fedaudit.attacks.canary import audit_canaries
+
+        log.info("canary audit as %s against %s", role, ", ".join(victims))
+        leakage["canary"] = audit_canaries(cfg, method, fed, prior, role=role, victims=victims)
     if not classes:
         return leakage
     from fedaudit.audit.reconstruction import audit_reconstruction
@@ -333,7 +342,7 @@ def build_auditor(cfg: RunConfig, fed: Federation, dataset: MultiDomainDataset, 
             records.append(DomainRecords(domain, None, None, None, None, fed.target_x, fed.target_y))
             continue
         d = client.data
-        records.append(DomainRecords(domain, d.train_x, d.train_y, d.holdout_x, d.holdout_y,
+        records.append(DomainRecords(domain, *d.members(), d.holdout_x, d.holdout_y,  # members: train minus canaries
                                      torch.cat([d.val_x, d.holdout_x]), torch.cat([d.val_y, d.holdout_y])))
     from fedaudit.audit.counterfactual import TrainingRecipe
 

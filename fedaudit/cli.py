@@ -120,7 +120,7 @@ def method_flags(args: list[str]) -> list[tuple[str, str]]:
 def evaluate(
     ctx: typer.Context,
     method: Optional[str] = typer.Option(None, help="FedDG method (see `fedaudit list methods`). Default fedavg."),
-    attack: Optional[str] = typer.Option(None, help="Attack(s): none, deepinversion, gradinv, mia (or mia-loss, mia-lira, mia-rmia, mia-domain), all, or names joined by commas."),
+    attack: Optional[str] = typer.Option(None, help="Attack(s): none, deepinversion, gradinv, mia (or mia-loss, mia-lira, mia-rmia, mia-domain), canary (one-run ε audit; not in all), all, or names joined by commas."),
     dataset: Optional[str] = typer.Option(None, help="shapes, digits, or folder:PATH (DomainBed layout)."),
     target_domain: Optional[str] = typer.Option(None, help="Unseen domain, or 'all' to hold out each in turn."),
     model: Optional[str] = typer.Option(None, help="cnn, resnet18 or resnet50."),
@@ -151,6 +151,7 @@ def evaluate(
     gradinv_tv_weight: Optional[float] = typer.Option(None, help="Weight of gradinv's TV prior (default 3e-5)."),
     lpips_weights: Optional[str] = typer.Option(None, help="Local AlexNet weights for LPIPS (default: the torch hub cache; never downloaded)."),
     reference_models: Optional[int] = typer.Option(None, help="Membership inference: reference models per victim (quick 8, paper 64)."),
+    canaries: Optional[int] = typer.Option(None, help="--attack canary: mislabelled canaries per victim, drawn from its holdout, each trained on with probability 1/2 (default 64)."),
     dp_epsilon: Optional[float] = typer.Option(None, help="Train every client with DP-SGD (Opacus) to this ε per client over all rounds; models switch to --norm gn."),
     dp_delta: Optional[float] = typer.Option(None, help="DP-SGD δ (default 1e-5; must be below 1/records of every client)."),
     dp_max_grad_norm: Optional[float] = typer.Option(None, help="DP-SGD per-sample clipping norm (default 1.0)."),
@@ -174,7 +175,7 @@ def evaluate(
                    inversion_bn_weight=inversion_bn_weight, inversion_ce_weight=inversion_ce_weight,
                    inversion_tv_weight=inversion_tv_weight, inversion_l2_weight=inversion_l2_weight,
                    gradinv_tv_weight=gradinv_tv_weight,
-                   lpips_weights=lpips_weights, reference_models=reference_models, dp_epsilon=dp_epsilon,
+                   lpips_weights=lpips_weights, reference_models=reference_models, canaries=canaries, dp_epsilon=dp_epsilon,
                    dp_delta=dp_delta, dp_max_grad_norm=dp_max_grad_norm)
     try:
         options["split"] = _split(split)

@@ -56,6 +56,9 @@ class RunConfig:
     inversion_iters: int = 200
     inversion_batch: int = 40  # images per victim, whole classes: batch // classes per class (at least 1)
     reference_models: int = 8  # membership inference: reference ("shadow") models per victim domain
+    # Canary audit (--attack canary): canaries per victim, drawn from its holdout (fedaudit/canary.py).
+    # 64 leaves digits' ~180-record holdouts 116 >= 100 non-members, so mia's TPR at 10% FPR stays resolvable.
+    canaries: int = 64
     inversion_lr: float = 0.1
     inversion_bn_weight: float = 10.0
     inversion_ce_weight: float = 1.0
@@ -173,6 +176,7 @@ def validate(cfg: RunConfig) -> None:
     _check_range("inversion_iters", cfg.inversion_iters, 1, 1_000_000)
     _check_range("inversion_batch", cfg.inversion_batch, 1, 1_000_000)
     _check_range("reference_models", cfg.reference_models, 2, 4096)
+    _check_range("canaries", cfg.canaries, 2, 100_000)
     _check_range("inversion_lr", cfg.inversion_lr, 1e-6, 10.0, float)
     for name in ("inversion_bn_weight", "inversion_ce_weight", "inversion_tv_weight", "inversion_l2_weight", "gradinv_tv_weight"):
         _check_range(name, getattr(cfg, name), 0.0, 1e6, float)

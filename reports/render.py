@@ -33,7 +33,8 @@ from fedaudit import runs
 from fedaudit.errors import FedauditError
 from fedaudit.reports import plots
 from fedaudit.reports.load import Run, Unit, load_run
-from fedaudit.audit.verdict import BOOKKEEPING, MIA, NOT_ASSESSED, RiskThresholds, judge, load_thresholds, mia_level
+from fedaudit.audit.verdict import (BOOKKEEPING, CANARY, MIA, NOT_ASSESSED, NOT_RECONSTRUCTIONS, RiskThresholds, judge,
+                                    load_thresholds, mia_level)
 
 REPORT_NAME = "report.html"
 MAX_IMAGE_SIDE = 900  # px; the stored grids are ~200×660, this only bounds a larger --image-size
@@ -338,7 +339,7 @@ def leakage_table(units: Sequence[Unit]) -> Table:
     def cells(u: Unit) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
         for attack, sec in u.leakage.items():
-            if attack == MIA or not isinstance(sec, dict):
+            if attack in NOT_RECONSTRUCTIONS or not isinstance(sec, dict):
                 continue
             summary = sec.get("summary") or {}
             for key, victims in sec.items():
@@ -384,11 +385,38 @@ def leakage_table(units: Sequence[Unit]) -> Table:
             out.append((f"mia · {variant} · {target} · {victim}",
                         f"AUC {_f3(e.get('auc'))} · advantage {_f3(e.get('advantage'))} · "
                         f"TPR@1%FPR {_f3(level.get('tpr'))} {_ci(mia_tpr_ci(level))}"))
+        out += _canary_cells(u)
         if not out:
             out.append(("leakage", "no attack ran in this run; run with --attack deepinversion, gradinv or mia"))
         return out
 
     return _aligned(units, cells)
+
+
+def _canary_cells(u: Unit) -> list[tuple[str, str]]:
+    """The one-run audit per victim: the ε lower bound beside its power and the accountant's ε."""
+    out = []
+    section = u.leakage.get(CANARY)
+    for victim, e in (section.items() if isinstance(section, dict) else ()):
+        if not isinstance(e, dict):
+            continue
+        head = f"canary · {victim} · ε lower bound"
+        if "epsilon_lower_bound" not in e:
+            out.append((head, f"{e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}"))
+            continue
+        conf = e.get("confidence")
+        text = (f"ε ≥ {_f3(e.get('epsilon_lower_bound'))} at {conf:.0%} confidence, δ {e.get('delta')}"
+                if _finite(conf) else f"ε ≥ {_f3(e.get('epsilon_lower_bound'))}")
+        text += (f" · {_text(e.get('correct'))}/{_text(e.get('guesses'))} correct guesses on {_text(e.get('canaries'))} "
+                 f"canaries ({_text(e.get('target'))}) · at most {_f3(e.get('epsilon_max_certifiable'))} certifiable")
+        spent = e.get("epsilon_spent")
+        text += " · no DP: nothing claimed" if spent is None else f" · accountant's ε {_f3(spent)}"
+        if e.get("exceeds_claimed"):
+            text += f" · EXCEEDS THE CLAIM: {_text(e.get('warning'))}"
+        elif e.get("can_refute_claim") is False:
+            text += " · too few canaries to test the claim"
+        out.append((head, text))
+    return out
 
 
 def _victim_metrics(e: dict[str, Any]) -> list[tuple[str, str]]:
@@ -481,7 +509,7 @@ def scatter_section(units: Sequence[Unit]) -> dict[str, Any]:
 def _scatter_metrics(u: Unit) -> dict[str, tuple[float, float | None, str]]:
     out: dict[str, tuple[float, float | None, str]] = {}
     for attack, sec in u.leakage.items():
-        if attack == MIA or not isinstance(sec, dict):
+        if attack in NOT_RECONSTRUCTIONS or not isinstance(sec, dict):
             continue
         for key, s in (sec.get("summary") or {}).items():
             for name, d in ((f"{attack}: domain attribution (macro)", (s.get("domain_attribution") or {}).get("macro")),
@@ -540,7 +568,7 @@ def wire_table(u: Unit) -> Table | str:
 
 def reconstructions(u: Unit, redact: bool) -> dict[str, Any]:
     items, notes = [], []
-    attacks = {a: s for a, s in u.leakage.items() if a != MIA and isinstance(s, dict)}
+    attacks = {a: s for a, s in u.leakage.items() if a not in NOT_RECONSTRUCTIONS and isinstance(s, dict)}
     for attack, sec in attacks.items():
         for key, victims in sec.items():
             if key in NOT_SECTIONS or not isinstance(victims, dict):

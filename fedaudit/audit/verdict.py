@@ -58,13 +58,15 @@ from fedaudit.membership import holm
 HIGH, MEDIUM, LOW, INCONCLUSIVE, NOT_ASSESSED = "high", "medium", "low", "inconclusive", "not_assessed"
 TIER_ORDER = {HIGH: 4, MEDIUM: 3, LOW: 2, INCONCLUSIVE: 1, NOT_ASSESSED: 0}
 MIA = "mia"
+CANARY = "canary"  # the one-run ε audit: a bound per victim, not a reconstruction section
 DOMAIN = "domain"  # the domain-level membership variant: its own row
 MIA_TARGETS = {"global_model": "the final global model", "last_upload": "the victim's last upload"}
 BOOKKEEPING = ("summary", "auditor", "settings")  # keys of an attack's section that are not results
-NOT_ATTACKS = (MIA, "canary")
+NOT_RECONSTRUCTIONS = (MIA, CANARY)  # leakage sections that are not {artifact: {victim: reconstruction scores}}
 NULL_NAMES = {"chance": "chance", "control": "untrained-model control", "prior_only": "prior-only control",
               "twin": "holdout twin"}
 CORRECTION = "Holm"
+EPSILON_MAX = 100.0  # the largest ε threshold a thresholds file may set
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class RiskThresholds:
     class_fidelity_lift_medium: float = 0.10
     mia_tpr_ci_low: float = 0.01
     mia_advantage_medium: float = 0.10
+    canary_epsilon_high: float = 1.0
     alpha: float = 0.05
 
     def describe(self) -> list[tuple[str, str, str]]:
@@ -97,6 +100,9 @@ class RiskThresholds:
             ("mia_advantage_medium", _num(t.mia_advantage_medium),
              "medium when the membership advantage max(TPR − FPR) is significant and reaches this; a row that "
              "could not detect this advantage reads inconclusive rather than low"),
+            ("canary_epsilon_high", _num(t.canary_epsilon_high),
+             "canary audit: high when the ε lower bound reaches this (or exceeds the DP accountant's ε), medium "
+             "when it is above 0; low only when the audit could have certified this much"),
         ]
 
 
@@ -121,8 +127,9 @@ def load_thresholds(path: str | Path | None) -> RiskThresholds:
     for key, value in data.items():
         if key not in valid:
             raise FedauditError(f"--risk-thresholds: unknown key {key!r} in {path}; valid keys: {', '.join(valid)}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-            raise FedauditError(f"--risk-thresholds: {key} must be a number in [0, 1], got {value!r} in {path}; "
+        top = EPSILON_MAX if key.startswith("canary_epsilon") else 1.0
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= top:
+            raise FedauditError(f"--risk-thresholds: {key} must be a number in [0, {top:g}], got {value!r} in {path}; "
                                 f"the default is {getattr(RiskThresholds, key)}")
         values[key] = float(value)
     out = RiskThresholds(**values)
@@ -169,6 +176,8 @@ def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThres
         rows.append(artifact_row(key, metrics, config, t))
     targets = mia_rows(metrics) or ["global_model"]
     rows += [membership_row(target, metrics, t) for target in targets]
+    if isinstance((metrics.get("leakage") or {}).get(CANARY), dict):
+        rows.append(canary_row(metrics, t))
     return rows
 
 
@@ -199,7 +208,7 @@ def artifact_row(kind_dir: str, metrics: dict[str, Any], config: dict[str, Any],
     kind, arrow = kind_dir[:-1], kind_dir[-1]
     title = share_title(kind_dir)
     leakage = metrics.get("leakage") or {}
-    attacks = {name: sec for name, sec in leakage.items() if name not in NOT_ATTACKS and isinstance(sec, dict)}
+    attacks = {name: sec for name, sec in leakage.items() if name not in NOT_RECONSTRUCTIONS and isinstance(sec, dict)}
     if not attacks:
         return _row(kind_dir, title, NOT_ASSESSED, "no reconstruction attack ran in this run; run with --attack "
                     "deepinversion", [], t)
@@ -436,6 +445,57 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
     return _row(key, title, LOW, (f"no membership test was significant for {what} after {CORRECTION} correction "
                                   f"({summary}); an advantage of {detectable:.2f} or more would have been detected."),
                 evidence, t)
+
+
+def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
+    """The one-run canary audit (Steinke, Nasr & Jagielski 2023): a proven ε lower bound per victim.
+
+    Each victim's test is "the training is 0-DP for its records" (no privacy loss at all), with the
+    p-value of its correct guesses at ε = 0, Bonferroni-corrected over the audit's k grid; Holm across
+    victims. HIGH when a significant bound reaches ``canary_epsilon_high`` or exceeds the accountant's ε
+    (the DP claim is refuted); MEDIUM when it is significant but smaller; LOW only when the audit could
+    have certified ``canary_epsilon_high`` (its power), else INCONCLUSIVE."""
+    from fedaudit.canary_bound import p_value
+
+    key, title = "membership:canary", "membership: canary audit (proven ε lower bound)"
+    section = (metrics.get("leakage") or {}).get(CANARY) or {}
+    evidence: list[Evidence] = []
+    notes: list[str] = []
+    powers: list[float] = []
+    for victim, e in section.items():
+        if not isinstance(e, dict) or not _isnum(e.get("epsilon_lower_bound")):
+            notes.append(f"{victim}: {(e or {}).get('status', 'not run')} — {(e or {}).get('reason', 'no reason stored')}")
+            continue
+        m, r, v = int(e["canaries"]), int(e["guesses"]), int(e["correct"])
+        grid = len(e.get("k_grid") or [1])
+        p = min(1.0, grid * p_value(m, r, v, 0.0, float(e.get("delta", 1e-5))))
+        bound, spent = float(e["epsilon_lower_bound"]), e.get("epsilon_spent")
+        powers.append(float(e.get("epsilon_max_certifiable") or 0.0))
+        refuted = bool(e.get("exceeds_claimed"))
+        tier = HIGH if refuted or bound >= t.canary_epsilon_high else MEDIUM if bound > 0 else LOW
+        claim = ("no DP claim" if spent is None else f"the DP accountant claims ε {spent:.2f}"
+                 + (" — the bound EXCEEDS it: the DP implementation, its accounting or the audit is broken" if refuted else ""))
+        text = (f"Of {m} canaries planted in {victim}'s training split, the {e.get('target', '?')} reveals which were "
+                f"trained on well enough to prove ε ≥ {bound:.2f} at {pct(e.get('confidence'))} confidence (δ "
+                f"{e.get('delta')}; {v} of {r} guesses right; {claim}).")
+        evidence.append(Evidence("canary_epsilon", f"canary / {victim}", bound, 0.0, "ε = 0 (no privacy loss)", p,
+                                 tier=tier, text=text, effect=bound,
+                                 detail={"epsilon_spent": spent, "epsilon_max_certifiable": e.get("epsilon_max_certifiable"),
+                                         "exceeds_claimed": refuted}))
+    if not evidence:
+        return _row(key, title, NOT_ASSESSED, "; ".join(notes) or "no canary result stored", [], t)
+    _decide(evidence, t)
+    top = max(evidence, key=lambda e: (TIER_ORDER[e.tier], e.effect or 0.0))
+    if top.tier in (HIGH, MEDIUM):
+        return _row(key, title, top.tier, top.text, evidence, t)
+    power = max(powers, default=0.0)
+    if power < t.canary_epsilon_high:
+        return _row(key, title, INCONCLUSIVE, (
+            f"no canary audit proved any privacy loss, but with these canaries it could certify at most ε {power:.2f} "
+            f"(below {t.canary_epsilon_high:g}): plant more canaries (--canaries) or use a dataset with a larger holdout."),
+            evidence, t)
+    return _row(key, title, LOW, (f"no canary audit proved any privacy loss (all bounds 0 after {CORRECTION} correction), "
+                                  f"though it could have certified up to ε {power:.2f}."), evidence, t)
 
 
 def mia_entries(mia: dict[str, Any], row: str) -> list[tuple[str, str, str, dict[str, Any]]]:

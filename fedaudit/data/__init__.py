@@ -10,10 +10,10 @@ machine with no download); ``folder:PATH`` reads a DomainBed-layout folder. ``lo
 from __future__ import annotations
 
 from ..errors import FedauditError, unknown_choice
-from .base import ClientData, LODOSplit, MultiDomainDataset
+from .base import CanarySet, ClientData, LODOSplit, MultiDomainDataset
 from .split import check_seed, lodo_split
 
-__all__ = ["MultiDomainDataset", "ClientData", "LODOSplit", "load_dataset", "lodo_split", "DATASETS"]
+__all__ = ["MultiDomainDataset", "CanarySet", "ClientData", "LODOSplit", "load_dataset", "lodo_split", "DATASETS"]
 
 DATASETS: dict[str, str] = {
     "shapes": "built-in, rendered: 7 shape classes x 4 PACS-like styles (photo, painting, cartoon, sketch), ~1050 images per domain",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -80,12 +80,24 @@ class ClientData:
     train_idx: torch.Tensor  # int64 indices into the domain's arrays in the dataset
     val_idx: torch.Tensor
     holdout_idx: torch.Tensor
+    # bool [n_train], True = an auditor's canary (fedaudit.canary), trained on but not one of the
+    # client's own records: whoever treats ``train`` as "the members" must leave these out.
+    # None = no canaries.
+    train_canary: torch.Tensor | None = None
 
     def __repr__(self) -> str:
+        canaries = "" if self.train_canary is None else f", canaries={int(self.train_canary.sum())}"
         return (
-            f"ClientData(domain={self.domain!r}, train={self.train_idx.numel()}, "
+            f"ClientData(domain={self.domain!r}, train={self.train_idx.numel()}{canaries}, "
             f"val={self.val_idx.numel()}, holdout={self.holdout_idx.numel()}, device={self.train_x.device})"
         )
+
+    def members(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(images, labels) of the client's own training records: ``train`` without canaries."""
+        if self.train_canary is None:
+            return self.train_x, self.train_y
+        own = ~self.train_canary.to(self.train_y.device)
+        return self.train_x[own], self.train_y[own]
 
     def to(self, device: torch.device | str) -> ClientData:
         """A copy with every tensor on ``device``."""
@@ -98,6 +110,32 @@ class ClientData:
 
 
 @dataclass(eq=False, repr=False)
+class CanarySet:
+    """The auditor's record of the canaries it planted in one victim's ``train`` split (fedaudit.canary).
+
+    All ``m`` canaries, included or not, in a random order that does not depend
+    on inclusion: ``images`` uint8 [m, C, H, W], ``labels`` the (wrong) label
+    each was given, ``true_labels`` its real one, ``included`` bool [m] (the
+    truth the audit is scored against), ``source_idx`` its index in the
+    domain's arrays (it came from the victim's holdout).
+    """
+
+    domain: str
+    images: torch.Tensor
+    labels: torch.Tensor
+    true_labels: torch.Tensor
+    included: torch.Tensor
+    source_idx: torch.Tensor
+
+    def __repr__(self) -> str:
+        return f"CanarySet(domain={self.domain!r}, m={self.included.numel()}, included={int(self.included.sum())})"
+
+    def to(self, device: torch.device | str) -> CanarySet:
+        return dataclasses.replace(self, **{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
+                                            if isinstance(getattr(self, f.name), torch.Tensor)})
+
+
+@dataclass(eq=False, repr=False)
 class LODOSplit:
     """Leave-one-domain-out: source clients (ds.domains order) and the unseen target domain."""
 
@@ -105,6 +143,7 @@ class LODOSplit:
     sources: list[ClientData]
     target_x: torch.Tensor  # the whole unseen domain
     target_y: torch.Tensor
+    canaries: dict[str, CanarySet] = field(default_factory=dict)  # victim domain -> the auditor's canaries
 
     def __repr__(self) -> str:
         return f"LODOSplit(target={self.target!r}, target_n={self.target_y.numel()}, sources={self.sources!r})"
@@ -116,4 +155,5 @@ class LODOSplit:
             sources=[c.to(device) for c in self.sources],
             target_x=self.target_x.to(device),
             target_y=self.target_y.to(device),
+            canaries={d: c.to(device) for d, c in self.canaries.items()},
         )

@@ -1,0 +1,239 @@
+"""The one-run canary audit (Steinke, Nasr & Jagielski 2023): its arithmetic, the canaries, and the stored bound."""
+
+from __future__ import annotations
+
+import html
+import logging
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from fedaudit import api
+from fedaudit.attacks import canary as canary_attack
+from fedaudit.attacks import get_attacks
+from fedaudit.attacks.mia import make_challenge
+from fedaudit.canary import plant_canaries
+from fedaudit.canary_bound import audit, epsilon_lower_bound, epsilon_max_certifiable, guesses, k_grid, p_value
+from fedaudit.cli import app
+from fedaudit.data import load_dataset, lodo_split
+from fedaudit.errors import FedauditError
+
+FIELDS = {"epsilon_lower_bound", "confidence", "delta", "canaries", "included", "guesses", "correct", "k", "k_grid",
+          "correction", "confidence_per_k", "epsilon_max_certifiable", "per_k", "signal", "target", "canary_kind",
+          "auc", "epsilon_spent", "can_refute_claim", "exceeds_claimed"}
+
+
+def _p_by_hand(m: int, r: int, v: int, eps: float, delta: float) -> float:
+    """The paper's p-value written out with math.comb (independent of canary_bound's scipy path)."""
+    q = math.exp(eps) / (1 + math.exp(eps))
+    pmf = [math.comb(r, j) * q**j * (1 - q) ** (r - j) for j in range(r + 1)]
+    f = lambda u: sum(pmf[max(u, 0):])  # noqa: E731  P[Binomial(r, q) >= u]
+    alpha = max((f(v - i) - f(v)) / i for i in range(1, v + 1))
+    return min(f(v) + 2 * m * delta * alpha, 1.0)
+
+
+# -- the bound's arithmetic -----------------------------------------------------------------------
+
+
+def test_worked_example_at_delta_zero_is_the_binomial_tail_solved_for_epsilon():
+    # All 10 of 10 guesses right, δ = 0, 95%: P[Bin(10, q) >= 10] = q^10 = 0.05, so q = 0.05^(1/10) = 0.741134
+    # and ε = ln(q / (1 - q)) = ln(0.741134 / 0.258866) = ln 2.863 = 1.05187.
+    q = 0.05 ** 0.1
+    assert epsilon_lower_bound(10, 10, 10, 0.0, 0.95) == pytest.approx(math.log(q / (1 - q)), abs=1e-7)
+    assert epsilon_lower_bound(10, 10, 10, 0.0, 0.95) == pytest.approx(1.051873, abs=1e-6)
+    # 17 of 20 right: the returned ε is where the tail crosses 5% (checked with the binomial written out)
+    eps = epsilon_lower_bound(20, 20, 17, 0.0, 0.95)
+    assert 0 < eps < epsilon_max_certifiable(20, 20, 0.0, 0.95)
+    assert _p_by_hand(20, 20, 17, eps, 0.0) < 0.05 < _p_by_hand(20, 20, 17, eps + 1e-6, 0.0)
+
+
+def test_delta_bound_matches_the_papers_formula_and_its_reference_code():
+    # The δ > 0 theorem, not a δ = 0 shortcut: the returned ε sits where the full p-value crosses β.
+    for m, r, v, delta in [(64, 64, 50, 1e-5), (10, 10, 10, 1e-3), (100, 60, 50, 1e-3)]:
+        eps = epsilon_lower_bound(m, r, v, delta, 0.95)
+        assert p_value(m, r, v, eps, delta) == pytest.approx(_p_by_hand(m, r, v, eps, delta), abs=1e-12)
+        assert _p_by_hand(m, r, v, eps, delta) < 0.05 <= _p_by_hand(m, r, v, eps + 1e-6, delta)
+        if delta > 1e-4:  # a δ this large costs something visible
+            assert eps < epsilon_lower_bound(m, r, v, 0.0, 0.95) - 1e-3
+    # The paper's published get_eps_audit (and jax_privacy's _epsilon_one_run) give 5.270399 here.
+    assert epsilon_lower_bound(1000, 600, 600, 1e-5, 0.95) == pytest.approx(5.270399, abs=2e-6)
+
+
+def test_bound_is_monotone_and_its_edges_are_right():
+    m, r = 64, 40
+    bounds = [epsilon_lower_bound(m, r, v, 1e-5) for v in range(r + 1)]
+    assert all(b == 0.0 for b in bounds[: r // 2 + 1])  # v <= r/2: no evidence at all
+    assert all(a <= b for a, b in zip(bounds, bounds[1:]))  # more correct, higher bound
+    assert bounds[-1] > bounds[-2] > 0
+    assert bounds[-1] == epsilon_max_certifiable(m, r, 1e-5) and math.isfinite(bounds[-1])
+    deltas = [0.0, 1e-6, 1e-4, 1e-3, 1e-2]
+    by_delta = [epsilon_lower_bound(m, r, 36, d) for d in deltas]
+    assert all(a >= b for a, b in zip(by_delta, by_delta[1:])) and by_delta[0] > by_delta[-1]  # more δ, lower bound
+    assert epsilon_max_certifiable(m, 16, 0) < epsilon_max_certifiable(m, 32, 0) < epsilon_max_certifiable(m, 64, 0)
+    assert epsilon_lower_bound(m, r, 36, 1e-5, 0.99) < epsilon_lower_bound(m, r, 36, 1e-5, 0.95)
+    assert epsilon_lower_bound(m, 0, 0, 1e-5) == 0.0
+    with pytest.raises(ValueError):
+        epsilon_lower_bound(10, 11, 5, 1e-5)
+
+
+def test_audit_guesses_top_and_bottom_k_and_pays_bonferroni_for_choosing_k():
+    assert k_grid(64) == [8, 16, 32] and k_grid(2) == [1]
+    g = guesses(np.array([0.1, 5.0, -3.0, 0.2, 4.0, -1.0]), 2)
+    assert g.tolist() == [0, 1, -1, 0, 1, -1]
+    rng = np.random.default_rng(0)
+    included = rng.random(64) < 0.5
+    perfect = included.astype(float) + rng.random(64) * 0.1  # every included canary scores above every excluded one
+    out = audit(perfect, included, 1e-5, 0.95)
+    assert out["k_grid"] == [8, 16, 32] and out["correction"] == "bonferroni"
+    assert out["confidence_per_k"] == pytest.approx(1 - 0.05 / 3)
+    k = min(included.sum(), (~included).sum(), 32)
+    rows = {row["k"]: row for row in out["per_k"]}
+    for kk, row in rows.items():
+        assert row["guesses"] == 2 * kk
+        if kk <= k:
+            assert row["correct"] == 2 * kk
+    assert out["epsilon_lower_bound"] == max(row["epsilon_lower_bound"] for row in out["per_k"])
+    assert out["epsilon_lower_bound"] > 0 and out["epsilon_max_certifiable"] >= out["epsilon_lower_bound"]
+    # the correction is real: the same counts tested alone at 95% would claim more
+    r, v = out["guesses"], out["correct"]
+    assert out["epsilon_lower_bound"] < epsilon_lower_bound(64, r, v, 1e-5, 0.95)
+    assert audit(perfect, included, 1e-5, 0.95, grid=[out["k"]])["epsilon_lower_bound"] == pytest.approx(
+        epsilon_lower_bound(64, r, v, 1e-5, 0.95))
+    assert audit(-perfect, included, 1e-5)["epsilon_lower_bound"] == 0.0  # all guesses wrong
+
+
+# -- the canaries ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits", 16, seed=0)
+
+
+def test_canaries_are_deterministic_mislabelled_holdout_records_that_never_reach_val_or_target(digits):
+    split = lodo_split(digits, "textured", seed=3)
+    victims = ["clean", "rotated"]
+    planted = plant_canaries(split, victims, 30, 3, digits.num_classes)
+    again = plant_canaries(lodo_split(digits, "textured", seed=3), victims, 30, 3, digits.num_classes)
+    other_seed = plant_canaries(split, victims, 30, 4, digits.num_classes)
+    assert set(planted.canaries) == set(victims)
+    assert torch.equal(planted.target_x, split.target_x) and torch.equal(planted.target_y, split.target_y)
+    for before, after in zip(split.sources, planted.sources):
+        assert torch.equal(after.val_idx, before.val_idx) and torch.equal(after.val_y, before.val_y)
+        if before.domain not in victims:
+            assert after is before
+            continue
+        c = planted.canaries[before.domain]
+        same = again.canaries[before.domain]
+        assert all(torch.equal(getattr(c, f), getattr(same, f)) for f in ("source_idx", "labels", "included"))
+        assert not torch.equal(c.source_idx, other_seed.canaries[before.domain].source_idx)
+        # drawn from this victim's holdout, every one out of it now; val untouched; train grew by the included ones
+        assert set(c.source_idx.tolist()) <= set(before.holdout_idx.tolist())
+        assert not set(c.source_idx.tolist()) & set(after.holdout_idx.tolist())
+        assert not set(after.train_idx.tolist()) & (set(after.val_idx.tolist()) | set(after.holdout_idx.tolist()))
+        assert after.holdout_idx.numel() == before.holdout_idx.numel() - 30
+        n_in = int(c.included.sum())
+        assert 0 < n_in < 30 and after.train_y.numel() == before.train_y.numel() + n_in
+        assert int(after.train_canary.sum()) == n_in and not after.train_canary[: before.train_y.numel()].any()
+        # mislabelled: never the true class; the images are the holdout's own pixels
+        assert (c.labels != c.true_labels).all()
+        src = {int(i): k for k, i in enumerate(before.holdout_idx.tolist())}
+        rows = torch.tensor([src[int(i)] for i in c.source_idx])
+        assert torch.equal(c.images, before.holdout_x[rows]) and torch.equal(c.true_labels, before.holdout_y[rows])
+        # the included ones are in train with their canary labels, and members() leaves them out
+        assert torch.equal(after.train_x[after.train_canary], c.images[c.included])
+        assert torch.equal(after.train_y[after.train_canary], c.labels[c.included])
+        mx, my = after.members()
+        assert torch.equal(mx, before.train_x) and torch.equal(my, before.train_y)
+
+
+def test_mia_challenge_and_auditor_members_leave_the_canaries_out(digits, monkeypatch):
+    planted = plant_canaries(lodo_split(digits, "textured", seed=0), ["clean"], 40, 0, digits.num_classes)
+    clients = [SimpleNamespace(domain=d.domain, data=d) for d in planted.sources]
+    fed = SimpleNamespace(clients=clients, target_x=planted.target_x, target_y=planted.target_y)
+    data = clients[0].data
+    challenge, is_member = make_challenge(fed, "clean", seed=0)
+    n_own = int((~data.train_canary).sum())
+    assert int(is_member.sum()) == n_own and (~is_member).sum() == data.holdout_y.numel()
+    canary_rows = {tuple(x.flatten().tolist()) for x in planted.canaries["clean"].images}
+    pool_rows = {tuple(x.flatten().tolist()) for x in challenge.images}
+    assert not canary_rows & pool_rows  # no canary is a member or a non-member of the challenge
+
+    seen = {}
+    monkeypatch.setattr(api, "Auditor", lambda records, *a, **k: seen.setdefault("records", records))
+    monkeypatch.setattr(api, "latent_encoders", lambda cfg, fed: {})
+    api.build_auditor(SimpleNamespace(seed=0, lpips_weights=None), fed, digits, torch.device("cpu"))
+    clean = next(r for r in seen["records"] if r.domain == "clean")
+    assert clean.members_x.shape[0] == clean.members_y.shape[0] == n_own
+    assert torch.equal(clean.members_y, data.train_y[~data.train_canary])
+
+
+def test_too_many_canaries_is_a_one_line_user_error(digits):
+    split = lodo_split(digits, "textured", seed=0)
+    with pytest.raises(FedauditError, match="--canaries 500 needs more holdout records"):
+        plant_canaries(split, ["clean"], 500, 0, digits.num_classes)
+    result = CliRunner().invoke(app, ["evaluate", "--attack", "canary", "--canaries", "1", "--dataset", "digits"])
+    assert result.exit_code == 2 and "--canaries must be between 2" in result.output and "Traceback" not in result.output
+    listed = CliRunner().invoke(app, ["list", "attacks"], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0 and "canary" in listed.output
+    assert "canary" not in [c.name for c in get_attacks("all")]
+    assert [c.name for c in get_attacks("mia,canary")] == ["mia", "canary"]
+
+
+# -- the audit against a claim -----------------------------------------------------------------------
+
+
+def test_a_bound_above_the_accountants_epsilon_is_flagged_loudly(monkeypatch, caplog):
+    included = torch.tensor([True, False] * 32)
+    cs = SimpleNamespace(images=torch.zeros(64, 3, 16, 16, dtype=torch.uint8), labels=torch.zeros(64, dtype=torch.long),
+                         included=included)
+    fed = SimpleNamespace(wire=SimpleNamespace(view=lambda role: None), device=torch.device("cpu"),
+                          split=SimpleNamespace(canaries={"clean": cs}))
+    cfg = SimpleNamespace(dp_delta=1e-5, precision="fp32")
+    monkeypatch.setattr(canary_attack, "_target", lambda *a: (None, {"target": "global_model"}))
+    monkeypatch.setattr(canary_attack, "epsilon_spent", lambda fed: {"clean": 0.5})
+    perfect = included.double()  # a model that gives away every canary
+    monkeypatch.setattr(canary_attack.CanaryAudit, "score", lambda self, *a: perfect)
+    with caplog.at_level(logging.WARNING, logger="fedaudit"):
+        out = canary_attack.audit_canaries(cfg, SimpleNamespace(label_free=False), fed, None, role="server",
+                                           victims=["clean"])["clean"]
+    assert out["epsilon_lower_bound"] > 0.5 and out["exceeds_claimed"] is True and out["can_refute_claim"] is True
+    assert "exceeds the ε the accountant spent" in out["warning"]
+    assert any("PRIVACY CLAIM REFUTED" in r.message for r in caplog.records)
+
+
+def test_tiny_run_stores_a_finite_bound_with_its_fields(tiny_run):
+    result = tiny_run("fedavg", attack="canary", canaries=32)
+    m = result.metrics
+    section = m["leakage"]["canary"]
+    page = html.unescape((result.run_dir / "report.html").read_text(encoding="utf-8"))
+    assert all(f"canary · {v} · ε lower bound" in page for v in section)  # the report shows it, not as a reconstruction
+    assert "no reconstruction attack ran" in page
+    assert set(section) == set(m["source_domains"])
+    for victim, e in section.items():
+        assert FIELDS <= set(e), FIELDS - set(e)
+        assert e["canaries"] == 32 and e["k_grid"] == [4, 8, 16] and e["guesses"] == 2 * e["k"]
+        assert 0 <= e["correct"] <= e["guesses"] and 0 < e["included"] < 32
+        assert math.isfinite(e["epsilon_lower_bound"]) and 0 <= e["epsilon_lower_bound"] <= e["epsilon_max_certifiable"]
+        assert math.isfinite(e["epsilon_max_certifiable"]) and e["confidence"] == 0.95 and e["delta"] == 1e-5
+        assert e["target"] == "last_upload" and e["epsilon_spent"] is None and e["exceeds_claimed"] is False
+    assert m["privacy"]["dp"] is None
+
+
+@pytest.mark.parametrize("epsilon", [8.0, 1.0])
+def test_tiny_run_under_dp_sgd_stays_below_the_epsilon_spent(tiny_run, epsilon):
+    # ε = 8 is the issue's acceptance setting, where 32 canaries (power ≈ 2) cannot refute the claim whatever
+    # happens, and the entry says so; at ε = 1 the power exceeds the claim, so "bound <= ε spent" could fail.
+    m = tiny_run("fedavg", attack="canary", canaries=32, dp_epsilon=epsilon, norm="gn", rounds=1,
+                 local_epochs=1, batch_size=64).metrics  # batch 64: half the Opacus steps of the default 32
+    spent = m["privacy"]["dp"]["clients"]
+    for victim, e in m["leakage"]["canary"].items():
+        assert e["epsilon_spent"] == pytest.approx(spent[victim]["epsilon_spent"])
+        assert 0 < e["epsilon_spent"] <= epsilon * 1.01
+        assert e["epsilon_lower_bound"] <= e["epsilon_spent"] and e["exceeds_claimed"] is False and "warning" not in e
+        assert e["delta"] == m["privacy"]["dp"]["delta"]
+        assert e["can_refute_claim"] is (e["epsilon_max_certifiable"] > e["epsilon_spent"]) is (epsilon < 2)
