@@ -154,7 +154,7 @@ def test_canaries_are_deterministic_mislabelled_holdout_records_that_never_reach
 def test_mia_challenge_and_auditor_members_leave_the_canaries_out(digits, monkeypatch):
     planted = plant_canaries(lodo_split(digits, "textured", seed=0), ["clean"], 40, 0, digits.num_classes)
     clients = [SimpleNamespace(domain=d.domain, data=d) for d in planted.sources]
-    fed = SimpleNamespace(clients=clients, target_x=planted.target_x, target_y=planted.target_y)
+    fed = SimpleNamespace(clients=clients, target_x=planted.target_x, target_y=planted.target_y, preprocess=None)
     data = clients[0].data
     challenge, is_member = make_challenge(fed, "clean", seed=0)
     n_own = int((~data.train_canary).sum())
@@ -166,7 +166,8 @@ def test_mia_challenge_and_auditor_members_leave_the_canaries_out(digits, monkey
     seen = {}
     monkeypatch.setattr(api, "Auditor", lambda records, *a, **k: seen.setdefault("records", records))
     monkeypatch.setattr(api, "latent_encoders", lambda cfg, fed: {})
-    api.build_auditor(SimpleNamespace(seed=0, lpips_weights=None), fed, digits, torch.device("cpu"))
+    api.build_auditor(SimpleNamespace(seed=0, lpips_weights=None, augment=True, batch_size=32), fed, digits,
+                      torch.device("cpu"))
     clean = next(r for r in seen["records"] if r.domain == "clean")
     assert clean.members_x.shape[0] == clean.members_y.shape[0] == n_own
     assert torch.equal(clean.members_y, data.train_y[~data.train_canary])
