@@ -77,7 +77,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -89,9 +89,11 @@ from fedaudit import runs
 from fedaudit.aggregation import load_state_
 from fedaudit.attack import Attack, AttackerPrior, AttackOutput
 from fedaudit.augment import SimCLRAugment
+from fedaudit.config import target_exposure
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.federation import derive_seed
 from fedaudit.membership import (
+    lira_calibration,
     lira_offline,
     lira_online,
     lira_signal,
@@ -175,6 +177,10 @@ class VictimScores:
 
     scores: dict[str, dict[str, Tensor | Skipped]]
     info: dict[str, dict[str, Any]]  # per target: round, weights_from, signal; "reference": how they were made
+    # The attack's own LiRA signals, for the auditor's calibration check: per target φ [n], and the
+    # reference models' φ [N, n] with their inclusion masks (absent without reference models).
+    phi: dict[str, Tensor] = field(default_factory=dict)
+    reference_phi: tuple[Tensor, Tensor] | None = None
 
 
 def check_reference_models(n: object) -> int:
@@ -259,7 +265,9 @@ class MembershipInference(Attack):
         for target, sig in signals.items():
             for key in (k for v in variants if v != "domain" for k in VARIANTS[v]):
                 out.setdefault(key, {})[target] = sig if isinstance(sig, Skipped) else self._score(key, sig, ref, challenge)
-        return VictimScores(out, info)
+        phi = {t: sig["phi"] for t, sig in signals.items() if not isinstance(sig, Skipped)}
+        ref_phi = (ref["phi"], ref["masks"]) if isinstance(ref, dict) else None
+        return VictimScores(out, info, phi, ref_phi)
 
     def _score(self, key: str, sig: dict[str, Tensor], ref: dict[str, Tensor] | Skipped | None,
                challenge: MembershipChallenge) -> Tensor | Skipped:
@@ -632,6 +640,9 @@ def audit_membership(run_dir: Path, cfg: RunConfig, method: Method, fed: Federat
             challenge, is_member = make_challenge(fed, victim, cfg.seed)
             answer = attack.attack(view, prior, challenge, query, device, variants)
             reference = answer.info.get("reference", {})
+            if reference:  # how much the reference models saw of a record, beside how much the target did
+                reference = {**reference, "epochs": getattr(attack.recipe, "epochs", None),
+                             "target_exposure_epochs": target_exposure(cfg)}
             for key, by_target in answer.scores.items():
                 for target, scores in by_target.items():
                     if isinstance(scores, Skipped):
@@ -644,6 +655,10 @@ def audit_membership(run_dir: Path, cfg: RunConfig, method: Method, fed: Federat
                         entry.update(answer.info.get(target, {}))
                         if uses_ref:
                             entry["reference"] = reference
+                            if answer.reference_phi is not None and target in answer.phi:
+                                # Did the reference models stand in for this target? (the auditor knows who is a member)
+                                entry["calibration"] = lira_calibration(answer.phi[target], *answer.reference_phi,
+                                                                        is_member)
                         if key == "rmia":
                             entry["population"] = int(challenge.population_labels.shape[0])
                     result.setdefault(key, {}).setdefault(target, {})[victim] = entry

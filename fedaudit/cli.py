@@ -151,6 +151,7 @@ def evaluate(
     gradinv_tv_weight: Optional[float] = typer.Option(None, help="Weight of gradinv's TV prior (default 3e-5)."),
     lpips_weights: Optional[str] = typer.Option(None, help="Local AlexNet weights for LPIPS (default: the torch hub cache; never downloaded)."),
     reference_models: Optional[int] = typer.Option(None, help="Membership inference: reference models per victim (quick 8, paper 64)."),
+    reference_epochs: Optional[int] = typer.Option(None, help="At most this many epochs per reference model (quick 10; paper: no cap). They train the target's exposure, rounds x local epochs, if smaller."),
     canaries: Optional[int] = typer.Option(None, help="--attack canary: mislabelled canaries per victim, drawn from its holdout, each trained on with probability 1/2 (default 64)."),
     dp_epsilon: Optional[float] = typer.Option(None, help="Train every client with DP-SGD (Opacus) to this ε per client over all rounds; models switch to --norm gn."),
     dp_delta: Optional[float] = typer.Option(None, help="DP-SGD δ (default 1e-5; must be below 1/records of every client)."),
@@ -175,8 +176,8 @@ def evaluate(
                    inversion_bn_weight=inversion_bn_weight, inversion_ce_weight=inversion_ce_weight,
                    inversion_tv_weight=inversion_tv_weight, inversion_l2_weight=inversion_l2_weight,
                    gradinv_tv_weight=gradinv_tv_weight,
-                   lpips_weights=lpips_weights, reference_models=reference_models, canaries=canaries, dp_epsilon=dp_epsilon,
-                   dp_delta=dp_delta, dp_max_grad_norm=dp_max_grad_norm)
+                   lpips_weights=lpips_weights, reference_models=reference_models, reference_epochs=reference_epochs,
+                   canaries=canaries, dp_epsilon=dp_epsilon, dp_delta=dp_delta, dp_max_grad_norm=dp_max_grad_norm)
     try:
         options["split"] = _split(split)
         if dp_sweep is not None or (resume is not None and sweep.is_sweep(resume)):

@@ -56,6 +56,8 @@ class RunConfig:
     inversion_iters: int = 200
     inversion_batch: int = 40  # images per victim, whole classes: batch // classes per class (at least 1)
     reference_models: int = 8  # membership inference: reference ("shadow") models per victim domain
+    # Reference models train the target's exposure, rounds × local epochs, but at most this many (None: no cap).
+    reference_epochs: int | None = None
     # Canary audit (--attack canary): canaries per victim, drawn from its holdout (fedaudit/canary.py).
     # 64 leaves digits' ~180-record holdouts 116 >= 100 non-members, so mia's TPR at 10% FPR stays resolvable.
     canaries: int = 64
@@ -89,10 +91,17 @@ class RunConfig:
 
 FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 
+
+def target_exposure(cfg: RunConfig) -> int:
+    """How many passes the federation made over a member: rounds × local epochs."""
+    return cfg.rounds * cfg.local_epochs
+
 # Profile defaults. `quick` keeps every algorithm and shrinks rounds and model
 # so a CPU run takes minutes; `paper` uses the seeds' settings (GPU).
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "quick": {},
+    # quick: reference models train 10 epochs, not the target's 60 (20 rounds × 3), so a CPU membership audit
+    # takes minutes; recorded in config.json, and the run's calibration figure says what it costs.
+    "quick": {"reference_epochs": 10},
     "paper": {
         "model": "resnet18",
         "rounds": 40,
@@ -176,6 +185,8 @@ def validate(cfg: RunConfig) -> None:
     _check_range("inversion_iters", cfg.inversion_iters, 1, 1_000_000)
     _check_range("inversion_batch", cfg.inversion_batch, 1, 1_000_000)
     _check_range("reference_models", cfg.reference_models, 2, 4096)
+    if cfg.reference_epochs is not None:
+        _check_range("reference_epochs", cfg.reference_epochs, 1, 100_000)
     _check_range("canaries", cfg.canaries, 2, 100_000)
     _check_range("inversion_lr", cfg.inversion_lr, 1e-6, 10.0, float)
     for name in ("inversion_bn_weight", "inversion_ce_weight", "inversion_tv_weight", "inversion_l2_weight", "gradinv_tv_weight"):

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.aggregation import StateDict, clone_state, load_state_, model_state
+from fedaudit.config import target_exposure
 from fedaudit.errors import FedauditError
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
@@ -29,10 +30,6 @@ if TYPE_CHECKING:
     from fedaudit.reference_models import TrainOne
 
 UP, DOWN = "up", "down"
-# Reference models (membership inference) train for the target's exposure to a member,
-# rounds x local epochs, but at most this many epochs per profile (none in ``paper``):
-# 10 keeps 8 quick reference models per victim at about the cost of the federation's own training on CPU.
-REFERENCE_EPOCH_CAP: dict[str, int] = {"quick": 10}
 
 
 @dataclass
@@ -58,10 +55,11 @@ def sample_weight(artifacts: list[Artifact]) -> float:
 
 
 def reference_epochs(cfg: RunConfig) -> int:
-    """Epochs of one membership-inference reference model: rounds × local epochs (how many
-    passes the federation made over a member), capped by :data:`REFERENCE_EPOCH_CAP`."""
-    exposure = cfg.rounds * cfg.local_epochs
-    return min(exposure, REFERENCE_EPOCH_CAP.get(cfg.profile, exposure))
+    """Epochs of one membership-inference reference model: the target's exposure to a member
+    (:func:`~fedaudit.config.target_exposure`), at most ``--reference-epochs`` (the quick profile sets 10 to
+    keep a CPU audit in minutes). Both numbers are stored with the results, beside a calibration check."""
+    exposure = target_exposure(cfg)
+    return exposure if cfg.reference_epochs is None else min(exposure, cfg.reference_epochs)
 
 
 class Method:

@@ -625,8 +625,8 @@ def membership(u: Unit) -> dict[str, Any]:
     blocks, notes = [], []
     for variant, entries in by_variant.items():
         curves, missing, warnings, nonmembers = [], [], [], []
-        table = Table(["AUC (chance band)", "advantage", *(f"TPR @ {lv:g} FPR [95% CI]" for lv in LEVELS),
-                       "members / non-members", "reference models"])
+        table = Table(["AUC (chance band)", "advantage (KS p)", *(f"TPR @ {lv:g} FPR [95% CI]" for lv in LEVELS),
+                       "members / non-members", "reference models (calibration)"])
         for target, victim, e in entries:
             label = f"{target} · {victim}"
             if "status" in e and "advantage" not in e:
@@ -637,7 +637,7 @@ def membership(u: Unit) -> dict[str, Any]:
                 missing.append(f"{label}: missing {', '.join(lacks)}")
             band = e.get("auc_chance_interval")
             cells = [_f3(e.get("auc")) + (f" (chance {band[0]:.3f}–{band[1]:.3f})" if _interval(band) else ""),
-                     _f3(e.get("advantage"))]
+                     _f3(e.get("advantage")) + (f" (p {_pfmt(e['advantage_p_value'])})" if "advantage_p_value" in e else "")]
             for lv in LEVELS:
                 level = mia_level(e, lv)
                 if level is None:
@@ -646,9 +646,21 @@ def membership(u: Unit) -> dict[str, Any]:
                 text = f"{_f4(level.get('tpr'))} {_ci(mia_tpr_ci(level))}"
                 if not level.get("resolvable", True):
                     text += " (unresolved)"
-                    warnings.append(f"{label}, FPR {lv:g}: " + (level.get("warning") or "too few non-members"))
+                    warnings.append(f"Too few non-members to resolve this level: {label}, FPR {lv:g}: "
+                                    + (level.get("warning") or "too few non-members"))
                 cells.append(text)
-            cells += [f"{mia_count(e, 'members')} / {mia_count(e, 'nonmembers')}", _text(e.get("reference_models", MISSING))]
+            cal, ref = e.get("calibration"), e.get("reference") or {}
+            refs = _text(e.get("reference_models", MISSING))
+            if isinstance(cal, dict):
+                refs += (f" ({cal.get('status')}: non-members {_f3(cal.get('out_gap'))} σ from the OUT models, members "
+                         f"{_f3(cal.get('in_gap'))} σ from the IN models)")
+                if cal.get("status") == "miscalibrated":
+                    epochs = (f"; they trained {ref['epochs']} epochs, the target saw each member "
+                              f"{ref['target_exposure_epochs']} times" if ref.get("epochs") and ref.get("target_exposure_epochs")
+                              else "")
+                    warnings.append(f"{label}: the reference models do not stand in for the target{epochs}; read this "
+                                    "variant's numbers as a miscalibrated attack's (--reference-epochs, --profile paper)")
+            cells += [f"{mia_count(e, 'members')} / {mia_count(e, 'nonmembers')}", refs]
             table.rows.append((label, cells))
             roc = e.get("roc") if isinstance(e.get("roc"), dict) else {}
             if isinstance(roc.get("fpr"), list) and isinstance(roc.get("tpr"), list) and roc["fpr"]:

@@ -318,3 +318,21 @@ def test_inclusion_masks_are_balanced():
     assert set(odd.sum(0).tolist()) <= {3, 4} and (odd.sum(1) == 50).all()
     other = inclusion_masks(101, 8, torch.Generator().manual_seed(1))
     assert not torch.equal(masks, other)
+
+
+def test_lira_calibration_flags_reference_models_that_do_not_stand_in_for_the_target():
+    """Reference models whose OUT signals sit where the target's non-members sit are calibrated; a target
+    that is two reference spreads more confident on every record (trained longer) is not."""
+    from fedaudit.membership import lira_calibration
+
+    g = torch.Generator().manual_seed(0)
+    n, models = 400, 16
+    base = torch.randn(n, generator=g)
+    masks = torch.rand(models, n, generator=g) < 0.5
+    ref = base + 1.0 * masks + 0.3 * torch.randn(models, n, generator=g)  # IN models +1 on a record
+    member = torch.arange(n) < n // 2
+    target = base + 1.0 * member + 0.3 * torch.randn(n, generator=g)
+    good = lira_calibration(target, ref, masks, member)
+    assert good["status"] == "calibrated" and abs(good["out_gap"]) < 0.3 and abs(good["in_gap"]) < 0.3
+    longer = lira_calibration(target + 0.6, ref, masks, member)
+    assert longer["status"] == "miscalibrated" and longer["out_gap"] > 1 and longer["in_gap"] > 1

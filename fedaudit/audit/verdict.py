@@ -433,6 +433,10 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
         return _row(key, title, top.tier, top.text, evidence, t)
     from fedaudit.membership import advantage_null_quantile
 
+    miscalibrated = sorted({f"{variant}/{victim}" for variant, _, victim, e in mia_entries(mia, row)
+                            if (e.get("calibration") or {}).get("status") == "miscalibrated"})
+    caveat = (f" The reference models did not stand in for the target ({', '.join(miscalibrated)}: see the membership "
+              "section), so those variants' silence says little." if miscalibrated else "")
     m = sum(1 for e in evidence if e.test == "mia_advantage") or 1
     detectable = min(advantage_null_quantile(n1, n0, t.alpha / m) for n1, n0 in sizes) if sizes else float("inf")
     summary = "; ".join(_note(e) for e in evidence if e.test == "mia_advantage")
@@ -440,11 +444,11 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
         return _row(key, title, INCONCLUSIVE, (
             f"no membership test was significant for {what} after {CORRECTION} correction ({summary}), but at these "
             f"counts an advantage below {detectable:.2f} could not have been detected across {m} tests (the medium "
-            f"threshold is {t.mia_advantage_medium:g}): use more records per victim (--dataset shapes-large, a folder "
-            "dataset, or a larger holdout share in --split)."), evidence, t)
+            f"threshold is {t.mia_advantage_medium:g}): use more records per victim (--dataset shapes:375, a folder "
+            f"dataset, or a larger holdout share in --split).{caveat}"), evidence, t)
     return _row(key, title, LOW, (f"no membership test was significant for {what} after {CORRECTION} correction "
-                                  f"({summary}); an advantage of {detectable:.2f} or more would have been detected."),
-                evidence, t)
+                                  f"({summary}); an advantage of {detectable:.2f} or more would have been detected."
+                                  f"{caveat}"), evidence, t)
 
 
 def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
