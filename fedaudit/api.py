@@ -348,7 +348,7 @@ def build_auditor(cfg: RunConfig, fed: Federation, dataset: MultiDomainDataset, 
 
     return Auditor(records, len(dataset.classes), dataset.mean, dataset.std, dataset.hflip,
                    seed=derive_seed(cfg.seed, PRIOR_SEED_STREAM + 1) % 2**31, device=device,
-                   lpips_weights=cfg.lpips_weights, latent_encoders=latent_encoders(cfg, fed),
+                   lpips_weights=cfg.lpips_weights, judge_steps=cfg.judge_steps, latent_encoders=latent_encoders(cfg, fed),
                    recipe=TrainingRecipe(fed.preprocess, cfg.augment, cfg.batch_size))
 
 

@@ -150,6 +150,7 @@ def evaluate(
     inversion_l2_weight: Optional[float] = typer.Option(None, help="Weight of the image L2 prior (default 1e-5)."),
     gradinv_tv_weight: Optional[float] = typer.Option(None, help="Weight of gradinv's TV prior (default 3e-5)."),
     lpips_weights: Optional[str] = typer.Option(None, help="Local AlexNet weights for LPIPS (default: the torch hub cache; never downloaded)."),
+    judge_steps: Optional[int] = typer.Option(None, help="Training steps of the auditor's judge classifiers that score reconstructions (default 300)."),
     reference_models: Optional[int] = typer.Option(None, help="Membership inference: reference models per victim (quick 8, paper 64)."),
     reference_epochs: Optional[int] = typer.Option(None, help="At most this many epochs per reference model (quick 10; paper: no cap). They train the target's exposure, rounds x local epochs, if smaller."),
     canaries: Optional[int] = typer.Option(None, help="--attack canary: mislabelled canaries per victim, drawn from its holdout, each trained on with probability 1/2 (default 64)."),
@@ -176,7 +177,8 @@ def evaluate(
                    inversion_bn_weight=inversion_bn_weight, inversion_ce_weight=inversion_ce_weight,
                    inversion_tv_weight=inversion_tv_weight, inversion_l2_weight=inversion_l2_weight,
                    gradinv_tv_weight=gradinv_tv_weight,
-                   lpips_weights=lpips_weights, reference_models=reference_models, reference_epochs=reference_epochs,
+                   lpips_weights=lpips_weights, judge_steps=judge_steps, reference_models=reference_models,
+                   reference_epochs=reference_epochs,
                    canaries=canaries, dp_epsilon=dp_epsilon, dp_delta=dp_delta, dp_max_grad_norm=dp_max_grad_norm)
     try:
         options["split"] = _split(split)

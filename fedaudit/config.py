@@ -68,6 +68,7 @@ class RunConfig:
     inversion_l2_weight: float = 1e-5
     gradinv_tv_weight: float = 3e-5  # gradinv's TV prior: DeepInversion's 1e-3 blurs a one-image reconstruction (21 vs 35 dB)
     lpips_weights: str | None = None  # local AlexNet backbone file; default: the torch hub cache
+    judge_steps: int = 300  # Adam steps of each auditor judge (domain and class classifiers that score reconstructions)
     # Defense: DP-SGD (Opacus) for every client's local training; None = no DP. The ε is per client,
     # for one record of its training split, over all rounds (fedaudit/dp.py).
     dp_epsilon: float | None = None
@@ -185,6 +186,7 @@ def validate(cfg: RunConfig) -> None:
     _check_range("inversion_iters", cfg.inversion_iters, 1, 1_000_000)
     _check_range("inversion_batch", cfg.inversion_batch, 1, 1_000_000)
     _check_range("reference_models", cfg.reference_models, 2, 4096)
+    _check_range("judge_steps", cfg.judge_steps, 1, 1_000_000)
     if cfg.reference_epochs is not None:
         _check_range("reference_epochs", cfg.reference_epochs, 1, 100_000)
     _check_range("canaries", cfg.canaries, 2, 100_000)

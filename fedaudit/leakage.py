@@ -480,9 +480,8 @@ class Auditor:
     """
 
     def __init__(self, records: list[DomainRecords], num_classes: int, mean: tuple[float, ...], std: tuple[float, ...],
-                 hflip: bool, seed: int, device: torch.device, lpips_weights: str | None = None,
-                 judge_steps: int = 300, latent_encoders: dict[str, Callable[[Tensor], Tensor]] | None = None,
-                 recipe: Any = None) -> None:
+                 hflip: bool, seed: int, device: torch.device, *, judge_steps: int, lpips_weights: str | None = None,
+                 latent_encoders: dict[str, Callable[[Tensor], Tensor]] | None = None, recipe: Any = None) -> None:
         self.recipe = recipe  # how clients train (fedaudit.audit.counterfactual.TrainingRecipe), to replay statistics
         self.records = {r.domain: r for r in records}
         self.domains = [r.domain for r in records]

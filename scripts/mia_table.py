@@ -1,11 +1,11 @@
-"""Measure the README's membership table: ``--attack mia`` per method on ``digits``.
+"""Measure the README's membership table: ``--attack mia`` per method (``digits`` or ``shapes:375``).
 
 Quick profile, default target domain, seed 0, server attacker, every victim,
 8 reference models per victim. Prints one markdown row per (method, variant,
 target): AUC and TPR at 1% FPR with its 95% interval, as the mean over
 victims, and the number of members and non-members per victim.
 
-    python scripts/mia_table.py --out runs/mia-table [--only fedavg]
+    python scripts/mia_table.py --out runs/mia-table [--only fedavg] [--dataset shapes:375]
 
 Runs that already finished are read back, not redone.
 """
@@ -22,9 +22,9 @@ from fedaudit.api import evaluate
 METHODS = ("fedavg", "fedgala", "fedlsi")
 
 
-def run(out: Path, method: str) -> Path:
+def run(out: Path, method: str, dataset: str) -> Path:
     done = [d for d in sorted(out.glob("*")) if runs.is_complete(d)] if out.exists() else []
-    return done[0] if done else evaluate(method, out=str(out), dataset="digits", attack="mia", victim="all").run_dir
+    return done[0] if done else evaluate(method, out=str(out), dataset=dataset, attack="mia", victim="all").run_dir
 
 
 def rows(run_dir: Path, method: str) -> list[str]:
@@ -54,13 +54,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/mia-table"))
     parser.add_argument("--only", default="")
+    parser.add_argument("--dataset", default="digits", help="digits (180 non-members per victim) or shapes:375 (1,051)")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
     lines = ["| method | variant | target | AUC (mean over victims) | TPR at 1% FPR [widest 95% CI] | members / non-members per victim | victims |",
              "|---|---|---|---|---|---|---|"]
     for method in METHODS:
         if not only or method in only:
-            lines += rows(run(args.out / method, method), method)
+            lines += rows(run(args.out / runs.safe_name(f"{method}-{args.dataset}"), method, args.dataset), method)
     print("\n".join(lines))
 
 

@@ -166,7 +166,7 @@ def test_mia_challenge_and_auditor_members_leave_the_canaries_out(digits, monkey
     seen = {}
     monkeypatch.setattr(api, "Auditor", lambda records, *a, **k: seen.setdefault("records", records))
     monkeypatch.setattr(api, "latent_encoders", lambda cfg, fed: {})
-    api.build_auditor(SimpleNamespace(seed=0, lpips_weights=None, augment=True, batch_size=32), fed, digits,
+    api.build_auditor(SimpleNamespace(seed=0, lpips_weights=None, augment=True, batch_size=32, judge_steps=300), fed, digits,
                       torch.device("cpu"))
     clean = next(r for r in seen["records"] if r.domain == "clean")
     assert clean.members_x.shape[0] == clean.members_y.shape[0] == n_own

@@ -229,7 +229,7 @@ def test_attack_reports_what_it_needs_when_it_cannot_run():
 
 
 def test_gradinv_on_a_fedavg_run_is_scored_with_matching_and_a_partial_model_method_is_not_applicable(tiny_run):
-    result = tiny_run("fedavg", rounds=1, local_epochs=1, attack="gradinv", inversion_iters=5, inversion_batch=10,
+    result = tiny_run("fedavg", rounds=1, local_epochs=1, attack="gradinv", inversion_iters=5, inversion_batch=10, judge_steps=40,
                       victim="clean")
     metrics = json.loads((result.run_dir / "metrics.json").read_text())
     entry = metrics["leakage"]["gradinv"]["full_model:update"]["clean"]

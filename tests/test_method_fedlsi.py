@@ -208,7 +208,7 @@ def test_bad_options_fail_early_naming_the_option(option, tmp_path):
 def test_head_inversion_is_scored_in_latent_space_and_its_latents_carry_their_class(tmp_path):
     """Both FedLSI targets are attacked and reported apart: the stage-1 head (latents) and the per-round model (images)."""
     result = evaluate("fedlsi", out=str(tmp_path), method_option=TINY_OPTS, attack="deepinversion",
-                      inversion_iters=150, inversion_batch=20, **{**TINY, "rounds": 1})
+                      inversion_iters=150, inversion_batch=10, judge_steps=60, **{**TINY, "rounds": 1})
     di = result.metrics["leakage"]["deepinversion"]
     victims = result.metrics["source_domains"]
     assert set(di["classifier_head"]) == set(di["full_model"]) == set(victims)

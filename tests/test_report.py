@@ -22,7 +22,7 @@ runner = CliRunner()
 SECTIONS = ["notice", "verdict", "side-by-side", "wire", "reconstructions", "membership", "rounds", "provenance"]
 # One round, one local epoch, one victim: the auditor's judges (trained per victim) dominate the cost.
 TINY = dict(dataset="digits", image_size=16, rounds=1, local_epochs=1, batch_size=32, device="cpu",
-            attack="deepinversion", victim="clean", inversion_iters=30, inversion_batch=10)
+            attack="deepinversion", victim="clean", inversion_iters=30, inversion_batch=10, judge_steps=60)
 HOSTILE_DOMAIN = "<script>alert(1)"  # a folder name cannot hold "/", so the closing tag is left out
 QUOTED_DOMAIN = "dömäin\"'<b>$a$"  # quotes, non-ASCII, a tag, and a pair of $ (matplotlib mathtext)
 HOSTILE_CLASS = "<img src=x onerror=alert(2)>"

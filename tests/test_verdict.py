@@ -148,7 +148,7 @@ def test_near_chance_model_with_unequal_counts_is_never_high_and_a_short_attack_
     5-step inversion: no record-level finding, chance measured near 1/2, and INCONCLUSIVE — the
     attack cannot recover even the artifact of one member image — instead of LOW."""
     result = tiny_run("fedavg", rounds=1, local_epochs=1, lr=1e-4, split=(0.7, 0.1, 0.2), attack="deepinversion",
-                      victim="clean", inversion_iters=5, inversion_batch=10)
+                      victim="clean", inversion_iters=5, inversion_batch=10, judge_steps=40)
     metrics = result.metrics
     assert metrics["accuracy"]["source_val"]["mean"] < 0.3
     ident = metrics["leakage"]["deepinversion"]["full_model"]["clean"]["metrics"]["identifiability"]
