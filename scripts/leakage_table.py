@@ -2,9 +2,10 @@
 
 For each (method, attacker) below this runs the quick profile on ``digits``
 (default target domain, seed 0, every victim) with ``--attack deepinversion``
-and prints one markdown row per attacked artifact: the headline metrics with
-their controls (untrained model, untrained head, or noise-statistics bank)
-and chance.
+and prints one markdown row per attacked artifact: the verdict the run stored
+for that share, the headline metrics beside their nulls (untrained model or
+noise-statistics bank, prior-only control, holdout twin) and computed chance,
+and how many victims' attacks reached power on the positive control.
 
     python scripts/leakage_table.py --out runs/leakage-table [--only fedavg,ccst]
 
@@ -42,38 +43,55 @@ def run(out: Path, method: str, attacker: str) -> Path:
                     victim="all").run_dir
 
 
-def pair(m: dict, key: str, digits: int = 2) -> str:
-    if key not in m:
-        return "–"
-    x = m[key]
-    return f"{x['attack']:.{digits}f} ({x['control']:.{digits}f})"
+NULLS = (("control", "untrained"), ("prior_only", "prior-only"), ("twin", "twin"))
+
+
+def with_nulls(d: dict | None, digits: int = 2) -> str:
+    """``attack (untrained; prior-only; twin; chance)`` from a metric's stored values."""
+    if not d:
+        return "n/a"
+    parts = [f"{d[k]:.{digits}f}" for k, _ in NULLS if isinstance(d.get(k), (int, float))]
+    if isinstance(d.get("chance"), (int, float)):
+        parts.append(f"chance {d['chance']:.{digits}f}")
+    return f"{d['attack']:.{digits}f} ({'; '.join(parts)})"
 
 
 def rows(run_dir: Path, method: str, attacker: str) -> list[str]:
+    """One row per attacked artifact: the stored verdict row's tier, then each headline metric beside its
+    nulls (untrained; prior-only; twin; chance), identifiability pooled over victims, and the power."""
     metrics = json.loads((run_dir / "metrics.json").read_text())
     di = metrics["leakage"]["deepinversion"]
     summary = di.get("summary", {})
+    verdict = {r["row"]: r["tier"] for r in metrics.get("verdict", [])}
+    arrow = "↑" if attacker == "server" else "↓"
     out = []
     for artifact, victims in di.items():
         if artifact in ("summary", "auditor", "settings") or artifact not in summary:
             continue
         entries = [e for e in victims.values() if "metrics" in e and "identifiability" in e["metrics"]]
-        k = sum(e["metrics"]["identifiability"]["attack_k"] for e in entries)
-        kc = sum(e["metrics"]["identifiability"]["control_k"] for e in entries)
-        n = sum(e["metrics"]["identifiability"]["n"] for e in entries)
-        lo, hi = clopper_pearson(k, n)
+        idents = [e["metrics"]["identifiability"] for e in entries]
+        n = sum(i["n"] for i in idents)
+        k = sum(i["attack_k"] for i in idents)
+        lo, hi = clopper_pearson(round(k), n)
+        pmin = min(i["attack_p_value"] for i in idents)
+        pooled = {name: sum(i[name] * i["n"] for i in idents) / n for name, _ in NULLS if all(name in i for i in idents)}
         s = summary[artifact]
-        dom = s["domain_attribution"]["macro"]
-        cls = s.get("class_fidelity")
-        mean = lambda key: {side: sum(e["metrics"][key][side] for e in entries) / len(entries)  # noqa: E731
-                            for side in ("attack", "control")} if entries and key in entries[0]["metrics"] else None
-        psnr = mean("psnr_mean")
+        psnr = {side: sum(e["metrics"]["psnr_mean"][side] for e in entries) / len(entries)
+                for side in ("attack", "prior_only", "control") if entries and "psnr_mean" in entries[0]["metrics"]
+                and side in entries[0]["metrics"]["psnr_mean"]}
+        powers = [e.get("power") or {} for e in entries]
+        power = ("n/a" if not any(p.get("status") == "measured" for p in powers) else
+                 f"{sum(bool(p.get('reached')) for p in powers)}/{len(powers)} reached, "
+                 f"{sum(bool(p.get('record_level')) for p in powers)}/{len(powers)} record-level")
         out.append(" | ".join([
-            f"| {method}", attacker, f"`{artifact}`",
-            f"{dom['attack']:.2f} ({dom['control']:.2f}; chance {dom['chance']:.2f})",
-            f"{cls['attack']:.2f} ({cls['control']:.2f}; chance {cls['chance']:.2f})" if cls else "n/a",
-            f"{k / n:.2f} [{lo:.2f}, {hi:.2f}] ({kc / n:.2f})" if n else "–",
-            f"{psnr['attack']:.1f} ({psnr['control']:.1f})" if psnr else "–",
+            f"| {method}", attacker, f"`{artifact}`", verdict.get(f"{artifact.split(':')[0]}{arrow}", "?"),
+            with_nulls(s["domain_attribution"]["macro"]),
+            with_nulls(s.get("class_fidelity")),
+            (f"{k / n:.2f} [{lo:.2f}, {hi:.2f}], p {pmin:.2g} ({'; '.join(f'{pooled[name]:.2f}' for name, _ in NULLS if name in pooled)})"
+             if n else "–"),
+            power,
+            (f"{psnr['attack']:.1f} ({psnr.get('prior_only', float('nan')):.1f}; {psnr.get('control', float('nan')):.1f})"
+             if psnr else "–"),
             f"{metrics['accuracy']['unseen_domain']:.3f} |",
         ]))
     return out
@@ -85,9 +103,10 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated methods or method:attacker cases (default: all)")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
-    lines = ["| method | attacker | artifact | domain attribution, macro (control; chance) | class fidelity (control; chance) "
-             "| identifiability [95% CI] (control) | PSNR dB to nearest member (control) | unseen acc |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| method | attacker | artifact | verdict | domain attribution, macro (untrained; prior-only; twin; chance) "
+             "| class fidelity (untrained; prior-only; twin; chance) | identifiability [95% CI], smallest p (untrained; "
+             "prior-only; twin) | power (victims) | PSNR dB to nearest member (prior-only; untrained) | unseen acc |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for method, attacker in CASES:
         if only and method not in only and f"{method}:{attacker}" not in only:
             continue

@@ -2,8 +2,10 @@
 
 Quick profile, default target domain, seed 0, server attacker, every victim,
 8 reference models per victim. Prints one markdown row per (method, variant,
-target): AUC and TPR at 1% FPR with its 95% interval, as the mean over
-victims, and the number of members and non-members per victim.
+target): the stored verdict of its membership row, AUC, advantage with its
+smallest KS p-value, TPR at 1% FPR with its 95% interval (means over
+victims), LiRA/RMIA's calibration figure, and the number of members and
+non-members per victim.
 
     python scripts/mia_table.py --out runs/mia-table [--only fedavg] [--dataset shapes:375]
 
@@ -29,24 +31,31 @@ def run(out: Path, method: str, dataset: str) -> Path:
 
 def rows(run_dir: Path, method: str) -> list[str]:
     metrics = json.loads((run_dir / "metrics.json").read_text())
+    verdict = {r["row"]: r["tier"] for r in metrics.get("verdict", [])}
     out = []
     for variant, targets in metrics["leakage"]["mia"].items():
         for target, victims in targets.items():
             done = {v: e for v, e in victims.items() if "auc" in e}
+            row = "membership:domain" if variant == "domain" else f"membership:{target}"
             if not done:
                 reason = next(iter(victims.values())).get("reason", "not run")
-                out.append(f"| {method} | {variant} | {target} | n/a: {reason} | | | |")
+                out.append(f"| {method} | {variant} | {target} | {verdict.get(row, '?')} | n/a: {reason} | | | | |")
                 continue
             auc = sum(e["auc"] for e in done.values()) / len(done)
+            adv = sum(e["advantage"] for e in done.values()) / len(done)
+            pmin = min(e["advantage_p_value"] for e in done.values())
             lvl = [e["tpr_at_fpr"]["0.01"] for e in done.values()]
             tpr = sum(x["tpr"] for x in lvl) / len(lvl)
             lo = min(x["tpr_interval"][0] for x in lvl)
             hi = max(x["tpr_interval"][1] for x in lvl)
             resolvable = all(x["resolvable"] for x in lvl)
+            cal = [e["calibration"] for e in done.values() if "calibration" in e]
+            calibration = (f"{sum(c['out_gap'] for c in cal) / len(cal):+.2f} / {sum(c['in_gap'] for c in cal) / len(cal):+.2f}"
+                           f"{' miscalibrated' if any(c['status'] == 'miscalibrated' for c in cal) else ''}" if cal else "–")
             e0 = next(iter(done.values()))
-            out.append(f"| {method} | {variant} | {target} | {auc:.3f} | {tpr:.3f} [{lo:.3f}, {hi:.3f}]"
-                       f"{'' if resolvable else ' ⚠'} | {e0['n_members']} / {e0['n_nonmembers']} | "
-                       f"{', '.join(sorted(done))} |")
+            out.append(f"| {method} | {variant} | {target} | {verdict.get(row, '?')} | {auc:.3f} | {adv:.3f} (p {pmin:.2g}) | "
+                       f"{tpr:.3f} [{lo:.3f}, {hi:.3f}]{'' if resolvable else ' ⚠'} | {calibration} | "
+                       f"{e0['n_members']} / {e0['n_nonmembers']} |")
     return out
 
 
@@ -57,8 +66,9 @@ def main() -> None:
     parser.add_argument("--dataset", default="digits", help="digits (180 non-members per victim) or shapes:375 (1,051)")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
-    lines = ["| method | variant | target | AUC (mean over victims) | TPR at 1% FPR [widest 95% CI] | members / non-members per victim | victims |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| method | variant | target | verdict (row) | AUC (mean over victims) | advantage (smallest KS p) | "
+             "TPR at 1% FPR [widest 95% CI] | calibration: non-members / members vs OUT / IN (σ) | members / non-members per victim |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for method in METHODS:
         if not only or method in only:
             lines += rows(run(args.out / runs.safe_name(f"{method}-{args.dataset}"), method, args.dataset), method)
