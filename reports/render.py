@@ -449,7 +449,7 @@ def _victim_metrics(e: dict[str, Any]) -> list[tuple[str, str]]:
         if power.get("status") == "measured":
             sizes = []
             for k, v in (power.get("sizes") or {}).items():
-                if "reached" not in v:
+                if "p_reveals" not in v:
                     continue
                 parts = [f"{m.replace('_', ' ')} {_f3(v[m].get('attack'))} vs prior-only {_f3(v[m].get('prior_only'))} "
                          f"(p {_pfmt(v[m].get('p_value'))})" for m in ("domain_attribution", "class_fidelity") if m in v]
@@ -457,6 +457,7 @@ def _victim_metrics(e: dict[str, Any]) -> list[tuple[str, str]]:
                 sizes.append(f"{k}/class ({v.get('images')} images): " + ", ".join(parts))
             verdict = "reached" if power.get("reached") else "NOT reached"
             verdict += ", record-level" if power.get("record_level") else ", not record-level"
+            verdict += f" (p {_pfmt(power.get('p_value'))})"
             out.append(("power (positive control)", f"{verdict} — " + "; ".join(sizes)))
         else:
             out.append(("power (positive control)", f"{power.get('status', '?')}: {power.get('reason', '')}"))

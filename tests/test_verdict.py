@@ -20,9 +20,9 @@ SERVER = {"attacker": "server"}
 
 def _entry(ident: dict, power_reached: bool | None = True) -> dict:
     power = ({"status": "not available", "reason": "no counterfactual"} if power_reached is None else
-             {"status": "measured", "reached": power_reached, "record_level": False,
-              "sizes": {"1": {"distance_to_sources": {"p_value": 0.001 if power_reached else 0.6}, "reached": power_reached,
-                              "identifiability": 0.5, "p_value": 0.5, "record_level": False}}})
+             {"status": "measured", "reached": power_reached, "record_level": False, "p_value": 0.001 if power_reached else 0.6,
+              "p_record_level": 0.5, "sizes": {"1": {"p_reveals": 0.001 if power_reached else 0.6, "p_record_level": 0.5,
+                                                     "identifiability": 0.5, "p_value": 0.5}}})
     return {"status": "attacked", "image_grid": "images/x.png", "metrics": {"identifiability": ident}, "power": power}
 
 

@@ -41,14 +41,15 @@ from fedaudit.audit.counterfactual import (
     pseudo_name,
     split_pseudo,
 )
+from fedaudit.audit.verdict import POWER_ALPHA
 from fedaudit.leakage import MATCHED_METRICS, Auditor, domain_matrix, image_grid, macro_diagonal, with_nulls
 from fedaudit.wire import SERVER, WireView
 
-POWER_ALPHA = 0.05
-POWER_RULE = (f"reached when, for one or two member images per class, the reconstructions from their artifact are "
+POWER_RULE = ("reached when, for one or two member images per class, the reconstructions from their artifact are "
               "attributed to the victim's domain, or labelled as their intended class, more often than the prior-only "
-              f"control's (one-sided Fisher p <= {POWER_ALPHA}), or are record_level: closer to those members than to as "
-              f"many non-members of their class (permutation p <= {POWER_ALPHA}) and than the prior-only control's are")
+              "control's (one-sided Fisher), or are record_level: closer to those members than to as many non-members "
+              f"of their class (permutation test) and than the prior-only control's are; p <= {POWER_ALPHA} after "
+              "Bonferroni over the metrics and sizes, and in the verdict Holm over the row's victims")
 Key = tuple[str, str, str]  # (victim, artifact, case)
 
 
@@ -189,21 +190,27 @@ def _power(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput]
             if metric in mine and metric in prior_only:
                 p = fisher_greater(mine[metric], mine["n"], prior_only[metric], prior_only["n"])
                 row[metric] = {"attack": mine[metric], "prior_only": prior_only[metric], "p_value": p}
-                lifts.append(p <= POWER_ALPHA and mine[metric] > prior_only[metric])
+                lifts.append(p if mine[metric] > prior_only[metric] else 1.0)
         row.update(identifiability=ident["value"], ci95=ident["ci95"], p_value=ident["p_value"], chance=ident["chance"],
                    prior_only=null["identifiability"]["value"])
         if "psnr" in sources:
             row["psnr_to_sources"] = {"attack_mean": float(sources["psnr"].mean()), "attack_best": float(sources["psnr"].max()),
                                       "prior_only_mean": float(null["psnr"].mean())}
-        row["record_level"] = bool(ident["p_value"] <= POWER_ALPHA and ident["value"] > row["prior_only"])
-        row["reached"] = bool(any(lifts) or row["record_level"])
+        # One p-value per question, Bonferroni over the metrics that answer it; the victim's sizes and the
+        # row's victims are corrected where power is summed up (below, and in the verdict).
+        row["p_reveals"] = min(1.0, len(lifts) * min(lifts)) if lifts else 1.0
+        row["p_record_level"] = ident["p_value"] if ident["value"] > row["prior_only"] else 1.0
         sizes[str(k)] = row
-    ran = [r for r in sizes.values() if "reached" in r]
+    ran = [r for r in sizes.values() if "p_reveals" in r]
     if not ran:
         reasons = sorted({r["reason"] for r in sizes.values()})
         return {"status": "not available", "reason": "; ".join(reasons), "sizes": sizes}
-    return {"status": "measured", "reached": any(r["reached"] for r in ran),
-            "record_level": any(r["record_level"] for r in ran), "sizes": sizes, "rule": POWER_RULE}
+    # Bonferroni over the sizes tried: the victim's power p-values.
+    p_reveals = min(1.0, len(ran) * min(r["p_reveals"] for r in ran))
+    p_record = min(1.0, len(ran) * min(r["p_record_level"] for r in ran))
+    return {"status": "measured", "p_value": min(p_reveals, p_record), "p_record_level": p_record,
+            "reached": p_reveals <= POWER_ALPHA or p_record <= POWER_ALPHA, "record_level": p_record <= POWER_ALPHA,
+            "sizes": sizes, "rule": POWER_RULE}
 
 
 def fisher_greater(a: float, n_a: int, b: float, n_b: int) -> float:

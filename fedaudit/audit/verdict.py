@@ -66,6 +66,7 @@ NOT_RECONSTRUCTIONS = (MIA, CANARY)  # leakage sections that are not {artifact: 
 NULL_NAMES = {"chance": "chance", "control": "untrained-model control", "prior_only": "prior-only control",
               "twin": "holdout twin"}
 CORRECTION = "Holm"
+POWER_ALPHA = 0.05  # level of the positive control (fedaudit.audit.reconstruction) after its corrections
 EPSILON_MAX = 100.0  # the largest ε threshold a thresholds file may set
 
 
@@ -247,9 +248,14 @@ def artifact_row(kind_dir: str, metrics: dict[str, Any], config: dict[str, Any],
     if top.tier in (HIGH, MEDIUM):
         return _row(kind_dir, title, top.tier, top.text, evidence, t)
     notes = "; ".join(_note(e) for e in evidence)
-    reached = [src for src, p in powers if p.get("reached")]
+    # Power, corrected across the row's victims (Holm): a positive control that fires by chance in one of
+    # many victims must not turn an uninformative reading into an informative LOW.
+    measured = [(src, p) for src, p in powers if p.get("status") == "measured" and _isnum(p.get("p_value"))]
+    adjusted = holm([p["p_value"] for _, p in measured])
+    record_adjusted = holm([p.get("p_record_level", 1.0) for _, p in measured])
+    reached = [src for (src, _), a in zip(measured, adjusted) if a <= POWER_ALPHA]
     if reached:
-        record = [src for src, p in powers if p.get("record_level")]
+        record = [src for (src, _), a in zip(measured, record_adjusted) if a <= POWER_ALPHA]
         scope = ("it also singled out the source records, so record-level leakage was testable" if record else
                  "it could not single out the source records even there, so record-level leakage was not testable "
                  "at this budget; this LOW covers distribution-level leakage")
@@ -344,11 +350,11 @@ def _power_summary(power: Any) -> dict[str, Any] | None:
         return None
     if power.get("status") != "measured":
         return {"reached": False, "status": power.get("status"), "reason": power.get("reason")}
-    sizes = {k: {"reached": v.get("reached"), "record_level": v.get("record_level"),
-                 **{m: v[m] for m in ("domain_attribution", "class_fidelity") if m in v},
+    sizes = {k: {**{m: v[m] for m in ("domain_attribution", "class_fidelity") if m in v},
                  "identifiability": v.get("identifiability"), "identifiability_p_value": v.get("p_value")}
-             for k, v in (power.get("sizes") or {}).items() if isinstance(v, dict) and "reached" in v}
-    return {"reached": bool(power.get("reached")), "record_level": bool(power.get("record_level")), "sizes": sizes}
+             for k, v in (power.get("sizes") or {}).items() if isinstance(v, dict) and "p_reveals" in v}
+    return {"reached": bool(power.get("reached")), "record_level": bool(power.get("record_level")),
+            "p_value": power.get("p_value"), "sizes": sizes}
 
 
 def _lift_p_value(attack: Any, null: Any, chance: float | None) -> float:
