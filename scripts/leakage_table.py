@@ -1,6 +1,6 @@
 """Measure the README's leakage table: deepinversion against each method's shared artifacts.
 
-For each (method, attacker) below this runs the quick profile on ``digits``
+For each (method, attacker) below this runs the quick profile on ``digits`` (or ``--dataset``)
 (default target domain, seed 0, every victim) with ``--attack deepinversion``
 and prints one markdown row per attacked artifact: the verdict the run stored
 for that share, the headline metrics beside their nulls (untrained model or
@@ -8,6 +8,7 @@ noise-statistics bank, prior-only control, holdout twin) and computed chance,
 and how many victims' attacks reached power on the positive control.
 
     python scripts/leakage_table.py --out runs/leakage-table [--only fedavg,ccst]
+    python scripts/leakage_table.py --out runs/leakage-shapes --dataset shapes --only fedprox:server,fedsb:server
 
 Runs that already finished are read back, not redone. Each row is
 reproducible with the command in its run's ``config.json``.
@@ -34,12 +35,12 @@ CASES = [
 ]
 
 
-def run(out: Path, method: str, attacker: str) -> Path:
+def run(out: Path, method: str, attacker: str, dataset: str) -> Path:
     """The finished run under ``out`` that sent what the method now declares, or a new one."""
     done = finished(out, method)
     if done:
         return done
-    return evaluate(method, out=str(out), dataset="digits", attack="deepinversion", attacker=attacker,
+    return evaluate(method, out=str(out), dataset=dataset, attack="deepinversion", attacker=attacker,
                     victim="all").run_dir
 
 
@@ -100,17 +101,20 @@ def rows(run_dir: Path, method: str, attacker: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/leakage-table"))
-    parser.add_argument("--only", default="", help="comma-separated methods or method:attacker cases (default: all)")
+    parser.add_argument("--only", default="", help="comma-separated methods or method:attacker cases (default: all); "
+                                                   "a method:attacker case not in the default list is run too")
+    parser.add_argument("--dataset", default="digits")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
+    extra = [tuple(c.split(":", 1)) for c in sorted(only) if ":" in c and tuple(c.split(":", 1)) not in CASES]
     lines = ["| method | attacker | artifact | verdict | domain attribution, macro (untrained; prior-only; twin; chance) "
              "| class fidelity (untrained; prior-only; twin; chance) | identifiability [95% CI], smallest p (untrained; "
              "prior-only; twin) | power (victims) | PSNR dB to nearest member (prior-only; untrained) | unseen acc |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for method, attacker in CASES:
+    for method, attacker in [*CASES, *extra]:
         if only and method not in only and f"{method}:{attacker}" not in only:
             continue
-        run_dir = run(args.out / f"{method}-{attacker.replace(':', '-')}", method, attacker)
+        run_dir = run(args.out / f"{method}-{attacker.replace(':', '-')}", method, attacker, args.dataset)
         lines += rows(run_dir, method, attacker)
     print("\n".join(lines))
 
