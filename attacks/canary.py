@@ -1,83 +1,32 @@
-"""canary — the one-run privacy audit of Steinke, Nasr & Jagielski, "Privacy Auditing with One (1) Training Run" (NeurIPS 2023).
+"""canary — the attacker's half of the one-run privacy audit (Steinke, Nasr & Jagielski, NeurIPS 2023).
 
-An *auditor* procedure, not a wire-view attack: the auditor plants m
-canaries in each victim's ``train`` split before training, each with
-probability ½ (:func:`fedaudit.canary.plant_canaries`, called through
-:func:`canary_split` before the federation is built), the federation trains
-once, and afterwards the auditor scores every canary with the membership
-signal and turns the guesses into an empirical ε lower bound
-(:mod:`fedaudit.canary_bound`). The split of knowledge is kept in the code:
-
-* :meth:`CanaryAudit.score` is the attacker's part. It gets a target it may
-  query and the canary records with their canary labels — never whether a
-  canary was included — and returns one score per canary: −cross-entropy of
-  the target on the record with its (wrong) canary label (the loss signal,
-  Yeom et al.; :func:`fedaudit.membership.loss_signal`). Higher = looks
-  trained on.
-* :func:`audit_canaries` is the auditor's part: it holds the inclusion truth
-  (``LODOSplit.canaries``), picks the target, calls ``score``, guesses "in"
-  for the k highest and "out" for the k lowest, and computes the bound.
-
-Target: for a curious server, the victim's last upload (mia's
-:func:`~fedaudit.attacks.mia.last_upload`: its newest weights, overlaid as the
-server saw them); for a curious client, the deployed global model queried as
-a black box (mia's :func:`~fedaudit.attacks.mia.black_box`). When a server
-saw no weight-bearing upload from the victim, the global model is scored and
-``target_note`` says why.
-
-Stored per victim under ``leakage.canary.<victim>``: the bound
-(``epsilon_lower_bound``) at ``confidence`` and ``delta`` (the run's
-``--dp-delta``, also without DP), the counts behind it, the k grid and its
-Bonferroni correction, the audit's power (``epsilon_max_certifiable``),
-``epsilon_spent`` (the accountant's ε for that client under DP, else null),
-``can_refute_claim`` (whether the power exceeds ε spent at all: if not, the
-comparison cannot fail and proves nothing) and ``exceeds_claimed``: a bound
-above the accountant's ε means the DP implementation, its accounting or the
-audit is broken, and is logged as a warning and stored as ``warning``.
-
-Choices, with reasons:
-
-* ``--attack all`` does not include the canary audit: it changes what is
-  trained (m/2 mislabelled records per victim), and ``all`` should audit the
-  run as the method would train it. Name it: ``--attack canary`` or
-  ``--attack mia,canary``.
-* Label-free encoders (FedGaLA) output embeddings, so a wrong label carries
-  no signal: the audit is reported as not applicable.
-* The bound is on the privacy of one record of the victim's ``train`` split
-  in whatever the target is — the accountant's unit. A target that carries
-  something DP-SGD does not cover (BatchNorm statistics; see
-  ``privacy.coverage``) may legitimately exceed ε; the warning says so.
+:class:`CanaryAudit` gets a target it may query and the canary records with
+their canary labels — never whether a canary was included — and returns one
+score per canary: −cross-entropy of the target on the record with its (wrong)
+canary label (the loss signal, Yeom et al.; :func:`fedaudit.membership.loss_signal`).
+Higher = looks trained on. Planting the canaries, holding the inclusion
+truth and turning guesses into an ε lower bound is the auditor's part:
+:mod:`fedaudit.audit.canary`.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from fedaudit.attack import Attack, AttackerPrior, AttackOutput
-from fedaudit.canary import KIND, plant_canaries
-from fedaudit.canary_bound import audit
 from fedaudit.errors import FedauditError
 from fedaudit.membership import loss_signal
 from fedaudit.reference_models import eval_views
-from fedaudit.wire import SERVER, WireView
+from fedaudit.wire import WireView
 
-from .mia import GLOBAL, LAST_UPLOAD, NOT_APPLICABLE, Query, Skipped, attacker_preprocess, black_box, last_upload
+from .mia import Query, attacker_preprocess
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
-    from fedaudit.data import LODOSplit
-    from fedaudit.federation import Federation
-    from fedaudit.method import Method
 
-log = logging.getLogger("fedaudit")
-
-CONFIDENCE = 0.95
 SIGNAL = "-cross-entropy of the target on the canary with its canary (wrong) label (Yeom et al.)"
 
 
@@ -101,7 +50,7 @@ class CanaryAudit(Attack):
 
     def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> list[AttackOutput]:
         raise FedauditError("the canary audit needs the auditor's canaries; call "
-                            "fedaudit.attacks.canary.audit_canaries (api.run_attacks does)")
+                            "fedaudit.audit.canary.audit_canaries (api.run_attacks does)")
 
     @torch.no_grad()
     def score(self, query: Query, images: Tensor, labels: Tensor, prior: AttackerPrior, device: torch.device) -> Tensor:
@@ -111,91 +60,4 @@ class CanaryAudit(Attack):
         return loss_signal(logits, labels.cpu())
 
 
-def plants_canaries(cfg: RunConfig) -> bool:
-    from fedaudit.attacks import get_attacks
-
-    return any(getattr(cls, "plants_canaries", False) for cls in get_attacks(cfg.attack))
-
-
-def canary_split(cfg: RunConfig, split: LODOSplit, num_classes: int,
-                 victims_of: Callable[[list[str]], list[str]]) -> LODOSplit:
-    """``split`` with the auditor's canaries planted in every victim's ``train`` when the run asks for the
-    canary audit (``victims_of(source domains)`` names the victims), else ``split`` itself."""
-    if not plants_canaries(cfg):
-        return split
-    victims = victims_of([c.domain for c in split.sources])
-    split = plant_canaries(split, victims, cfg.canaries, cfg.seed, num_classes)
-    log.info("canary audit: %d canaries drawn from the holdout of %s, %s of them in training", cfg.canaries,
-             ", ".join(victims), "/".join(str(int(split.canaries[v].included.sum())) for v in victims))
-    return split
-
-
-def _target(method: Method, fed: Federation, view: WireView, prior: AttackerPrior, victim: str,
-            device: torch.device) -> tuple[Query, dict[str, Any]]:
-    if view.role == SERVER:
-        query, info = last_upload(view, prior, victim, device, method.predict)
-        if not isinstance(query, Skipped):
-            return query, {"target": LAST_UPLOAD, "target_round": info["round"], "weights_from": info["weights_from"]}
-        return black_box(method, fed), {"target": GLOBAL, "target_note": f"last upload not available: {query.reason}"}
-    return black_box(method, fed), {"target": GLOBAL}
-
-
-def epsilon_spent(fed: Federation) -> dict[str, float]:
-    """The accountant's ε per client domain (empty without DP)."""
-    if fed.dp is None:
-        return {}
-    clients = fed.dp.summary({c.index: c.domain for c in fed.clients})["clients"]
-    return {d: float(c["epsilon_spent"]) for d, c in clients.items()}
-
-
-def audit_canaries(cfg: RunConfig, method: Method, fed: Federation, prior: AttackerPrior, *, role: str,
-                   victims: Sequence[str], confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """The one-run audit of every victim's canaries: ``{victim: entry}`` (JSON-able; see the module docstring)."""
-    attack = CanaryAudit.from_config(cfg, prior)
-    view = fed.wire.view(role)
-    spent = epsilon_spent(fed)
-    device = fed.device
-    out: dict[str, Any] = {}
-    for victim in victims:
-        canaries = fed.split.canaries.get(victim)
-        if canaries is None:
-            out[victim] = Skipped("no canaries were planted in this victim's training split").to_json()
-            continue
-        if method.label_free:
-            out[victim] = Skipped("label-free encoder: the model outputs embeddings, so a canary's wrong label "
-                                  "carries no membership signal", NOT_APPLICABLE).to_json()
-            continue
-        query, target = _target(method, fed, view, prior, victim, device)
-        scores = attack.score(query, canaries.images, canaries.labels, prior, device).numpy()
-        included = canaries.included.cpu().numpy()
-        entry = audit(scores, included, float(cfg.dp_delta), confidence)
-        entry.update(signal=SIGNAL, **target, canary_kind=KIND, auc=_auc(scores, included))
-        eps = spent.get(victim)
-        entry["epsilon_spent"] = eps
-        entry["can_refute_claim"] = None if eps is None else entry["epsilon_max_certifiable"] > eps
-        entry["exceeds_claimed"] = eps is not None and entry["epsilon_lower_bound"] > eps
-        if entry["exceeds_claimed"]:
-            entry["warning"] = (
-                f"the canary audit's ε lower bound {entry['epsilon_lower_bound']:.3f} for {victim} exceeds the ε the "
-                f"accountant spent ({eps:.3f}) at {confidence:.0%} confidence: the DP-SGD implementation or its "
-                "accounting is broken, or the audit is (or the target carries something ε does not cover: see "
-                "privacy.coverage)")
-            log.warning("canary audit: PRIVACY CLAIM REFUTED: %s", entry["warning"])
-        out[victim] = entry
-        log.info("canary audit, %s (%s): ε ≥ %.3f at %.0f%% (δ %g; %d/%d correct at k=%d; at most %.3f certifiable)%s",
-                 victim, entry["target"], entry["epsilon_lower_bound"], 100 * confidence, entry["delta"],
-                 entry["correct"], entry["guesses"], entry["k"], entry["epsilon_max_certifiable"],
-                 "" if eps is None else f"; accountant's ε {eps:.3f}")
-    return out
-
-
-def _auc(scores: np.ndarray, included: np.ndarray) -> float | None:
-    """Descriptive only (the bound does not use it): AUC of the scores for included vs excluded canaries."""
-    if included.all() or not included.any():
-        return None
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(included, scores))
-
-
-__all__ = ["CanaryAudit", "audit_canaries", "canary_split", "plants_canaries"]
+__all__ = ["SIGNAL", "CanaryAudit"]

@@ -152,7 +152,7 @@ def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, target
 def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: str, device: torch.device,
             reporter: Reporter, on_round_end, command: str, data_seconds: float) -> dict[str, Any]:
     """Train, attack and write one target's run directory (resuming if it has a checkpoint)."""
-    from fedaudit.attacks.canary import canary_split
+    from fedaudit.audit.canary import canary_split
     from fedaudit.methods import get_method
 
     if runs.is_complete(run_dir):
@@ -312,7 +312,7 @@ def run_attacks(run_dir: Path, cfg: RunConfig, method: Method, fed: Federation, 
     canary = [c for c in classes if getattr(c, "plants_canaries", False)]
     classes = [c for c in classes if c not in canary]
     if canary:  # the one-run audit: the auditor scores the canaries it planted before training
-        from fedaudit.attacks.canary import audit_canaries
+        from fedaudit.audit.canary import audit_canaries
 
         log.info("canary audit as %s against %s", role, ", ".join(victims))
         leakage["canary"] = audit_canaries(cfg, method, fed, prior, role=role, victims=victims)

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from fedaudit import api
 from fedaudit.attacks import canary as canary_attack
+from fedaudit.audit import canary as canary_audit
 from fedaudit.attacks import get_attacks
 from fedaudit.attacks.mia import make_challenge
 from fedaudit.canary import plant_canaries
@@ -195,12 +196,12 @@ def test_a_bound_above_the_accountants_epsilon_is_flagged_loudly(monkeypatch, ca
     fed = SimpleNamespace(wire=SimpleNamespace(view=lambda role: None), device=torch.device("cpu"),
                           split=SimpleNamespace(canaries={"clean": cs}))
     cfg = SimpleNamespace(dp_delta=1e-5, precision="fp32")
-    monkeypatch.setattr(canary_attack, "_target", lambda *a: (None, {"target": "global_model"}))
-    monkeypatch.setattr(canary_attack, "epsilon_spent", lambda fed: {"clean": 0.5})
+    monkeypatch.setattr(canary_audit, "_target", lambda *a: (None, {"target": "global_model"}))
+    monkeypatch.setattr(canary_audit, "epsilon_spent", lambda fed: {"clean": 0.5})
     perfect = included.double()  # a model that gives away every canary
     monkeypatch.setattr(canary_attack.CanaryAudit, "score", lambda self, *a: perfect)
     with caplog.at_level(logging.WARNING, logger="fedaudit"):
-        out = canary_attack.audit_canaries(cfg, SimpleNamespace(label_free=False), fed, None, role="server",
+        out = canary_audit.audit_canaries(cfg, SimpleNamespace(label_free=False), fed, None, role="server",
                                            victims=["clean"])["clean"]
     assert out["epsilon_lower_bound"] > 0.5 and out["exceeds_claimed"] is True and out["can_refute_claim"] is True
     assert "exceeds the ε the accountant spent" in out["warning"]
