@@ -108,51 +108,59 @@ def score_section(attack: str, outputs: list[AttackOutput], counter: dict[Key, A
     section: dict[str, Any] = {}
     scored: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}  # artifact -> victim -> case -> raw scores
     for out in outputs:
-        entry: dict[str, Any] = {k: v for k, v in out.info.items() if not k.endswith("losses")}
-        latent = out.latents is not None
-        recon = out.latents if latent else out.images
-        if recon is not None and (out.control_latents if latent else out.control_images) is not None:
-            score = _scorer(auditor, out)
-            if score is None:
-                entry["metrics"] = {"status": "unavailable",
-                                    "reason": "the method keeps no record of the encoder this head was trained on"}
-            else:
-                cases = {"attack": recon, "control": out.control_latents if latent else out.control_images,
-                         "prior_only": out.nulls.get("prior_only")}
-                twin = counter.get((out.victim, out.artifact, TWIN))
-                cases["twin"] = None if twin is None else (twin.latents if latent else twin.images)
-                raw = {name: score(x) for name, x in cases.items() if x is not None}
-                entry["metrics"] = with_nulls(raw["attack"], {k: raw.get(k) for k in ("control", "prior_only", "twin")})
-                entry["twin"] = ({"status": "scored", "records": int(auditor.twin_records(out.victim).shape[0]),
-                                  "source": "half of the victim's holdout (never trained on)"} if twin is not None else
-                                 {"status": "not available", "reason": _why_absent(absent, out.victim, out.artifact, TWIN)})
-                entry["power"] = _power(auditor, out, counter, absent, latent, raw.get("prior_only"))
-                if out.info.get("batch_matching") and out.images is not None:
-                    # Unordered batch reconstructions: each is matched to a distinct member (Hungarian).
-                    entry["metrics"]["matched"] = {
-                        side: {k: v for k, v in auditor.score_matched(out.victim, imgs).items() if k in MATCHED_METRICS}
-                        for side, imgs in (("attack", out.images), ("control", out.control_images))}
-                entry["predicted_domain"] = {
-                    name: dict(zip(auditor.domains, domain_matrix({out.victim: s["predicted_domains"]}, auditor.domains)[0]))
-                    for name, s in raw.items()}
-                losses = {name: out.info[f"{prefix}losses"] for name, prefix in
-                          (("attack", ""), ("control", "control_"), ("prior_only", "prior_only_"))
-                          if f"{prefix}losses" in out.info}
-                if "final_loss" not in entry and losses:
-                    entry["final_loss"] = losses
-                if out.images is not None:
-                    if auditor.lpips is None:
-                        entry["metrics"]["lpips_mean"] = auditor.lpips_status
-                    entry["image_grid"] = save_reconstruction_grid(run_dir, attack, out, cases, auditor, raw["attack"])
-                    entry["grid_columns"] = ["real nearest member", *(GRID_NAMES[c] for c in GRID_COLUMNS
-                                                                      if cases.get(c) is not None)]
-                scored.setdefault(out.artifact, {})[out.victim] = raw
+        entry, raw = score_output(attack, out, counter, absent, auditor, run_dir)
+        if raw is not None:
+            scored.setdefault(out.artifact, {})[out.victim] = raw
         section.setdefault(out.artifact, {})[out.victim] = entry
     summary = {artifact: summarise_artifact(rows, auditor) for artifact, rows in scored.items()}
     if summary:
         section["summary"] = summary
         section["auditor"] = {**auditor.judges, "lpips": auditor.lpips_status}
     return section
+
+
+def score_output(attack: str, out: AttackOutput, counter: dict[Key, AttackOutput], absent: dict[Key, str],
+                 auditor: Auditor, run_dir: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]] | None]:
+    """One attacked artifact of one victim: its metrics.json entry, and the raw scores of the attack and
+    each null (None when nothing was scored: a status, or a head without its encoder)."""
+    entry: dict[str, Any] = {k: v for k, v in out.info.items() if not k.endswith("losses")}
+    latent = out.latents is not None
+    control = out.control_latents if latent else out.control_images
+    if (out.latents if latent else out.images) is None or control is None:
+        return entry, None
+    score = _scorer(auditor, out)
+    if score is None:
+        entry["metrics"] = {"status": "unavailable",
+                            "reason": "the method keeps no record of the encoder this head was trained on"}
+        return entry, None
+    twin = counter.get((out.victim, out.artifact, TWIN))
+    cases = {"attack": out.latents if latent else out.images, "control": control,
+             "prior_only": out.nulls.get("prior_only"),
+             "twin": None if twin is None else (twin.latents if latent else twin.images)}
+    raw = {name: score(x) for name, x in cases.items() if x is not None}
+    entry["metrics"] = with_nulls(raw["attack"], {k: raw.get(k) for k in ("control", "prior_only", "twin")})
+    entry["twin"] = ({"status": "scored", "records": int(auditor.twin_records(out.victim).shape[0]),
+                      "source": "half of the victim's holdout (never trained on)"} if twin is not None else
+                     {"status": "not available", "reason": _why_absent(absent, out.victim, out.artifact, TWIN)})
+    entry["power"] = _power(auditor, out, counter, absent, latent, raw.get("prior_only"))
+    if out.info.get("batch_matching") and out.images is not None:
+        # Unordered batch reconstructions: each is matched to a distinct member (Hungarian).
+        entry["metrics"]["matched"] = {
+            side: {k: v for k, v in auditor.score_matched(out.victim, imgs).items() if k in MATCHED_METRICS}
+            for side, imgs in (("attack", out.images), ("control", out.control_images))}
+    entry["predicted_domain"] = {
+        name: dict(zip(auditor.domains, domain_matrix({out.victim: s["predicted_domains"]}, auditor.domains)[0]))
+        for name, s in raw.items()}
+    losses = {name: out.info[f"{prefix}losses"] for name, prefix in
+              (("attack", ""), ("control", "control_"), ("prior_only", "prior_only_")) if f"{prefix}losses" in out.info}
+    if "final_loss" not in entry and losses:
+        entry["final_loss"] = losses
+    if out.images is not None:
+        if auditor.lpips is None:
+            entry["metrics"]["lpips_mean"] = auditor.lpips_status
+        entry["image_grid"] = save_reconstruction_grid(run_dir, attack, out, cases, auditor, raw["attack"])
+        entry["grid_columns"] = ["real nearest member", *(GRID_NAMES[c] for c in GRID_COLUMNS if cases.get(c) is not None)]
+    return entry, raw
 
 
 def _scorer(auditor: Auditor, out: AttackOutput) -> Callable[..., dict[str, Any]] | None:
