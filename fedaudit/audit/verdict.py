@@ -260,8 +260,8 @@ def artifact_row(kind_dir: str, metrics: dict[str, Any], config: dict[str, Any],
                  "it could not single out the source records even there, so record-level leakage was not testable "
                  "at this budget; this LOW covers distribution-level leakage")
         return _row(kind_dir, title, LOW, f"no test beat its strongest null after {CORRECTION} correction ({notes}). "
-                    f"On the positive control ({reached[0]}) the same attack did find what its tests look for in the "
-                    f"artifact of a few member images; {scope}.", evidence, t)
+                    f"On the positive control ({reached[0]}) the attack did reveal the domain or class of a few member "
+                    f"images from their statistics; {scope}.", evidence, t)
     why = sorted({p.get("reason") for _, p in powers if p.get("status") == "not available" and p.get("reason")})
     budget = "the attack could not recover even the artifact of a handful of member images at this budget"
     if why and not any(p.get("status") == "measured" for _, p in powers):
