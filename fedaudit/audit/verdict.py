@@ -247,7 +247,7 @@ def artifact_row(kind_dir: str, metrics: dict[str, Any], config: dict[str, Any],
     top = max(evidence, key=lambda e: (TIER_ORDER[e.tier], e.effect or 0.0))
     if top.tier in (HIGH, MEDIUM):
         return _row(kind_dir, title, top.tier, top.text, evidence, t)
-    notes = "; ".join(_note(e) for e in evidence)
+    notes = _notes(evidence)
     # Power, corrected across the row's victims (Holm): a positive control that fires by chance in one of
     # many victims must not turn an uninformative reading into an informative LOW.
     measured = [(src, p) for src, p in powers if p.get("status") == "measured" and _isnum(p.get("p_value"))]
@@ -274,6 +274,13 @@ def artifact_row(kind_dir: str, metrics: dict[str, Any], config: dict[str, Any],
 def _note(e: Evidence) -> str:
     base = f"{e.baseline_name} {_fmt(e.baseline)}" if e.baseline is not None else "no baseline"
     return f"{e.test} {_fmt(e.value)} vs {base}, p {_p(e.p_adjusted)}"
+
+
+def _notes(evidence: list[Evidence], limit: int = 3) -> str:
+    """The tests closest to significance, one short note each (all are in the row's evidence)."""
+    ranked = sorted(evidence, key=lambda e: e.p_adjusted)
+    text = "; ".join(_note(e) for e in ranked[:limit])
+    return text + (f"; {len(ranked) - limit} more in the evidence" if len(ranked) > limit else "")
 
 
 def _strongest(nulls: dict[str, float]) -> tuple[str, float]:
@@ -445,7 +452,7 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
               "section), so those variants' silence says little." if miscalibrated else "")
     m = sum(1 for e in evidence if e.test == "mia_advantage") or 1
     detectable = min(advantage_null_quantile(n1, n0, t.alpha / m) for n1, n0 in sizes) if sizes else float("inf")
-    summary = "; ".join(_note(e) for e in evidence if e.test == "mia_advantage")
+    summary = _notes([e for e in evidence if e.test == "mia_advantage"])
     if detectable > t.mia_advantage_medium:
         return _row(key, title, INCONCLUSIVE, (
             f"no membership test was significant for {what} after {CORRECTION} correction ({summary}), but at these "
