@@ -44,7 +44,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +52,9 @@ from torch import Tensor, nn
 
 from fedaudit.audit.identifiability import identifiability_test
 from fedaudit.probe import LinearProbe, fit_linear_probe
+
+if TYPE_CHECKING:
+    from fedaudit.audit.counterfactual import TrainingRecipe
 
 PSNR_CAP_DB = 100.0  # identical images: PSNR is infinite; a cap keeps metrics.json valid JSON
 LPIPS_SIZE = 64  # AlexNet's stride-4 stem needs more than 16 px; inputs are resized to this
@@ -481,8 +484,9 @@ class Auditor:
 
     def __init__(self, records: list[DomainRecords], num_classes: int, mean: tuple[float, ...], std: tuple[float, ...],
                  hflip: bool, seed: int, device: torch.device, *, judge_steps: int, lpips_weights: str | None = None,
-                 latent_encoders: dict[str, Callable[[Tensor], Tensor]] | None = None, recipe: Any = None) -> None:
-        self.recipe = recipe  # how clients train (fedaudit.audit.counterfactual.TrainingRecipe), to replay statistics
+                 latent_encoders: dict[str, Callable[[Tensor], Tensor]] | None = None,
+                 recipe: TrainingRecipe | None = None) -> None:
+        self.recipe = recipe  # how clients train, to replay a round's statistics for the twin
         self.records = {r.domain: r for r in records}
         self.domains = [r.domain for r in records]
         self.num_classes = num_classes
