@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from fedaudit.api import evaluate
+from fedaudit.audit.verdict import judge
 from fedaudit.intervals import clopper_pearson
 from method_table import finished  # scripts/ is on sys.path when run as python scripts/leakage_table.py
 
@@ -63,7 +64,9 @@ def rows(run_dir: Path, method: str, attacker: str) -> list[str]:
     metrics = json.loads((run_dir / "metrics.json").read_text())
     di = metrics["leakage"]["deepinversion"]
     summary = di.get("summary", {})
-    verdict = {r["row"]: r["tier"] for r in metrics.get("verdict", [])}
+    # The verdict is a pure function of the stored evidence: judged here with the current rules, it is what a
+    # run made now stores (runs made before a rule changed are not re-run for it).
+    verdict = {r["row"]: r["tier"] for r in judge(metrics, metrics["provenance"]["config"])}
     arrow = "↑" if attacker == "server" else "↓"
     out = []
     for artifact, victims in di.items():

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from fedaudit import runs
 from fedaudit.api import evaluate
+from fedaudit.audit.verdict import judge
 
 METHODS = ("fedavg", "fedgala", "fedlsi")
 
@@ -31,7 +32,9 @@ def run(out: Path, method: str, dataset: str) -> Path:
 
 def rows(run_dir: Path, method: str) -> list[str]:
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    verdict = {r["row"]: r["tier"] for r in metrics.get("verdict", [])}
+    # The verdict is a pure function of the stored evidence: judged here with the current rules, it is what a
+    # run made now stores (runs made before a rule changed are not re-run for it).
+    verdict = {r["row"]: r["tier"] for r in judge(metrics, metrics["provenance"]["config"])}
     out = []
     for variant, targets in metrics["leakage"]["mia"].items():
         for target, victims in targets.items():
