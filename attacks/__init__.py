@@ -1,5 +1,12 @@
 """Attack families, one module each, registered by name (``fedaudit.attacks``).
 
+Every attack follows one contract (:class:`fedaudit.attack.Attack`): it gets a
+wire view, the public prior and the :class:`~fedaudit.attack.Access` its
+``needs`` declares, and returns :class:`~fedaudit.attack.AttackOutput` rows;
+the auditor (:mod:`fedaudit.audit`) scores them. A module here imports the
+wire, the prior, shared mechanics and other attacks, never the federation, a
+method, the data or the auditor (``tests/test_layout.py``).
+
 ``none`` is not an attack class: it means "train and measure accuracy and
 communication only". Reconstruction (``deepinversion``, ``gradinv``) and
 membership inference (``mia``) register here as they land. ``mia`` runs every membership
@@ -35,7 +42,7 @@ def get_attacks(spec: str) -> list[type[Attack]]:
         return []
     if spec == "all":
         return [cls for cls in ATTACKS.values()
-                if getattr(cls, "family", cls.name) == cls.name and not getattr(cls, "plants_canaries", False)]
+                if (cls.family or cls.name) == cls.name and not cls.plants_canaries]
     out = []
     for name in (s.strip() for s in spec.split(",")):
         if name not in ATTACKS:

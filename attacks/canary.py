@@ -1,10 +1,12 @@
 """canary — the attacker's half of the one-run privacy audit (Steinke, Nasr & Jagielski, NeurIPS 2023).
 
-:class:`CanaryAudit` gets a target it may query and the canary records with
-their canary labels — never whether a canary was included — and returns one
-score per canary: −cross-entropy of the target on the record with its (wrong)
-canary label (the loss signal, Yeom et al.; :func:`fedaudit.membership.loss_signal`).
-Higher = looks trained on. Planting the canaries, holding the inclusion
+:class:`CanaryAudit` gets the deployed model to query and, per victim, the
+canary records with their canary labels (a :class:`~fedaudit.attack.CanaryChallenge`)
+— never whether a canary was included — and returns one score per canary:
+−cross-entropy of the target on the record with its (wrong) canary label (the
+loss signal, Yeom et al.; :func:`fedaudit.membership.loss_signal`). Higher =
+looks trained on. The target is the victim's last upload where the attacker
+(a curious server) sees one, else the deployed model. Planting the canaries, holding the inclusion
 truth and turning guesses into an ε lower bound is the auditor's part:
 :mod:`fedaudit.audit.canary`.
 """
@@ -16,13 +18,13 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import Tensor
 
-from fedaudit.attack import Attack, AttackerPrior, AttackOutput
+from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput, Query
 from fedaudit.errors import FedauditError
 from fedaudit.membership import loss_signal
 from fedaudit.reference_models import eval_views
-from fedaudit.wire import WireView
+from fedaudit.wire import SERVER, WireView
 
-from .mia import Query, attacker_preprocess
+from .mia import GLOBAL, LAST_UPLOAD, NOT_APPLICABLE, Skipped, attacker_preprocess, last_upload
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
@@ -40,6 +42,8 @@ class CanaryAudit(Attack):
                "the accountant's (changes what is trained; not part of 'all')")
     roles: ClassVar[tuple[str, ...]] = ("server", "client")
     plants_canaries: ClassVar[bool] = True  # the run's training split must be prepared before training
+    signal: ClassVar[str] = SIGNAL
+    needs: ClassVar[frozenset[str]] = frozenset({"query", "canaries"})
 
     def __init__(self, precision: str = "fp32") -> None:
         self.precision = precision
@@ -48,9 +52,35 @@ class CanaryAudit(Attack):
     def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> CanaryAudit:
         return cls(precision=cfg.precision)
 
-    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> list[AttackOutput]:
-        raise FedauditError("the canary audit needs the auditor's canaries; call "
-                            "fedaudit.audit.canary.audit_canaries (api.run_attacks does)")
+    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
+            access: Access = NO_ACCESS) -> list[AttackOutput]:
+        """One output: the victim's canaries scored (``info``: the target and where its weights came from)."""
+        canaries = access.canaries.get(victim)
+        if canaries is None:
+            return [self._skip(view, victim, Skipped("no canaries were planted in this victim's training split"))]
+        if prior.label_free:
+            return [self._skip(view, victim, Skipped("label-free encoder: the model outputs embeddings, so a canary's "
+                                                     "wrong label carries no membership signal", NOT_APPLICABLE))]
+        query, target = self._target(view, prior, victim, device, access)
+        scores = self.score(query, canaries.images, canaries.labels, prior, device)
+        return [AttackOutput(self.name, view.role, victim, target["target"], scores=scores,
+                             info={"status": "attacked", **target})]
+
+    def _skip(self, view: WireView, victim: str, why: Skipped) -> AttackOutput:
+        return AttackOutput(self.name, view.role, victim, "", info=why.to_json())
+
+    @staticmethod
+    def _target(view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
+                access: Access) -> tuple[Query, dict[str, object]]:
+        if access.query is None:
+            raise FedauditError("the canary audit needs query access to the deployed model; run it through "
+                                "fedaudit.audit.canary.audit_canaries")
+        if view.role == SERVER:
+            query, info = last_upload(view, prior, victim, device)
+            if not isinstance(query, Skipped):
+                return query, {"target": LAST_UPLOAD, "target_round": info["round"], "weights_from": info["weights_from"]}
+            return access.query, {"target": GLOBAL, "target_note": f"last upload not available: {query.reason}"}
+        return access.query, {"target": GLOBAL}
 
     @torch.no_grad()
     def score(self, query: Query, images: Tensor, labels: Tensor, prior: AttackerPrior, device: torch.device) -> Tensor:

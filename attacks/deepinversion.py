@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from fedaudit.attack import Attack, AttackerPrior, AttackOutput
+from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput
 from fedaudit.aggregation import load_state_
 from fedaudit.fourier import amplitude_spectrum
 from fedaudit.inversion import (
@@ -69,24 +69,21 @@ from fedaudit.inversion import (
     InversionTarget,
     ProbeLoss,
     StyleProbe,
-    bn_modules,
     invert,
     pixel_box,
 )
 from fedaudit.style import EPS as STYLE_EPS
-from fedaudit.style import style_encoder
 from fedaudit.latent_inversion import head_running_stats, invert_latents
+from fedaudit.views import MEAN, VAR, count_sources, latest_weights, overlay_state, stat_keys, style_encoder_in_view
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
 
-MEAN, VAR = "running_mean", "running_var"
 DIFFERENCING = "differencing"
 
 STATS_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.BN_STATS_ALL_LAYERS, ArtifactKind.PARTIAL_MODEL,
                ArtifactKind.GLOBAL_STATS)
-WEIGHT_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL)
 BANK_KINDS = (ArtifactKind.STYLE_BANK, ArtifactKind.AMPLITUDE_BANK)
 NOT_YET = {
     ArtifactKind.MODEL_DELTA: "inverting a model delta is not yet supported by deepinversion",
@@ -96,12 +93,6 @@ NOT_APPLICABLE = {
     ArtifactKind.TRANSLATOR: "carries no statistics to invert",
     ArtifactKind.IMPORTANCE: "carries no statistics to invert",
 }
-
-
-def stat_keys(model: nn.Module) -> list[str]:
-    """``<layer>.running_mean``/``running_var`` of every BN layer with running statistics."""
-    names = {id(m): n for n, m in model.named_modules()}
-    return [f"{names[id(m)]}.{k}" for m in bn_modules(model) for k in (MEAN, VAR)]
 
 
 def difference_stats(global_stats: dict[str, Tensor], own_stats: dict[str, Tensor], num_clients: int,
@@ -190,16 +181,17 @@ class DeepInversion(Attack):
             seed=cfg.seed,
         ))
 
-    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> list[AttackOutput]:
-        return self.run_batch(view, prior, [victim], device)
+    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
+            access: Access = NO_ACCESS) -> list[AttackOutput]:
+        return self.run_batch(view, prior, [victim], device, access)
 
     def for_counterfactual(self, per_class: int | None = None) -> DeepInversion:
         return DeepInversion(replace(self.settings, nulls=False, per_class=per_class or self.settings.per_class),
                              self.own_weight)
 
-    def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str],
-                  device: torch.device) -> list[AttackOutput]:
-        """Attack every victim from what ``view`` holds; all inversions run as one batch."""
+    def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str], device: torch.device,
+                  access: Access = NO_ACCESS) -> list[AttackOutput]:
+        """Attack every victim from what ``view`` holds; all inversions run as one batch (no access needed)."""
         fresh = prior.build_model()
         keys = stat_keys(fresh)
         base = {k: v.detach().to(device) for k, v in fresh.state_dict().items()}
@@ -487,52 +479,3 @@ class _Context:
         before = [a for a in candidates if a.round < broadcast_round]
         art = max(before or candidates, key=lambda a: a.round)
         return art, {k: art.tensors[k].to(self.device) for k in self.keys}
-
-
-def style_encoder_in_view(fresh: nn.Module, view: WireView, device: torch.device) -> tuple[nn.Module, str]:
-    """The feature map styles were measured with: the first block of the newest global model the
-    observer saw (CCST freezes that block at its round-0 weights, so every round carries them)."""
-    model = copy.deepcopy(fresh).to(device)
-    sent = [a for a in view if a.kind == ArtifactKind.FULL_MODEL and a.sender == SERVER
-            and (view.role == SERVER or a.receiver == view.role)]
-    source = "fresh initialisation (no global model on the wire)"
-    if sent:
-        latest = max(sent, key=lambda a: a.round)
-        load_state_(model, {k: t.to(device) for k, t in latest.tensors.items()})
-        source = f"full_model@r{latest.round} from server"
-    return style_encoder(model.eval()), source
-
-
-def overlay_state(base: dict[str, Tensor], artifacts: Iterable[Artifact],
-                  device: torch.device) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """``base`` overlaid by each artifact's matching tensors in order, and where each tensor came from
-    ("fresh" or ``<kind>@r<round> from <sender>``)."""
-    state = dict(base)
-    source = dict.fromkeys(state, "fresh")
-    for art in artifacts:
-        for k, t in art.tensors.items():
-            if k in state and t.shape == state[k].shape:
-                state[k] = t.detach().to(device, state[k].dtype)
-                source[k] = f"{art.kind.value}@r{art.round} from {art.sender}"
-    return state, source
-
-
-def count_sources(source: dict[str, str], skip: Iterable[str] = ()) -> dict[str, int]:
-    """How many tensors came from each source (``weights_from`` in the results), leaving out ``skip``."""
-    skip = set(skip)
-    counts: dict[str, int] = {}
-    for k, s in source.items():
-        if k not in skip:
-            counts[s] = counts.get(s, 0) + 1
-    return counts
-
-
-def latest_weights(arts: list[Artifact], sender: str | None = None, receiver: str | None = None) -> list[Artifact]:
-    """The newest weight-bearing artifact of each kind from ``sender`` / to ``receiver``, oldest first."""
-    picked = []
-    for kind in WEIGHT_KINDS:
-        found = [a for a in arts if a.kind == kind and (sender is None or a.sender == sender)
-                 and (receiver is None or a.receiver == receiver)]
-        if found:
-            picked.append(max(found, key=lambda a: a.round))
-    return sorted(picked, key=lambda a: a.round)

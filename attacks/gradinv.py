@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from fedaudit.attack import Attack, AttackerPrior, AttackOutput
+from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput
 from fedaudit.gradient_inversion import (
     GradInvSettings,
     LocalRecipe,
@@ -52,7 +52,7 @@ from fedaudit.gradient_inversion import (
 )
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 
-from .deepinversion import overlay_state
+from fedaudit.views import overlay_state
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
@@ -92,7 +92,8 @@ class GradInv(Attack):
             optimizer=cfg.optimizer, seed=cfg.seed,
         )
 
-    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> list[AttackOutput]:
+    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
+            access: Access = NO_ACCESS) -> list[AttackOutput]:
         if view.role != SERVER:
             return [self._skip(view.role, victim, "gradient inversion needs the victim's own upload, which only the "
                                                   "server sees; run it with --attacker server")]

@@ -1,13 +1,16 @@
 """mia — membership inference: was this record in the victim's training split?
 
-The *auditor* holds the records; the attack sees only its role's wire view,
-the :class:`~fedaudit.attack.AttackerPrior`, black-box access to the deployed
-model, and a **challenge** per victim (:class:`MembershipChallenge`): the
+The *auditor* (:mod:`fedaudit.audit.membership`) holds the records; the
+attack sees only its role's wire view, the
+:class:`~fedaudit.attack.AttackerPrior`, and the :class:`~fedaudit.attack.Access`
+its threat model grants: black-box access to the deployed model, and a
+**challenge** per victim (:class:`~fedaudit.attack.MembershipChallenge`): the
 victim's members (its ``train`` split) and non-members (its ``holdout``,
 never trained on), shuffled together with their class labels but *without*
 saying which is which, plus population records (the other source domains'
 holdouts, RMIA's z). The attack returns one score per candidate (higher =
-member); the auditor splits them by the truth it kept and reports
+member) in an :class:`~fedaudit.attack.AttackOutput` per result and target;
+the auditor splits them by the truth it kept and reports
 :func:`fedaudit.membership.membership_metrics`.
 
 Variants (ATTACKS.md, "mia"; the statistics are :mod:`fedaudit.membership`):
@@ -35,8 +38,8 @@ applicable", "reason": ...}``.
 
 Reference models: N per victim (``reference_models``: 8 ``quick``, 64
 ``paper``; the caller's choice), trained with the method's local recipe
-(``Method.reference_recipe``; default cross-entropy SGD for rounds × local
-epochs, capped at 10 epochs in ``quick``, see ``fedaudit.method``) on random
+(``AttackerPrior.train_recipe``, the method's public code: cross-entropy SGD for rounds × local
+epochs by default, at most ``--reference-epochs``, see ``fedaudit.method``) on random
 halves of the challenge pool (:func:`fedaudit.reference_models.inclusion_masks`),
 each from its own initialisation of the method's architecture. Their logits on
 the pool, its flips and the population are cached in the run directory
@@ -76,42 +79,45 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from fedaudit import runs
 from fedaudit.aggregation import load_state_
-from fedaudit.attack import Attack, AttackerPrior, AttackOutput
+from fedaudit.attack import (
+    NO_ACCESS,
+    Access,
+    Attack,
+    AttackerPrior,
+    AttackOutput,
+    DomainChallenge,
+    MembershipChallenge,
+    Query,
+)
 from fedaudit.augment import SimCLRAugment
-from fedaudit.config import target_exposure
 from fedaudit.errors import FedauditError, unknown_choice
-from fedaudit.federation import derive_seed
 from fedaudit.membership import (
-    lira_calibration,
     lira_offline,
     lira_online,
     lira_signal,
     loss_signal,
-    membership_metrics,
     rmia_prob,
     rmia_score,
 )
-from fedaudit.reference_models import REFERENCE_PATHS, ReferenceLogits, TrainOne, eval_views, inclusion_masks, train_reference_models
+from fedaudit.reference_models import REFERENCE_PATHS, ReferenceLogits, eval_views, inclusion_masks, train_reference_models
+from fedaudit.seeds import derive_seed, stable_int
 from fedaudit.training import Preprocess
+from fedaudit.views import count_sources, latest_weights, overlay_state
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
-
-from .deepinversion import count_sources, latest_weights, overlay_state
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
-    from fedaudit.federation import Federation
-    from fedaudit.method import Method
 
 log = logging.getLogger("fedaudit")
 
@@ -130,35 +136,6 @@ CONSISTENCY_PAIRS = 4
 MIA_STREAM = 9_001  # derive_seed stream: challenge shuffles, reference models, consistency views
 CACHE_FORMAT = 1
 MAX_REFERENCE_MODELS = 4_096
-
-Query = Callable[[Tensor], Tensor]  # normalised inputs [B, C, H, W] → logits (or embeddings)
-Predict = Callable[[nn.Module, Tensor], Tensor]
-
-
-@dataclass(frozen=True, eq=False)
-class MembershipChallenge:
-    """What the auditor hands the attack for one victim. Deliberately no membership field.
-
-    ``images`` uint8 [n, C, H, W] and ``labels`` [n]: the victim's members and
-    holdout records, shuffled together; ``population_images`` /
-    ``population_labels``: records of other domains that no model trained on
-    (RMIA's z). All on the attack device.
-    """
-
-    victim: str
-    images: Tensor
-    labels: Tensor
-    population_images: Tensor
-    population_labels: Tensor
-
-
-@dataclass(frozen=True, eq=False)
-class DomainChallenge:
-    """Records of member domains (their holdouts) and of the unseen domain, shuffled, without saying which."""
-
-    images: Tensor
-    labels: Tensor
-
 
 @dataclass(frozen=True)
 class Skipped:
@@ -201,80 +178,129 @@ def check_variants(variants: Iterable[str]) -> tuple[str, ...]:
 
 
 class MembershipInference(Attack):
-    """Every selected variant against both targets of one victim's challenge.
+    """Every selected variant against both targets of each victim's challenge.
 
     The method-side knowledge an attacker has from the public code — whether
     the model is a label-free encoder, its local training recipe, its
-    architecture's constructor and its ``predict`` — is given at construction.
+    architecture's constructor and its ``predict`` — comes with the prior.
     """
 
     name = "mia"
     family: ClassVar[str] = "mia"
     summary = "membership inference (loss, LiRA online/offline, RMIA, domain-level) on the global model and the last upload"
     roles: ClassVar[tuple[str, ...]] = ("server", "client")
+    needs: ClassVar[frozenset[str]] = frozenset({"query", "challenges", "domain_challenge", "cache_dir"})
     variants: ClassVar[tuple[str, ...]] = tuple(VARIANTS)
 
     def __init__(self, reference_models: int = 8, *, seed: int = 0, precision: str = "fp32", path: str = "auto",
-                 label_free: bool = False, recipe: TrainOne | None = None,
-                 build_model: Callable[[], nn.Module] | None = None, predict: Predict | None = None,
-                 cache_dir: Path | None = None, consistency_pairs: int = CONSISTENCY_PAIRS) -> None:
+                 variants: Sequence[str] | None = None, consistency_pairs: int = CONSISTENCY_PAIRS) -> None:
         if path not in REFERENCE_PATHS:
             raise unknown_choice("reference-model path", path, REFERENCE_PATHS)
         self.reference_models = check_reference_models(reference_models)
         self.seed, self.precision, self.path = seed, precision, path
-        self.label_free, self.recipe = label_free, recipe
-        self.build_model, self.cache_dir = build_model, cache_dir
-        self.predict: Predict = predict or (lambda model, x: model(x))
+        self.selected = check_variants(type(self).variants if variants is None else variants)
         self.consistency_pairs = consistency_pairs
         self.trained = 0  # reference-model sets trained (not read from the cache) by this instance
 
     @classmethod
     def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> MembershipInference:
-        """Defaults from the run config; :func:`audit_membership` adds the method's knowledge."""
-        return cls(getattr(cfg, "reference_models", 8), seed=cfg.seed, precision=cfg.precision)
+        return cls(cfg.reference_models, seed=cfg.seed, precision=cfg.precision)
 
-    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> list[AttackOutput]:
-        raise FedauditError("membership inference needs the auditor's challenge; call "
-                            "fedaudit.attacks.mia.audit_membership (api.run_attacks does)")
+    @classmethod
+    def for_selection(cls, selected: Sequence[type[Attack]], cfg: RunConfig, prior: AttackerPrior) -> MembershipInference:
+        """One run of the union of the selected classes' variants (``--attack mia-loss,mia-lira``)."""
+        return MembershipInference(cfg.reference_models, seed=cfg.seed, precision=cfg.precision,
+                                   variants=mia_variants(selected))
 
-    def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str],
-                  device: torch.device) -> list[AttackOutput]:
-        return self.run(view, prior, ", ".join(victims), device)
+    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
+            access: Access = NO_ACCESS) -> list[AttackOutput]:
+        return self.run_batch(view, prior, [victim], device, access)
+
+    def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str], device: torch.device,
+                  access: Access = NO_ACCESS) -> list[AttackOutput]:
+        """One output per (result key, target, victim); for ``domain`` one over the domain challenge."""
+        if access.query is None:
+            raise FedauditError("membership inference needs query access to the deployed model and the auditor's "
+                                "challenges; run it through fedaudit.audit.membership.audit_membership")
+        outputs: list[AttackOutput] = []
+        # Reference training may draw from torch's global RNG (MixStyle, dropout): fork it, seeded, so the
+        # attack is reproducible and leaves the caller's RNG where it was.
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(derive_seed(self.seed, MIA_STREAM, 4))
+            for victim in victims if any(v != "domain" for v in self.selected) else ():
+                challenge = access.challenges.get(victim)
+                if challenge is None:
+                    raise FedauditError(f"membership inference against {victim} needs the auditor's challenge for it")
+                outputs += self._victim_outputs(view, prior, challenge, access.query, device, access.cache_dir)
+            if "domain" in self.selected:
+                if access.domain_challenge is None:
+                    raise FedauditError("domain-level membership needs the auditor's domain challenge")
+                scores = self.attack_domain(access.domain_challenge, access.query, prior, device).cpu()
+                outputs.append(AttackOutput(self.name, view.role, ALL_DOMAINS, GLOBAL, scores=scores,
+                                            info={"result": "domain", "status": "attacked",
+                                                  "signal": self.signal_name("domain", prior.label_free)}))
+        return outputs
+
+    def _victim_outputs(self, view: WireView, prior: AttackerPrior, challenge: MembershipChallenge, query: Query,
+                        device: torch.device, cache_dir: Path | None) -> list[AttackOutput]:
+        answer = self.attack(view, prior, challenge, query, device, self.selected, cache_dir)
+        reference = answer.info.get("reference", {})
+        outputs = []
+        for key, by_target in answer.scores.items():
+            for target, scores in by_target.items():
+                info: dict[str, Any] = {"result": key}
+                if isinstance(scores, Skipped):
+                    outputs.append(AttackOutput(self.name, view.role, challenge.victim, target,
+                                                info={**info, **scores.to_json()}))
+                    continue
+                info.update(status="attacked", signal=self.signal_name(key, prior.label_free),
+                            **answer.info.get(target, {}))
+                signals: dict[str, Tensor] = {}
+                if key != "loss":
+                    info["reference"] = reference
+                    if answer.reference_phi is not None and target in answer.phi:
+                        signals = {"phi": answer.phi[target], "reference_phi": answer.reference_phi[0],
+                                   "reference_masks": answer.reference_phi[1]}
+                if key == "rmia":
+                    info["population"] = int(challenge.population_labels.shape[0])
+                outputs.append(AttackOutput(self.name, view.role, challenge.victim, target,
+                                            scores=scores.double().cpu(), info=info, signals=signals))
+        return outputs
 
     # -- one victim ------------------------------------------------------------------
 
     def attack(self, view: WireView, prior: AttackerPrior, challenge: MembershipChallenge, query: Query,
-               device: torch.device, variants: Sequence[str]) -> VictimScores:
+               device: torch.device, variants: Sequence[str], cache_dir: Path | None = None) -> VictimScores:
         """Scores for every result key of ``variants`` (except ``domain``) on both targets."""
         pre = attacker_preprocess(prior, device)
         forwards: dict[str, Query | Skipped] = {GLOBAL: query}
         info: dict[str, dict[str, Any]] = {GLOBAL: {}}
         last, info[LAST_UPLOAD] = self._last_upload(view, prior, challenge.victim, device)
         forwards[LAST_UPLOAD] = last
-        want_rmia = "rmia" in variants and not self.label_free and challenge.population_labels.numel() > 0
+        want_rmia = "rmia" in variants and not prior.label_free and challenge.population_labels.numel() > 0
         signals = {t: f if isinstance(f, Skipped) else self._signals(f, challenge, pre, prior, want_rmia)
                    for t, f in forwards.items()}
 
         ref: dict[str, Tensor] | Skipped | None = None
         if "lira" in variants or want_rmia:
-            ref = self._reference_signals(challenge, prior, pre, device)
+            ref = self._reference_signals(challenge, prior, pre, device, cache_dir)
             if not isinstance(ref, Skipped):
                 info["reference"] = ref.pop("info")
 
         out: dict[str, dict[str, Tensor | Skipped]] = {}
         for target, sig in signals.items():
             for key in (k for v in variants if v != "domain" for k in VARIANTS[v]):
-                out.setdefault(key, {})[target] = sig if isinstance(sig, Skipped) else self._score(key, sig, ref, challenge)
+                out.setdefault(key, {})[target] = sig if isinstance(sig, Skipped) else self._score(key, sig, ref, challenge, prior)
         phi = {t: sig["phi"] for t, sig in signals.items() if not isinstance(sig, Skipped)}
         ref_phi = (ref["phi"], ref["masks"]) if isinstance(ref, dict) else None
         return VictimScores(out, info, phi, ref_phi)
 
     def _score(self, key: str, sig: dict[str, Tensor], ref: dict[str, Tensor] | Skipped | None,
-               challenge: MembershipChallenge) -> Tensor | Skipped:
+               challenge: MembershipChallenge, prior: AttackerPrior) -> Tensor | Skipped:
         if key == "loss":
             return sig["loss"]
         if key == "rmia":
-            if self.label_free:
+            if prior.label_free:
                 return Skipped("label-free encoder: RMIA needs class probabilities Pr(y|x), and the model outputs embeddings")
             if challenge.population_labels.numel() == 0:
                 return Skipped("no population records: the federation has no other source domain whose holdout could serve as z")
@@ -293,7 +319,7 @@ class MembershipInference(Attack):
                  want_rmia: bool) -> dict[str, Tensor]:
         """Per-record signals of one target: ``loss`` and LiRA's ``phi`` (and RMIA's ``p_x``/``p_z``)."""
         y = challenge.labels.cpu()
-        if self.label_free:
+        if prior.label_free:
             views = self._consistency_views(challenge, prior)
             (emb,) = eval_views(forward, [views], pre, False, self.precision)
             c = consistency(emb, self.consistency_pairs)
@@ -312,7 +338,7 @@ class MembershipInference(Attack):
         """uint8 [2·pairs·n, C, H, W]: for each pair k, view A of every record, then view B (fixed seed)."""
         images = challenge.images
         g = torch.Generator(device=images.device)
-        g.manual_seed(derive_seed(self.seed, MIA_STREAM, 2, _stable_int(challenge.victim)))
+        g.manual_seed(derive_seed(self.seed, MIA_STREAM, 2, stable_int(challenge.victim)))
         augment = SimCLRAugment(hflip=prior.hflip)
         unit = images.float() / 255.0
         views = [augment(unit, g) for _ in range(2 * self.consistency_pairs)]
@@ -321,32 +347,33 @@ class MembershipInference(Attack):
     # -- reference models --------------------------------------------------------------
 
     def _reference_signals(self, challenge: MembershipChallenge, prior: AttackerPrior, pre: Preprocess,
-                           device: torch.device) -> dict[str, Any] | Skipped:
+                           device: torch.device, cache_dir: Path | None) -> dict[str, Any] | Skipped:
         """Reference signals [N, n] (and RMIA's on the population) with the masks, from the cache or trained."""
-        if self.recipe is None:
+        if prior.train_recipe is None:
             return Skipped("the method gives no local recipe to train reference models with (Method.reference_recipe)")
-        if self.build_model is None:
-            return Skipped("no architecture constructor was given to build reference models")
+        if prior.new_model is None:
+            return Skipped("the prior has no architecture constructor to build reference models with")
         n = challenge.labels.shape[0]
         if n < 4:
             return Skipped(f"the victim's pool has {n} records; reference models need at least 4")
-        seed = derive_seed(self.seed, MIA_STREAM, 1, _stable_int(challenge.victim))
+        seed = derive_seed(self.seed, MIA_STREAM, 1, stable_int(challenge.victim))
         key = self._cache_key(challenge, prior, seed)
-        loaded = self._load_cache(challenge.victim, key)
+        paths = _cache_paths(cache_dir, challenge.victim)
+        loaded = _load_cache(paths, challenge.victim, key)
         if loaded is None:
             t0 = time.perf_counter()
             tensors, made = self._train(challenge, prior, pre, seed)
             made["seconds"] = round(time.perf_counter() - t0, 3)
-            self._save_cache(challenge.victim, key, tensors, made)
+            _save_cache(paths, key, tensors, made)
             self.trained += 1
             source = "trained"
         else:
             (tensors, made), source = loaded, "cache"
         t = tensors
         masks = t["masks"].bool()
-        info = {"reference_models": int(masks.shape[0]), "recipe": repr(self.recipe), "source": source, **made}
+        info = {"reference_models": int(masks.shape[0]), "recipe": repr(prior.train_recipe), "source": source, **made}
         y = challenge.labels.cpu()
-        if self.label_free:
+        if prior.label_free:
             return {"phi": fisher_z(t["consistency"]), "masks": masks, "info": info}
         out = {"phi": lira_signal(t["logits"], y, t.get("flipped")), "masks": masks, "info": info}
         if "population_logits" in t:
@@ -359,9 +386,9 @@ class MembershipInference(Attack):
                seed: int) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """The tensors to cache, and how they were made (training path and why)."""
         masks = inclusion_masks(challenge.labels.shape[0], self.reference_models, torch.Generator().manual_seed(seed % 2**63))
-        if self.label_free:
+        if prior.label_free:
             views = self._consistency_views(challenge, prior)
-            ref = train_reference_models(self.build_model, challenge.images, challenge.labels, masks, self.recipe,
+            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, prior.train_recipe,
                                          preprocess=pre, population=views, seed=seed, path=self.path, flip=False,
                                          precision=self.precision)
             # Only the consistency per (model, record) is kept: the view embeddings are large and nothing else reads them.
@@ -369,7 +396,7 @@ class MembershipInference(Attack):
                        "masks": ref.masks.to(torch.uint8)}
         else:
             population = challenge.population_images if challenge.population_labels.numel() else None
-            ref = train_reference_models(self.build_model, challenge.images, challenge.labels, masks, self.recipe,
+            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, prior.train_recipe,
                                          preprocess=pre, population=population, seed=seed, path=self.path,
                                          flip=prior.hflip, precision=self.precision)
             tensors = _tensors_of(ref)
@@ -381,57 +408,22 @@ class MembershipInference(Attack):
             "format": CACHE_FORMAT,
             "victim": challenge.victim,
             "reference_models": self.reference_models,
-            "recipe": repr(self.recipe),
+            "recipe": repr(prior.train_recipe),
             "seed": seed,
             "path": self.path,
             "precision": self.precision,
-            "signal": f"consistency/{self.consistency_pairs}" if self.label_free else "logits",
+            "signal": f"consistency/{self.consistency_pairs}" if prior.label_free else "logits",
             "flip": bool(prior.hflip),
             "architecture": _digest(json.dumps(shapes).encode()),
             "pool": _digest_tensors(challenge.images, challenge.labels),
             "population": _digest_tensors(challenge.population_images, challenge.population_labels),
         }
 
-    def _cache_paths(self, victim: str) -> tuple[Path, Path] | None:
-        if self.cache_dir is None:
-            return None
-        stem = runs.safe_name(victim) + "-reference-logits"
-        return self.cache_dir / f"{stem}.safetensors", self.cache_dir / f"{stem}.json"
-
-    def _load_cache(self, victim: str, key: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Any]] | None:
-        """(tensors, how they were made) when the cache holds this key, else None."""
-        paths = self._cache_paths(victim)
-        if paths is None or not all(p.is_file() for p in paths):
-            return None
-        from safetensors.torch import load_file
-
-        try:
-            meta = runs.read_json(paths[1])
-            if meta.get("key") != key:
-                log.info("mia: reference-logit cache for %s was made by other settings; retraining", victim)
-                return None
-            return load_file(str(paths[0])), dict(meta.get("made", {}))
-        except (OSError, ValueError, json.JSONDecodeError) as exc:
-            log.warning("mia: unreadable reference-logit cache for %s (%s); retraining", victim, exc)
-            return None
-
-    def _save_cache(self, victim: str, key: dict[str, Any], tensors: dict[str, Tensor], made: dict[str, Any]) -> None:
-        paths = self._cache_paths(victim)
-        if paths is None:
-            return
-        from safetensors.torch import save_file
-
-        paths[0].parent.mkdir(parents=True, exist_ok=True)
-        with runs.atomic_path(paths[0]) as tmp:
-            save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
-        # Written last: a matching key marks a complete cache.
-        runs.write_json(paths[1], {"key": key, "made": made, "tensors": sorted(tensors)})
-
     # -- targets -----------------------------------------------------------------------
 
     def _last_upload(self, view: WireView, prior: AttackerPrior, victim: str,
                      device: torch.device) -> tuple[Query | Skipped, dict[str, Any]]:
-        return last_upload(view, prior, victim, device, self.predict)
+        return last_upload(view, prior, victim, device)
 
     # -- domain level --------------------------------------------------------------------
 
@@ -439,7 +431,7 @@ class MembershipInference(Attack):
                       device: torch.device) -> Tensor:
         """The global model's per-record signal (higher = looks like a training domain)."""
         pre = attacker_preprocess(prior, device)
-        if self.label_free:
+        if prior.label_free:
             probe = MembershipChallenge(ALL_DOMAINS, challenge.images, challenge.labels, challenge.images[:0],
                                         challenge.labels[:0])
             (emb,) = eval_views(query, [self._consistency_views(probe, prior)], pre, False, self.precision)
@@ -447,8 +439,8 @@ class MembershipInference(Attack):
         (logits,) = eval_views(query, [challenge.images], pre, False, self.precision)
         return loss_signal(logits, challenge.labels.cpu())
 
-    def signal_name(self, key: str) -> str:
-        if self.label_free:
+    def signal_name(self, key: str, label_free: bool) -> str:
+        if label_free:
             return (f"augmentation consistency: mean cosine of the embeddings of {self.consistency_pairs} SimCLR view "
                     "pairs" + ("; LiRA on its Fisher z" if key.startswith("lira") else ""))
         return {
@@ -496,8 +488,8 @@ def mia_variants(classes: Iterable[type[Attack]]) -> tuple[str, ...]:
 # -- signals and helpers -----------------------------------------------------------------
 
 
-def last_upload(view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
-                predict: Predict) -> tuple[Query | Skipped, dict[str, Any]]:
+def last_upload(view: WireView, prior: AttackerPrior, victim: str,
+                device: torch.device) -> tuple[Query | Skipped, dict[str, Any]]:
     """The victim's newest uploaded weights as a queryable model (through the method's public ``predict``),
     or why there are none in this view; with where its weights came from."""
     if view.role != SERVER:
@@ -518,7 +510,7 @@ def last_upload(view: WireView, prior: AttackerPrior, victim: str, device: torch
     load_state_(model, state)
     model = model.to(device).eval()
     info = {"round": max(a.round for a in uploads), "weights_from": count_sources(source)}
-    return (lambda x: predict(model, x)), info
+    return (lambda x: prior.predict(model, x)), info
 
 
 
@@ -558,138 +550,43 @@ def _digest_tensors(*tensors: Tensor) -> str:
     return h.hexdigest()[:16]
 
 
-def _stable_int(text: str) -> int:
-    """A seed component from a name (Python's str hash is salted per process)."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+def _cache_paths(cache_dir: Path | None, victim: str) -> tuple[Path, Path] | None:
+    if cache_dir is None:
+        return None
+    stem = runs.safe_name(victim) + "-reference-logits"
+    return cache_dir / f"{stem}.safetensors", cache_dir / f"{stem}.json"
 
 
-# -- the auditor -----------------------------------------------------------------------------
+def _load_cache(paths: tuple[Path, Path] | None, victim: str,
+                key: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Any]] | None:
+    """(tensors, how they were made) when the cache holds this key, else None."""
+    if paths is None or not all(p.is_file() for p in paths):
+        return None
+    from safetensors.torch import load_file
+
+    try:
+        meta = runs.read_json(paths[1])
+        if meta.get("key") != key:
+            log.info("mia: reference-logit cache for %s was made by other settings; retraining", victim)
+            return None
+        return load_file(str(paths[0])), dict(meta.get("made", {}))
+    except (OSError, ValueError, json.JSONDecodeError) as exc:
+        log.warning("mia: unreadable reference-logit cache for %s (%s); retraining", victim, exc)
+        return None
 
 
-def make_challenge(fed: Federation, victim: str, seed: int) -> tuple[MembershipChallenge, Tensor]:
-    """The victim's challenge and the truth the auditor keeps (bool [n], True = member)."""
-    client = next((c for c in fed.clients if c.domain == victim), None)
-    if client is None:
-        raise unknown_choice("mia victim", victim, [c.domain for c in fed.clients])
-    d = client.data
-    train_x, train_y = d.members()  # an auditor's canaries are trained on but are not the victim's members
-    images, labels = torch.cat([train_x, d.holdout_x]), torch.cat([train_y, d.holdout_y])
-    is_member = torch.cat([torch.ones(train_y.shape[0], dtype=torch.bool),
-                           torch.zeros(d.holdout_y.shape[0], dtype=torch.bool)])
-    g = torch.Generator().manual_seed(derive_seed(seed, MIA_STREAM, 0, _stable_int(victim)) % 2**63)
-    order = torch.randperm(labels.shape[0], generator=g)
-    others = [c.data for c in fed.clients if c.domain != victim]
-    pop_x = torch.cat([o.holdout_x for o in others]) if others else images[:0]
-    pop_y = torch.cat([o.holdout_y for o in others]) if others else labels[:0]
-    dev = order.to(images.device)
-    return MembershipChallenge(victim, images[dev], labels[dev], pop_x, pop_y), is_member[order]
+def _save_cache(paths: tuple[Path, Path] | None, key: dict[str, Any], tensors: dict[str, Tensor],
+                made: dict[str, Any]) -> None:
+    if paths is None:
+        return
+    from safetensors.torch import save_file
+
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
+    with runs.atomic_path(paths[0]) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
+    # Written last: a matching key marks a complete cache.
+    runs.write_json(paths[1], {"key": key, "made": made, "tensors": sorted(tensors)})
 
 
-def make_domain_challenge(fed: Federation, domains: Sequence[str], seed: int) -> tuple[DomainChallenge, list[str | None]]:
-    """Holdouts of ``domains`` and the unseen target domain's records, shuffled; the truth (domain, None = target)."""
-    parts = [(c.domain, c.data.holdout_x, c.data.holdout_y) for c in fed.clients if c.domain in domains]
-    parts.append((None, fed.target_x, fed.target_y))
-    images = torch.cat([p[1] for p in parts])
-    labels = torch.cat([p[2] for p in parts])
-    truth = [p[0] for p in parts for _ in range(p[2].shape[0])]
-    g = torch.Generator().manual_seed(derive_seed(seed, MIA_STREAM, 3) % 2**63)
-    order = torch.randperm(labels.shape[0], generator=g)
-    dev = order.to(images.device)
-    return DomainChallenge(images[dev], labels[dev]), [truth[i] for i in order.tolist()]
-
-
-def black_box(method: Method, fed: Federation) -> Query:
-    """Query access to the deployed model: normalised inputs → the method's outputs, nothing else."""
-    model = method.global_model(fed).eval()
-
-    @torch.no_grad()
-    def query(x: Tensor) -> Tensor:
-        return method.predict(model, x)
-
-    return query
-
-
-def audit_membership(run_dir: Path, cfg: RunConfig, method: Method, fed: Federation, prior: AttackerPrior, *,
-                     role: str, victims: Sequence[str], reference_models: int,
-                     variants: Sequence[str] = tuple(VARIANTS), path: str = "auto") -> dict[str, Any]:
-    """Run the selected mia ``variants`` as ``role`` against ``victims``; the auditor scores them.
-
-    Returns ``{result_key: {target: {victim: membership_metrics(...) + members, nonmembers,
-    reference_models, signal}}}`` (JSON-able) with result keys loss, lira_online, lira_offline, rmia and
-    domain (target global_model; victims = each source domain attacked and ``all``, pooled). What could
-    not run is ``{"status": "not applicable", "reason": ...}`` in the victim's place. Reference logits
-    are cached under ``run_dir/mia/``.
-    """
-    variants = check_variants(variants)
-    check_reference_models(reference_models)
-    device = fed.device
-    needs_reference = "lira" in variants or "rmia" in variants
-    attack = MembershipInference(
-        reference_models, seed=cfg.seed, precision=cfg.precision, path=path, label_free=method.label_free,
-        recipe=method.reference_recipe(fed) if needs_reference else None,
-        build_model=lambda: method.build_model(fed), predict=method.predict, cache_dir=Path(run_dir) / "mia")
-    view = fed.wire.view(role)
-    query = black_box(method, fed)
-    result: dict[str, Any] = {}
-    t0 = time.perf_counter()
-    # Reference training may draw from torch's global RNG (MixStyle, dropout): fork it, seeded, so the
-    # audit is reproducible and leaves the run's own RNG where it was.
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(derive_seed(cfg.seed, MIA_STREAM, 4))
-        for victim in victims if any(v != "domain" for v in variants) else ():
-            challenge, is_member = make_challenge(fed, victim, cfg.seed)
-            answer = attack.attack(view, prior, challenge, query, device, variants)
-            reference = answer.info.get("reference", {})
-            if reference:  # how much the reference models saw of a record, beside how much the target did
-                reference = {**reference, "epochs": getattr(attack.recipe, "epochs", None),
-                             "target_exposure_epochs": target_exposure(cfg)}
-            for key, by_target in answer.scores.items():
-                for target, scores in by_target.items():
-                    if isinstance(scores, Skipped):
-                        entry = scores.to_json()
-                    else:
-                        uses_ref = key != "loss"
-                        scores = scores.double().cpu()
-                        entry = _scored(scores[is_member], scores[~is_member], attack.signal_name(key),
-                                        reference.get("reference_models", 0) if uses_ref else 0)
-                        entry.update(answer.info.get(target, {}))
-                        if uses_ref:
-                            entry["reference"] = reference
-                            if answer.reference_phi is not None and target in answer.phi:
-                                # Did the reference models stand in for this target? (the auditor knows who is a member)
-                                entry["calibration"] = lira_calibration(answer.phi[target], *answer.reference_phi,
-                                                                        is_member)
-                        if key == "rmia":
-                            entry["population"] = int(challenge.population_labels.shape[0])
-                    result.setdefault(key, {}).setdefault(target, {})[victim] = entry
-        if "domain" in variants:
-            result["domain"] = _audit_domains(attack, fed, prior, query, victims, cfg.seed, device)
-    log.info("mia: %s as %s against %s in %.1fs (%d reference-model set(s) trained)", ", ".join(variants), role,
-             ", ".join(victims), time.perf_counter() - t0, attack.trained)
-    return result
-
-
-def _audit_domains(attack: MembershipInference, fed: Federation, prior: AttackerPrior, query: Query,
-                   victims: Sequence[str], seed: int, device: torch.device) -> dict[str, Any]:
-    """Per source domain and pooled (``all``): its holdout records against the unseen domain's records."""
-    challenge, truth = make_domain_challenge(fed, victims, seed)
-    scores = attack.attack_domain(challenge, query, prior, device).cpu()
-    unseen = scores[torch.tensor([t is None for t in truth])]
-    rows: dict[str, Any] = {}
-    for victim in [*victims, ALL_DOMAINS]:
-        member = torch.tensor([t is not None and victim in (t, ALL_DOMAINS) for t in truth])
-        rows[victim] = _scored(scores[member], unseen, attack.signal_name("domain"), 0)
-        rows[victim]["nonmember_domain"] = fed.split.target
-    return {GLOBAL: rows}
-
-
-def _scored(members: Tensor, nonmembers: Tensor, signal: str, n_reference: int) -> dict[str, Any]:
-    """membership_metrics with the fields every entry carries."""
-    out = membership_metrics(members, nonmembers)
-    out.update(members=int(members.numel()), nonmembers=int(nonmembers.numel()), reference_models=int(n_reference),
-               signal=signal)
-    return out
-
-
-__all__ = ["MIA_ATTACKS", "DomainChallenge", "MembershipChallenge", "MembershipInference", "VARIANTS",
-           "audit_membership", "black_box", "last_upload", "make_challenge", "mia_variants"]
+__all__ = ["ALL_DOMAINS", "GLOBAL", "LAST_UPLOAD", "MIA_ATTACKS", "MIA_STREAM", "NOT_APPLICABLE", "VARIANTS",
+           "MembershipInference", "Skipped", "last_upload", "mia_variants"]

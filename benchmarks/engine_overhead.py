@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from fedaudit.api import resolve_device, save_progress
 from fedaudit.config import RunConfig
 from fedaudit.data import load_dataset, lodo_split
-from fedaudit.federation import Federation, derive_seed
+from fedaudit.federation import Federation
+from fedaudit.seeds import derive_seed
 from fedaudit.methods.fedavg import FedAvg
 from fedaudit.models import build_model
 from fedaudit.training import Preprocess

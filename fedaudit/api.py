@@ -26,7 +26,8 @@ from fedaudit.audit.verdict import RiskThresholds, judge
 from fedaudit.config import RunConfig, load_toml, parse_method_options, resolve
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.errors import FedauditError, unknown_choice
-from fedaudit.federation import Federation, derive_seed
+from fedaudit.federation import Federation
+from fedaudit.seeds import derive_seed
 from fedaudit.leakage import Auditor, DomainRecords
 from fedaudit.method import Method
 from fedaudit.reports import write_report_or_warn
@@ -136,7 +137,7 @@ def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, target
         return EvaluateResult(root, metrics)
     per_target = {}
     for target in targets:
-        sub = root / target_dirname(target)
+        sub = root / runs.target_dirname(target)
         if not (sub / "config.json").exists():
             sub.mkdir(parents=True, exist_ok=True)
             runs.write_json(sub / "config.json", {"config": {**cfg.to_json(), "target_domain": target},
@@ -144,7 +145,7 @@ def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, target
         per_target[target] = run_one(sub, cfg, dataset, target, device, reporter, on_round_end, command, data_seconds)
     metrics = summarise_targets(cfg, per_target)
     runs.write_json(root / "metrics.json", metrics)
-    runs.mark_complete(root, ["config.json", "metrics.json", *(f"{target_dirname(t)}/{runs.COMPLETE}" for t in targets)])
+    runs.mark_complete(root, ["config.json", "metrics.json", *(f"{runs.target_dirname(t)}/{runs.COMPLETE}" for t in targets)])
     write_report_or_warn(root)  # one report for all targets, rendered from the root and its target-*/ folders
     return EvaluateResult(root, metrics)
 
@@ -152,6 +153,7 @@ def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, target
 def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: str, device: torch.device,
             reporter: Reporter, on_round_end, command: str, data_seconds: float) -> dict[str, Any]:
     """Train, attack and write one target's run directory (resuming if it has a checkpoint)."""
+    from fedaudit.attacks import get_attacks
     from fedaudit.audit.canary import canary_split
     from fedaudit.methods import get_method
 
@@ -161,7 +163,8 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
     log.info("run directory %s (target %s)", run_dir, target)
     method = get_method(cfg.method)(cfg)
     split = lodo_split(dataset, target, cfg.split, seed=cfg.seed)
-    split = canary_split(cfg, split, len(dataset.classes), lambda sources: attack_role_and_victims(cfg, sources)[1])
+    if any(cls.plants_canaries for cls in get_attacks(cfg.attack)):  # before training: canaries change what is trained
+        split = canary_split(cfg, split, len(dataset.classes), lambda sources: attack_role_and_victims(cfg, sources)[1])
     wire = Wire(run_dir / "artifacts" if cfg.keep_artifacts else None)
     fed = Federation(cfg, method, dataset, split, device, wire)
     ckpt = runs.load_checkpoint(run_dir)
@@ -221,11 +224,12 @@ def private_config(cfg: RunConfig, method_cls: type[Method]) -> RunConfig:
     from dataclasses import replace
 
     from fedaudit.dp import check_supported, describe_layers, unsupported_layers
+    from fedaudit.methods import METHODS
     from fedaudit.models import build_model
 
     if cfg.dp_epsilon is None:
         return cfg
-    check_supported(cfg, method_cls)
+    check_supported(cfg, method_cls, [name for name, cls in METHODS.items() if not cls.dp_incompatible])
     bad = unsupported_layers(build_model(cfg.model, 2, cfg.image_size, norm=cfg.norm))
     if not bad:
         return cfg
@@ -255,7 +259,8 @@ PRIOR_SEED_STREAM = 7_001  # the attacker's fresh model: a fixed initialisation,
 
 def attacker_prior(cfg: RunConfig, method: Method, fed: Federation, dataset: MultiDomainDataset) -> AttackerPrior:
     """Public knowledge: the method's architecture (built by the method itself, so
-    norm layers and heads match), classes, domains, image shape, normalisation."""
+    norm layers and heads match), classes, domains, image shape, normalisation, and the
+    method's public code (its predict, whether it is label-free, its local training recipe)."""
     seed = derive_seed(cfg.seed, PRIOR_SEED_STREAM)
 
     def build() -> torch.nn.Module:
@@ -267,7 +272,9 @@ def attacker_prior(cfg: RunConfig, method: Method, fed: Federation, dataset: Mul
     return AttackerPrior(arch=cfg.model, num_classes=len(dataset.classes), class_names=tuple(dataset.classes),
                          domains=tuple(dataset.domains), image_size=cfg.image_size, channels=3,
                          mean=tuple(dataset.mean), std=tuple(dataset.std), build_model=build,
-                         num_clients=len(fed.clients), hflip=dataset.hflip)
+                         num_clients=len(fed.clients), hflip=dataset.hflip, predict=method.predict,
+                         label_free=method.label_free, train_recipe=method.reference_recipe(fed),
+                         new_model=lambda: method.build_model(fed))
 
 
 def attack_role_and_victims(cfg: RunConfig, sources: list[str]) -> tuple[str, list[str]]:
@@ -290,46 +297,41 @@ def run_attacks(run_dir: Path, cfg: RunConfig, method: Method, fed: Federation, 
                 device: torch.device) -> dict[str, Any]:
     """Every selected attack against the attacker's wire view, scored by the auditor.
 
-    The attacks get only the view and the prior; the auditor (who holds the
-    private records) scores what they return.
+    An attack gets the view, the prior and the access its threat model grants
+    (``Attack.needs``); the auditor's procedure for it follows from that grant:
+    membership challenges, planted canaries, or reconstructions scored against
+    the private records. One instance per attack family, membership first.
     """
     from fedaudit.attacks import get_attacks
-
-    classes = get_attacks(cfg.attack)
-    if not classes:
-        return {}
-    from fedaudit.attacks.mia import MembershipInference, audit_membership, mia_variants
+    from fedaudit.audit.canary import audit_canaries
+    from fedaudit.audit.membership import audit_membership
+    from fedaudit.audit.reconstruction import audit_reconstruction
 
     prior = attacker_prior(cfg, method, fed, dataset)
     role, victims = attack_role_and_victims(cfg, [c.domain for c in fed.clients])
+    families: dict[str, list] = {}
+    for cls in get_attacks(cfg.attack):
+        families.setdefault(cls.family or cls.name, []).append(cls)
+    attacks = [group[0].for_selection(group, cfg, prior) for group in families.values()]
+    attacks.sort(key=lambda a: 0 if "challenges" in a.needs else 1 if "canaries" in a.needs else 2)
     leakage: dict[str, Any] = {}
-    membership = [c for c in classes if issubclass(c, MembershipInference)]
-    classes = [c for c in classes if c not in membership]
-    if membership:
-        log.info("attack mia as %s against %s (%d reference models)", role, ", ".join(victims), cfg.reference_models)
-        leakage["mia"] = audit_membership(run_dir, cfg, method, fed, prior, role=role, victims=victims,
-                                          reference_models=cfg.reference_models, variants=mia_variants(membership))
-    canary = [c for c in classes if getattr(c, "plants_canaries", False)]
-    classes = [c for c in classes if c not in canary]
-    if canary:  # the one-run audit: the auditor scores the canaries it planted before training
-        from fedaudit.audit.canary import audit_canaries
-
-        log.info("canary audit as %s against %s", role, ", ".join(victims))
-        leakage["canary"] = audit_canaries(cfg, method, fed, prior, role=role, victims=victims)
-    if not classes:
-        return leakage
-    from fedaudit.audit.reconstruction import audit_reconstruction
-
-    view = fed.wire.view(role)
-    auditor = build_auditor(cfg, fed, dataset, device)  # trains the judges: only when a reconstruction attack runs
-    for cls in classes:
-        attack = cls.from_config(cfg, prior)
-        log.info("attack %s as %s against %s (with its nulls, holdout twin and positive control)", cls.name, role,
-                 ", ".join(victims))
-        leakage[cls.name] = audit_reconstruction(attack, view, prior, victims, auditor, run_dir, device)
-        settings = getattr(attack, "settings", None)
-        if settings is not None:
-            leakage[cls.name]["settings"] = settings.to_json()
+    auditor = None
+    for attack in attacks:
+        against = f"as {role} against {', '.join(victims)}"
+        if "challenges" in attack.needs:
+            log.info("attack %s %s (%d reference models)", attack.name, against, cfg.reference_models)
+            leakage[attack.name] = audit_membership(attack, run_dir, cfg, method, fed, prior, role=role, victims=victims)
+        elif "canaries" in attack.needs:  # the one-run audit: the auditor scores the canaries it planted
+            log.info("canary audit %s", against)
+            leakage[attack.name] = audit_canaries(attack, cfg, method, fed, prior, role=role, victims=victims)
+        else:
+            log.info("attack %s %s (with its nulls, holdout twin and positive control)", attack.name, against)
+            auditor = auditor or build_auditor(cfg, fed, dataset, device)  # trains the judges: only when needed
+            leakage[attack.name] = audit_reconstruction(attack, fed.wire.view(role), prior, victims, auditor, run_dir,
+                                                        device)
+            settings = getattr(attack, "settings", None)
+            if settings is not None:
+                leakage[attack.name]["settings"] = settings.to_json()
     return leakage
 
 
@@ -483,10 +485,6 @@ def resolve_targets(cfg: RunConfig, dataset: MultiDomainDataset) -> list[str]:
     if cfg.target_domain not in dataset.domains:
         raise unknown_choice("target domain", cfg.target_domain, [*dataset.domains, "all"])
     return [cfg.target_domain]
-
-
-def target_dirname(target: str) -> str:
-    return "target-" + runs.safe_name(target)
 
 
 def command_line() -> str:

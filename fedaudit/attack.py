@@ -1,17 +1,22 @@
 """The Attack contract: an attacker sees a wire view and public knowledge.
 
 An attack receives what an observer in one role saw (a
-:class:`~fedaudit.wire.WireView`) and an :class:`AttackerPrior` — never a
-client object or its dataset. The signature is the threat model: an attack
-that could touch private data would be a bug. The *auditor*, who holds the
-private records, scores the :class:`AttackOutput` afterwards
-(``fedaudit/leakage.py``).
+:class:`~fedaudit.wire.WireView`), an :class:`AttackerPrior` (the public code
+and protocol facts) and, only where its threat model grants them, the
+:class:`Access` the auditor hands it: black-box queries of the deployed model
+and unlabeled challenges (candidate records without their membership). Never
+a client object, its dataset or the federation. The signature is the threat
+model, and ``tests/test_layout.py`` holds it over the import graph: nothing
+under ``attacks/`` imports the federation, a method, the data or the auditor.
+The *auditor* (:mod:`fedaudit.audit`), who holds the private records, builds
+the access and scores the :class:`AttackOutput` afterwards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -21,8 +26,16 @@ from fedaudit.wire import WireView
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
+    from fedaudit.reference_models import TrainOne
 
 ROLES = ("server", "client")
+
+Query = Callable[[Tensor], Tensor]  # normalised inputs [B, C, H, W] → the model's outputs (logits or embeddings)
+Predict = Callable[[nn.Module, Tensor], Tensor]  # a method's public inference path on a model
+
+
+def plain_forward(model: nn.Module, x: Tensor) -> Tensor:
+    return model(x)
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,66 @@ class AttackerPrior:
     build_model: Callable[[], nn.Module]
     num_clients: int = 1
     hflip: bool = True
+    # The method's public code: its inference path (e.g. FedFD-A's test-time adapter), whether its model is a
+    # label-free encoder (embeddings, no classes), its local training recipe, and its model constructor
+    # initialised from torch's RNG as the caller seeded it (reference models each draw their own init).
+    predict: Predict = plain_forward
+    label_free: bool = False
+    train_recipe: TrainOne | None = None
+    new_model: Callable[[], nn.Module] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class MembershipChallenge:
+    """Candidates for one victim. Deliberately no membership field: the auditor keeps the truth.
+
+    ``images`` uint8 [n, C, H, W] and ``labels`` [n]: the victim's members and
+    holdout records, shuffled together; ``population_images`` /
+    ``population_labels``: records of other domains that no model trained on
+    (RMIA's z).
+    """
+
+    victim: str
+    images: Tensor
+    labels: Tensor
+    population_images: Tensor
+    population_labels: Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class DomainChallenge:
+    """Records of member domains (their holdouts) and of the unseen domain, shuffled, without saying which."""
+
+    images: Tensor
+    labels: Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class CanaryChallenge:
+    """One victim's canary records with their canary labels, never whether each was trained on."""
+
+    victim: str
+    images: Tensor
+    labels: Tensor
+
+
+@dataclass(frozen=True)
+class Access:
+    """What the auditor grants an attack beyond the wire view and the prior, and only what the
+    attack's :attr:`Attack.needs` names: ``query``, black-box access to the deployed model (any role
+    may query it); ``challenges`` per victim and ``domain_challenge`` for membership inference;
+    ``canaries`` per victim for the canary audit; ``cache_dir``, where the attack may keep its own
+    work (reference-model logits) between runs."""
+
+    query: Query | None = None
+    challenges: Mapping[str, MembershipChallenge] = field(default_factory=dict)
+    domain_challenge: DomainChallenge | None = None
+    canaries: Mapping[str, CanaryChallenge] = field(default_factory=dict)
+    cache_dir: Path | None = None
+
+
+NO_ACCESS = Access()
+ACCESS_FIELDS = ("query", "challenges", "domain_challenge", "canaries", "cache_dir")
 
 
 @dataclass
@@ -76,21 +149,38 @@ class AttackOutput:
     nulls: dict[str, Tensor] = field(default_factory=dict)
     head: nn.Module | None = None  # the attacked classifier head, for scoring latents with it
     info: dict[str, Any] = field(default_factory=dict)
+    # Per-record signals behind ``scores`` that the auditor checks (LiRA's φ of the target and of the
+    # reference models with their inclusion masks, for the calibration figure).
+    signals: dict[str, Tensor] = field(default_factory=dict)
 
 
 class Attack:
-    """Base class. Subclasses set ``name`` and implement :meth:`run`."""
+    """Base class. Subclasses set ``name`` and implement :meth:`run` (or :meth:`run_batch`).
+
+    ``needs`` names the :class:`Access` fields the threat model grants the attack (empty: the
+    wire view and the prior only); the auditor fills those and no others. ``family`` groups
+    registry names that one instance runs together (``mia-loss,mia-lira`` is one mia run).
+    """
 
     name: ClassVar[str]
+    family: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     roles: ClassVar[tuple[str, ...]] = ("server",)
+    needs: ClassVar[frozenset[str]] = frozenset()
+    plants_canaries: ClassVar[bool] = False  # the auditor must plant records in the training split before training
 
     @classmethod
     def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> Attack:
         """The attack configured from a run's options (default: no options)."""
         return cls()
 
-    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> list[AttackOutput]:
+    @classmethod
+    def for_selection(cls, selected: Sequence[type[Attack]], cfg: RunConfig, prior: AttackerPrior) -> Attack:
+        """One instance for the selected registry names of this family (default: this class's own)."""
+        return cls.from_config(cfg, prior)
+
+    def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
+            access: Access = NO_ACCESS) -> list[AttackOutput]:
         raise NotImplementedError
 
     def for_counterfactual(self, per_class: int | None = None) -> Attack | None:
@@ -99,7 +189,7 @@ class Attack:
         that many (a positive control). None when the attack cannot be re-run that way."""
         return None
 
-    def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str],
-                  device: torch.device) -> list[AttackOutput]:
+    def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str], device: torch.device,
+                  access: Access = NO_ACCESS) -> list[AttackOutput]:
         """Attack several victims; attacks that batch victims together override this."""
-        return [out for victim in victims for out in self.run(view, prior, victim, device)]
+        return [out for victim in victims for out in self.run(view, prior, victim, device, access)]

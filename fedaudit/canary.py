@@ -39,7 +39,6 @@ non-members and of label noise in training.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Sequence
 
 import torch
@@ -47,17 +46,12 @@ import torch
 from fedaudit.data.base import CanarySet, LODOSplit
 from fedaudit.data.split import stratified_split
 from fedaudit.errors import FedauditError
-from fedaudit.federation import derive_seed
+from fedaudit.seeds import derive_seed, stable_int
 
 CANARY_STREAM = 11_001  # derive_seed stream: canary choice, wrong labels, inclusion coins
 DEFAULT_CANARIES = 64
 MAX_CANARIES = 100_000
 KIND = "mislabelled records of the victim's own holdout split (wrong label uniform over the other classes)"
-
-
-def _stable_int(text: str) -> int:
-    """A seed component from a name (Python's str hash is salted per process)."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
 
 
 def plant_canaries(split: LODOSplit, victims: Sequence[str], m: int, seed: int, num_classes: int) -> LODOSplit:
@@ -78,7 +72,7 @@ def plant_canaries(split: LODOSplit, victims: Sequence[str], m: int, seed: int, 
         if m >= n:
             raise FedauditError(f"--canaries {m} needs more holdout records than victim {d.domain!r} has ({n}): the canaries "
                                 f"come from its holdout and some must stay non-members; use --canaries {max(2, n // 3)} or fewer")
-        g = torch.Generator().manual_seed(derive_seed(seed, CANARY_STREAM, _stable_int(d.domain)) % 2**63)
+        g = torch.Generator().manual_seed(derive_seed(seed, CANARY_STREAM, stable_int(d.domain)) % 2**63)
         hold_y = d.holdout_y.cpu()
         pick, _, keep = stratified_split(hold_y, (m / n, 0.0, 1.0 - m / n), g)
         if pick.numel() != m:  # round(n * m / n) is m; guard the float arithmetic anyway

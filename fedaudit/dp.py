@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -84,17 +84,15 @@ def coverage(shares: tuple[tuple[ArtifactKind, str], ...]) -> list[dict[str, str
     return rows
 
 
-def check_supported(cfg: RunConfig, method_cls: type) -> None:
-    """Fail early, in one line, when a run cannot be trained with DP-SGD as configured."""
+def check_supported(cfg: RunConfig, method_cls: type, trainable: Iterable[str]) -> None:
+    """Fail early, in one line, when a run cannot be trained with DP-SGD as configured
+    (``trainable``: the registered methods that can, named in the fix)."""
     if cfg.dp_epsilon is None:
         return
-    from fedaudit.methods import METHODS
-
     reason = getattr(method_cls, "dp_incompatible", "")
     if reason:
-        able = ", ".join(name for name, cls in METHODS.items() if not cls.dp_incompatible)
         raise FedauditError(f"--dp-epsilon cannot be used with method {method_cls.name}: {reason}; "
-                            f"choose one of {able}, or drop --dp-epsilon")
+                            f"choose one of {', '.join(trainable)}, or drop --dp-epsilon")
 
 
 def unsupported_layers(model: nn.Module) -> list[str]:

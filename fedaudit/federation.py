@@ -16,7 +16,6 @@ steps an uninterrupted run would have taken.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from fedaudit.data import ClientData, LODOSplit, MultiDomainDataset
 from fedaudit.dp import PrivateTraining, describe_layers, unsupported_layers
 from fedaudit.errors import FedauditError
 from fedaudit.method import Method
+from fedaudit.seeds import derive_seed
 from fedaudit.training import LossFn, Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer, train_steps
 from fedaudit.wire import Artifact, Wire, client_role
 
@@ -41,12 +41,6 @@ DP_SAMPLING_STREAM, DP_NOISE_STREAM = 9_001, 9_002  # generator streams private 
 
 class TrainingDiverged(FedauditError):
     """The loss became NaN or infinite; the run stops, keeping what it wrote."""
-
-
-def derive_seed(*parts: int) -> int:
-    """A well-mixed 63-bit seed from integers (seed, round, client …)."""
-    digest = hashlib.sha256(",".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 @dataclass

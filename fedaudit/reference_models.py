@@ -72,7 +72,7 @@ from torch.func import functional_call, grad, stack_module_state, vmap
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedaudit.errors import FedauditError, unknown_choice
-from fedaudit.federation import derive_seed
+from fedaudit.seeds import derive_seed
 from fedaudit.training import Preprocess, autocast, cross_entropy_loss, index_batches, make_optimizer, train_steps
 
 log = logging.getLogger("fedaudit")

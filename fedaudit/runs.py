@@ -113,6 +113,11 @@ def safe_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
 
 
+def target_dirname(target: str) -> str:
+    """The sub-directory of one unseen target in a ``--target-domain all`` run."""
+    return "target-" + safe_name(target)
+
+
 def _slug(text: str) -> str:
     text = text.split("/")[-1] if text.startswith("folder:") else text
     return safe_name(text)[:40] or "x"

@@ -79,7 +79,8 @@ from torch import Tensor, nn
 
 from fedaudit.aggregation import load_state_, model_state, weighted_average_
 from fedaudit.augment import SimCLRAugment
-from fedaudit.federation import Client, Federation, derive_seed
+from fedaudit.federation import Client, Federation
+from fedaudit.seeds import derive_seed
 from fedaudit.losses import nt_xent_loss
 from fedaudit.method import DOWN, UP, Method, Scores, reference_epochs
 from fedaudit.probe import extract_features, fit_linear_probe, probe_on_fraction

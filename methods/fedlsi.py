@@ -83,7 +83,8 @@ from fedaudit.aggregation import (
     weighted_average_,
 )
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Client, Federation, derive_seed
+from fedaudit.federation import Client, Federation
+from fedaudit.seeds import derive_seed
 from fedaudit.latent_inversion import invert_latents
 from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models.classifier import make_head

@@ -76,11 +76,10 @@ def load_run(path: str | Path) -> Run:
     metrics = _read_json(root / "metrics.json")
     if metrics.get("target_domain") != "all":
         return Run(root, config, metrics, [_load_unit(root, config, metrics)])
-    from fedaudit.api import target_dirname  # imported here: fedaudit.api imports this package
 
     units = []
     for target in config.get("targets") or list((metrics.get("accuracy") or {}).get("per_target") or {}):
-        sub = root / target_dirname(target)
+        sub = root / runs.target_dirname(target)
         if not runs.is_complete(sub) or not (sub / "metrics.json").is_file():
             raise FedauditError(f"{root} is an incomplete run: target {target} has no finished {sub.name}/; "
                                 f"finish it with `fedaudit evaluate --resume {root}` first")

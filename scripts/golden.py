@@ -60,7 +60,9 @@ def differences(expected: Any, actual: Any, path: str = "") -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="store the golden files instead of checking them")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="store the golden files")
+    mode.add_argument("--check", action="store_true", help="compare fresh runs with them (the default)")
     parser.add_argument("--methods", default=",".join(METHODS))
     args = parser.parse_args()
     failed = False

@@ -16,7 +16,7 @@ from fedaudit import api
 from fedaudit.attacks import canary as canary_attack
 from fedaudit.audit import canary as canary_audit
 from fedaudit.attacks import get_attacks
-from fedaudit.attacks.mia import make_challenge
+from fedaudit.audit.membership import make_challenge
 from fedaudit.canary import plant_canaries
 from fedaudit.canary_bound import audit, epsilon_lower_bound, epsilon_max_certifiable, guesses, k_grid, p_value
 from fedaudit.cli import app
@@ -193,15 +193,16 @@ def test_a_bound_above_the_accountants_epsilon_is_flagged_loudly(monkeypatch, ca
     included = torch.tensor([True, False] * 32)
     cs = SimpleNamespace(images=torch.zeros(64, 3, 16, 16, dtype=torch.uint8), labels=torch.zeros(64, dtype=torch.long),
                          included=included)
-    fed = SimpleNamespace(wire=SimpleNamespace(view=lambda role: None), device=torch.device("cpu"),
-                          split=SimpleNamespace(canaries={"clean": cs}))
+    fed = SimpleNamespace(wire=SimpleNamespace(view=lambda role: SimpleNamespace(role="client:x")),
+                          device=torch.device("cpu"), split=SimpleNamespace(canaries={"clean": cs}))
     cfg = SimpleNamespace(dp_delta=1e-5, precision="fp32")
-    monkeypatch.setattr(canary_audit, "_target", lambda *a: (None, {"target": "global_model"}))
+    monkeypatch.setattr(canary_audit, "black_box", lambda method, fed: lambda x: x)
     monkeypatch.setattr(canary_audit, "epsilon_spent", lambda fed: {"clean": 0.5})
     perfect = included.double()  # a model that gives away every canary
     monkeypatch.setattr(canary_attack.CanaryAudit, "score", lambda self, *a: perfect)
+    prior = SimpleNamespace(label_free=False)
     with caplog.at_level(logging.WARNING, logger="fedaudit"):
-        out = canary_audit.audit_canaries(cfg, SimpleNamespace(label_free=False), fed, None, role="server",
+        out = canary_audit.audit_canaries(canary_attack.CanaryAudit(), cfg, None, fed, prior, role="client:x",
                                            victims=["clean"])["clean"]
     assert out["epsilon_lower_bound"] > 0.5 and out["exceeds_claimed"] is True and out["can_refute_claim"] is True
     assert "exceeds the ε the accountant spent" in out["warning"]

@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 
 from fedaudit.aggregation import weighted_average_
 from fedaudit.attack import AttackerPrior
-from fedaudit.attacks.deepinversion import DeepInversion, difference_stats, stat_keys
+from fedaudit.attacks.deepinversion import DeepInversion, difference_stats
+from fedaudit.views import stat_keys
 from fedaudit.inversion import InversionSettings, InversionTarget, invert
 from fedaudit.models import build_model
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, Wire, client_role

@@ -12,7 +12,7 @@ from fedaudit import runs
 from fedaudit.api import evaluate
 from fedaudit.config import resolve
 from fedaudit.errors import FedauditError
-from fedaudit.federation import derive_seed
+from fedaudit.seeds import derive_seed
 from fedaudit.methods import ccst
 from fedaudit.methods.ccst import CCST, BankStyleTransfer
 from fedaudit.models import build_model

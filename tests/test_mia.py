@@ -12,7 +12,9 @@ import torch
 import fedaudit.attacks.mia as mia
 from fedaudit.api import attacker_prior, evaluate
 from fedaudit.attacks import get_attacks
-from fedaudit.attacks.mia import MembershipChallenge, audit_membership, consistency, make_challenge, mia_variants
+from fedaudit.attack import MembershipChallenge
+from fedaudit.attacks.mia import MembershipInference, consistency, mia_variants
+from fedaudit.audit.membership import audit_membership, make_challenge
 from fedaudit.errors import FedauditError
 from fedaudit.wire import SERVER, client_role
 
@@ -81,7 +83,8 @@ def _check_metrics(entry: dict, members: int, nonmembers: int) -> None:
 def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_cached(fedavg_run, spy_training):
     run_dir, fed, prior = fedavg_run
     victims = [c.domain for c in fed.clients]
-    first = audit_membership(run_dir, fed.cfg, fed.method, fed, prior, role=SERVER, victims=victims, reference_models=4)
+    first = audit_membership(MembershipInference(4, seed=fed.cfg.seed), run_dir, fed.cfg, fed.method, fed, prior,
+                             role=SERVER, victims=victims)
     json.dumps(first)  # stored as is in metrics.json
     assert set(first) == set(RESULT_KEYS)
     for key in RESULT_KEYS[:-1]:
@@ -108,7 +111,8 @@ def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_
     assert "SGDRecipe(epochs=2" in key["recipe"]  # rounds x local epochs = 1 x 2
     assert (run_dir / "mia" / f"{victims[0]}-reference-logits.safetensors").is_file()
 
-    second = audit_membership(run_dir, fed.cfg, fed.method, fed, prior, role=SERVER, victims=victims, reference_models=4)
+    second = audit_membership(MembershipInference(4, seed=fed.cfg.seed), run_dir, fed.cfg, fed.method, fed, prior,
+                              role=SERVER, victims=victims)
     assert len(spy_training) == len(victims)  # nothing retrained
     for key_ in RESULT_KEYS[1:4]:
         for target in ("global_model", "last_upload"):
@@ -116,8 +120,8 @@ def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_
                 assert second[key_][target][v]["auc"] == first[key_][target][v]["auc"]
                 assert second[key_][target][v]["reference"]["source"] == "cache"
     # Other settings (another N) do not match the key: they train afresh.
-    audit_membership(run_dir, fed.cfg, fed.method, fed, prior, role=SERVER, victims=victims[:1], reference_models=2,
-                     variants=["lira"])
+    audit_membership(MembershipInference(2, seed=fed.cfg.seed, variants=["lira"]), run_dir, fed.cfg, fed.method, fed,
+                     prior, role=SERVER, victims=victims[:1])
     assert len(spy_training) == len(victims) + 1 and tuple(spy_training[-1])[0] == 2
 
 
@@ -126,8 +130,8 @@ def test_a_curious_client_gets_only_the_global_model_target(fedavg_run):
     attacker, victim = fed.clients[0].domain, fed.clients[1].domain
     role = client_role(attacker)
     assert not [a for a in fed.wire.view(role) if a.sender == client_role(victim)]  # the premise: no victim uploads
-    out = audit_membership(run_dir, fed.cfg, fed.method, fed, prior, role=role, victims=[victim], reference_models=2,
-                           variants=["loss", "lira"])
+    attack = MembershipInference(2, seed=fed.cfg.seed, variants=["loss", "lira"])
+    out = audit_membership(attack, run_dir, fed.cfg, fed.method, fed, prior, role=role, victims=[victim])
     assert set(out) == {"loss", "lira_online", "lira_offline"}
     for key, by_target in out.items():
         assert "auc" in by_target["global_model"][victim]
@@ -141,8 +145,8 @@ def test_label_free_fedgala_uses_augmentation_consistency_and_rmia_is_not_applic
                                  method_option=["proj_hidden=64", "proj_dim=32"])
     assert fed.method.label_free and fed.method.reference_recipe(fed).epochs == 1
     victim = fed.clients[0].domain
-    out = audit_membership(run_dir, fed.cfg, fed.method, fed, prior, role=SERVER, victims=[victim], reference_models=2,
-                           variants=["loss", "lira", "rmia", "domain"])
+    attack = MembershipInference(2, seed=fed.cfg.seed, variants=["loss", "lira", "rmia", "domain"])
+    out = audit_membership(attack, run_dir, fed.cfg, fed.method, fed, prior, role=SERVER, victims=[victim])
     for key in ("loss", "lira_online", "lira_offline"):
         for target in ("global_model", "last_upload"):
             entry = out[key][target][victim]

@@ -8,22 +8,20 @@ once, and afterwards the auditor scores every canary with the membership
 signal and turns the guesses into an empirical ε lower bound
 (:mod:`fedaudit.canary_bound`). The split of knowledge is kept in the code:
 
-* :meth:`fedaudit.attacks.canary.CanaryAudit.score` is the attacker's part. It gets a target it may
-  query and the canary records with their canary labels — never whether a
-  canary was included — and returns one score per canary: −cross-entropy of
-  the target on the record with its (wrong) canary label (the loss signal,
-  Yeom et al.; :func:`fedaudit.membership.loss_signal`). Higher = looks
-  trained on.
+* ``fedaudit.attacks.canary.CanaryAudit`` is the attacker's part. Through the
+  attack contract it gets the deployed model to query and the canary records
+  with their canary labels (:class:`~fedaudit.attack.CanaryChallenge`) —
+  never whether a canary was included — and returns one score per canary:
+  −cross-entropy of the target on the record with its (wrong) canary label
+  (the loss signal, Yeom et al.; :func:`fedaudit.membership.loss_signal`).
+  Higher = looks trained on. Its target, for a curious server, is the
+  victim's last upload (its newest weights, overlaid as the server saw them);
+  for a curious client, or a server that saw no weight-bearing upload from
+  the victim (``target_note`` says why), the deployed global model queried as
+  a black box.
 * :func:`audit_canaries` is the auditor's part: it holds the inclusion truth
-  (``LODOSplit.canaries``), picks the target, calls ``score``, guesses "in"
-  for the k highest and "out" for the k lowest, and computes the bound.
-
-Target: for a curious server, the victim's last upload (mia's
-:func:`~fedaudit.attacks.mia.last_upload`: its newest weights, overlaid as the
-server saw them); for a curious client, the deployed global model queried as
-a black box (mia's :func:`~fedaudit.attacks.mia.black_box`). When a server
-saw no weight-bearing upload from the victim, the global model is scored and
-``target_note`` says why.
+  (``LODOSplit.canaries``), grants the attack its access, guesses "in" for
+  the k highest scores and "out" for the k lowest, and computes the bound.
 
 Stored per victim under ``leakage.canary.<victim>``: the bound
 (``epsilon_lower_bound``) at ``confidence`` and ``delta`` (the run's
@@ -55,14 +53,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from fedaudit.attack import AttackerPrior
-from fedaudit.attacks.canary import SIGNAL, CanaryAudit
-from fedaudit.attacks.mia import GLOBAL, LAST_UPLOAD, NOT_APPLICABLE, Query, Skipped, black_box, last_upload
+from fedaudit.attack import Access, Attack, AttackerPrior, CanaryChallenge
+from fedaudit.audit.membership import black_box
 from fedaudit.canary import KIND, plant_canaries
 from fedaudit.canary_bound import audit
-from fedaudit.wire import SERVER, WireView
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
@@ -75,33 +70,15 @@ log = logging.getLogger("fedaudit")
 CONFIDENCE = 0.95
 
 
-def plants_canaries(cfg: RunConfig) -> bool:
-    from fedaudit.attacks import get_attacks
-
-    return any(getattr(cls, "plants_canaries", False) for cls in get_attacks(cfg.attack))
-
-
 def canary_split(cfg: RunConfig, split: LODOSplit, num_classes: int,
                  victims_of: Callable[[list[str]], list[str]]) -> LODOSplit:
-    """``split`` with the auditor's canaries planted in every victim's ``train`` when the run asks for the
-    canary audit (``victims_of(source domains)`` names the victims), else ``split`` itself."""
-    if not plants_canaries(cfg):
-        return split
+    """``split`` with the auditor's canaries planted in every victim's ``train`` (``victims_of(source
+    domains)`` names the victims); called only when the run asks for the canary audit."""
     victims = victims_of([c.domain for c in split.sources])
     split = plant_canaries(split, victims, cfg.canaries, cfg.seed, num_classes)
     log.info("canary audit: %d canaries drawn from the holdout of %s, %s of them in training", cfg.canaries,
              ", ".join(victims), "/".join(str(int(split.canaries[v].included.sum())) for v in victims))
     return split
-
-
-def _target(method: Method, fed: Federation, view: WireView, prior: AttackerPrior, victim: str,
-            device: torch.device) -> tuple[Query, dict[str, Any]]:
-    if view.role == SERVER:
-        query, info = last_upload(view, prior, victim, device, method.predict)
-        if not isinstance(query, Skipped):
-            return query, {"target": LAST_UPLOAD, "target_round": info["round"], "weights_from": info["weights_from"]}
-        return black_box(method, fed), {"target": GLOBAL, "target_note": f"last upload not available: {query.reason}"}
-    return black_box(method, fed), {"target": GLOBAL}
 
 
 def epsilon_spent(fed: Federation) -> dict[str, float]:
@@ -112,28 +89,26 @@ def epsilon_spent(fed: Federation) -> dict[str, float]:
     return {d: float(c["epsilon_spent"]) for d, c in clients.items()}
 
 
-def audit_canaries(cfg: RunConfig, method: Method, fed: Federation, prior: AttackerPrior, *, role: str,
-                   victims: Sequence[str], confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """The one-run audit of every victim's canaries: ``{victim: entry}`` (JSON-able; see the module docstring)."""
-    attack = CanaryAudit.from_config(cfg, prior)
-    view = fed.wire.view(role)
+def audit_canaries(attack: Attack, cfg: RunConfig, method: Method, fed: Federation, prior: AttackerPrior, *,
+                   role: str, victims: Sequence[str], confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """The one-run audit of every victim's canaries by ``attack`` (``--attack canary``): ``{victim: entry}``
+    (JSON-able; see the module docstring)."""
+    planted = {v: fed.split.canaries[v] for v in victims if v in fed.split.canaries}
+    access = Access(query=black_box(method, fed),
+                    canaries={v: CanaryChallenge(v, c.images, c.labels) for v, c in planted.items()})
+    outputs = {o.victim: o for o in attack.run_batch(fed.wire.view(role), prior, list(victims), fed.device, access)}
     spent = epsilon_spent(fed)
-    device = fed.device
     out: dict[str, Any] = {}
     for victim in victims:
-        canaries = fed.split.canaries.get(victim)
-        if canaries is None:
-            out[victim] = Skipped("no canaries were planted in this victim's training split").to_json()
+        answer = outputs[victim]
+        if answer.scores is None:
+            out[victim] = dict(answer.info)
             continue
-        if method.label_free:
-            out[victim] = Skipped("label-free encoder: the model outputs embeddings, so a canary's wrong label "
-                                  "carries no membership signal", NOT_APPLICABLE).to_json()
-            continue
-        query, target = _target(method, fed, view, prior, victim, device)
-        scores = attack.score(query, canaries.images, canaries.labels, prior, device).numpy()
-        included = canaries.included.cpu().numpy()
+        scores = answer.scores.numpy()
+        included = planted[victim].included.cpu().numpy()
         entry = audit(scores, included, float(cfg.dp_delta), confidence)
-        entry.update(signal=SIGNAL, **target, canary_kind=KIND, auc=_auc(scores, included))
+        target = {k: v for k, v in answer.info.items() if k != "status"}
+        entry.update(signal=getattr(attack, "signal", ""), **target, canary_kind=KIND, auc=_auc(scores, included))
         eps = spent.get(victim)
         entry["epsilon_spent"] = eps
         entry["can_refute_claim"] = None if eps is None else entry["epsilon_max_certifiable"] > eps
@@ -162,4 +137,4 @@ def _auc(scores: np.ndarray, included: np.ndarray) -> float | None:
     return float(roc_auc_score(included, scores))
 
 
-__all__ = ["CONFIDENCE", "audit_canaries", "canary_split", "plants_canaries"]
+__all__ = ["CONFIDENCE", "audit_canaries", "canary_split"]

@@ -70,7 +70,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.attack import AttackerPrior
-from fedaudit.attacks.deepinversion import latest_weights, overlay_state, stat_keys, style_encoder_in_view
+from fedaudit.views import latest_weights, overlay_state, stat_keys, style_encoder_in_view
 from fedaudit.fourier import amplitude_spectrum
 from fedaudit.inversion import bn_modules
 from fedaudit.latent_inversion import head_running_stats

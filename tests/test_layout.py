@@ -1,0 +1,165 @@
+"""The layout's rules, held over the import graph (parsed from the source, nothing imported).
+
+* The threat model: nothing under ``attacks/`` imports the federation, a method,
+  the data, the auditor or an entry point — not directly and not through any
+  module it imports at run time. An attack sees a wire view, the public prior
+  and the access the auditor grants (``fedaudit.attack``), nothing else.
+* The engine (``fedaudit/`` except the entry points) imports no method, attack
+  or report: it receives them, it does not look them up.
+* No import cycle among modules (run-time imports, function-level ones included).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"fedaudit": ROOT / "fedaudit", "fedaudit.attacks": ROOT / "attacks", "fedaudit.methods": ROOT / "methods",
+            "fedaudit.reports": ROOT / "reports"}
+PLUG_INS = ("fedaudit.attacks", "fedaudit.methods", "fedaudit.reports")
+# The front door: the package root (its lazy ``evaluate``), the API and CLI, the sweep driver.
+ENTRY_POINTS = ("fedaudit", "fedaudit.api", "fedaudit.cli", "fedaudit.sweep")
+# What an attack may not reach: private records and who holds them, and everything above the attacks.
+PRIVATE = ("fedaudit.federation", "fedaudit.method", "fedaudit.methods", "fedaudit.data", "fedaudit.audit",
+           "fedaudit.leakage", "fedaudit.canary", *ENTRY_POINTS[1:], "fedaudit.reports")
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    out = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([package, *parts])] = (path, path.name == "__init__.py")
+    return out
+
+
+MODULES = _modules()
+
+
+def _owner(name: str) -> str | None:
+    """The module a dotted import name lands in (``fedaudit.x.y`` → ``fedaudit.x`` when y is a name in it)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str) -> list[tuple[str, bool, int]]:
+    """(imported module, only under TYPE_CHECKING, line) for every fedaudit import of ``module``."""
+    path, is_package = MODULES[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    type_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                 for n in ast.walk(node)}
+    here = module if is_package else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = here
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{base}" if base else package
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        for name in names:
+            target = _owner(name) if name.startswith("fedaudit") else None
+            if target is not None and target != module:
+                out.append((target, id(node) in type_only, node.lineno))
+    return out
+
+
+EDGES = {m: _imports(m) for m in MODULES}
+RUNTIME = {m: {t for t, type_only, _ in edges if not type_only} for m, edges in EDGES.items()}
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _reachable(module: str) -> dict[str, str]:
+    """Every module ``module`` imports at run time, directly or not, with one path to it."""
+    paths, stack = {}, [(module, module)]
+    while stack:
+        current, path = stack.pop()
+        for target in RUNTIME[current]:
+            if target not in paths and target != module:
+                paths[target] = f"{path} → {target}"
+                stack.append((target, paths[target]))
+    return paths
+
+
+ATTACK_MODULES = sorted(m for m in MODULES if _within(m, ("fedaudit.attacks",)))
+ENGINE_MODULES = sorted(m for m in MODULES if not _within(m, PLUG_INS) and m not in ENTRY_POINTS)
+
+
+def test_the_graph_was_read():
+    assert {"fedaudit.attacks.mia", "fedaudit.attacks.deepinversion", "fedaudit.federation", "fedaudit.audit.membership",
+            "fedaudit.methods.gperxan", "fedaudit.reports.render"} <= set(MODULES)
+    assert "fedaudit.federation" in RUNTIME["fedaudit.api"] and "fedaudit.attack" in RUNTIME["fedaudit.attacks.mia"]
+
+
+@pytest.mark.parametrize("module", ATTACK_MODULES)
+def test_an_attack_cannot_reach_private_data(module):
+    direct = [f"line {line}: {t}" for t, _, line in EDGES[module] if _within(t, PRIVATE)]
+    assert not direct, f"{module} imports {direct}; an attack gets a wire view, the prior and its Access only"
+    reached = [path for target, path in _reachable(module).items() if _within(target, PRIVATE)]
+    assert not reached, f"{module} reaches private code at run time: {reached}"
+
+
+@pytest.mark.parametrize("module", ENGINE_MODULES)
+def test_the_engine_looks_up_no_plug_in(module):
+    found = [f"line {line}: {t}" for t, _, line in EDGES[module] if _within(t, PLUG_INS)]
+    assert not found, f"engine module {module} imports {found}; pass the method or attack in instead"
+
+
+def test_there_is_no_import_cycle():
+    graph = {m: set(t for t in RUNTIME[m] if t != "fedaudit") for m in MODULES if m != "fedaudit"}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_rules_catch_a_breach(monkeypatch):
+    """The checks above can fail: an attack reaching the federation through a helper, and a cycle."""
+    fake = dict(RUNTIME)
+    fake["fedaudit.attacks.mia"] = RUNTIME["fedaudit.attacks.mia"] | {"fedaudit.views"}
+    fake["fedaudit.views"] = RUNTIME["fedaudit.views"] | {"fedaudit.federation"}
+    fake["fedaudit.federation"] = RUNTIME["fedaudit.federation"] | {"fedaudit.api"}  # api imports federation
+    monkeypatch.setitem(globals(), "RUNTIME", fake)
+    with pytest.raises(AssertionError, match="reaches private code"):
+        test_an_attack_cannot_reach_private_data("fedaudit.attacks.mia")
+    with pytest.raises(AssertionError, match="import cycles"):
+        test_there_is_no_import_cycle()
