@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from fedaudit.attack import Attack
 from fedaudit.errors import unknown_choice
+from fedaudit.options import Option
 
 from .canary import CanaryAudit
 from .deepinversion import DeepInversion
@@ -52,4 +53,24 @@ def get_attacks(spec: str) -> list[type[Attack]]:
     return out
 
 
-__all__ = ["ATTACKS", "Attack", "attack_names", "get_attacks"]
+def attack_options() -> dict[str, Option]:
+    """Every registered attack's options by name. A name means one declaration: attacks that share an
+    option (deepinversion and gradinv share the inversion budget) share the same :class:`Option`."""
+    out: dict[str, Option] = {}
+    for cls in ATTACKS.values():
+        for name, opt in cls.options.items():
+            if out.setdefault(name, opt) is not opt:
+                raise RuntimeError(f"attack option {name!r} of {cls.name} is declared twice with different meanings")
+    return out
+
+
+def attack_schema(spec: str) -> dict[str, dict[str, Option]]:
+    """The options of the attack families ``spec`` selects, one block per family (the run records these)."""
+    out: dict[str, dict[str, Option]] = {}
+    for cls in get_attacks(spec):
+        if cls.options:
+            out.setdefault(cls.family or cls.name, {}).update(cls.options)
+    return out
+
+
+__all__ = ["ATTACKS", "Attack", "attack_names", "attack_options", "attack_schema", "get_attacks"]

@@ -21,6 +21,7 @@ from torch import Tensor
 from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput, Query
 from fedaudit.errors import FedauditError
 from fedaudit.membership import loss_signal
+from fedaudit.options import Option
 from fedaudit.reference_models import eval_views
 from fedaudit.wire import SERVER, WireView
 
@@ -42,6 +43,11 @@ class CanaryAudit(Attack):
                "the accountant's (changes what is trained; not part of 'all')")
     roles: ClassVar[tuple[str, ...]] = ("server", "client")
     plants_canaries: ClassVar[bool] = True  # the run's training split must be prepared before training
+    # 64 leaves digits' ~180-record holdouts 116 >= 100 non-members, so mia's TPR at 10% FPR stays resolvable.
+    options: ClassVar[dict[str, Option]] = {
+        "canaries": Option(64, "--attack canary: mislabelled canaries per victim, drawn from its holdout, each trained "
+                           "on with probability 1/2.", kind=int, low=2, high=100_000),
+    }
     signal: ClassVar[str] = SIGNAL
     needs: ClassVar[frozenset[str]] = frozenset({"query", "canaries"})
 

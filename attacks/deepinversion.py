@@ -74,8 +74,11 @@ from fedaudit.inversion import (
 )
 from fedaudit.style import EPS as STYLE_EPS
 from fedaudit.latent_inversion import head_running_stats, invert_latents
+from fedaudit.options import Option
 from fedaudit.views import MEAN, VAR, count_sources, latest_weights, overlay_state, stat_keys, style_encoder_in_view
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+
+from .budget import INVERSION_BUDGET
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
@@ -165,17 +168,30 @@ class DeepInversion(Attack):
         self.settings = settings or InversionSettings()
         self.own_weight = own_weight
 
+    options: ClassVar[dict[str, Option]] = {
+        **INVERSION_BUDGET,
+        "inversion_bn_weight": Option(InversionSettings.bn_weight, "Weight of the BN-statistics loss.", kind=float,
+                                      low=0.0, high=1e6),
+        "inversion_ce_weight": Option(InversionSettings.ce_weight, "Weight of the cross-entropy on the target classes.",
+                                      kind=float, low=0.0, high=1e6),
+        "inversion_tv_weight": Option(InversionSettings.tv_weight, "Weight of the TV-L2 image prior.", kind=float,
+                                      low=0.0, high=1e6),
+        "inversion_l2_weight": Option(InversionSettings.l2_weight, "Weight of the image L2 prior.", kind=float,
+                                      low=0.0, high=1e6),
+    }
+
     @classmethod
     def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> DeepInversion:
         """Settings from the ``inversion_*`` options: ``inversion_batch`` images per victim, whole classes."""
+        o = cls.option_values(cfg)
         return cls(InversionSettings(
-            iters=cfg.inversion_iters,
-            per_class=max(1, cfg.inversion_batch // prior.num_classes),
-            lr=cfg.inversion_lr,
-            bn_weight=cfg.inversion_bn_weight,
-            ce_weight=cfg.inversion_ce_weight,
-            tv_weight=cfg.inversion_tv_weight,
-            l2_weight=cfg.inversion_l2_weight,
+            iters=o["inversion_iters"],
+            per_class=max(1, o["inversion_batch"] // prior.num_classes),
+            lr=o["inversion_lr"],
+            bn_weight=o["inversion_bn_weight"],
+            ce_weight=o["inversion_ce_weight"],
+            tv_weight=o["inversion_tv_weight"],
+            l2_weight=o["inversion_l2_weight"],
             flip=prior.hflip,
             precision=cfg.precision,
             seed=cfg.seed,

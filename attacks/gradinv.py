@@ -50,9 +50,11 @@ from fedaudit.gradient_inversion import (
     random_update,
     recover_labels,
 )
+from fedaudit.options import Option
+from fedaudit.views import overlay_state
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 
-from fedaudit.views import overlay_state
+from .budget import INVERSION_BUDGET
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
@@ -80,15 +82,23 @@ class GradInv(Attack):
         self.optimizer = optimizer
         self.seed = seed
 
+    options: ClassVar[dict[str, Option]] = {
+        **INVERSION_BUDGET,
+        "gradinv_tv_weight": Option(GradInvSettings.tv_weight, "Weight of gradinv's TV prior (DeepInversion's 1e-3 "
+                                    "blurs a one-image reconstruction: 21 dB instead of 35).", kind=float, low=0.0,
+                                    high=1e6),
+    }
+
     @classmethod
     def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> GradInv:
         """The victim's local recipe (lr, momentum, weight decay, epochs, batch size: public protocol
         facts), ``inversion_iters``/``inversion_lr``, ``gradinv_tv_weight``; ``inversion_batch`` dummy images per victim."""
+        o = cls.option_values(cfg)
         return cls(
             LocalRecipe(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, steps=1),
-            GradInvSettings(iters=cfg.inversion_iters, lr=cfg.inversion_lr, tv_weight=cfg.gradinv_tv_weight,
+            GradInvSettings(iters=o["inversion_iters"], lr=o["inversion_lr"], tv_weight=o["gradinv_tv_weight"],
                             mean=tuple(prior.mean), std=tuple(prior.std)),
-            num_images=cfg.inversion_batch, local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
+            num_images=o["inversion_batch"], local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
             optimizer=cfg.optimizer, seed=cfg.seed,
         )
 

@@ -80,7 +80,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -110,7 +110,15 @@ from fedaudit.membership import (
     rmia_prob,
     rmia_score,
 )
-from fedaudit.reference_models import REFERENCE_PATHS, ReferenceLogits, eval_views, inclusion_masks, train_reference_models
+from fedaudit.options import Option
+from fedaudit.reference_models import (
+    REFERENCE_PATHS,
+    ReferenceLogits,
+    TrainOne,
+    eval_views,
+    inclusion_masks,
+    train_reference_models,
+)
 from fedaudit.seeds import derive_seed, stable_int
 from fedaudit.training import Preprocess
 from fedaudit.views import count_sources, latest_weights, overlay_state
@@ -136,6 +144,7 @@ CONSISTENCY_PAIRS = 4
 MIA_STREAM = 9_001  # derive_seed stream: challenge shuffles, reference models, consistency views
 CACHE_FORMAT = 1
 MAX_REFERENCE_MODELS = 4_096
+DEFAULT_REFERENCE_MODELS = 8
 
 @dataclass(frozen=True)
 class Skipped:
@@ -191,12 +200,23 @@ class MembershipInference(Attack):
     roles: ClassVar[tuple[str, ...]] = ("server", "client")
     needs: ClassVar[frozenset[str]] = frozenset({"query", "challenges", "domain_challenge", "cache_dir"})
     variants: ClassVar[tuple[str, ...]] = tuple(VARIANTS)
+    options: ClassVar[dict[str, Option]] = {
+        "reference_models": Option(DEFAULT_REFERENCE_MODELS, "Membership inference: reference models per victim.",
+                                   kind=int, low=2, high=MAX_REFERENCE_MODELS, profiles={"paper": 64}),
+        # quick: 10 epochs, not the target's 60 (20 rounds x 3), so a CPU audit takes minutes; the run stores
+        # both numbers and a calibration figure that says what the cap costs.
+        "reference_epochs": Option(10, "At most this many epochs per reference model; they train the target's "
+                                   "exposure (rounds x local epochs) if smaller; none: no cap.", kind=int,
+                                   nullable=True, low=1, high=100_000, profiles={"paper": None}),
+    }
 
-    def __init__(self, reference_models: int = 8, *, seed: int = 0, precision: str = "fp32", path: str = "auto",
-                 variants: Sequence[str] | None = None, consistency_pairs: int = CONSISTENCY_PAIRS) -> None:
+    def __init__(self, reference_models: int = DEFAULT_REFERENCE_MODELS, *, seed: int = 0, precision: str = "fp32",
+                 path: str = "auto", variants: Sequence[str] | None = None, reference_epochs: int | None = None,
+                 consistency_pairs: int = CONSISTENCY_PAIRS) -> None:
         if path not in REFERENCE_PATHS:
             raise unknown_choice("reference-model path", path, REFERENCE_PATHS)
         self.reference_models = check_reference_models(reference_models)
+        self.reference_epochs = reference_epochs  # None: the reference models see a record as often as the target
         self.seed, self.precision, self.path = seed, precision, path
         self.selected = check_variants(type(self).variants if variants is None else variants)
         self.consistency_pairs = consistency_pairs
@@ -204,13 +224,21 @@ class MembershipInference(Attack):
 
     @classmethod
     def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> MembershipInference:
-        return cls(cfg.reference_models, seed=cfg.seed, precision=cfg.precision)
+        return cls.for_selection([cls], cfg, prior)
 
     @classmethod
     def for_selection(cls, selected: Sequence[type[Attack]], cfg: RunConfig, prior: AttackerPrior) -> MembershipInference:
         """One run of the union of the selected classes' variants (``--attack mia-loss,mia-lira``)."""
-        return MembershipInference(cfg.reference_models, seed=cfg.seed, precision=cfg.precision,
-                                   variants=mia_variants(selected))
+        o = cls.option_values(cfg)
+        return MembershipInference(o["reference_models"], seed=cfg.seed, precision=cfg.precision,
+                                   variants=mia_variants(selected), reference_epochs=o["reference_epochs"])
+
+    def recipe(self, prior: AttackerPrior) -> TrainOne | None:
+        """The method's public local recipe at the target's exposure, capped at ``reference_epochs``."""
+        recipe = prior.train_recipe
+        if recipe is None or self.reference_epochs is None or recipe.epochs <= self.reference_epochs:
+            return recipe
+        return replace(recipe, epochs=self.reference_epochs)
 
     def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
             access: Access = NO_ACCESS) -> list[AttackOutput]:
@@ -349,7 +377,8 @@ class MembershipInference(Attack):
     def _reference_signals(self, challenge: MembershipChallenge, prior: AttackerPrior, pre: Preprocess,
                            device: torch.device, cache_dir: Path | None) -> dict[str, Any] | Skipped:
         """Reference signals [N, n] (and RMIA's on the population) with the masks, from the cache or trained."""
-        if prior.train_recipe is None:
+        recipe = self.recipe(prior)
+        if recipe is None:
             return Skipped("the method gives no local recipe to train reference models with (Method.reference_recipe)")
         if prior.new_model is None:
             return Skipped("the prior has no architecture constructor to build reference models with")
@@ -371,7 +400,8 @@ class MembershipInference(Attack):
             (tensors, made), source = loaded, "cache"
         t = tensors
         masks = t["masks"].bool()
-        info = {"reference_models": int(masks.shape[0]), "recipe": repr(prior.train_recipe), "source": source, **made}
+        info = {"reference_models": int(masks.shape[0]), "recipe": repr(recipe), "epochs": recipe.epochs,
+                "source": source, **made}
         y = challenge.labels.cpu()
         if prior.label_free:
             return {"phi": fisher_z(t["consistency"]), "masks": masks, "info": info}
@@ -388,7 +418,7 @@ class MembershipInference(Attack):
         masks = inclusion_masks(challenge.labels.shape[0], self.reference_models, torch.Generator().manual_seed(seed % 2**63))
         if prior.label_free:
             views = self._consistency_views(challenge, prior)
-            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, prior.train_recipe,
+            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, self.recipe(prior),
                                          preprocess=pre, population=views, seed=seed, path=self.path, flip=False,
                                          precision=self.precision)
             # Only the consistency per (model, record) is kept: the view embeddings are large and nothing else reads them.
@@ -396,7 +426,7 @@ class MembershipInference(Attack):
                        "masks": ref.masks.to(torch.uint8)}
         else:
             population = challenge.population_images if challenge.population_labels.numel() else None
-            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, prior.train_recipe,
+            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, self.recipe(prior),
                                          preprocess=pre, population=population, seed=seed, path=self.path,
                                          flip=prior.hflip, precision=self.precision)
             tensors = _tensors_of(ref)
@@ -408,7 +438,7 @@ class MembershipInference(Attack):
             "format": CACHE_FORMAT,
             "victim": challenge.victim,
             "reference_models": self.reference_models,
-            "recipe": repr(prior.train_recipe),
+            "recipe": repr(self.recipe(prior)),
             "seed": seed,
             "path": self.path,
             "precision": self.precision,

@@ -23,7 +23,7 @@ import torch
 from fedaudit import runs
 from fedaudit.attack import AttackerPrior
 from fedaudit.audit.verdict import RiskThresholds, judge
-from fedaudit.config import RunConfig, load_toml, parse_method_options, resolve
+from fedaudit.config import RunConfig, from_json, load_toml, parse_method_options, resolve
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.federation import Federation
@@ -70,14 +70,16 @@ def evaluate(
     """Train ``method`` in a LODO federation, attack what it shares, write a run directory.
 
     ``options`` are :class:`~fedaudit.config.RunConfig` fields (``dataset``,
-    ``rounds``, ``target_domain``, ...); ``resume`` continues an interrupted
-    run from its last finished round. Returns the run directory and metrics.
+    ``rounds``, ``target_domain``, ...) and attack options (``inversion_iters``,
+    ``reference_models``, ...: ``fedaudit list attacks``); ``resume`` continues an
+    interrupted run from its last finished round. Returns the run directory and metrics.
     """
     reporter = reporter or Reporter()
     command = command or "fedaudit.evaluate(" + ", ".join(f"{k}={v!r}" for k, v in {"method": method, **options}.items() if v is not None) + ")"
     if resume is not None:
         return _resume(Path(resume), reporter, on_round_end)
 
+    from fedaudit.attacks import attack_options, attack_schema
     from fedaudit.methods import get_method
 
     explicit = dict(options)
@@ -94,7 +96,9 @@ def evaluate(
         pairs.append(pair)
     if pairs:
         explicit["method_options"] = parse_method_options(pairs)
-    cfg = resolve(explicit, file_opts, method_cls.profile_defaults)
+    spec = explicit.get("attack") or file_opts.get("attack") or RunConfig.attack
+    cfg = resolve(explicit, file_opts, method_cls.profile_defaults, attack_schema(spec) if isinstance(spec, str) else {},
+                  set(attack_options()))
     check_names(cfg)
     method_cls(cfg)  # validates method options before any work is done
     cfg = private_config(cfg, method_cls)
@@ -115,9 +119,11 @@ def evaluate(
 
 
 def _resume(path: Path, reporter: Reporter, on_round_end) -> EvaluateResult:
+    from fedaudit.attacks import attack_schema
+
     root = runs.resolve_resume(path)
     saved = runs.read_json(root / "config.json")
-    cfg = RunConfig(**{**saved["config"], "split": tuple(saved["config"]["split"])})
+    cfg = from_json(saved["config"], attack_schema(saved["config"].get("attack", "none")))
     if runs.is_complete(root):
         log.info("run %s is already complete; nothing to resume", root)
         return EvaluateResult(root, runs.read_json(root / "metrics.json"))
@@ -319,7 +325,7 @@ def run_attacks(run_dir: Path, cfg: RunConfig, method: Method, fed: Federation, 
     for attack in attacks:
         against = f"as {role} against {', '.join(victims)}"
         if "challenges" in attack.needs:
-            log.info("attack %s %s (%d reference models)", attack.name, against, cfg.reference_models)
+            log.info("attack %s %s (%d reference models)", attack.name, against, getattr(attack, "reference_models", 0))
             leakage[attack.name] = audit_membership(attack, run_dir, cfg, method, fed, prior, role=role, victims=victims)
         elif "canaries" in attack.needs:  # the one-run audit: the auditor scores the canaries it planted
             log.info("canary audit %s", against)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from fedaudit.options import Option
 from fedaudit.wire import WireView
 
 if TYPE_CHECKING:
@@ -159,7 +160,8 @@ class Attack:
 
     ``needs`` names the :class:`Access` fields the threat model grants the attack (empty: the
     wire view and the prior only); the auditor fills those and no others. ``family`` groups
-    registry names that one instance runs together (``mia-loss,mia-lira`` is one mia run).
+    registry names that one instance runs together (``mia-loss,mia-lira`` is one mia run). ``options``
+    declares the attack's settings; :meth:`from_config` reads them with :meth:`option_values`.
     """
 
     name: ClassVar[str]
@@ -168,6 +170,15 @@ class Attack:
     roles: ClassVar[tuple[str, ...]] = ("server",)
     needs: ClassVar[frozenset[str]] = frozenset()
     plants_canaries: ClassVar[bool] = False  # the auditor must plant records in the training split before training
+    # The attack's options, declared once each (flag, TOML key, range, recorded value: fedaudit.options).
+    options: ClassVar[dict[str, Option]] = {}
+
+    @classmethod
+    def option_values(cls, cfg: RunConfig) -> dict[str, Any]:
+        """This attack's options as the run resolved them (``cfg.attack_options`` of its family), with the
+        declared defaults for the run's profile where the run holds none."""
+        given = cfg.attack_options.get(cls.family or cls.name, {})
+        return {name: given.get(name, opt.default_for(cfg.profile)) for name, opt in cls.options.items()}
 
     @classmethod
     def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> Attack:

@@ -6,6 +6,7 @@ and exit with status 2; an interrupted run says how to resume it.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 from pathlib import Path
@@ -17,10 +18,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fedaudit.config import parse_split
 from fedaudit.errors import FedauditError, unknown_choice
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Audit federated domain generalization methods: accuracy, communication and privacy leakage.")
+from fedaudit.options import Option, flag_of
 
 # Consoles are made when used, so they follow the terminal (and tests' COLUMNS).
 def console() -> Console:
@@ -74,18 +74,6 @@ class RichReporter:
             self.progress = None
 
 
-def _split(text: str | None) -> tuple[float, float, float] | None:
-    if text is None:
-        return None
-    try:
-        parts = tuple(float(p) for p in text.split(","))
-    except ValueError:
-        raise FedauditError(f"--split must look like 0.5,0.1,0.4 (train,val,holdout), got {text!r}") from None
-    if len(parts) != 3:
-        raise FedauditError(f"--split needs three fractions train,val,holdout, got {text!r}")
-    return parts  # type: ignore[return-value]
-
-
 def method_flags(args: list[str]) -> list[tuple[str, str]]:
     """Leftover ``--<method>-<option> VALUE`` words → ``[(method, "option=VALUE")]``.
 
@@ -116,82 +104,103 @@ def method_flags(args: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def evaluate(
-    ctx: typer.Context,
-    method: Optional[str] = typer.Option(None, help="FedDG method (see `fedaudit list methods`). Default fedavg."),
-    attack: Optional[str] = typer.Option(None, help="Attack(s): none, deepinversion, gradinv, mia (or mia-loss, mia-lira, mia-rmia, mia-domain), canary (one-run ε audit; not in all), all, or names joined by commas."),
-    dataset: Optional[str] = typer.Option(None, help="shapes, digits, or folder:PATH (DomainBed layout)."),
-    target_domain: Optional[str] = typer.Option(None, help="Unseen domain, or 'all' to hold out each in turn."),
-    model: Optional[str] = typer.Option(None, help="cnn, resnet18 or resnet50."),
-    norm: Optional[str] = typer.Option(None, help="Norm layers: bn, in, gn, xan (gPerXAN)."),
-    pretrained: Optional[str] = typer.Option(None, help="Local state_dict for the backbone (.pt/.pth/.safetensors)."),
-    image_size: Optional[int] = typer.Option(None, help="Image side in pixels."),
-    rounds: Optional[int] = typer.Option(None, help="Communication rounds."),
-    local_epochs: Optional[int] = typer.Option(None, help="Local epochs per round."),
-    batch_size: Optional[int] = typer.Option(None, help="Local batch size."),
-    lr: Optional[float] = typer.Option(None, help="Local learning rate."),
-    split: Optional[str] = typer.Option(None, help="train,val,holdout fractions of each source domain (default 0.5,0.1,0.4)."),
-    seed: Optional[int] = typer.Option(None, help="Seed for split, initialisation and training."),
-    profile: Optional[str] = typer.Option(None, help="quick (CPU, minutes) or paper (the seeds' settings, GPU)."),
-    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
-    precision: Optional[str] = typer.Option(None, help="fp32 or bf16 (autocast)."),
-    out: Optional[str] = typer.Option(None, help="Folder for run directories (default runs/)."),
-    keep_artifacts: Optional[bool] = typer.Option(None, "--keep-artifacts/--no-keep-artifacts",
-                                                  help="Save every message on the wire as safetensors."),
-    attacker: Optional[str] = typer.Option(None, help="Who attacks: server (sees every upload) or client:<domain> (sees its broadcasts)."),
-    victim: Optional[str] = typer.Option(None, help="Victim source domain, or 'all' (every source the attacker can target)."),
-    inversion_iters: Optional[int] = typer.Option(None, help="DeepInversion optimisation steps (quick 200, paper 2000)."),
-    inversion_batch: Optional[int] = typer.Option(None, help="Images synthesised per victim, whole classes (quick 40, paper 256)."),
-    inversion_lr: Optional[float] = typer.Option(None, help="DeepInversion Adam learning rate (default 0.1)."),
-    inversion_bn_weight: Optional[float] = typer.Option(None, help="Weight of the BN-statistics loss (default 10)."),
-    inversion_ce_weight: Optional[float] = typer.Option(None, help="Weight of the cross-entropy on target classes (default 1)."),
-    inversion_tv_weight: Optional[float] = typer.Option(None, help="Weight of the TV-L2 image prior (default 1e-3)."),
-    inversion_l2_weight: Optional[float] = typer.Option(None, help="Weight of the image L2 prior (default 1e-5)."),
-    gradinv_tv_weight: Optional[float] = typer.Option(None, help="Weight of gradinv's TV prior (default 3e-5)."),
-    lpips_weights: Optional[str] = typer.Option(None, help="Local AlexNet weights for LPIPS (default: the torch hub cache; never downloaded)."),
-    judge_steps: Optional[int] = typer.Option(None, help="Training steps of the auditor's judge classifiers that score reconstructions (default 300)."),
-    reference_models: Optional[int] = typer.Option(None, help="Membership inference: reference models per victim (quick 8, paper 64)."),
-    reference_epochs: Optional[int] = typer.Option(None, help="At most this many epochs per reference model (quick 10; paper: no cap). They train the target's exposure, rounds x local epochs, if smaller."),
-    canaries: Optional[int] = typer.Option(None, help="--attack canary: mislabelled canaries per victim, drawn from its holdout, each trained on with probability 1/2 (default 64)."),
-    dp_epsilon: Optional[float] = typer.Option(None, help="Train every client with DP-SGD (Opacus) to this ε per client over all rounds; models switch to --norm gn."),
-    dp_delta: Optional[float] = typer.Option(None, help="DP-SGD δ (default 1e-5; must be below 1/records of every client)."),
-    dp_max_grad_norm: Optional[float] = typer.Option(None, help="DP-SGD per-sample clipping norm (default 1.0)."),
-    dp_sweep: Optional[str] = typer.Option(None, help="Run once per DP-SGD ε, e.g. 1,8,inf (inf: no DP), and write sweep.html with the privacy–utility curve."),
-    method_option: Optional[list[str]] = typer.Option(
+# -- evaluate: its flags come from the declarations (RunConfig's fields, every registered attack's options) ---
+
+PANELS = {"run": "Run", "training": "Local training", "audit": "Attacker and auditor", "dp": "Defense: DP-SGD",
+          "attack": "Attack options (declared by each attack; see `fedaudit list attacks`)"}
+PANEL_OF = {
+    **dict.fromkeys(("rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "augment",
+                     "split"), "training"),
+    **dict.fromkeys(("attacker", "victim", "lpips_weights", "judge_steps"), "audit"),
+    **dict.fromkeys(("dp_epsilon", "dp_delta", "dp_max_grad_norm", "dp_sweep"), "dp"),
+}
+
+
+def declared_options() -> dict[str, tuple[Option, str]]:
+    """Every option ``evaluate`` takes as a flag, with its help panel: the run's own, then each registered attack's."""
+    from fedaudit.attacks import attack_options
+    from fedaudit.config import OPTIONS
+
+    out = {name: (opt, PANEL_OF.get(name, "run")) for name, opt in OPTIONS.items()}
+    for name, opt in attack_options().items():
+        out.setdefault(name, (opt, "attack"))
+    return out
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def option_help(opt: Option) -> str:
+    """The declaration's help with its defaults, e.g. ``Communication rounds. [default 20; paper 40]``."""
+    defaults = [f"default {_shown(opt.default)}", *(f"{p} {_shown(v)}" for p, v in opt.profiles.items())]
+    choices = f" Choices: {', '.join(opt.choices)}." if opt.choices else ""
+    return f"{opt.help}{choices} ({'; '.join(defaults)})"
+
+
+def _parameter(name: str, opt: Option, panel: str) -> inspect.Parameter:
+    flag = flag_of(name)
+    if opt.kind is bool:
+        info = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=option_help(opt), rich_help_panel=PANELS[panel])
+        annotation: Any = Optional[bool]
+    else:
+        # A nullable number also takes the word `none` ("no cap"): it arrives as text and its declaration parses it.
+        info = typer.Option(None, flag, help=option_help(opt), rich_help_panel=PANELS[panel],
+                            metavar=opt.kind.__name__.upper() + ("|none" if opt.nullable else ""))
+        annotation = Optional[str] if opt.nullable and opt.kind is not str else Optional[opt.kind]
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+
+
+# Options of the command itself, not of a run.
+COMMAND_PARAMETERS = [
+    ("split", Optional[str], typer.Option(None, help="train,val,holdout fractions of each source domain (default "
+                                          "0.5,0.1,0.4).", rich_help_panel=PANELS["training"])),
+    ("dp_sweep", Optional[str], typer.Option(None, help="Run once per DP-SGD ε, e.g. 1,8,inf (inf: no DP), and write "
+                                             "sweep.html with the privacy–utility curve.", rich_help_panel=PANELS["dp"])),
+    ("method_option", Optional[list[str]], typer.Option(
         None, help="Method-specific NAME=VALUE (repeatable); each also has its own flag --<method>-<name> VALUE, "
-                   "e.g. --ccst-style single --ccst-k 3 (see `fedaudit list methods`)."),
-    config: Optional[Path] = typer.Option(None, help="TOML file of options; explicit options win."),
-    resume: Optional[Path] = typer.Option(None, help="Continue an interrupted run directory from its last round."),
-    quiet: bool = typer.Option(False, "--quiet", help="Logs only, no progress bars."),
-) -> None:
+                   "e.g. --ccst-style single --ccst-k 3 (see `fedaudit list methods`).")),
+    ("config", Optional[Path], typer.Option(None, help="TOML file of options (keys are the option names); explicit "
+                                            "options win.")),
+    ("resume", Optional[Path], typer.Option(None, help="Continue an interrupted run directory from its last round.")),
+    ("quiet", bool, typer.Option(False, "--quiet", help="Logs only, no progress bars.")),
+]
+
+
+def evaluate_signature() -> inspect.Signature:
+    params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
+    params += [_parameter(name, opt, panel) for name, (opt, panel) in declared_options().items()]
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+               for name, annotation, info in COMMAND_PARAMETERS]
+    return inspect.Signature(params)
+
+
+def evaluate(ctx: typer.Context, **given: Any) -> None:
     """Train a method in a leave-one-domain-out federation, record its wire, attack it, write a run directory."""
     from fedaudit import api, sweep
 
+    quiet, split, dp_sweep = given.pop("quiet"), given.pop("split"), given.pop("dp_sweep")
+    method_option, config, resume, method = given.pop("method_option"), given.pop("config"), given.pop("resume"), given.pop("method")
     _setup_logging(quiet)
-    options = dict(attack=attack, dataset=dataset, target_domain=target_domain, model=model, norm=norm,
-                   pretrained=pretrained, image_size=image_size, rounds=rounds, local_epochs=local_epochs,
-                   batch_size=batch_size, lr=lr, seed=seed, profile=profile, device=device, precision=precision,
-                   out=out, keep_artifacts=keep_artifacts, attacker=attacker, victim=victim,
-                   inversion_iters=inversion_iters, inversion_batch=inversion_batch, inversion_lr=inversion_lr,
-                   inversion_bn_weight=inversion_bn_weight, inversion_ce_weight=inversion_ce_weight,
-                   inversion_tv_weight=inversion_tv_weight, inversion_l2_weight=inversion_l2_weight,
-                   gradinv_tv_weight=gradinv_tv_weight,
-                   lpips_weights=lpips_weights, judge_steps=judge_steps, reference_models=reference_models,
-                   reference_epochs=reference_epochs,
-                   canaries=canaries, dp_epsilon=dp_epsilon, dp_delta=dp_delta, dp_max_grad_norm=dp_max_grad_norm)
     try:
-        options["split"] = _split(split)
+        declared = declared_options()
+        options = {name: declared[name][0].parse(name, value) if isinstance(value, str) and declared[name][0].kind
+                   is not str else value for name, value in given.items()}
+        options["split"] = parse_split(split)
+        flags = method_flags(ctx.args)
         if dp_sweep is not None or (resume is not None and sweep.is_sweep(resume)):
             swept = sweep.sweep_dp(None if dp_sweep is None else sweep.parse_epsilons(dp_sweep), method, resume=resume,
-                                   config=config, method_option=method_option, method_flags=method_flags(ctx.args),
+                                   config=config, method_option=method_option, method_flags=flags,
                                    reporter=RichReporter(quiet), command=api.command_line(), **options)
             for metrics, run_dir in zip(swept.metrics, swept.run_dirs):
                 print_summary(metrics, run_dir)
             console().print(f"DP sweep: {swept.root}\nreport: {swept.report}", highlight=False, markup=False)
             return
-        result = api.evaluate(method, config=config, resume=resume, method_option=method_option,
-                              method_flags=method_flags(ctx.args),
+        result = api.evaluate(method, config=config, resume=resume, method_option=method_option, method_flags=flags,
                               reporter=RichReporter(quiet), command=api.command_line(), **options)
     except FedauditError as exc:
         fail(str(exc))
@@ -220,7 +229,6 @@ def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
     console().print(f"run directory: {run_dir}", highlight=False, markup=False)
 
 
-@app.command("list")
 def list_(what: str = typer.Argument(..., help="methods, attacks or datasets")) -> None:
     """List methods (with what each shares), attacks, or datasets."""
     try:
@@ -246,10 +254,11 @@ def _list(what: str) -> None:
     elif what == "attacks":
         from fedaudit.attacks import ATTACKS, NO_ATTACK
 
-        table = Table("attack", "roles", "what it is")
-        table.add_row(NO_ATTACK, "-", "no attack: accuracy and communication only")
+        table = Table("attack", "roles", "options", "what it is")
+        table.add_row(NO_ATTACK, "-", "-", "no attack: accuracy and communication only")
         for name, cls in ATTACKS.items():
-            table.add_row(name, ", ".join(cls.roles), cls.summary)
+            opts = ", ".join(f"{flag_of(k)} {_shown(o.default)}" for k, o in cls.options.items()) or "-"
+            table.add_row(name, ", ".join(cls.roles), opts, cls.summary)
     elif what == "datasets":
         from fedaudit.data import DATASETS
 
@@ -281,7 +290,6 @@ def _setup_logging(quiet: bool) -> None:
     log.setLevel(logging.INFO)
 
 
-@app.command()
 def report(
     run_dir: Path = typer.Argument(..., help="A finished run directory (written by `fedaudit evaluate`)."),
     redact: bool = typer.Option(False, "--redact", help="Blur every embedded reconstruction (the sharp pixels are not written)."),
@@ -298,7 +306,6 @@ def report(
     console().print(f"report: {path}", highlight=False, markup=False)
 
 
-@app.command()
 def compare(
     run_dirs: list[Path] = typer.Argument(..., help="Finished run directories, one column each."),
     output: Path = typer.Option(..., "-o", "--output", help="The HTML file to write."),
@@ -313,6 +320,28 @@ def compare(
     except FedauditError as exc:
         fail(str(exc))
     console().print(f"comparison: {path}", highlight=False, markup=False)
+
+
+def make_app() -> typer.Typer:
+    """The ``fedaudit`` command, its ``evaluate`` flags made from the option declarations registered now."""
+    cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                      help="Audit federated domain generalization methods: accuracy, communication and privacy leakage.")
+    signature = evaluate_signature()
+
+    def evaluate_command(ctx: typer.Context, **given: Any) -> None:
+        evaluate(ctx, **given)
+
+    evaluate_command.__signature__ = signature  # type: ignore[attr-defined]
+    evaluate_command.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    evaluate_command.__doc__ = evaluate.__doc__
+    cli.command("evaluate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(evaluate_command)
+    cli.command("list")(list_)
+    cli.command()(report)
+    cli.command()(compare)
+    return cli
+
+
+app = make_app()
 
 
 def main() -> None:

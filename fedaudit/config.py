@@ -1,9 +1,18 @@
-"""Run configuration: one dataclass, two profiles, one precedence rule.
+"""Run configuration: one schema, two profiles, one precedence rule, one resolve-and-validate step.
 
-Precedence, lowest first: the profile's defaults, the method's defaults for
-that profile, the ``--config`` TOML file, then options given explicitly on
-the command line or to :func:`fedaudit.evaluate`. The resolved config is
-written to ``config.json`` with its hash, so a report can be reproduced.
+Every run option is declared once, as a field of :class:`RunConfig` made with
+:func:`fedaudit.options.option`: its default, its per-profile defaults, its
+type, range or choices, and its help. From that declaration come the
+command-line flag, the TOML key, the range or choice error and the recorded
+value (``config.json``). Attack options are declared the same way on the
+attack classes (``Attack.options``) and resolved here into
+``RunConfig.attack_options``, one block per selected attack family; method
+options stay with their method (``Method.options``).
+
+Precedence, lowest first: the option's default, its default for the profile,
+the method's defaults for that profile, the ``--config`` TOML file, then
+options given explicitly on the command line or to :func:`fedaudit.evaluate`.
+:func:`resolve` merges and validates everything before any data loads.
 """
 
 from __future__ import annotations
@@ -12,70 +21,75 @@ import dataclasses
 import hashlib
 import json
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fedaudit.errors import FedauditError, unknown_choice
+from fedaudit.options import Option, declared, option
 
 PROFILES = ("quick", "paper")
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
+DEFAULT_SPLIT = (0.5, 0.1, 0.4)  # train (members) / val / holdout (non-members)
+
+# The options of every selected attack family: {family: {option: declaration}}.
+AttackSchema = Mapping[str, Mapping[str, Option]]
 
 
 @dataclass
 class RunConfig:
-    """Everything that determines a run. Field names are the option names."""
+    """Everything that determines a run. Field names are the option names (``--flag-name``, TOML keys)."""
 
-    method: str = "fedavg"
-    attack: str = "none"
-    dataset: str = "shapes"
-    image_size: int = 32
-    target_domain: str | None = None  # None: the dataset's last domain; "all": every domain in turn
-    model: str = "cnn"
-    norm: str = "bn"
-    pretrained: str | None = None
-    rounds: int = 20
-    local_epochs: int = 3
-    batch_size: int = 32
-    optimizer: str = "sgd"
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    augment: bool = True
-    split: tuple[float, float, float] = (0.5, 0.1, 0.4)  # train (members) / val / holdout (non-members)
-    seed: int = 0
-    device: str = "auto"
-    precision: str = "fp32"
-    out: str = "runs"
-    keep_artifacts: bool = False
-    # Attacks (ATTACKS.md). attacker: "server" or "client:<domain>"; victim: a source domain or "all".
-    attacker: str = "server"
-    victim: str = "all"
-    inversion_iters: int = 200
-    inversion_batch: int = 40  # images per victim, whole classes: batch // classes per class (at least 1)
-    reference_models: int = 8  # membership inference: reference ("shadow") models per victim domain
-    # Reference models train the target's exposure, rounds × local epochs, but at most this many (None: no cap).
-    reference_epochs: int | None = None
-    # Canary audit (--attack canary): canaries per victim, drawn from its holdout (fedaudit/canary.py).
-    # 64 leaves digits' ~180-record holdouts 116 >= 100 non-members, so mia's TPR at 10% FPR stays resolvable.
-    canaries: int = 64
-    inversion_lr: float = 0.1
-    inversion_bn_weight: float = 10.0
-    inversion_ce_weight: float = 1.0
-    inversion_tv_weight: float = 1e-3
-    inversion_l2_weight: float = 1e-5
-    gradinv_tv_weight: float = 3e-5  # gradinv's TV prior: DeepInversion's 1e-3 blurs a one-image reconstruction (21 vs 35 dB)
-    lpips_weights: str | None = None  # local AlexNet backbone file; default: the torch hub cache
-    judge_steps: int = 300  # Adam steps of each auditor judge (domain and class classifiers that score reconstructions)
-    # Defense: DP-SGD (Opacus) for every client's local training; None = no DP. The ε is per client,
-    # for one record of its training split, over all rounds (fedaudit/dp.py).
-    dp_epsilon: float | None = None
-    dp_delta: float = 1e-5
-    dp_max_grad_norm: float = 1.0
+    # -- what runs ---------------------------------------------------------------------------------------
+    method: str = option("fedavg", "FedDG method (see `fedaudit list methods`).")
+    attack: str = option("none", "Attack(s): none, deepinversion, gradinv, mia (or mia-loss, mia-lira, mia-rmia, "
+                         "mia-domain), canary (one-run ε audit; not in all), all, or names joined by commas.")
+    dataset: str = option("shapes", "shapes, shapes:N (N images per class), digits, or folder:PATH (DomainBed layout).")
+    image_size: int = option(32, "Image side in pixels.", low=16, high=256, profiles={"paper": 64})
+    target_domain: str | None = option(None, "Unseen domain (default: the dataset's last), or 'all' to hold out "
+                                       "each in turn.", kind=str, nullable=True)
+    model: str = option("cnn", "cnn, resnet18 or resnet50.", profiles={"paper": "resnet18"})
+    norm: str = option("bn", "Norm layers: bn, in, gn, xan (gPerXAN).")
+    pretrained: str | None = option(None, "Local state_dict for the backbone (.pt/.pth/.safetensors).", kind=str,
+                                    nullable=True)
+    # -- local training (the method's defaults per profile override these) -------------------------------
+    rounds: int = option(20, "Communication rounds.", low=1, high=100_000, profiles={"paper": 40})
+    local_epochs: int = option(3, "Local epochs per round.", low=1, high=1_000, profiles={"paper": 1})
+    batch_size: int = option(32, "Local batch size.", low=2, high=65_536)  # BatchNorm needs 2 samples
+    optimizer: str = option("sgd", "Local optimizer.", choices=OPTIMIZERS)
+    lr: float = option(0.01, "Local learning rate.", low=1e-9, high=10.0, profiles={"paper": 1e-3})
+    momentum: float = option(0.9, "SGD momentum.", low=0.0, high=0.999)
+    weight_decay: float = option(5e-4, "Weight decay.", low=0.0, high=1.0)
+    augment: bool = option(True, "On-device augmentation of training batches (random shifts; flips where the data "
+                           "allows).")
+    split: tuple[float, float, float] = field(default=DEFAULT_SPLIT)  # parsed and checked by parse_split / validate
+    seed: int = option(0, "Seed for split, initialisation and training.", low=0, high=2**63 - 1)
+    device: str = option("auto", "Where to train and attack.", choices=DEVICES)
+    precision: str = option("fp32", "fp32, or bf16 (autocast).", choices=PRECISIONS)
+    out: str = option("runs", "Folder for run directories.")
+    keep_artifacts: bool = option(False, "Save every message on the wire as safetensors.")
+    # -- who attacks, and the auditor ---------------------------------------------------------------------
+    attacker: str = option("server", "Who attacks: server (sees every upload) or client:<domain> (sees its "
+                           "broadcasts).")
+    victim: str = option("all", "Victim source domain, or 'all' (every source the attacker can target).")
+    lpips_weights: str | None = option(None, "Local AlexNet weights for LPIPS (default: the torch hub cache; never "
+                                       "downloaded).", kind=str, nullable=True)
+    judge_steps: int = option(300, "Adam steps of each auditor judge (the domain and class classifiers that score "
+                              "reconstructions).", low=1, high=1_000_000)
+    # -- defense: DP-SGD (Opacus) for every client's local training; the ε is per client, for one record of
+    # its training split, over all rounds (fedaudit/dp.py) ---------------------------------------------------
+    dp_epsilon: float | None = option(None, "Train every client with DP-SGD (Opacus) to this ε per client over all "
+                                      "rounds; models switch to --norm gn.", kind=float, nullable=True, low=0.01,
+                                      high=1e4)
+    dp_delta: float = option(1e-5, "DP-SGD δ (must be below 1/records of every client).", low=1e-12, high=0.1)
+    dp_max_grad_norm: float = option(1.0, "DP-SGD per-sample clipping norm.", low=1e-4, high=1e4)
     method_options: dict[str, Any] = field(default_factory=dict)
-    profile: str = "quick"
+    # {attack family: {option: value}} for the selected attacks (declared on the attack classes).
+    attack_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    profile: str = option("quick", "quick (CPU, minutes) or paper (the seeds' settings, GPU).", choices=PROFILES)
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -89,33 +103,18 @@ class RunConfig:
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
+    def attack_option(self, family: str, name: str) -> Any:
+        """One resolved attack option (``cfg.attack_option("deepinversion", "inversion_iters")``)."""
+        return self.attack_options[family][name]
 
+
+OPTIONS: dict[str, Option] = declared(RunConfig)
 FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 
 
 def target_exposure(cfg: RunConfig) -> int:
     """How many passes the federation made over a member: rounds × local epochs."""
     return cfg.rounds * cfg.local_epochs
-
-# Profile defaults. `quick` keeps every algorithm and shrinks rounds and model
-# so a CPU run takes minutes; `paper` uses the seeds' settings (GPU).
-PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
-    # quick: reference models train 10 epochs, not the target's 60 (20 rounds × 3), so a CPU membership audit
-    # takes minutes; recorded in config.json, and the run's calibration figure says what it costs.
-    "quick": {"reference_epochs": 10},
-    "paper": {
-        "model": "resnet18",
-        "rounds": 40,
-        "local_epochs": 1,
-        "batch_size": 32,
-        "lr": 1e-3,
-        "image_size": 64,
-        # DeepInversion's CIFAR-scale settings (Yin et al. 2020).
-        "inversion_iters": 2000,
-        "inversion_batch": 256,
-        "reference_models": 64,
-    },
-}
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -135,81 +134,64 @@ def resolve(
     explicit: dict[str, Any],
     from_file: dict[str, Any] | None = None,
     method_defaults: dict[str, dict[str, Any]] | None = None,
+    attack_schema: AttackSchema | None = None,
+    attack_option_names: set[str] | frozenset[str] = frozenset(),
 ) -> RunConfig:
-    """Merge defaults, the config file's options and explicit options (in that
-    order) and validate."""
+    """Merge defaults, the config file's options and explicit options (in that order) and validate.
+
+    ``attack_schema`` declares the options of the selected attack families (their values land in
+    ``attack_options``); ``attack_option_names`` are every registered attack's options, accepted
+    (and ignored) when their attack is not selected.
+    """
     from_file = from_file or {}
+    attack_schema = attack_schema or {}
     explicit = {k: v for k, v in explicit.items() if v is not None}
     profile = explicit.get("profile", from_file.get("profile", "quick"))
     if profile not in PROFILES:
         raise unknown_choice("profile", profile, PROFILES)
+    owners: dict[str, list[str]] = {}  # an option can belong to several families (the shared inversion budget)
+    for family, opts in attack_schema.items():
+        for name in opts:
+            owners.setdefault(name, []).append(family)
+    known = FIELDS | set(owners) | set(attack_option_names)
 
-    merged: dict[str, Any] = {}
-    merged.update(PROFILE_DEFAULTS[profile])
-    merged.update((method_defaults or {}).get(profile, {}))
-    for source in (from_file, explicit):
+    merged: dict[str, Any] = {name: opt.default_for(profile) for name, opt in OPTIONS.items()}
+    attack_values = {family: {name: opt.default_for(profile) for name, opt in opts.items()}
+                     for family, opts in attack_schema.items()}
+    for source in ((method_defaults or {}).get(profile, {}), from_file, explicit):
         for key, value in source.items():
-            if key not in FIELDS:
+            if key not in known:
                 hint = "a [method_options] table" if source is from_file else "method_options"
-                raise FedauditError(f"unknown option {key!r}; valid options: {', '.join(sorted(FIELDS))} (method-specific ones go in {hint})")
+                raise FedauditError(f"unknown option {key!r}; valid options: {', '.join(sorted(known))} "
+                                    f"(method-specific ones go in {hint})")
             if key == "method_options":
-                merged.setdefault("method_options", {})
-                merged["method_options"] = {**merged["method_options"], **value}
-            else:
+                merged["method_options"] = {**merged.get("method_options", {}), **value}
+            elif key in owners:
+                for family in owners[key]:
+                    attack_values[family][key] = value
+            elif key in FIELDS:
                 merged[key] = value
     merged["profile"] = profile
-    if "split" in merged:
-        merged["split"] = tuple(float(x) for x in merged["split"])
+    merged["split"] = tuple(float(x) for x in merged.get("split", DEFAULT_SPLIT))
+    merged["attack_options"] = {family: {name: attack_schema[family][name].check(name, value)
+                                         for name, value in values.items()}
+                                for family, values in attack_values.items()}
     cfg = RunConfig(**merged)
     validate(cfg)
     return cfg
 
 
-def _check_range(name: str, value: Any, lo: float, hi: float, kind: type = int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-        raise FedauditError(f"--{name.replace('_', '-')} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
-    if not lo <= value <= hi:
-        raise FedauditError(f"--{name.replace('_', '-')} must be between {lo:g} and {hi:g}, got {value!r}")
-
-
 def validate(cfg: RunConfig) -> None:
-    """Range and choice checks that need no registry (names of methods,
+    """Every declared option's type and range, then the checks that span options (names of methods,
     datasets and models are checked against their registries by the API)."""
-    _check_range("rounds", cfg.rounds, 1, 100_000)
-    _check_range("local_epochs", cfg.local_epochs, 1, 1_000)
-    _check_range("batch_size", cfg.batch_size, 2, 65_536)  # BatchNorm needs 2 samples
-    _check_range("image_size", cfg.image_size, 16, 256)
-    _check_range("seed", cfg.seed, 0, 2**63 - 1)
-    _check_range("lr", cfg.lr, 1e-9, 10.0, float)
-    _check_range("momentum", cfg.momentum, 0.0, 0.999, float)
-    _check_range("weight_decay", cfg.weight_decay, 0.0, 1.0, float)
-    _check_range("inversion_iters", cfg.inversion_iters, 1, 1_000_000)
-    _check_range("inversion_batch", cfg.inversion_batch, 1, 1_000_000)
-    _check_range("reference_models", cfg.reference_models, 2, 4096)
-    _check_range("judge_steps", cfg.judge_steps, 1, 1_000_000)
-    if cfg.reference_epochs is not None:
-        _check_range("reference_epochs", cfg.reference_epochs, 1, 100_000)
-    _check_range("canaries", cfg.canaries, 2, 100_000)
-    _check_range("inversion_lr", cfg.inversion_lr, 1e-6, 10.0, float)
-    for name in ("inversion_bn_weight", "inversion_ce_weight", "inversion_tv_weight", "inversion_l2_weight", "gradinv_tv_weight"):
-        _check_range(name, getattr(cfg, name), 0.0, 1e6, float)
-    if cfg.dp_epsilon is not None:
-        _check_range("dp_epsilon", cfg.dp_epsilon, 0.01, 1e4, float)
-        if cfg.precision != "fp32":
-            raise FedauditError("--dp-epsilon needs --precision fp32 (per-sample gradients in bf16 clip inexactly); "
-                                "drop --precision bf16")
-    _check_range("dp_delta", cfg.dp_delta, 1e-12, 0.1, float)
-    _check_range("dp_max_grad_norm", cfg.dp_max_grad_norm, 1e-4, 1e4, float)
+    for name, opt in OPTIONS.items():
+        opt.check(name, getattr(cfg, name))
+    if cfg.dp_epsilon is not None and cfg.precision != "fp32":
+        raise FedauditError("--dp-epsilon needs --precision fp32 (per-sample gradients in bf16 clip inexactly); "
+                            "drop --precision bf16")
     check_attacker(cfg.attacker)
-    if not isinstance(cfg.victim, str) or not cfg.victim:
+    if not cfg.victim:
         raise FedauditError(f"--victim must be a source domain or 'all', got {cfg.victim!r}")
-    for name, value, choices in (
-        ("precision", cfg.precision, PRECISIONS),
-        ("device", cfg.device, DEVICES),
-        ("optimizer", cfg.optimizer, OPTIMIZERS),
-    ):
-        if value not in choices:
-            raise unknown_choice(name, value, choices)
     if len(cfg.split) != 3 or any(f <= 0 for f in cfg.split) or abs(sum(cfg.split) - 1) > 1e-6:
         raise FedauditError(f"--split must be three positive fractions train,val,holdout summing to 1, got {cfg.split}")
     if not isinstance(cfg.method_options, dict):
@@ -221,6 +203,34 @@ def check_attacker(attacker: object) -> None:
     if attacker == "server" or (isinstance(attacker, str) and attacker.startswith("client:") and attacker[len("client:"):]):
         return
     raise FedauditError(f"unknown attacker {attacker!r}; valid choices: server, client:<domain> (e.g. client:clean)")
+
+
+def parse_split(text: str | None) -> tuple[float, float, float] | None:
+    """``"0.5,0.1,0.4"`` → (0.5, 0.1, 0.4); the sum is checked by :func:`validate`."""
+    if text is None:
+        return None
+    try:
+        parts = tuple(float(p) for p in text.split(","))
+    except ValueError:
+        raise FedauditError(f"--split must look like 0.5,0.1,0.4 (train,val,holdout), got {text!r}") from None
+    if len(parts) != 3:
+        raise FedauditError(f"--split needs three fractions train,val,holdout, got {text!r}")
+    return parts  # type: ignore[return-value]
+
+
+def from_json(saved: dict[str, Any], attack_schema: AttackSchema) -> RunConfig:
+    """The RunConfig a run recorded in ``config.json``. Runs recorded before attack options were declared
+    per attack kept them as top-level keys: they move into ``attack_options`` by their owner."""
+    data = dict(saved)
+    data["split"] = tuple(data.get("split", DEFAULT_SPLIT))
+    blocks: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (data.get("attack_options") or {}).items()}
+    for family, opts in attack_schema.items():
+        for name in opts:
+            if name in data and name not in FIELDS:
+                blocks.setdefault(family, {})[name] = data[name]
+    data = {k: v for k, v in data.items() if k in FIELDS}
+    data["attack_options"] = blocks
+    return RunConfig(**data)
 
 
 def parse_method_options(pairs: list[str]) -> dict[str, Any]:

@@ -54,14 +54,6 @@ def sample_weight(artifacts: list[Artifact]) -> float:
     return float(next(a for a in artifacts if a.kind == ArtifactKind.SCALARS).tensors["num_samples"])
 
 
-def reference_epochs(cfg: RunConfig) -> int:
-    """Epochs of one membership-inference reference model: the target's exposure to a member
-    (:func:`~fedaudit.config.target_exposure`), at most ``--reference-epochs`` (the quick profile sets 10 to
-    keep a CPU audit in minutes). Both numbers are stored with the results, beside a calibration check."""
-    exposure = target_exposure(cfg)
-    return exposure if cfg.reference_epochs is None else min(exposure, cfg.reference_epochs)
-
-
 class Method:
     """Base class. Subclasses set the class attributes and override hooks."""
 
@@ -167,13 +159,14 @@ class Method:
         return None
 
     def reference_recipe(self, fed: Federation) -> TrainOne | None:
-        """Auditor-side: how a client of this method trains locally, as a recipe for the
-        membership-inference reference models (:func:`fedaudit.reference_models.train_reference_models`).
-        Default: the run's cross-entropy SGD (DP-SGD under ``--dp-epsilon``) for :func:`reference_epochs` epochs. Methods with another
-        local loss override this; None means no recipe (LiRA and RMIA are then not applicable)."""
-        from fedaudit.reference_models import DPSGDRecipe, SGDRecipe  # imports the engine, which imports this module
+        """Public code, handed to attackers in the prior: how a client of this method trains locally, as a
+        recipe for membership-inference reference models (:func:`fedaudit.reference_models.train_reference_models`),
+        at the target's exposure (rounds x local epochs; the attack may cap it). Default: the run's cross-entropy
+        SGD (DP-SGD under ``--dp-epsilon``). Methods with another local loss override this; None means no recipe
+        (LiRA and RMIA are then not applicable)."""
+        from fedaudit.reference_models import DPSGDRecipe, SGDRecipe
 
-        recipe = replace(SGDRecipe.from_config(self.cfg), epochs=reference_epochs(self.cfg))
+        recipe = replace(SGDRecipe.from_config(self.cfg), epochs=target_exposure(self.cfg))
         if fed.dp is None or not fed.dp.plans:
             return recipe
         # Under DP-SGD the informed attacker trains its reference models with the clients' mechanism too.

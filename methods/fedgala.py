@@ -79,11 +79,12 @@ from torch import Tensor, nn
 
 from fedaudit.aggregation import load_state_, model_state, weighted_average_
 from fedaudit.augment import SimCLRAugment
+from fedaudit.config import target_exposure
 from fedaudit.federation import Client, Federation
-from fedaudit.seeds import derive_seed
 from fedaudit.losses import nt_xent_loss
-from fedaudit.method import DOWN, UP, Method, Scores, reference_epochs
+from fedaudit.method import DOWN, UP, Method, Scores
 from fedaudit.probe import extract_features, fit_linear_probe, probe_on_fraction
+from fedaudit.seeds import derive_seed
 from fedaudit.training import LossFn, Preprocess, index_batches, make_optimizer, train_steps
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
@@ -193,7 +194,7 @@ class FedGaLA(Method):
     def reference_recipe(self, fed: Federation) -> SimCLRRecipe:
         """Reference models for membership inference train with the clients' SimCLR loss."""
         cfg = self.cfg
-        return SimCLRRecipe(reference_epochs(cfg), cfg.batch_size, cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay,
+        return SimCLRRecipe(target_exposure(cfg), cfg.batch_size, cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay,
                             float(self.opts["temperature"]), cfg.precision)
 
     def build_model(self, fed: Federation) -> nn.Module:

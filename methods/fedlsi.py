@@ -84,11 +84,11 @@ from fedaudit.aggregation import (
 )
 from fedaudit.errors import FedauditError
 from fedaudit.federation import Client, Federation
-from fedaudit.seeds import derive_seed
 from fedaudit.latent_inversion import invert_latents
 from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models.classifier import make_head
 from fedaudit.models.translator import LatentTranslator, train_latent_translator
+from fedaudit.seeds import derive_seed
 from fedaudit.training import autocast
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
 

@@ -112,7 +112,7 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
         "membership": [(u.label, membership(u)) for u in units],
         "rounds": rounds_section(units),
         "provenance": provenance_table(units),
-        "config": _aligned(units, lambda u: [(k, _value(v)) for k, v in _config(u).items()]),
+        "config": _aligned(units, lambda u: _config_rows(_config(u))),
     }
     return _environment().get_template("report.html.j2").render(**ctx)
 
@@ -794,6 +794,17 @@ def _interval(ci: Any) -> bool:
 
 def _text(x: Any) -> str:
     return MISSING if x is None else str(x)
+
+
+def _config_rows(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """The resolved config, one row per option: an attack's block as ``deepinversion.inversion_iters``."""
+    rows = []
+    for key, value in config.items():
+        if key == "attack_options" and isinstance(value, dict):
+            rows += [(f"{family}.{name}", _value(v)) for family, opts in value.items() for name, v in opts.items()]
+        else:
+            rows.append((key, _value(value)))
+    return rows
 
 
 def _value(v: Any) -> str:

@@ -206,7 +206,10 @@ def test_cli_attack_fills_leakage_for_every_victim_and_records_its_settings(tmp_
     assert rows["full_model↑"]["tier"] == "inconclusive"  # a 3-step attack cannot read LOW
     assert leak["settings"]["iters"] == 3 and leak["settings"]["per_class"] == 1
     config = json.loads((run_dir / "config.json").read_text())["config"]
-    assert config["attacker"] == "server" and config["inversion_iters"] == 3 and config["inversion_batch"] == 10
+    recorded = config["attack_options"]["deepinversion"]  # one block per selected attack, every option in it
+    assert config["attacker"] == "server" and recorded["inversion_iters"] == 3 and recorded["inversion_batch"] == 10
+    assert recorded["inversion_lr"] == 0.1 and "reference_models" not in recorded and set(config["attack_options"]) == {
+        "deepinversion"}
 
 
 @pytest.mark.parametrize("args,needles", [

@@ -75,8 +75,9 @@ def canary_split(cfg: RunConfig, split: LODOSplit, num_classes: int,
     """``split`` with the auditor's canaries planted in every victim's ``train`` (``victims_of(source
     domains)`` names the victims); called only when the run asks for the canary audit."""
     victims = victims_of([c.domain for c in split.sources])
-    split = plant_canaries(split, victims, cfg.canaries, cfg.seed, num_classes)
-    log.info("canary audit: %d canaries drawn from the holdout of %s, %s of them in training", cfg.canaries,
+    m = cfg.attack_option("canary", "canaries")
+    split = plant_canaries(split, victims, m, cfg.seed, num_classes)
+    log.info("canary audit: %d canaries drawn from the holdout of %s, %s of them in training", m,
              ", ".join(victims), "/".join(str(int(split.canaries[v].included.sum())) for v in victims))
     return split
 

@@ -113,13 +113,13 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
             result["domain"] = {GLOBAL: _domain_rows(out, domain_truth, victims, fed.split.target)}
         else:
             result.setdefault(key, {}).setdefault(out.artifact, {})[out.victim] = _victim_entry(
-                out, truths[out.victim], prior, cfg)
+                out, truths[out.victim], cfg)
     log.info("mia: %s as %s against %s in %.1fs (%d reference-model set(s) trained)", ", ".join(variants), role,
              ", ".join(victims), time.perf_counter() - t0, getattr(attack, "trained", 0))
     return result
 
 
-def _victim_entry(out: AttackOutput, is_member: Tensor, prior: AttackerPrior, cfg: RunConfig) -> dict[str, Any]:
+def _victim_entry(out: AttackOutput, is_member: Tensor, cfg: RunConfig) -> dict[str, Any]:
     info = {k: v for k, v in out.info.items() if k not in ("result", "status", "signal", "reference", "population")}
     if out.scores is None:
         return {k: v for k, v in out.info.items() if k in ("status", "reason")}
@@ -129,9 +129,8 @@ def _victim_entry(out: AttackOutput, is_member: Tensor, prior: AttackerPrior, cf
                    reference.get("reference_models", 0) if reference is not None else 0)
     entry.update(info)
     if reference is not None:
-        if reference:  # how much the reference models saw of a record, beside how much the target did
-            reference = {**reference, "epochs": getattr(prior.train_recipe, "epochs", None),
-                         "target_exposure_epochs": target_exposure(cfg)}
+        if reference:  # how much the reference models saw of a record (epochs), beside how much the target did
+            reference = {**reference, "target_exposure_epochs": target_exposure(cfg)}
         entry["reference"] = reference
         if out.signals:  # did the reference models stand in for this target? (the auditor knows who is a member)
             entry["calibration"] = lira_calibration(out.signals["phi"], out.signals["reference_phi"],

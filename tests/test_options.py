@@ -1,0 +1,121 @@
+"""One declaration per option: the flag, the TOML key, the range error and the recorded value all come from it.
+
+A dummy attack declares one option and registers itself; without touching cli.py, api.py or
+config.py the option has its ``--flag`` (in ``--help`` too), its TOML key, its one-line range error
+and its value in ``config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+import pytest
+from typer.testing import CliRunner
+
+from fedaudit import cli
+from fedaudit.attack import NO_ACCESS, Attack, AttackOutput
+from fedaudit.attacks import ATTACKS
+from fedaudit.config import OPTIONS, RunConfig, from_json, resolve
+from fedaudit.errors import FedauditError
+from fedaudit.options import Option
+
+FAST = ["--dataset", "digits", "--image-size", "16", "--rounds", "1", "--device", "cpu", "--quiet"]
+
+
+class Dummy(Attack):
+    """An attack that reads its one option and reports it."""
+
+    name = "dummy"
+    summary = "a test attack with one option"
+    options: ClassVar[dict[str, Option]] = {
+        "dummy_level": Option(2, "How hard the dummy tries.", kind=int, low=1, high=5, profiles={"paper": 5}),
+    }
+
+    def __init__(self, level: int) -> None:
+        self.level = level
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, prior: Any) -> Dummy:
+        return cls(cls.option_values(cfg)["dummy_level"])
+
+    def run(self, view, prior, victim, device, access=NO_ACCESS) -> list[AttackOutput]:
+        return [AttackOutput(self.name, view.role, victim, "full_model",
+                             info={"status": "not applicable", "reason": f"a dummy at level {self.level}"})]
+
+
+@pytest.fixture
+def app(monkeypatch):
+    monkeypatch.setitem(ATTACKS, "dummy", Dummy)
+    return cli.make_app()
+
+
+def _run(app, tmp_path, *args: str) -> dict[str, Any]:
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["evaluate", "--attack", "dummy", *FAST, "--out", str(out), *args])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = out.iterdir()
+    config = json.loads((run_dir / "config.json").read_text())["config"]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["leakage"]["dummy"]["full_model"]["clean"]["reason"] == f"a dummy at level {config['attack_options']['dummy']['dummy_level']}"
+    return config
+
+
+def test_a_new_attack_option_gets_its_flag_and_help_and_is_recorded(app, tmp_path):
+    help_text = CliRunner().invoke(app, ["evaluate", "--help"], env={"COLUMNS": "200"}).output
+    assert "--dummy-level" in help_text and "How hard the dummy tries. (default 2; paper 5)" in help_text
+    assert _run(app, tmp_path, "--dummy-level", "4")["attack_options"] == {"dummy": {"dummy_level": 4}}
+
+
+def test_a_new_attack_option_has_its_toml_key_and_default(app, tmp_path):
+    toml = tmp_path / "run.toml"
+    toml.write_text("dummy_level = 3\n")
+    assert _run(app, tmp_path / "a", "--config", str(toml))["attack_options"] == {"dummy": {"dummy_level": 3}}
+    assert _run(app, tmp_path / "b")["attack_options"] == {"dummy": {"dummy_level": 2}}
+
+
+def test_a_new_attack_option_has_its_range_error(app):
+    result = CliRunner().invoke(app, ["evaluate", "--attack", "dummy", *FAST, "--dummy-level", "9"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "--dummy-level must be between 1 and 5, got 9" in result.output
+    listed = CliRunner().invoke(app, ["list", "attacks"], env={"COLUMNS": "250"})
+    assert "--dummy-level 2" in listed.output
+
+
+# -- the run's own options -----------------------------------------------------------------------------
+
+
+def test_every_run_option_has_a_flag_and_a_range_or_type_check():
+    """The four fields that had no flag (optimizer, momentum, weight decay, augment) have one now."""
+    help_text = CliRunner().invoke(cli.app, ["evaluate", "--help"], env={"COLUMNS": "250"}).output
+    for name in OPTIONS:
+        assert "--" + name.replace("_", "-") in help_text, name
+    with pytest.raises(FedauditError, match="--momentum must be between 0 and 0.999, got 2"):
+        resolve({"momentum": 2.0})
+    with pytest.raises(FedauditError, match="--augment must be true or false"):
+        resolve({"augment": "yes"})
+    assert resolve({"optimizer": "adam", "augment": False}).optimizer == "adam"
+
+
+def test_profile_defaults_come_from_the_declarations():
+    paper = resolve({"profile": "paper"})
+    assert (paper.model, paper.rounds, paper.image_size, paper.lr) == ("resnet18", 40, 64, 1e-3)
+    assert resolve({}).rounds == RunConfig.rounds == 20
+
+
+def test_nullable_options_take_none_on_the_command_line():
+    opt = Option(10, "cap", kind=int, nullable=True, low=1, high=100)
+    assert opt.parse("reference_epochs", "none") is None and opt.parse("reference_epochs", "7") == 7
+    with pytest.raises(FedauditError, match="--reference-epochs must be an integer"):
+        opt.parse("reference_epochs", "seven")
+
+
+def test_a_config_recorded_before_the_attack_blocks_still_resumes():
+    """Runs recorded with the attack options at the top level (before they were declared per attack)."""
+    from fedaudit.attacks import attack_schema
+
+    saved = {**RunConfig().to_json(), "attack": "deepinversion,mia", "inversion_iters": 20, "reference_models": 2}
+    saved.pop("attack_options")
+    cfg = from_json(saved, attack_schema("deepinversion,mia"))
+    assert cfg.attack_options == {"deepinversion": {"inversion_iters": 20}, "mia": {"reference_models": 2}}
+    assert cfg.split == (0.5, 0.1, 0.4)
