@@ -1,7 +1,10 @@
 """``fedaudit.evaluate(...)``: the one flow, callable from a notebook.
 
 config → data (LODO split) → federation (method hooks, wire) → attacks →
-run directory. The CLI is a thin layer over this module. With
+run directory. Orchestration only: the federation trains, the auditor
+(:mod:`fedaudit.audit.session`) runs the attacks and scores them,
+:mod:`fedaudit.results` summarises, :mod:`fedaudit.runs` writes. The CLI is a
+thin layer over this module. With
 ``target_domain="all"`` every domain is the unseen target once; each gets its
 own sub-directory and the top-level ``metrics.json`` averages them.
 """
@@ -9,7 +12,6 @@ own sub-directory and the top-level ``metrics.json`` averages them.
 from __future__ import annotations
 
 import logging
-import platform
 import shlex
 import sys
 import time
@@ -21,17 +23,16 @@ from typing import Any
 import torch
 
 from fedaudit import runs
-from fedaudit.attack import AttackerPrior
+from fedaudit.audit.session import attack_role_and_victims, run_attacks
 from fedaudit.audit.verdict import RiskThresholds, judge
 from fedaudit.config import RunConfig, from_json, load_toml, parse_method_options, resolve
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
+from fedaudit.dp import private_config
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.federation import Federation
-from fedaudit.seeds import derive_seed
-from fedaudit.leakage import Auditor, DomainRecords
-from fedaudit.method import Method
 from fedaudit.reports import write_report_or_warn
-from fedaudit.wire import SERVER, Wire, client_role
+from fedaudit.results import communication, privacy, provenance, summarise_targets
+from fedaudit.wire import Wire
 
 log = logging.getLogger("fedaudit")
 
@@ -80,7 +81,7 @@ def evaluate(
         return _resume(Path(resume), reporter, on_round_end)
 
     from fedaudit.attacks import attack_options, attack_schema
-    from fedaudit.methods import get_method
+    from fedaudit.methods import METHODS, get_method
 
     explicit = dict(options)
     if method is not None:
@@ -101,7 +102,7 @@ def evaluate(
                   set(attack_options()))
     check_names(cfg)
     method_cls(cfg)  # validates method options before any work is done
-    cfg = private_config(cfg, method_cls)
+    cfg = private_config(cfg, method_cls, [name for name, cls in METHODS.items() if not cls.dp_incompatible])
     device = resolve_device(cfg.device)
 
     t0 = time.perf_counter()
@@ -193,7 +194,7 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
         reporter.end_target(target)
 
     t0 = time.perf_counter()
-    leakage = run_attacks(run_dir, cfg, method, fed, dataset, device)
+    leakage = run_attacks(get_attacks(cfg.attack), run_dir, cfg, method, fed, dataset, device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     attack_seconds = time.perf_counter() - t0
@@ -221,236 +222,11 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
     return metrics
 
 
-# -- defenses ------------------------------------------------------------------
-
-
-def private_config(cfg: RunConfig, method_cls: type[Method]) -> RunConfig:
-    """With ``--dp-epsilon``: check the method can be trained with DP-SGD, and switch the
-    norm layers to GroupNorm when Opacus' validator rejects the chosen ones (saying which)."""
-    from dataclasses import replace
-
-    from fedaudit.dp import check_supported, describe_layers, unsupported_layers
-    from fedaudit.methods import METHODS
-    from fedaudit.models import build_model
-
-    if cfg.dp_epsilon is None:
-        return cfg
-    check_supported(cfg, method_cls, [name for name, cls in METHODS.items() if not cls.dp_incompatible])
-    bad = unsupported_layers(build_model(cfg.model, 2, cfg.image_size, norm=cfg.norm))
-    if not bad:
-        return cfg
-    if cfg.norm == "gn":
-        raise FedauditError(f"DP-SGD cannot train {describe_layers(bad)} of --model {cfg.model}; choose another --model")
-    log.warning("DP-SGD cannot train --norm %s (Opacus' validator rejects %s): training with --norm gn instead",
-                cfg.norm, describe_layers(bad))
-    return replace(cfg, norm="gn")
-
-
-def privacy(fed: Federation) -> dict[str, Any]:
-    """The defense in force and what it covers: per client ε spent (Opacus' accountant), and for every
-    artifact the method sends whether that ε covers it."""
-    from fedaudit.dp import coverage
-
-    shares = fed.method.declared_shares()
-    if fed.dp is None:
-        return {"dp": None, "coverage": [{**row, "covered": False, "why": "no DP: trained without a privacy mechanism"}
-                                         for row in coverage(shares)]}
-    return {"dp": fed.dp.summary({c.index: c.domain for c in fed.clients}), "coverage": coverage(shares)}
-
-
-# -- attacks -------------------------------------------------------------------
-
-PRIOR_SEED_STREAM = 7_001  # the attacker's fresh model: a fixed initialisation, independent of the run's own
-
-
-def attacker_prior(cfg: RunConfig, method: Method, fed: Federation, dataset: MultiDomainDataset) -> AttackerPrior:
-    """Public knowledge: the method's architecture (built by the method itself, so
-    norm layers and heads match), classes, domains, image shape, normalisation, and the
-    method's public code (its predict, whether it is label-free, its local training recipe)."""
-    seed = derive_seed(cfg.seed, PRIOR_SEED_STREAM)
-
-    def build() -> torch.nn.Module:
-        # fork_rng: building the attacker's model must not move the run's RNG streams.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return method.build_model(fed)
-
-    return AttackerPrior(arch=cfg.model, num_classes=len(dataset.classes), class_names=tuple(dataset.classes),
-                         domains=tuple(dataset.domains), image_size=cfg.image_size, channels=3,
-                         mean=tuple(dataset.mean), std=tuple(dataset.std), build_model=build,
-                         num_clients=len(fed.clients), hflip=dataset.hflip, predict=method.predict,
-                         label_free=method.label_free, train_recipe=method.reference_recipe(fed),
-                         new_model=lambda: method.build_model(fed))
-
-
-def attack_role_and_victims(cfg: RunConfig, sources: list[str]) -> tuple[str, list[str]]:
-    """The attacker's wire role and the victims' domains for one target (user errors name the choices)."""
-    if cfg.attacker == SERVER:
-        role, pool = SERVER, list(sources)
-    else:
-        domain = cfg.attacker[len("client:"):]
-        if domain not in sources:
-            raise unknown_choice("attacker", cfg.attacker, [SERVER, *(client_role(d) for d in sources)])
-        role, pool = client_role(domain), [d for d in sources if d != domain]
-    if cfg.victim == "all":
-        return role, pool
-    if cfg.victim not in pool:
-        raise unknown_choice(f"victim for attacker {cfg.attacker}", cfg.victim, [*pool, "all"])
-    return role, [cfg.victim]
-
-
-def run_attacks(run_dir: Path, cfg: RunConfig, method: Method, fed: Federation, dataset: MultiDomainDataset,
-                device: torch.device) -> dict[str, Any]:
-    """Every selected attack against the attacker's wire view, scored by the auditor.
-
-    An attack gets the view, the prior and the access its threat model grants
-    (``Attack.needs``); the auditor's procedure for it follows from that grant:
-    membership challenges, planted canaries, or reconstructions scored against
-    the private records. One instance per attack family, membership first.
-    """
-    from fedaudit.attacks import get_attacks
-    from fedaudit.audit.canary import audit_canaries
-    from fedaudit.audit.membership import audit_membership
-    from fedaudit.audit.reconstruction import audit_reconstruction
-
-    prior = attacker_prior(cfg, method, fed, dataset)
-    role, victims = attack_role_and_victims(cfg, [c.domain for c in fed.clients])
-    families: dict[str, list] = {}
-    for cls in get_attacks(cfg.attack):
-        families.setdefault(cls.family or cls.name, []).append(cls)
-    attacks = [group[0].for_selection(group, cfg, prior) for group in families.values()]
-    attacks.sort(key=lambda a: 0 if "challenges" in a.needs else 1 if "canaries" in a.needs else 2)
-    leakage: dict[str, Any] = {}
-    auditor = None
-    for attack in attacks:
-        against = f"as {role} against {', '.join(victims)}"
-        if "challenges" in attack.needs:
-            log.info("attack %s %s (%d reference models)", attack.name, against, getattr(attack, "reference_models", 0))
-            leakage[attack.name] = audit_membership(attack, run_dir, cfg, method, fed, prior, role=role, victims=victims)
-        elif "canaries" in attack.needs:  # the one-run audit: the auditor scores the canaries it planted
-            log.info("canary audit %s", against)
-            leakage[attack.name] = audit_canaries(attack, cfg, method, fed, prior, role=role, victims=victims)
-        else:
-            log.info("attack %s %s (with its nulls, holdout twin and positive control)", attack.name, against)
-            auditor = auditor or build_auditor(cfg, fed, dataset, device)  # trains the judges: only when needed
-            leakage[attack.name] = audit_reconstruction(attack, fed.wire.view(role), prior, victims, auditor, run_dir,
-                                                        device)
-            settings = getattr(attack, "settings", None)
-            if settings is not None:
-                leakage[attack.name]["settings"] = settings.to_json()
-    return leakage
-
-
-def build_auditor(cfg: RunConfig, fed: Federation, dataset: MultiDomainDataset, device: torch.device) -> Auditor:
-    """The auditor's records: members, holdouts and judge-training records of every domain."""
-    records = []
-    for domain in dataset.domains:
-        client = next((c for c in fed.clients if c.domain == domain), None)
-        if client is None:  # the unseen target: only a reference for the domain judge
-            records.append(DomainRecords(domain, None, None, None, None, fed.target_x, fed.target_y))
-            continue
-        d = client.data
-        records.append(DomainRecords(domain, *d.members(), d.holdout_x, d.holdout_y,  # members: train minus canaries
-                                     torch.cat([d.val_x, d.holdout_x]), torch.cat([d.val_y, d.holdout_y])))
-    from fedaudit.audit.counterfactual import TrainingRecipe
-
-    return Auditor(records, len(dataset.classes), dataset.mean, dataset.std, dataset.hflip,
-                   seed=derive_seed(cfg.seed, PRIOR_SEED_STREAM + 1) % 2**31, device=device,
-                   lpips_weights=cfg.lpips_weights, judge_steps=cfg.judge_steps, latent_encoders=latent_encoders(cfg, fed),
-                   recipe=TrainingRecipe(fed.preprocess, cfg.augment, cfg.batch_size))
-
-
-def latent_encoders(cfg: RunConfig, fed: Federation) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
-    """Per source domain, uint8 images → latents of the encoder its shared head was trained on
-    (``Method.head_encoder``; built on first use, only for methods that keep one)."""
-    from fedaudit.probe import extract_features
-
-    def encoder_of(client) -> Callable[[torch.Tensor], torch.Tensor]:
-        model: list[torch.nn.Module] = []
-
-        def encode(images: torch.Tensor) -> torch.Tensor:
-            if not model:
-                model.append(fed.method.head_encoder(fed, client))
-            return extract_features(model[0].features, images, fed.preprocess, cfg.precision)
-        return encode
-
-    if type(fed.method).head_encoder is Method.head_encoder:
-        return {}
-    return {c.domain: encoder_of(c) for c in fed.clients}
-
-
 def save_progress(run_dir: Path, fed: Federation) -> None:
     """After each round: history, ledger, and a checkpoint to resume from."""
     runs.write_csv(run_dir / "history.csv", fed.history)
     runs.write_jsonl(run_dir / "wire.jsonl", fed.wire.ledger_rows())
     runs.save_checkpoint(run_dir, *fed.checkpoint())
-
-
-def communication(fed: Federation) -> dict[str, Any]:
-    s = fed.wire.summary()
-    rounds = max(fed.rounds_done, 1)
-    return {
-        **s,
-        "rounds": fed.rounds_done,
-        "clients": len(fed.clients),
-        "mb_up_per_round": s["bytes_up"] / rounds / 1e6,
-        "mb_down_per_round": s["bytes_down"] / rounds / 1e6,
-        # what the configured method says it sends; tests hold the ledger to it
-        "declared": sorted(f"{k.value}{'↑' if d == 'up' else '↓'}" for k, d in fed.method.declared_shares()),
-    }
-
-
-def summarise_targets(cfg: RunConfig, per_target: dict[str, dict]) -> dict[str, Any]:
-    """Mean over targets of the headline numbers, with every target's own."""
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
-
-    accs = {t: m["accuracy"] for t, m in per_target.items()}
-    first = next(iter(per_target.values()))
-    return {
-        "schema_version": runs.SCHEMA_VERSION,
-        "method": cfg.method,
-        "dataset": cfg.dataset,
-        "target_domain": "all",
-        "accuracy": {
-            "unseen_domain": mean([a["unseen_domain"] for a in accs.values()]),
-            "source_val": {"mean": mean([a["source_val"]["mean"] for a in accs.values()])},
-            "per_target": {t: {"unseen_domain": a["unseen_domain"], "source_val_mean": a["source_val"]["mean"],
-                               "selected_round": a["selected_round"]} for t, a in accs.items()},
-        },
-        "communication": {
-            "bytes_up": sum(m["communication"]["bytes_up"] for m in per_target.values()),
-            "bytes_down": sum(m["communication"]["bytes_down"] for m in per_target.values()),
-            "per_target": {t: m["communication"] for t, m in per_target.items()},
-        },
-        "leakage": {t: m["leakage"] for t, m in per_target.items()},
-        "privacy": {t: m.get("privacy") for t, m in per_target.items()},
-        "verdict": [{**row, "target": t} for t, m in per_target.items() for row in m.get("verdict") or []],
-        "provenance": {**first["provenance"], "seconds": {t: m["provenance"]["seconds"] for t, m in per_target.items()}},
-    }
-
-
-def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device, command: str,
-               stages: dict[str, float]) -> dict[str, Any]:
-    import numpy
-    import sklearn
-    import torchvision
-
-    from fedaudit import __version__
-
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
-    return {
-        "command": command,
-        "config_hash": cfg.hash(),
-        "config": cfg.to_json(),
-        "dataset_fingerprint": dataset.fingerprint(),
-        "dataset_skipped_files": dataset.skipped,
-        "seed": cfg.seed,
-        "versions": {"fedaudit": __version__, "python": platform.python_version(), "torch": torch.__version__,
-                     "torchvision": torchvision.__version__, "numpy": numpy.__version__, "scikit-learn": sklearn.__version__},
-        "device": {"type": device.type, "name": device_name, "threads": torch.get_num_threads()},
-        "seconds": {k: round(v, 3) for k, v in stages.items()},
-    }
 
 
 # -- validation helpers --------------------------------------------------------

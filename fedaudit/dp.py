@@ -21,6 +21,7 @@ are which, and the report prints it beside ε.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -35,6 +36,8 @@ from fedaudit.wire import ArtifactKind
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
+
+log = logging.getLogger("fedaudit")
 
 ACCOUNTANT = "rdp"  # Rényi DP (Mironov 2017): conservative, standard, and stable for thousands of steps
 # Opacus' default RDP orders stop at 63; large ε with few steps wants higher orders for a tight bound.
@@ -93,6 +96,27 @@ def check_supported(cfg: RunConfig, method_cls: type, trainable: Iterable[str]) 
     if reason:
         raise FedauditError(f"--dp-epsilon cannot be used with method {method_cls.name}: {reason}; "
                             f"choose one of {', '.join(trainable)}, or drop --dp-epsilon")
+
+
+def private_config(cfg: RunConfig, method_cls: type, trainable: Iterable[str]) -> RunConfig:
+    """With ``--dp-epsilon``: check the method can be trained with DP-SGD (``trainable``: the methods that
+    can, named in the fix), and switch the norm layers to GroupNorm when Opacus' validator rejects the
+    chosen ones (saying which)."""
+    from dataclasses import replace
+
+    from fedaudit.models import build_model
+
+    if cfg.dp_epsilon is None:
+        return cfg
+    check_supported(cfg, method_cls, trainable)
+    bad = unsupported_layers(build_model(cfg.model, 2, cfg.image_size, norm=cfg.norm))
+    if not bad:
+        return cfg
+    if cfg.norm == "gn":
+        raise FedauditError(f"DP-SGD cannot train {describe_layers(bad)} of --model {cfg.model}; choose another --model")
+    log.warning("DP-SGD cannot train --norm %s (Opacus' validator rejects %s): training with --norm gn instead",
+                cfg.norm, describe_layers(bad))
+    return replace(cfg, norm="gn")
 
 
 def unsupported_layers(model: nn.Module) -> list[str]:

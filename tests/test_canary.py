@@ -12,7 +12,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from fedaudit import api
+from fedaudit.audit import session
 from fedaudit.attacks import canary as canary_attack
 from fedaudit.audit import canary as canary_audit
 from fedaudit.attacks import get_attacks
@@ -165,9 +165,9 @@ def test_mia_challenge_and_auditor_members_leave_the_canaries_out(digits, monkey
     assert not canary_rows & pool_rows  # no canary is a member or a non-member of the challenge
 
     seen = {}
-    monkeypatch.setattr(api, "Auditor", lambda records, *a, **k: seen.setdefault("records", records))
-    monkeypatch.setattr(api, "latent_encoders", lambda cfg, fed: {})
-    api.build_auditor(SimpleNamespace(seed=0, lpips_weights=None, augment=True, batch_size=32, judge_steps=300), fed, digits,
+    monkeypatch.setattr(session, "Auditor", lambda records, *a, **k: seen.setdefault("records", records))
+    monkeypatch.setattr(session, "latent_encoders", lambda cfg, fed: {})
+    session.build_auditor(SimpleNamespace(seed=0, lpips_weights=None, augment=True, batch_size=32, judge_steps=300), fed, digits,
                       torch.device("cpu"))
     clean = next(r for r in seen["records"] if r.domain == "clean")
     assert clean.members_x.shape[0] == clean.members_y.shape[0] == n_own

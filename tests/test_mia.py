@@ -10,11 +10,12 @@ import pytest
 import torch
 
 import fedaudit.attacks.mia as mia
-from fedaudit.api import attacker_prior, evaluate
+from fedaudit.api import evaluate
 from fedaudit.attacks import get_attacks
 from fedaudit.attack import MembershipChallenge
 from fedaudit.attacks.mia import MembershipInference, consistency, mia_variants
 from fedaudit.audit.membership import audit_membership, make_challenge
+from fedaudit.audit.session import attacker_prior
 from fedaudit.errors import FedauditError
 from fedaudit.wire import SERVER, client_role
 

@@ -250,7 +250,7 @@ def test_the_report_renders_the_stored_verdict_and_re_judges_only_when_asked(run
 
 
 def test_multi_target_layout_renders_one_column_per_target(run_dir, tmp_path):
-    from fedaudit.api import summarise_targets
+    from fedaudit.results import summarise_targets
     from fedaudit.config import RunConfig
 
     root = tmp_path / "all"

@@ -1,0 +1,155 @@
+"""The audit of one finished federation: who attacks whom, what each attack is granted, who scores it.
+
+The auditor decides what is public (:func:`attacker_prior`: the architecture,
+classes, normalisation and the method's public code), who the attacker is and
+whom it attacks (:func:`attack_role_and_victims`), and runs each selected
+attack with the access its threat model grants, scoring the answers with the
+matching procedure: membership (:mod:`~fedaudit.audit.membership`), the canary
+audit (:mod:`~fedaudit.audit.canary`) or reconstruction
+(:mod:`~fedaudit.audit.reconstruction`) against the records it holds
+(:func:`build_auditor`). The attack classes are handed in: the auditor looks
+up no plug-in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fedaudit.attack import Attack, AttackerPrior
+from fedaudit.audit.canary import audit_canaries
+from fedaudit.audit.counterfactual import TrainingRecipe
+from fedaudit.audit.membership import audit_membership
+from fedaudit.audit.reconstruction import audit_reconstruction
+from fedaudit.errors import unknown_choice
+from fedaudit.leakage import Auditor, DomainRecords
+from fedaudit.method import Method
+from fedaudit.seeds import derive_seed
+from fedaudit.wire import SERVER, client_role
+
+if TYPE_CHECKING:
+    from fedaudit.config import RunConfig
+    from fedaudit.data import MultiDomainDataset
+    from fedaudit.federation import Federation
+
+log = logging.getLogger("fedaudit")
+
+PRIOR_SEED_STREAM = 7_001  # the attacker's fresh model: a fixed initialisation, independent of the run's own
+
+
+def attacker_prior(cfg: RunConfig, method: Method, fed: Federation, dataset: MultiDomainDataset) -> AttackerPrior:
+    """Public knowledge: the method's architecture (built by the method itself, so
+    norm layers and heads match), classes, domains, image shape, normalisation, and the
+    method's public code (its predict, whether it is label-free, its local training recipe)."""
+    seed = derive_seed(cfg.seed, PRIOR_SEED_STREAM)
+
+    def build() -> torch.nn.Module:
+        # fork_rng: building the attacker's model must not move the run's RNG streams.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return method.build_model(fed)
+
+    return AttackerPrior(arch=cfg.model, num_classes=len(dataset.classes), class_names=tuple(dataset.classes),
+                         domains=tuple(dataset.domains), image_size=cfg.image_size, channels=3,
+                         mean=tuple(dataset.mean), std=tuple(dataset.std), build_model=build,
+                         num_clients=len(fed.clients), hflip=dataset.hflip, predict=method.predict,
+                         label_free=method.label_free, train_recipe=method.reference_recipe(fed),
+                         new_model=lambda: method.build_model(fed))
+
+
+def attack_role_and_victims(cfg: RunConfig, sources: list[str]) -> tuple[str, list[str]]:
+    """The attacker's wire role and the victims' domains for one target (user errors name the choices)."""
+    if cfg.attacker == SERVER:
+        role, pool = SERVER, list(sources)
+    else:
+        domain = cfg.attacker[len("client:"):]
+        if domain not in sources:
+            raise unknown_choice("attacker", cfg.attacker, [SERVER, *(client_role(d) for d in sources)])
+        role, pool = client_role(domain), [d for d in sources if d != domain]
+    if cfg.victim == "all":
+        return role, pool
+    if cfg.victim not in pool:
+        raise unknown_choice(f"victim for attacker {cfg.attacker}", cfg.victim, [*pool, "all"])
+    return role, [cfg.victim]
+
+
+def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig, method: Method, fed: Federation,
+                dataset: MultiDomainDataset, device: torch.device) -> dict[str, Any]:
+    """Every ``selected`` attack class against the attacker's wire view, scored by the auditor.
+
+    An attack gets the view, the prior and the access its threat model grants
+    (``Attack.needs``); the auditor's procedure for it follows from that grant:
+    membership challenges, planted canaries, or reconstructions scored against
+    the private records. One instance per attack family, membership first.
+    """
+    if not selected:
+        return {}
+    prior = attacker_prior(cfg, method, fed, dataset)
+    role, victims = attack_role_and_victims(cfg, [c.domain for c in fed.clients])
+    families: dict[str, list[type[Attack]]] = {}
+    for cls in selected:
+        families.setdefault(cls.family or cls.name, []).append(cls)
+    attacks = [group[0].for_selection(group, cfg, prior) for group in families.values()]
+    attacks.sort(key=lambda a: 0 if "challenges" in a.needs else 1 if "canaries" in a.needs else 2)
+    leakage: dict[str, Any] = {}
+    auditor = None
+    for attack in attacks:
+        against = f"as {role} against {', '.join(victims)}"
+        if "challenges" in attack.needs:
+            log.info("attack %s %s (%d reference models)", attack.name, against, getattr(attack, "reference_models", 0))
+            leakage[attack.name] = audit_membership(attack, run_dir, cfg, method, fed, prior, role=role, victims=victims)
+        elif "canaries" in attack.needs:  # the one-run audit: the auditor scores the canaries it planted
+            log.info("canary audit %s", against)
+            leakage[attack.name] = audit_canaries(attack, cfg, method, fed, prior, role=role, victims=victims)
+        else:
+            log.info("attack %s %s (with its nulls, holdout twin and positive control)", attack.name, against)
+            auditor = auditor or build_auditor(cfg, fed, dataset, device)  # trains the judges: only when needed
+            leakage[attack.name] = audit_reconstruction(attack, fed.wire.view(role), prior, victims, auditor, run_dir,
+                                                        device)
+            settings = getattr(attack, "settings", None)
+            if settings is not None:
+                leakage[attack.name]["settings"] = settings.to_json()
+    return leakage
+
+
+def build_auditor(cfg: RunConfig, fed: Federation, dataset: MultiDomainDataset, device: torch.device) -> Auditor:
+    """The auditor's records: members, holdouts and judge-training records of every domain."""
+    records = []
+    for domain in dataset.domains:
+        client = next((c for c in fed.clients if c.domain == domain), None)
+        if client is None:  # the unseen target: only a reference for the domain judge
+            records.append(DomainRecords(domain, None, None, None, None, fed.target_x, fed.target_y))
+            continue
+        d = client.data
+        records.append(DomainRecords(domain, *d.members(), d.holdout_x, d.holdout_y,  # members: train minus canaries
+                                     torch.cat([d.val_x, d.holdout_x]), torch.cat([d.val_y, d.holdout_y])))
+    return Auditor(records, len(dataset.classes), dataset.mean, dataset.std, dataset.hflip,
+                   seed=derive_seed(cfg.seed, PRIOR_SEED_STREAM + 1) % 2**31, device=device,
+                   lpips_weights=cfg.lpips_weights, judge_steps=cfg.judge_steps, latent_encoders=latent_encoders(cfg, fed),
+                   recipe=TrainingRecipe(fed.preprocess, cfg.augment, cfg.batch_size))
+
+
+def latent_encoders(cfg: RunConfig, fed: Federation) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """Per source domain, uint8 images → latents of the encoder its shared head was trained on
+    (``Method.head_encoder``; built on first use, only for methods that keep one)."""
+    from fedaudit.probe import extract_features
+
+    def encoder_of(client) -> Callable[[torch.Tensor], torch.Tensor]:
+        model: list[torch.nn.Module] = []
+
+        def encode(images: torch.Tensor) -> torch.Tensor:
+            if not model:
+                model.append(fed.method.head_encoder(fed, client))
+            return extract_features(model[0].features, images, fed.preprocess, cfg.precision)
+        return encode
+
+    if type(fed.method).head_encoder is Method.head_encoder:
+        return {}
+    return {c.domain: encoder_of(c) for c in fed.clients}
+
+
+__all__ = ["attack_role_and_victims", "attacker_prior", "build_auditor", "latent_encoders", "run_attacks"]

@@ -1,0 +1,97 @@
+"""The numbers of a finished run besides its leakage: communication, privacy (the defense and what
+it covers), provenance, and the mean over targets of a ``--target-domain all`` run."""
+
+from __future__ import annotations
+
+import platform
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fedaudit import runs
+from fedaudit.dp import coverage
+
+if TYPE_CHECKING:
+    from fedaudit.config import RunConfig
+    from fedaudit.data import MultiDomainDataset
+    from fedaudit.federation import Federation
+
+
+def communication(fed: Federation) -> dict[str, Any]:
+    s = fed.wire.summary()
+    rounds = max(fed.rounds_done, 1)
+    return {
+        **s,
+        "rounds": fed.rounds_done,
+        "clients": len(fed.clients),
+        "mb_up_per_round": s["bytes_up"] / rounds / 1e6,
+        "mb_down_per_round": s["bytes_down"] / rounds / 1e6,
+        # what the configured method says it sends; tests hold the ledger to it
+        "declared": sorted(f"{k.value}{'↑' if d == 'up' else '↓'}" for k, d in fed.method.declared_shares()),
+    }
+
+
+def summarise_targets(cfg: RunConfig, per_target: dict[str, dict]) -> dict[str, Any]:
+    """Mean over targets of the headline numbers, with every target's own."""
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    accs = {t: m["accuracy"] for t, m in per_target.items()}
+    first = next(iter(per_target.values()))
+    return {
+        "schema_version": runs.SCHEMA_VERSION,
+        "method": cfg.method,
+        "dataset": cfg.dataset,
+        "target_domain": "all",
+        "accuracy": {
+            "unseen_domain": mean([a["unseen_domain"] for a in accs.values()]),
+            "source_val": {"mean": mean([a["source_val"]["mean"] for a in accs.values()])},
+            "per_target": {t: {"unseen_domain": a["unseen_domain"], "source_val_mean": a["source_val"]["mean"],
+                               "selected_round": a["selected_round"]} for t, a in accs.items()},
+        },
+        "communication": {
+            "bytes_up": sum(m["communication"]["bytes_up"] for m in per_target.values()),
+            "bytes_down": sum(m["communication"]["bytes_down"] for m in per_target.values()),
+            "per_target": {t: m["communication"] for t, m in per_target.items()},
+        },
+        "leakage": {t: m["leakage"] for t, m in per_target.items()},
+        "privacy": {t: m.get("privacy") for t, m in per_target.items()},
+        "verdict": [{**row, "target": t} for t, m in per_target.items() for row in m.get("verdict") or []],
+        "provenance": {**first["provenance"], "seconds": {t: m["provenance"]["seconds"] for t, m in per_target.items()}},
+    }
+
+
+def privacy(fed: Federation) -> dict[str, Any]:
+    """The defense in force and what it covers: per client ε spent (Opacus' accountant), and for every
+    artifact the method sends whether that ε covers it."""
+    shares = fed.method.declared_shares()
+    if fed.dp is None:
+        return {"dp": None, "coverage": [{**row, "covered": False, "why": "no DP: trained without a privacy mechanism"}
+                                         for row in coverage(shares)]}
+    return {"dp": fed.dp.summary({c.index: c.domain for c in fed.clients}), "coverage": coverage(shares)}
+
+
+def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device, command: str,
+               stages: dict[str, float]) -> dict[str, Any]:
+    import numpy
+    import sklearn
+    import torchvision
+
+    from fedaudit import __version__
+
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    return {
+        "command": command,
+        "config_hash": cfg.hash(),
+        "config": cfg.to_json(),
+        "dataset_fingerprint": dataset.fingerprint(),
+        "dataset_skipped_files": dataset.skipped,
+        "seed": cfg.seed,
+        "versions": {"fedaudit": __version__, "python": platform.python_version(), "torch": torch.__version__,
+                     "torchvision": torchvision.__version__, "numpy": numpy.__version__, "scikit-learn": sklearn.__version__},
+        "device": {"type": device.type, "name": device_name, "threads": torch.get_num_threads()},
+        "seconds": {k: round(v, 3) for k, v in stages.items()},
+    }
+
+
+__all__ = ["communication", "privacy", "provenance", "summarise_targets"]
