@@ -62,6 +62,38 @@ class Client:
         return int(self.data.train_y.shape[0])
 
 
+class ClientContext:
+    """What a client hook (``receive``, ``local_train``, ``upload``) works with, and all it works with:
+    its own silo (``client``: data and private state), the shared model object it trains in place, the
+    run's config, device and preprocessing, the federation's size (a protocol fact), and the engine's
+    services bound to this client. Not the federation: through it a client cannot reach another client's
+    data, the unseen target domain or the wire."""
+
+    __slots__ = ("client", "model", "cfg", "device", "preprocess", "num_clients", "_engine")
+
+    def __init__(self, engine: Federation, client: Client) -> None:
+        self.client, self._engine = client, engine  # the engine stays private: its services are bound below
+        self.model, self.cfg, self.device, self.preprocess = engine.model, engine.cfg, engine.device, engine.preprocess
+        self.num_clients = len(engine.clients)
+
+    def generator(self, rnd: int, stream: int = 0) -> torch.Generator:
+        """This client's generator for (round, stream); stream 0 is the engine's batch order and augmentation."""
+        return self._engine.generator(rnd, self.client, stream)
+
+    def batches(self, generator: torch.Generator, epochs: int | None = None, steps: int | None = None) -> Iterator[Tensor]:
+        """Index batches over this client's ``train`` split."""
+        return self._engine.batches(self.client, generator, epochs, steps)
+
+    def train_local(self, rnd: int, loss_fn: LossFn = cross_entropy_loss, **options: Any) -> None:
+        """The engine's local training loop on this client's ``train`` split (DP-SGD under ``--dp-epsilon``);
+        ``options`` as :meth:`Federation.train_local` (epochs, steps, optimizer, after_backward)."""
+        self._engine.train_local(self.client, rnd, loss_fn, **options)
+
+    def record_loss(self, total: Tensor, steps: int) -> None:
+        """A method's own loop reports its summed loss and step count (for train_loss and divergence)."""
+        self._engine.record_loss(total, steps)
+
+
 class Federation:
     """Holds the shared model, the clients, the wire, and runs the rounds."""
 
@@ -183,9 +215,10 @@ class Federation:
         broadcasts = [self.send(a) for a in method.broadcast(self, rnd)]
         uploads: dict[str, list[Artifact]] = {}
         for client in self.clients:
-            method.receive(self, client, [a for a in broadcasts if a.receiver == client.role])
-            method.local_train(self, client, rnd)
-            uploads[client.role] = [self.send(a) for a in method.upload(self, client, rnd)]
+            ctx = ClientContext(self, client)  # a client hook sees its own silo, not the federation
+            method.receive(ctx, [a for a in broadcasts if a.receiver == client.role])
+            method.local_train(ctx, rnd)
+            uploads[client.role] = [self.send(a) for a in method.upload(ctx, rnd)]
         self.timings["local_train"] += self._elapsed(t0)
         train_loss = (self._round_loss / max(self._round_steps, 1)).item()
         if not math.isfinite(train_loss):

@@ -4,7 +4,10 @@ A method is a small class with a registry ``name`` and hooks that read like
 its paper's algorithm box. The server side (``broadcast``, ``aggregate``) is
 kept apart from the client side (``receive``, ``local_train``, ``upload``);
 everything that crosses between them is an :class:`~fedaudit.wire.Artifact`
-sent through the wire by the engine, never a shared Python object.
+sent through the wire by the engine, never a shared Python object. A client
+hook gets its client's :class:`~fedaudit.federation.ClientContext` (its own
+silo, the shared model, the engine's services bound to it), not the
+federation, so it cannot reach another client's data or the target domain.
 
 ``shares`` documents which artifact kinds travel in which direction; tests
 compare it with what the ledger actually recorded, so the documentation
@@ -26,7 +29,7 @@ from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
-    from fedaudit.federation import Client, Federation
+    from fedaudit.federation import Client, ClientContext, Federation
     from fedaudit.reference_models import TrainOne
 
 UP, DOWN = "up", "down"
@@ -115,16 +118,16 @@ class Method:
         """Update the server state from the round's uploads (keyed by sender)."""
         raise NotImplementedError
 
-    # -- client side ---------------------------------------------------------
+    # -- client side: each hook gets its client's context (ClientContext), not the federation -------
 
-    def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:
+    def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:
         """Load what the client got into the shared model (and the client's state)."""
         raise NotImplementedError
 
-    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
+    def local_train(self, ctx: ClientContext, rnd: int) -> None:
         raise NotImplementedError
 
-    def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
+    def upload(self, ctx: ClientContext, rnd: int) -> list[Artifact]:
         raise NotImplementedError
 
     # -- inference -----------------------------------------------------------

@@ -82,7 +82,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Client, Federation
+from fedaudit.federation import Client, ClientContext, Federation
 from fedaudit.method import DOWN, UP
 from fedaudit.models.cnn import CNNEncoder
 from fedaudit.style import EPS, adain, feature_style, pooled_feature_style, style_encoder
@@ -234,18 +234,19 @@ class CCST(FedAvg):
         std = torch.stack([client.state[f"{BANK}{d}/std"] for d in domains])
         return mean, std, domains.index(client.domain)
 
-    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
-        encoder = style_encoder(fed.model)
-        slot = next(m for m in fed.model.modules() if isinstance(m, BankStyleTransfer))
+    def local_train(self, ctx: ClientContext, rnd: int) -> None:
+        client = ctx.client
+        encoder = style_encoder(ctx.model)
+        slot = next(m for m in ctx.model.modules() if isinstance(m, BankStyleTransfer))
         mean, std, own = self.client_bank(client)
 
         def loss_fn(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
             encoder.eval()  # train_steps puts the whole model in train mode; the frozen block keeps its round-0 behaviour
             return F.cross_entropy(model(x), y)
 
-        slot.load(mean, std, own, fed.generator(rnd, client, TRANSFER_STREAM))
+        slot.load(mean, std, own, ctx.generator(rnd, TRANSFER_STREAM))
         try:
-            fed.train_local(client, rnd, loss_fn)
+            ctx.train_local(rnd, loss_fn)
         finally:
             slot.unload()
 

@@ -70,7 +70,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Client, Federation
+from fedaudit.federation import Client, ClientContext, Federation
 from fedaudit.fourier import amplitude_spectrum, interpolate_low_frequency
 from fedaudit.method import DOWN, UP
 from fedaudit.training import Preprocess, autocast, make_optimizer
@@ -188,23 +188,24 @@ class ELCFS(FedAvg):
         lam = torch.rand(n, generator=generator, device=dev)
         return interpolate_low_frequency(images, amplitude, ratio, lam)
 
-    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
-        cfg = fed.cfg
-        model = fed.model.train()
+    def local_train(self, ctx: ClientContext, rnd: int) -> None:
+        client = ctx.client
+        cfg = ctx.cfg
+        model = ctx.model.train()
         opt = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay)
-        order = fed.generator(rnd, client)  # batch order and augmentation, as fed.train_local draws them
+        order = ctx.generator(rnd)  # batch order and augmentation, as ctx.train_local draws them
         augment = order if cfg.augment else None
-        frequency = fed.generator(rnd, client, FREQUENCY_STREAM)
+        frequency = ctx.generator(rnd, FREQUENCY_STREAM)
         bank = [v for k, v in sorted(client.state.items()) if k.startswith(BANK)]
         images, labels = client.data.train_x, client.data.train_y
         inner_lr = float(self.opts["inner_lr"])
-        total = torch.zeros((), device=fed.device)
+        total = torch.zeros((), device=ctx.device)
         steps = 0
-        for idx in fed.batches(client, order, epochs=cfg.local_epochs):
+        for idx in ctx.batches(order, epochs=cfg.local_epochs):
             mixed = self.frequency_transform(images[idx].float() / 255.0, bank, frequency)
-            x_raw, x_mixed = same_augmentation(fed.preprocess, images[idx], mixed, augment)
+            x_raw, x_mixed = same_augmentation(ctx.preprocess, images[idx], mixed, augment)
             opt.zero_grad(set_to_none=True)
             total += episodic_backward(model, x_raw, x_mixed, labels[idx], inner_lr, cfg.precision)
             opt.step()
             steps += 1
-        fed.record_loss(total, steps)
+        ctx.record_loss(total, steps)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fedaudit.aggregation import load_state_, model_state, weighted_average_
-from fedaudit.federation import Client, Federation
+from fedaudit.federation import ClientContext, Federation
 from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
@@ -32,16 +32,17 @@ class FedAvg(Method):
     def broadcast(self, fed: Federation, rnd: int) -> list[Artifact]:
         return [Artifact(ArtifactKind.FULL_MODEL, SERVER, c.role, rnd, self.global_state) for c in fed.clients]
 
-    def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:
+    def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:
         for a in artifacts:
             if a.kind == ArtifactKind.FULL_MODEL:
-                load_state_(fed.model, a.tensors)
+                load_state_(ctx.model, a.tensors)
 
-    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
-        fed.train_local(client, rnd)
+    def local_train(self, ctx: ClientContext, rnd: int) -> None:
+        ctx.train_local(rnd)
 
-    def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
-        return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(fed.model)), sample_count(client, rnd)]
+    def upload(self, ctx: ClientContext, rnd: int) -> list[Artifact]:
+        client = ctx.client
+        return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(ctx.model)), sample_count(client, rnd)]
 
     def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
         self.average_full_models(uploads)

@@ -83,9 +83,9 @@ from torch import Tensor, nn
 
 from fedaudit.aggregation import model_state, weighted_average_
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Client, Federation
+from fedaudit.federation import ClientContext, Federation
 from fedaudit.method import DOWN, UP, Scores
-from fedaudit.training import mean_cross_entropy
+from fedaudit.training import Preprocess, mean_cross_entropy
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
 from .fedavg import FedAvg
@@ -120,12 +120,13 @@ def ga_update(weights: Tensor, gaps: Tensor, step: float) -> Tensor:
 
 
 @torch.no_grad()
-def val_loss(fed: Federation, model: nn.Module, predict: Callable[[nn.Module, Tensor], Tensor], x: Tensor, y: Tensor) -> Tensor:
+def val_loss(model: nn.Module, predict: Callable[[nn.Module, Tensor], Tensor], x: Tensor, y: Tensor,
+             preprocess: Preprocess, precision: str) -> Tensor:
     """Mean cross-entropy of ``model`` on (x, y) in eval mode with the engine's preprocessing;
     the model's train/eval mode is restored. A 0-d device tensor (no host sync)."""
     was_training = model.training
     model.eval()
-    loss = mean_cross_entropy(lambda inp: predict(model, inp), x, y, fed.preprocess, fed.cfg.precision)
+    loss = mean_cross_entropy(lambda inp: predict(model, inp), x, y, preprocess, precision)
     model.train(was_training)
     return loss
 
@@ -162,18 +163,22 @@ class FedDGGA(FedAvg):
 
     # -- client side -----------------------------------------------------------
 
-    def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:
-        super().receive(fed, client, artifacts)
+    def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:
+        client = ctx.client
+        super().receive(ctx, artifacts)
         # "after" for the previous round's aggregate: the model just received.
-        self._val_loss_received[client.role] = val_loss(fed, fed.model, self.predict, client.data.val_x, client.data.val_y)
+        self._val_loss_received[client.role] = val_loss(ctx.model, self.predict, client.data.val_x, client.data.val_y,
+                                                        ctx.preprocess, ctx.cfg.precision)
 
-    def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
-        before = val_loss(fed, fed.model, self.predict, client.data.val_x, client.data.val_y)
+    def upload(self, ctx: ClientContext, rnd: int) -> list[Artifact]:
+        client = ctx.client
+        before = val_loss(ctx.model, self.predict, client.data.val_x, client.data.val_y, ctx.preprocess,
+                          ctx.cfg.precision)
         scalars = {
             VAL_LOSS_LOCAL: before,
             VAL_LOSS_GLOBAL: self._val_loss_received.pop(client.role),
         }
-        return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(fed.model)),
+        return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(ctx.model)),
                 Artifact(ArtifactKind.SCALARS, client.role, SERVER, rnd, scalars)]
 
     # -- server side -----------------------------------------------------------

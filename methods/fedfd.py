@@ -85,7 +85,7 @@ from torch import Tensor, nn
 from fedaudit.aggregation import clone_state, is_bn_buffer, load_state_, model_state, weighted_average_
 from fedaudit.config import RunConfig
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Client, Federation
+from fedaudit.federation import ClientContext, Federation
 from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models.mixed_bn import adapter_parameter_names, convert_to_mixed_bn, load_global_stats_, norm_mode
 from fedaudit.stats import aggregate_bn_stats_, gather_bn_stats
@@ -163,19 +163,21 @@ class FedFD(Method):
 
     # -- client side ---------------------------------------------------------
 
-    def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:
+    def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:
+        client = ctx.client
         by_kind = {a.kind: a for a in artifacts}
-        load_state_(fed.model, by_kind[ArtifactKind.PARTIAL_MODEL].tensors)
+        load_state_(ctx.model, by_kind[ArtifactKind.PARTIAL_MODEL].tensors)
         global_stats = by_kind[ArtifactKind.GLOBAL_STATS].tensors
-        load_global_stats_(fed.model, global_stats)
+        load_global_stats_(ctx.model, global_stats)
         if not client.state:
             client.state = {k: (global_stats[k] if k in global_stats else torch.zeros_like(v)).clone()
-                            for k, v in model_state(fed.model).items() if is_bn_buffer(k)}
-        load_state_(fed.model, client.state)  # SiloBN: this client's own running statistics
+                            for k, v in model_state(ctx.model).items() if is_bn_buffer(k)}
+        load_state_(ctx.model, client.state)  # SiloBN: this client's own running statistics
 
-    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
-        fed.train_local(client, rnd, self.loss, steps=self.opts["local_steps"])
-        load_state_(client.state, {k: v for k, v in model_state(fed.model).items() if is_bn_buffer(k)})
+    def local_train(self, ctx: ClientContext, rnd: int) -> None:
+        client = ctx.client
+        ctx.train_local(rnd, self.loss, steps=self.opts["local_steps"])
+        load_state_(client.state, {k: v for k, v in model_state(ctx.model).items() if is_bn_buffer(k)})
 
     def loss(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
         """Eq. 5: (1−λ1)·CE(f) + λ1·CE(f_Δ) + λ2·mean‖f − f_Δ‖² (+ the adapter's CE for FedFD-A)."""
@@ -199,11 +201,12 @@ class FedFD(Method):
             logits = torch.func.functional_call(model, frozen, (x,))
         return F.cross_entropy(logits, y)
 
-    def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
-        state = model_state(fed.model)
+    def upload(self, ctx: ClientContext, rnd: int) -> list[Artifact]:
+        client = ctx.client
+        state = model_state(ctx.model)
         return [
             Artifact(ArtifactKind.PARTIAL_MODEL, client.role, SERVER, rnd, {k: state[k] for k in self.global_state}),
-            Artifact(ArtifactKind.BN_STATS_ALL_LAYERS, client.role, SERVER, rnd, gather_bn_stats(fed.model)),
+            Artifact(ArtifactKind.BN_STATS_ALL_LAYERS, client.role, SERVER, rnd, gather_bn_stats(ctx.model)),
             sample_count(client, rnd),
         ]
 

@@ -80,7 +80,7 @@ from torch import Tensor, nn
 from fedaudit.aggregation import load_state_, model_state, weighted_average_
 from fedaudit.augment import SimCLRAugment
 from fedaudit.config import target_exposure
-from fedaudit.federation import Client, Federation
+from fedaudit.federation import ClientContext, Federation
 from fedaudit.losses import nt_xent_loss
 from fedaudit.method import DOWN, UP, Method, Scores
 from fedaudit.probe import extract_features, fit_linear_probe, probe_on_fraction
@@ -222,29 +222,31 @@ class FedGaLA(Method):
 
     # -- client ----------------------------------------------------------------
 
-    def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:
+    def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:
+        client = ctx.client
         full = next(a for a in artifacts if a.kind == ArtifactKind.FULL_MODEL).tensors
-        load_state_(fed.model, full)
-        names = [n for n, p in fed.model.named_parameters() if p.requires_grad]
+        load_state_(ctx.model, full)
+        names = [n for n, p in ctx.model.named_parameters() if p.requires_grad]
         # Δ from the two global models this client received; none in its first round.
         self._ref = [full[n] - client.state[PREV + n] for n in names] if PREV + names[0] in client.state else None
         client.state.update({PREV + n: full[n].clone() for n in names})
 
-    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
-        views = fed.generator(rnd, client, stream=VIEW_STREAM)
-        loss_fn = simclr_loss(fed.preprocess, views, float(self.opts["temperature"]))
+    def local_train(self, ctx: ClientContext, rnd: int) -> None:
+        views = ctx.generator(rnd, stream=VIEW_STREAM)
+        loss_fn = simclr_loss(ctx.preprocess, views, float(self.opts["temperature"]))
         after_backward = None
         if self._ref is not None:
-            params = [p for p in fed.model.parameters() if p.requires_grad]
+            params = [p for p in ctx.model.parameters() if p.requires_grad]
             refs, threshold = self._ref, float(self.opts["align_threshold"])
 
             def after_backward() -> None:
                 align_gradients_([p.grad for p in params], refs, threshold)
 
-        fed.train_local(client, rnd, loss_fn, after_backward=after_backward)
+        ctx.train_local(rnd, loss_fn, after_backward=after_backward)
 
-    def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
-        return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(fed.model))]
+    def upload(self, ctx: ClientContext, rnd: int) -> list[Artifact]:
+        client = ctx.client
+        return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(ctx.model))]
 
     # -- evaluation ------------------------------------------------------------
 

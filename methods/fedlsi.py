@@ -83,7 +83,7 @@ from fedaudit.aggregation import (
     weighted_average_,
 )
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Client, Federation
+from fedaudit.federation import Client, ClientContext, Federation
 from fedaudit.latent_inversion import invert_latents
 from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models.classifier import make_head
@@ -233,15 +233,16 @@ class FedLSI(Method):
             return []  # clients continue from their stage-1 models
         return [Artifact(ArtifactKind.FULL_MODEL, SERVER, c.role, rnd, self.global_state) for c in fed.clients]
 
-    def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:
+    def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:
+        client = ctx.client
         full = [a for a in artifacts if a.kind == ArtifactKind.FULL_MODEL]
         if full:
-            load_state_(fed.model, full[0].tensors)
+            load_state_(ctx.model, full[0].tensors)
             return
         stage1 = self._stage1_state(client)
         if not stage1:
             raise RuntimeError(f"{client.role} got no model and holds no stage-1 model")
-        load_state_(fed.model, stage1)
+        load_state_(ctx.model, stage1)
 
     @staticmethod
     def _stage1_state(client: Client) -> StateDict:
@@ -256,22 +257,22 @@ class FedLSI(Method):
         load_state_(model, stage1)
         return model.eval()
 
-    def _translator(self, fed: Federation, client: Client) -> tuple[LatentTranslator, Tensor]:
+    def _translator(self, ctx: ClientContext) -> tuple[LatentTranslator, Tensor]:
         """The client's copy of G, loaded into the working module, and its client index."""
         if self._client_translator is None:
             o = self.opts
-            g = LatentTranslator(o["latent_dim"], len(fed.clients), o["translator_hidden"], o["translator_dropout"])
-            self._client_translator = g.to(fed.device).eval().requires_grad_(False)  # frozen, no dropout
-        mine = {k[len(TRANSLATOR):]: v for k, v in client.state.items() if k.startswith(TRANSLATOR)}
+            g = LatentTranslator(o["latent_dim"], ctx.num_clients, o["translator_hidden"], o["translator_dropout"])
+            self._client_translator = g.to(ctx.device).eval().requires_grad_(False)  # frozen, no dropout
+        mine = {k[len(TRANSLATOR):]: v for k, v in ctx.client.state.items() if k.startswith(TRANSLATOR)}
         index = mine.pop(CLIENT_INDEX)
         load_state_(self._client_translator, mine)
         return self._client_translator, index
 
-    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
-        translator, index = self._translator(fed, client)
+    def local_train(self, ctx: ClientContext, rnd: int) -> None:
+        translator, index = self._translator(ctx)
         k = translator.num_domains
         lam = float(self.opts["lambda_di"])
-        g = fed.generator(rnd, client, TARGET_STREAM)
+        g = ctx.generator(rnd, TARGET_STREAM)
 
         def loss_fn(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
             z = model.features(x)
@@ -282,19 +283,19 @@ class FedLSI(Method):
                 loss = loss + lam * (z - translator(z, src, trg)).pow(2).sum(1).mean()
             return loss
 
-        fed.train_local(client, rnd, loss_fn)
+        ctx.train_local(rnd, loss_fn)
 
-    def _importance(self, fed: Federation, client: Client, rnd: int) -> dict[str, Tensor]:
+    def _importance(self, ctx: ClientContext, rnd: int) -> dict[str, Tensor]:
         """MAS importances ω = mean over batches of |∂‖output‖²/∂param|: the
         encoder's output is z, the head's the logits (z detached for it)."""
-        model = fed.model.eval()
+        model = ctx.model.eval()
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         params = [p for _, p in named]
         omega = [torch.zeros_like(p) for p in params]
         batches = 0
-        for idx in fed.batches(client, fed.generator(rnd, client, IMPORTANCE_STREAM), epochs=1):
-            x = fed.preprocess(client.data.train_x[idx])
-            with autocast(fed.device, fed.cfg.precision):
+        for idx in ctx.batches(ctx.generator(rnd, IMPORTANCE_STREAM), epochs=1):
+            x = ctx.preprocess(ctx.client.data.train_x[idx])
+            with autocast(ctx.device, ctx.cfg.precision):
                 z = model.features(x)
                 logits = model.head(z.detach())
             out = z.float().pow(2).sum(1).mean() + logits.float().pow(2).sum(1).mean()
@@ -304,10 +305,11 @@ class FedLSI(Method):
         torch._foreach_div_(omega, float(batches))
         return {n: w for (n, _), w in zip(named, omega)}
 
-    def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
+    def upload(self, ctx: ClientContext, rnd: int) -> list[Artifact]:
+        client = ctx.client
         return [
-            Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(fed.model)),
-            Artifact(ArtifactKind.IMPORTANCE, client.role, SERVER, rnd, self._importance(fed, client, rnd)),
+            Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(ctx.model)),
+            Artifact(ArtifactKind.IMPORTANCE, client.role, SERVER, rnd, self._importance(ctx, rnd)),
             sample_count(client, rnd),
         ]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.federation import Client, Federation
+from fedaudit.federation import ClientContext
 from fedaudit.wire import Artifact, ArtifactKind
 
 from .fedavg import FedAvg
@@ -31,15 +31,15 @@ class FedProx(FedAvg):
         self.check_option("mu", 0, 100, what="proximal weight")
         self._anchor: list[torch.Tensor] = []
 
-    def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:
-        super().receive(fed, client, artifacts)
+    def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:
+        super().receive(ctx, artifacts)
         # θ_global for this round, in the order of the trainable parameters.
-        names = [n for n, p in fed.model.named_parameters() if p.requires_grad]
+        names = [n for n, p in ctx.model.named_parameters() if p.requires_grad]
         full = next(a for a in artifacts if a.kind == ArtifactKind.FULL_MODEL).tensors
         self._anchor = [full[n] for n in names]
 
-    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
-        params = [p for p in fed.model.parameters() if p.requires_grad]
+    def local_train(self, ctx: ClientContext, rnd: int) -> None:
+        params = [p for p in ctx.model.parameters() if p.requires_grad]
         mu = float(self.opts["mu"])
 
         @torch.no_grad()
@@ -49,4 +49,4 @@ class FedProx(FedAvg):
             for p, g in zip(params, grads):
                 p.grad = g
 
-        fed.train_local(client, rnd, after_backward=add_proximal_gradient)
+        ctx.train_local(rnd, after_backward=add_proximal_gradient)

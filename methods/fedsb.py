@@ -48,7 +48,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from fedaudit.aggregation import model_state, weighted_average_
-from fedaudit.federation import Client, Federation
+from fedaudit.federation import ClientContext, Federation
 from fedaudit.losses import label_smoothing_loss
 from fedaudit.method import DOWN, UP
 from fedaudit.models import MixStyle
@@ -79,16 +79,17 @@ class FedSB(FedAvg):
     def build_model(self, fed: Federation) -> nn.Module:
         return fed.build_default_model(mixstyle=MixStyle(p=0.5, alpha=0.1))
 
-    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
+    def local_train(self, ctx: ClientContext, rnd: int) -> None:
         eps = float(self.opts["epsilon"])
 
         def smoothed_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
             return label_smoothing_loss(model(x), y, eps)
 
-        fed.train_local(client, rnd, smoothed_loss, steps=int(self.opts["budget"]))
+        ctx.train_local(rnd, smoothed_loss, steps=int(self.opts["budget"]))
 
-    def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
-        return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(fed.model))]
+    def upload(self, ctx: ClientContext, rnd: int) -> list[Artifact]:
+        client = ctx.client
+        return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(ctx.model))]
 
     def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
         states = [a.tensors for arts in uploads.values() for a in arts if a.kind == ArtifactKind.FULL_MODEL]

@@ -85,7 +85,7 @@ from torch.func import functional_call
 from fedaudit.aggregation import clone_state, load_state_, model_state, weighted_average_
 from fedaudit.config import RunConfig
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Client, Federation
+from fedaudit.federation import ClientContext, Federation
 from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models import keep_xan_in_early_stages, xan_bn_side_keys
 from fedaudit.training import LossFn, make_optimizer
@@ -200,23 +200,26 @@ class GPerXAN(Method):
 
     # -- client side ---------------------------------------------------------
 
-    def receive(self, fed: Federation, client: Client, artifacts: list[Artifact]) -> None:
+    def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:
+        client = ctx.client
         (partial,) = [a for a in artifacts if a.kind == ArtifactKind.PARTIAL_MODEL]
-        load_state_(fed.model, partial.tensors)
-        load_state_(fed.model, client.state)  # this client's own BN side
+        load_state_(ctx.model, partial.tensors)
+        load_state_(ctx.model, client.state)  # this client's own BN side
         # h_g: the received global head, frozen for this round's guidance term.
         self._global_head = {k[len("head."):]: v for k, v in partial.tensors.items() if k.startswith("head.")}
 
-    def local_train(self, fed: Federation, client: Client, rnd: int) -> None:
+    def local_train(self, ctx: ClientContext, rnd: int) -> None:
+        client = ctx.client
         cfg = self.cfg
-        opt = make_optimizer(fed.model.parameters(), cfg.optimizer, cosine_lr(cfg.lr, rnd, cfg.rounds), cfg.momentum,
+        opt = make_optimizer(ctx.model.parameters(), cfg.optimizer, cosine_lr(cfg.lr, rnd, cfg.rounds), cfg.momentum,
                              cfg.weight_decay)
-        fed.train_local(client, rnd, guided_loss(self._global_head, float(self.opts["lam"])), optimizer=opt)
-        state = model_state(fed.model)
+        ctx.train_local(rnd, guided_loss(self._global_head, float(self.opts["lam"])), optimizer=opt)
+        state = model_state(ctx.model)
         load_state_(client.state, {k: state[k] for k in self.bn_keys})  # the trained BN side stays with the client
 
-    def upload(self, fed: Federation, client: Client, rnd: int) -> list[Artifact]:
-        state = model_state(fed.model)
+    def upload(self, ctx: ClientContext, rnd: int) -> list[Artifact]:
+        client = ctx.client
+        state = model_state(ctx.model)
         arts = [sample_count(client, rnd)]
         if not self.partial:
             return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, state), *arts]

@@ -111,11 +111,11 @@ def test_fedprox_with_mu_zero_is_fedavg_and_large_mu_anchors_clients(tiny_run, t
 class _Diverging(FedAvg):
     name = "diverging"
 
-    def local_train(self, fed, client, rnd):
+    def local_train(self, ctx, rnd):
         if rnd == 2:
-            fed.train_local(client, rnd, loss_fn=lambda m, x, y: m(x).sum() * float("nan"))
+            ctx.train_local(rnd, loss_fn=lambda m, x, y: m(x).sum() * float("nan"))
         else:
-            fed.train_local(client, rnd)
+            ctx.train_local(rnd)
 
 
 def test_non_finite_loss_stops_with_a_clear_error_and_keeps_earlier_rounds(tiny_run, tmp_path, monkeypatch):

@@ -125,9 +125,9 @@ def overall_run(tmp_path_factory):
         calls.append((current[-1], style_mean.detach().clone(), style_std.detach().clone(), alpha.detach().clone()))
         return real_adain(content, style_mean, style_std, eps, alpha)
 
-    def train(self, fed, client, rnd):
-        current.append(client.domain)
-        real_train(self, fed, client, rnd)
+    def train(self, ctx, rnd):
+        current.append(ctx.client.domain)
+        real_train(self, ctx, rnd)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ccst, "adain", spy)

@@ -174,9 +174,9 @@ def test_local_training_steps_on_the_raw_batch_and_its_transform_with_other_clie
     current = {}
     train, interpolate, step = ELCFS.local_train, elcfs.interpolate_low_frequency, elcfs.episodic_backward
 
-    def local_train(self, fed, client, rnd):
-        current["domain"] = client.domain
-        train(self, fed, client, rnd)
+    def local_train(self, ctx, rnd):
+        current["domain"] = ctx.client.domain
+        train(self, ctx, rnd)
 
     def spy_interpolate(images, amplitude, ratio, lam, **kw):
         out = interpolate(images, amplitude, ratio, lam, **kw)

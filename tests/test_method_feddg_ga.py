@@ -117,7 +117,8 @@ def test_wire_carries_both_val_losses_every_round_and_they_are_the_promised_mode
         seen[rnd] = {c.role: view.latest(ArtifactKind.SCALARS, c.role) for c in fed.clients}
         # the loss of this round's aggregate on each client's val split: next round's val_loss_global
         model = fed.method.global_model(fed)
-        global_losses[rnd] = {c.role: val_loss(fed, model, fed.method.predict, c.data.val_x, c.data.val_y).item()
+        global_losses[rnd] = {c.role: val_loss(model, fed.method.predict, c.data.val_x, c.data.val_y, fed.preprocess,
+                                          fed.cfg.precision).item()
                               for c in fed.clients}
         load_state_(fed.model, fed.method.global_state)
 

@@ -123,9 +123,9 @@ def test_silobn_each_client_trains_with_its_own_running_statistics(tiny_run, mon
     at_start, after_round_1, uploads = {}, {}, {}
     original = FedFD.local_train
 
-    def spy(self, fed, client, rnd):
-        at_start[client.domain, rnd] = {k: v.clone() for k, v in gather_bn_stats(fed.model).items()}
-        original(self, fed, client, rnd)
+    def spy(self, ctx, rnd):
+        at_start[ctx.client.domain, rnd] = {k: v.clone() for k, v in gather_bn_stats(ctx.model).items()}
+        original(self, ctx, rnd)
 
     def on_round_end(fed, rnd):
         if rnd == 1:

@@ -60,9 +60,9 @@ def test_every_client_runs_exactly_the_budget_each_round_with_mixstyle_and_only_
     monkeypatch.setattr(fedsb, "label_smoothing_loss", counting)
     train = FedSB.local_train
 
-    def counted(self, fed, client, rnd):
+    def counted(self, ctx, rnd):
         before = len(calls)
-        train(self, fed, client, rnd)
+        train(self, ctx, rnd)
         per_client.append(len(calls) - before)
 
     monkeypatch.setattr(FedSB, "local_train", counted)

@@ -18,6 +18,7 @@ from torch import nn
 from fedaudit.api import check_names, evaluate
 from fedaudit.config import resolve
 from fedaudit.errors import FedauditError
+from fedaudit.federation import ClientContext
 from fedaudit.models import XAN, build_model, keep_xan_in_early_stages, xan_bn_side_keys, xan_layers
 from fedaudit.wire import ArtifactKind
 from fedaudit.methods.gperxan import GPerXAN, guided_loss
@@ -241,7 +242,7 @@ def test_bn_side_is_personal_and_shared_tensors_are_identical_after_broadcast(fu
     broadcasts = method.broadcast(fed, ROUNDS + 1)
     assert {a.kind for a in broadcasts} == {ArtifactKind.PARTIAL_MODEL}
     for client in fed.clients:
-        method.receive(fed, client, [a for a in broadcasts if a.receiver == client.role])
+        method.receive(ClientContext(fed, client), [a for a in broadcasts if a.receiver == client.role])
         state = fed.model.state_dict()
         assert all(torch.equal(state[k], method.global_state[k]) for k in method.shared_keys)
         assert all(torch.equal(state[k], client.state[k]) for k in method.bn_keys)  # its own, not the average
