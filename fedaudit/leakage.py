@@ -52,6 +52,7 @@ from torch import Tensor, nn
 
 from fedaudit.audit.identifiability import identifiability_test
 from fedaudit.probe import LinearProbe, fit_linear_probe
+from fedaudit.training import Preprocess, forward_chunks, index_batches
 
 if TYPE_CHECKING:
     from fedaudit.audit.counterfactual import TrainingRecipe
@@ -150,11 +151,11 @@ class AuditorClassifier:
     @torch.no_grad()
     def predict(self, images01: Tensor) -> Tensor:
         self.model.eval()
-        out = []
-        for start in range(0, images01.shape[0], 512):
-            x = (images01[start:start + 512].float() - self.mean) / self.std
-            out.append(self.model(x).argmax(1))
+        out = [logits.argmax(1) for _, logits in forward_chunks(self.model, images01, self._standardise, "fp32")]
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.long, device=images01.device)
+
+    def _standardise(self, images01: Tensor) -> Tensor:
+        return (images01.float() - self.mean) / self.std
 
     def accuracy(self, images01: Tensor, labels: Tensor) -> float:
         """Top-1 accuracy on real records (report it on records the judge never trained on)."""
@@ -169,8 +170,6 @@ def train_auditor_classifier(images: Tensor, labels: Tensor, num_classes: int, m
     Adam with cosine decay to zero: the judge is the last iterate, and a
     constant learning rate made its accuracy swing from run to run.
     """
-    from fedaudit.training import Preprocess, index_batches
-
     device = images.device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)

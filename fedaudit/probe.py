@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedaudit.data.split import stratified_split
-from fedaudit.training import Preprocess, autocast
+from fedaudit.training import Preprocess, forward_chunks
 
 
 @torch.no_grad()
@@ -29,11 +29,7 @@ def extract_features(encode: Callable[[Tensor], Tensor], images: Tensor, preproc
     The caller puts the model in eval mode (BatchNorm running statistics,
     MixStyle off): a probe scores the encoder the federation deploys.
     """
-    out = []
-    for start in range(0, images.shape[0], batch_size):
-        with autocast(images.device, precision):
-            out.append(encode(preprocess(images[start:start + batch_size])).float().flatten(1))
-    return torch.cat(out)
+    return torch.cat([z.float().flatten(1) for _, z in forward_chunks(encode, images, preprocess, precision, batch_size)])
 
 
 @dataclass

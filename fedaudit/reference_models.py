@@ -73,7 +73,15 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.seeds import derive_seed
-from fedaudit.training import Preprocess, autocast, cross_entropy_loss, index_batches, make_optimizer, train_steps
+from fedaudit.training import (
+    Preprocess,
+    autocast,
+    cross_entropy_loss,
+    forward_chunks,
+    index_batches,
+    make_optimizer,
+    train_steps,
+)
 
 log = logging.getLogger("fedaudit")
 
@@ -82,7 +90,6 @@ REFERENCE_PATHS = {
     "sequential": "one model after another (any recipe, any architecture)",
     "vmap": "all models stacked with torch.func (SGDRecipe, no BatchNorm; otherwise falls back to sequential)",
 }
-EVAL_BATCH = 512
 
 TrainOne = Callable[[nn.Module, Tensor, Tensor, Preprocess, torch.Generator], None]
 
@@ -237,6 +244,10 @@ def choose_path(path: str, model: nn.Module, train_one: object, sizes: list[int]
 Views = tuple[Tensor, ...]  # logits on the pool [, its flips] [, the population [, its flips]]
 
 
+def _flip_width(x: Tensor) -> Tensor:
+    return x.flip(3)
+
+
 @torch.no_grad()
 def eval_views(forward: Callable[[Tensor], Tensor], sets: list[Tensor], preprocess: Preprocess, flip: bool,
            precision: str) -> Views:
@@ -244,12 +255,8 @@ def eval_views(forward: Callable[[Tensor], Tensor], sets: list[Tensor], preproce
     out = []
     for images in sets:
         for flipped in (False, True) if flip else (False,):
-            chunks = []
-            for start in range(0, images.shape[0], EVAL_BATCH):
-                x = preprocess(images[start:start + EVAL_BATCH])
-                with autocast(images.device, precision):
-                    chunks.append(forward(x.flip(3) if flipped else x).float().cpu())
-            out.append(torch.cat(chunks, -2))
+            chunks = forward_chunks(forward, images, preprocess, precision, transform=_flip_width if flipped else None)
+            out.append(torch.cat([logits.float().cpu() for _, logits in chunks], -2))
     return tuple(out)
 
 

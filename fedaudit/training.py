@@ -135,30 +135,42 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Ite
     return total, steps
 
 
+EVAL_BATCH = 512
+
+
+def forward_chunks(forward: Callable[[Tensor], Tensor], images: Tensor, preprocess: Callable[[Tensor], Tensor],
+                   precision: str, batch_size: int = EVAL_BATCH,
+                   transform: Callable[[Tensor], Tensor] | None = None) -> Iterator[tuple[int, Tensor]]:
+    """The one evaluation loop: ``forward`` on ``images`` in chunks, each preprocessed (then
+    ``transform``-ed, e.g. flipped) and run under the precision's autocast; yields (start, outputs).
+    The caller holds no_grad and the model's eval mode."""
+    for start in range(0, images.shape[0], batch_size):
+        x = preprocess(images[start:start + batch_size])
+        if transform is not None:
+            x = transform(x)
+        with autocast(images.device, precision):
+            out = forward(x)
+        yield start, out
+
+
 @torch.no_grad()
 def accuracy(predict: Callable[[Tensor], Tensor], images: Tensor, labels: Tensor, preprocess: Preprocess,
-             precision: str, batch_size: int = 512) -> float:
+             precision: str, batch_size: int = EVAL_BATCH) -> float:
     """Top-1 accuracy; one host sync at the end."""
     if images.shape[0] == 0:
         return float("nan")
     correct = torch.zeros((), device=images.device, dtype=torch.long)
-    for start in range(0, images.shape[0], batch_size):
-        x = preprocess(images[start:start + batch_size])
-        with autocast(images.device, precision):
-            logits = predict(x)
+    for start, logits in forward_chunks(predict, images, preprocess, precision, batch_size):
         correct += (logits.argmax(1) == labels[start:start + batch_size]).sum()
     return correct.item() / images.shape[0]
 
 
 @torch.no_grad()
 def mean_cross_entropy(predict: Callable[[Tensor], Tensor], images: Tensor, labels: Tensor, preprocess: Preprocess,
-                       precision: str, batch_size: int = 512) -> Tensor:
+                       precision: str, batch_size: int = EVAL_BATCH) -> Tensor:
     """Mean cross-entropy on (images, labels), no augmentation, as :func:`accuracy` evaluates;
     a float32 0-d tensor on the device (no host sync)."""
     total = torch.zeros((), device=images.device, dtype=torch.float32)
-    for start in range(0, images.shape[0], batch_size):
-        x = preprocess(images[start:start + batch_size])
-        with autocast(images.device, precision):
-            logits = predict(x)
+    for start, logits in forward_chunks(predict, images, preprocess, precision, batch_size):
         total += F.cross_entropy(logits.float(), labels[start:start + batch_size], reduction="sum")
     return total / max(images.shape[0], 1)
