@@ -120,7 +120,6 @@ class Access:
 
 
 NO_ACCESS = Access()
-ACCESS_FIELDS = ("query", "challenges", "domain_challenge", "canaries", "cache_dir")
 
 
 @dataclass
