@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fedaudit.config import parse_split
+from fedaudit.config import DEFAULT_SPLIT, parse_split
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.options import Option, flag_of
 
@@ -136,7 +136,8 @@ def _shown(value: Any) -> str:
 
 
 def option_help(opt: Option) -> str:
-    """The declaration's help with its defaults, e.g. ``Communication rounds. [default 20; paper 40]``."""
+    """The declaration's help with its defaults, e.g. ``Communication rounds. (default 20; paper 40)``
+    (parentheses: rich would read square brackets as markup)."""
     defaults = [f"default {_shown(opt.default)}", *(f"{p} {_shown(v)}" for p, v in opt.profiles.items())]
     choices = f" Choices: {', '.join(opt.choices)}." if opt.choices else ""
     return f"{opt.help}{choices} ({'; '.join(defaults)})"
@@ -158,7 +159,8 @@ def _parameter(name: str, opt: Option, panel: str) -> inspect.Parameter:
 # Options of the command itself, not of a run.
 COMMAND_PARAMETERS = [
     ("split", Optional[str], typer.Option(None, help="train,val,holdout fractions of each source domain (default "
-                                          "0.5,0.1,0.4).", rich_help_panel=PANELS["training"])),
+                                          f"{','.join(f'{f:g}' for f in DEFAULT_SPLIT)}).",
+                                          rich_help_panel=PANELS["training"])),
     ("dp_sweep", Optional[str], typer.Option(None, help="Run once per DP-SGD ε, e.g. 1,8,inf (inf: no DP), and write "
                                              "sweep.html with the privacy–utility curve.", rich_help_panel=PANELS["dp"])),
     ("method_option", Optional[list[str]], typer.Option(

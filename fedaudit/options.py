@@ -20,14 +20,11 @@ from typing import Any
 
 from fedaudit.errors import FedauditError, unknown_choice
 
-NO_DEFAULT = object()
-
-
 @dataclass(frozen=True)
 class Option:
     """A setting. ``kind`` is its value type (int, float, str or bool); ``nullable`` lets it be None
     (meaning "no cap", "not set"); ``low``/``high`` bound numbers; ``choices`` lists the allowed
-    strings; ``profiles`` maps a profile name to its own default; ``fix`` is appended to errors."""
+    strings; ``profiles`` maps a profile name to its own default."""
 
     default: Any
     help: str

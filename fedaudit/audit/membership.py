@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fedaudit")
 
 CHALLENGE_STREAM = 9_001  # derive_seed stream of the challenge shuffles (mia's own stream number, kept for its results)
-ALL_DOMAINS, GLOBAL = "all", "global_model"
+ALL_DOMAINS = "all"  # the pooled row of the domain-level question
 
 
 def make_challenge(fed: Federation, victim: str, seed: int) -> tuple[MembershipChallenge, Tensor]:
@@ -110,7 +110,7 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
     for out in outputs:
         key = out.info["result"]
         if key == "domain":
-            result["domain"] = {GLOBAL: _domain_rows(out, domain_truth, victims, fed.split.target)}
+            result["domain"] = {out.artifact: _domain_rows(out, domain_truth, victims, fed.split.target)}
         else:
             result.setdefault(key, {}).setdefault(out.artifact, {})[out.victim] = _victim_entry(
                 out, truths[out.victim], cfg)
