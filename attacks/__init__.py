@@ -1,4 +1,13 @@
-"""Attack families, one module each, registered by name (``fedaudit.attacks``).
+"""Attack families, registered by name (``fedaudit.attacks``).
+
+Each family lives in one place: a package with its adapter in ``__init__`` and
+its engine beside it (``deepinversion/engine.py``, ``gradinv/engine.py``,
+``mia/reference_models.py``), or one module (``canary.py``). What several
+families share sits here too: ``image_optim.py`` (the reconstruction attacks'
+image prior, schedule and default budget) and ``budget.py`` (their options).
+What attacks share with the auditor's counterfactuals (``fedaudit.views``: what
+an observer assembles from a wire view) and with methods (latent inversion, BN
+statistics, training recipes) lives below both, in ``fedaudit/``.
 
 Every attack follows one contract (:class:`fedaudit.attack.Attack`): it gets a
 wire view, the public prior and the :class:`~fedaudit.attack.Access` its

@@ -19,10 +19,10 @@ import torch
 from torch import Tensor
 
 from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput, Query
+from fedaudit.attacks.mia.reference_models import eval_views
 from fedaudit.errors import FedauditError
 from fedaudit.membership import loss_signal
 from fedaudit.options import Option
-from fedaudit.reference_models import eval_views
 from fedaudit.wire import SERVER, WireView
 
 from .mia import GLOBAL, LAST_UPLOAD, NOT_APPLICABLE, Skipped, attacker_preprocess, last_upload

@@ -6,7 +6,7 @@ The problem: V victims (same architecture, different weights), every class ×
 * reference — fp32, forward hooks on each BN layer, one victim per batch
   (the victims are solved one after the other), ``.item()`` logging each step
   as typical research code does;
-* engine — :func:`fedaudit.inversion.invert`: all victims in one batch
+* engine — :func:`fedaudit.attacks.deepinversion.engine.invert`: all victims in one batch
   (vmap over stacked weights on CUDA, the per-victim loop on CPU), bf16
   autocast on CUDA, no host sync inside the loop.
 
@@ -26,8 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedaudit.inversion import InversionSettings, InversionTarget, bn_modules, image_priors, invert, warmup_cosine
+from fedaudit.attacks.deepinversion.engine import InversionSettings, InversionTarget, invert
+from fedaudit.attacks.image_optim import image_priors, warmup_cosine
 from fedaudit.models import build_model
+from fedaudit.stats import bn_modules
 
 NUM_CLASSES = 10
 

@@ -2,8 +2,8 @@
 
 N reference models (default 8) of the ``cnn`` with GroupNorm (BatchNorm cannot
 be vmapped) on random halves of one digits domain at 32 px, trained with
-:func:`fedaudit.reference_models.train_reference_models` and the default
-:class:`~fedaudit.reference_models.SGDRecipe` (same init, same batches, same
+:func:`fedaudit.attacks.mia.reference_models.train_reference_models` and the default
+:class:`~fedaudit.recipes.SGDRecipe` (same init, same batches, same
 augmentation per model on both paths):
 
 * sequential — one model after another, ordinary autograd;
@@ -26,9 +26,10 @@ import time
 
 import torch
 
+from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
 from fedaudit.data import load_dataset
 from fedaudit.models import build_model
-from fedaudit.reference_models import SGDRecipe, inclusion_masks, train_reference_models
+from fedaudit.recipes import SGDRecipe
 from fedaudit.training import Preprocess
 
 

@@ -27,7 +27,7 @@ from fedaudit.wire import WireView
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
-    from fedaudit.reference_models import TrainOne
+    from fedaudit.recipes import TrainOne
 
 ROLES = ("server", "client")
 

@@ -30,7 +30,7 @@ from fedaudit.wire import SERVER, Artifact, ArtifactKind
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
     from fedaudit.federation import Client, ClientContext, Federation
-    from fedaudit.reference_models import TrainOne
+    from fedaudit.recipes import TrainOne
 
 UP, DOWN = "up", "down"
 
@@ -163,11 +163,11 @@ class Method:
 
     def reference_recipe(self, fed: Federation) -> TrainOne | None:
         """Public code, handed to attackers in the prior: how a client of this method trains locally, as a
-        recipe for membership-inference reference models (:func:`fedaudit.reference_models.train_reference_models`),
+        recipe for membership-inference reference models (:func:`fedaudit.attacks.mia.reference_models.train_reference_models`),
         at the target's exposure (rounds x local epochs; the attack may cap it). Default: the run's cross-entropy
         SGD (DP-SGD under ``--dp-epsilon``). Methods with another local loss override this; None means no recipe
         (LiRA and RMIA are then not applicable)."""
-        from fedaudit.reference_models import DPSGDRecipe, SGDRecipe
+        from fedaudit.recipes import DPSGDRecipe, SGDRecipe
 
         recipe = replace(SGDRecipe.from_config(self.cfg), epochs=target_exposure(self.cfg))
         if fed.dp is None or not fed.dp.plans:

@@ -18,11 +18,17 @@ from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedaudit.aggregation import StateDict, model_state, weighted_average_
 from fedaudit.models.classifier import bn_layers
 
 MEAN, VAR = "running_mean", "running_var"
+
+
+def bn_modules(model: nn.Module) -> list[_BatchNorm]:
+    """BatchNorm layers that keep running statistics, in registration (= forward) order."""
+    return [m for _, m in bn_layers(model) if m.track_running_stats]
 
 
 def bn_stat_keys(model: nn.Module) -> list[str]:

@@ -16,18 +16,11 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.aggregation import load_state_
-from fedaudit.inversion import bn_modules
+from fedaudit.stats import MEAN, VAR
 from fedaudit.style import style_encoder
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView
 
-MEAN, VAR = "running_mean", "running_var"
 WEIGHT_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL)
-
-
-def stat_keys(model: nn.Module) -> list[str]:
-    """``<layer>.running_mean``/``running_var`` of every BN layer with running statistics."""
-    names = {id(m): n for n, m in model.named_modules()}
-    return [f"{names[id(m)]}.{k}" for m in bn_modules(model) for k in (MEAN, VAR)]
 
 
 def style_encoder_in_view(fresh: nn.Module, view: WireView, device: torch.device) -> tuple[nn.Module, str]:
@@ -79,5 +72,5 @@ def latest_weights(arts: list[Artifact], sender: str | None = None, receiver: st
     return sorted(picked, key=lambda a: a.round)
 
 
-__all__ = ["MEAN", "VAR", "WEIGHT_KINDS", "count_sources", "latest_weights", "overlay_state", "stat_keys",
+__all__ = ["MEAN", "VAR", "WEIGHT_KINDS", "count_sources", "latest_weights", "overlay_state",
            "style_encoder_in_view"]

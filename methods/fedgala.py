@@ -140,7 +140,7 @@ def simclr_loss(pre: Preprocess, views: torch.Generator, temperature: float) -> 
 @dataclass(frozen=True)
 class SimCLRRecipe:
     """FedGaLA's local training as a membership-inference reference-model recipe
-    (:func:`fedaudit.reference_models.train_reference_models`): the same SimCLR loss and
+    (:func:`fedaudit.attacks.mia.reference_models.train_reference_models`): the same SimCLR loss and
     optimizer for ``epochs`` epochs. No local gradient alignment: a reference model
     trains alone, so there is no global update Δ to align with."""
 

@@ -8,10 +8,11 @@ from typer.testing import CliRunner
 
 from fedaudit.aggregation import weighted_average_
 from fedaudit.attack import AttackerPrior
-from fedaudit.attacks.deepinversion import DeepInversion, difference_stats
-from fedaudit.views import stat_keys
-from fedaudit.inversion import InversionSettings, InversionTarget, invert
+from fedaudit.attacks.deepinversion import DeepInversion
+from fedaudit.attacks.deepinversion.engine import InversionSettings, InversionTarget, invert
+from fedaudit.attacks.targets import difference_stats
 from fedaudit.models import build_model
+from fedaudit.stats import bn_stat_keys as stat_keys
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
 
 SIZE, CLASSES = 16, 10
@@ -235,7 +236,7 @@ def test_bad_attack_options_are_one_line_user_errors(args, needles):
 
 def test_style_probe_is_zero_at_the_target_style_and_amplitude_probe_at_the_true_spectrum():
     from fedaudit.fourier import amplitude_spectrum
-    from fedaudit.inversion import AmplitudeProbe, StyleProbe
+    from fedaudit.attacks.deepinversion.engine import AmplitudeProbe, StyleProbe
     from fedaudit.style import feature_style, pooled_feature_style
 
     torch.manual_seed(0)

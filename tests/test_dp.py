@@ -21,11 +21,12 @@ from torch import nn
 from typer.testing import CliRunner
 
 from fedaudit import runs
+from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
 from fedaudit.cli import app
 from fedaudit.data import load_dataset
 from fedaudit.dp import ALPHAS, batches_per_epoch, coverage, noise_for, spent_epsilon
 from fedaudit.membership import lira_online, lira_signal, membership_metrics
-from fedaudit.reference_models import DPSGDRecipe, SGDRecipe, inclusion_masks, train_reference_models
+from fedaudit.recipes import DPSGDRecipe, SGDRecipe
 from fedaudit.training import Preprocess
 from fedaudit.wire import ArtifactKind
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from fedaudit.attack import AttackerPrior
 from fedaudit.attacks import get_attacks
 from fedaudit.attacks.gradinv import GradInv
-from fedaudit.gradient_inversion import GradInvSettings, LocalRecipe, recover_labels, simulate_update, split_state
-from fedaudit.leakage import matched_fidelity, psnr, ssim
+from fedaudit.attacks.gradinv.engine import GradInvSettings, LocalRecipe, recover_labels, simulate_update, split_state
+from fedaudit.audit.leakage import matched_fidelity, psnr, ssim
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
 
 SIZE, CLASSES = 16, 10

@@ -24,7 +24,7 @@ PLUG_INS = ("fedaudit.attacks", "fedaudit.methods", "fedaudit.reports")
 ENTRY_POINTS = ("fedaudit", "fedaudit.api", "fedaudit.cli", "fedaudit.sweep")
 # What an attack may not reach: private records and who holds them, and everything above the attacks.
 PRIVATE = ("fedaudit.federation", "fedaudit.method", "fedaudit.methods", "fedaudit.data", "fedaudit.audit",
-           "fedaudit.leakage", "fedaudit.canary", *ENTRY_POINTS[1:], "fedaudit.reports")
+           "fedaudit.canary", *ENTRY_POINTS[1:], "fedaudit.reports")
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from scipy.stats import norm
 from torch import nn
 
+from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
 from fedaudit.data import load_dataset
 from fedaudit.membership import (
     auc,
@@ -36,7 +37,7 @@ from fedaudit.membership import (
     tpr_at_fpr,
 )
 from fedaudit.models import build_model
-from fedaudit.reference_models import SGDRecipe, inclusion_masks, train_reference_models
+from fedaudit.recipes import SGDRecipe
 from fedaudit.training import Preprocess
 
 

@@ -65,18 +65,23 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from fedaudit.attack import AttackerPrior
-from fedaudit.views import latest_weights, overlay_state, stat_keys, style_encoder_in_view
 from fedaudit.fourier import amplitude_spectrum
-from fedaudit.inversion import bn_modules
 from fedaudit.latent_inversion import head_running_stats
+from fedaudit.stats import bn_modules, bn_stat_keys
 from fedaudit.style import feature_style, pooled_feature_style
 from fedaudit.training import Preprocess
+from fedaudit.views import latest_weights, overlay_state, style_encoder_in_view
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+
+if TYPE_CHECKING:
+    from fedaudit.config import RunConfig
+    from fedaudit.federation import Federation
 
 TWIN = "twin"
 POWER = "power"
@@ -197,7 +202,7 @@ class Recomputer:
         self.latent_encoders = latent_encoders or {}
         self.fresh = prior.build_model()
         self.base = {k: v.detach().to(device) for k, v in self.fresh.state_dict().items()}
-        self.keys = stat_keys(self.fresh)
+        self.keys = bn_stat_keys(self.fresh)
         self.mean = torch.tensor(prior.mean, device=device).view(1, -1, 1, 1)
         self.std = torch.tensor(prior.std, device=device).view(1, -1, 1, 1)
         self._style: nn.Module | None = None
@@ -321,5 +326,26 @@ def counterfactual_view(view: WireView, prior: AttackerPrior, cases: Sequence[Co
     return WireView(view.role, [*view, *extra]), skipped
 
 
-__all__ = ["POWER", "POWER_PER_CLASS", "TWIN", "Counterfactual", "Recomputer", "counterfactual_view", "replay_statistics",
+def latent_encoders(cfg: RunConfig, fed: Federation) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """Per source domain, uint8 images → latents of the encoder its shared head was trained on
+    (``Method.head_encoder``; built on first use, only for methods that keep one)."""
+    from fedaudit.probe import extract_features
+
+    def encoder_of(client) -> Callable[[torch.Tensor], torch.Tensor]:
+        model: list[torch.nn.Module] = []
+
+        def encode(images: torch.Tensor) -> torch.Tensor:
+            if not model:
+                model.append(fed.method.head_encoder(fed, client))
+            return extract_features(model[0].features, images, fed.preprocess, cfg.precision)
+        return encode
+
+    from fedaudit.method import Method
+
+    if type(fed.method).head_encoder is Method.head_encoder:
+        return {}
+    return {c.domain: encoder_of(c) for c in fed.clients}
+
+
+__all__ = ["POWER", "POWER_PER_CLASS", "TWIN", "Counterfactual", "Recomputer", "counterfactual_view", "latent_encoders", "replay_statistics",
            "power_case", "pseudo_name", "split_pseudo"]

@@ -6,7 +6,7 @@ For every artifact a reconstruction attack inverts, the auditor stores
   (``control``), the prior-only control (``prior_only``: the same
   optimisation with the artifact's matching term off) and the **holdout
   twin** (``twin``: the same attack on the artifact recomputed from holdout
-  records), and the computed chance levels (:func:`fedaudit.leakage.with_nulls`);
+  records), and the computed chance levels (:func:`fedaudit.audit.leakage.with_nulls`);
 * its **power**: the same attack, same iterations and weights, on the
   artifact of one and two member images per class
   (:data:`~fedaudit.audit.counterfactual.POWER_PER_CLASS`). ``reached`` when,
@@ -41,8 +41,8 @@ from fedaudit.audit.counterfactual import (
     pseudo_name,
     split_pseudo,
 )
+from fedaudit.audit.leakage import MATCHED_METRICS, Auditor, domain_matrix, image_grid, macro_diagonal, with_nulls
 from fedaudit.audit.verdict import POWER_ALPHA
-from fedaudit.leakage import MATCHED_METRICS, Auditor, domain_matrix, image_grid, macro_diagonal, with_nulls
 from fedaudit.wire import SERVER, WireView
 
 POWER_RULE = ("reached when, for one or two member images per class, the reconstructions from their artifact are "

@@ -14,7 +14,7 @@ up no plug-in.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,11 +22,11 @@ import torch
 
 from fedaudit.attack import Attack, AttackerPrior
 from fedaudit.audit.canary import audit_canaries
-from fedaudit.audit.counterfactual import TrainingRecipe
+from fedaudit.audit.counterfactual import TrainingRecipe, latent_encoders
+from fedaudit.audit.leakage import Auditor, DomainRecords
 from fedaudit.audit.membership import audit_membership
 from fedaudit.audit.reconstruction import audit_reconstruction
 from fedaudit.errors import unknown_choice
-from fedaudit.leakage import Auditor, DomainRecords
 from fedaudit.method import Method
 from fedaudit.seeds import derive_seed
 from fedaudit.wire import SERVER, client_role
@@ -133,23 +133,4 @@ def build_auditor(cfg: RunConfig, fed: Federation, dataset: MultiDomainDataset, 
                    recipe=TrainingRecipe(fed.preprocess, cfg.augment, cfg.batch_size))
 
 
-def latent_encoders(cfg: RunConfig, fed: Federation) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
-    """Per source domain, uint8 images → latents of the encoder its shared head was trained on
-    (``Method.head_encoder``; built on first use, only for methods that keep one)."""
-    from fedaudit.probe import extract_features
-
-    def encoder_of(client) -> Callable[[torch.Tensor], torch.Tensor]:
-        model: list[torch.nn.Module] = []
-
-        def encode(images: torch.Tensor) -> torch.Tensor:
-            if not model:
-                model.append(fed.method.head_encoder(fed, client))
-            return extract_features(model[0].features, images, fed.preprocess, cfg.precision)
-        return encode
-
-    if type(fed.method).head_encoder is Method.head_encoder:
-        return {}
-    return {c.domain: encoder_of(c) for c in fed.clients}
-
-
-__all__ = ["attack_role_and_victims", "attacker_prior", "build_auditor", "latent_encoders", "run_attacks"]
+__all__ = ["attack_role_and_victims", "attacker_prior", "build_auditor", "run_attacks"]

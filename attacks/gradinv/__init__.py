@@ -6,7 +6,7 @@ the victim and got its trained ``FULL_MODEL`` back in the same round; their
 difference over the trainable parameters is the victim's update. The attack
 recovers the labels from the last layer's update (iDLG), then optimises
 ``inversion_batch`` dummy images until the update they would produce points
-the same way (engine: :mod:`fedaudit.gradient_inversion`).
+the same way (engine: :mod:`fedaudit.attacks.gradinv.engine`).
 
 Threat model and scope:
 
@@ -24,7 +24,7 @@ Threat model and scope:
   the victim's real step count beside the simulated one. The victim's
   augmentation (shifts, flips) is not simulated either.
 * labels: recovered counts are a heuristic for more than one image
-  (:func:`~fedaudit.gradient_inversion.recover_labels`).
+  (:func:`~fedaudit.attacks.gradinv.engine.recover_labels`).
 
 Control: the same attack against a random update with the real update's
 shapes and per-tensor norms (Gaussian, fixed seed), with the same recovered
@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput
-from fedaudit.gradient_inversion import (
+from fedaudit.attacks.budget import INVERSION_BUDGET
+from fedaudit.attacks.gradinv.engine import (
     GradInvSettings,
     LocalRecipe,
     invert_update,
@@ -53,8 +54,6 @@ from fedaudit.gradient_inversion import (
 from fedaudit.options import Option
 from fedaudit.views import overlay_state
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
-
-from .budget import INVERSION_BUDGET
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from fedaudit.inversion import image_priors, pixel_box, warmup_cosine
+from fedaudit.attacks.image_optim import DEFAULT_ITERS, DEFAULT_LR, image_priors, pixel_box, warmup_cosine
 
 DECAYS = ("step", "cosine")
 STEP_MILESTONES = (3 / 8, 5 / 8, 7 / 8)  # the paper's decay points, ×0.1 each
@@ -68,15 +68,15 @@ class GradInvSettings:
     """Hyper-parameters of one gradient inversion (recorded in metrics.json).
 
     ``tv_weight`` weighs the same TV-L2 prior as DeepInversion
-    (:func:`fedaudit.inversion.image_priors`), with its own option
+    (:func:`fedaudit.attacks.image_optim.image_priors`), with its own option
     (``--gradinv-tv-weight``, default 3e-5): DeepInversion's 1e-3 blurs a
     gradient inversion (about 21 dB instead of 35 on the one-image test). ``mean``/``std`` (per channel) give the box constraint:
     images are clamped, in normalised space, to what [0, 1] pixels map to;
     None leaves them unconstrained.
     """
 
-    iters: int = 200
-    lr: float = 0.1
+    iters: int = DEFAULT_ITERS
+    lr: float = DEFAULT_LR
     tv_weight: float = 3e-5
     signed: bool = True
     decay: str = "step"

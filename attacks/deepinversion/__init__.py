@@ -1,7 +1,8 @@
 """deepinversion — synthesise a victim's images from the statistics it shared.
 
-One engine (:mod:`fedaudit.inversion`), dispatched on what the attacker's
-wire view holds (ATTACKS.md, "deepinversion"):
+One engine (:mod:`fedaudit.attacks.deepinversion.engine`), dispatched on what the attacker's
+wire view holds (ATTACKS.md, "deepinversion"; the dispatch is :mod:`fedaudit.attacks.targets`,
+shared with ``mia-artifact``):
 
 * **server** (honest-but-curious, sees every upload). Per victim:
   ``FULL_MODEL`` → BN-statistics matching + CE through the uploaded head;
@@ -18,7 +19,7 @@ wire view holds (ATTACKS.md, "deepinversion"):
   **differencing**: the global statistics are the weighted mean of the K
   clients' (FedAvg averages the buffers; FedFD pools the second moments), the
   attacker knows its own, so it solves for the mean of the others and inverts
-  that (:func:`difference_stats`). The attacker does not know the others'
+  that (:func:`fedaudit.attacks.targets.difference_stats`). The attacker does not know the others'
   sample counts and assumes equal weights 1/K.
 
 * **classifier head** (server; FedLSI's stage-1 upload). ``CLASSIFIER_HEAD``
@@ -32,9 +33,9 @@ wire view holds (ATTACKS.md, "deepinversion"):
   (CCST) → style inversion: images whose features at the style encoder (the
   first block of the newest global model seen; CCST freezes it at round 0)
   carry the victim's channel mean/std — one pooled style (overall mode) or
-  one image per style (single mode), :class:`~fedaudit.inversion.StyleProbe`.
+  one image per style (single mode), :class:`~fedaudit.attacks.deepinversion.engine.StyleProbe`.
   ``AMPLITUDE_BANK`` (ELCFS) → phase retrieval: one image per spectrum whose
-  Fourier amplitude matches it (:class:`~fedaudit.inversion.AmplitudeProbe`).
+  Fourier amplitude matches it (:class:`~fedaudit.attacks.deepinversion.engine.AmplitudeProbe`).
   Both have no target class (no class fidelity); their control is the same
   attack on a *random artifact of the same shape*: the statistic of
   uniform-noise images.
@@ -53,111 +54,34 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput
 from fedaudit.aggregation import load_state_
-from fedaudit.fourier import amplitude_spectrum
-from fedaudit.inversion import (
+from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput
+from fedaudit.attacks.budget import INVERSION_BUDGET
+from fedaudit.attacks.deepinversion.engine import (
     AmplitudeProbe,
     InversionSettings,
     InversionTarget,
     ProbeLoss,
     StyleProbe,
     invert,
-    pixel_box,
 )
-from fedaudit.style import EPS as STYLE_EPS
+from fedaudit.attacks.image_optim import pixel_box
+from fedaudit.attacks.targets import BANK_KINDS, BankTarget, HeadTarget, find_targets
+from fedaudit.fourier import amplitude_spectrum
 from fedaudit.latent_inversion import head_running_stats, invert_latents
 from fedaudit.options import Option
-from fedaudit.views import MEAN, VAR, count_sources, latest_weights, overlay_state, stat_keys, style_encoder_in_view
-from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
-
-from .budget import INVERSION_BUDGET
+from fedaudit.style import EPS as STYLE_EPS
+from fedaudit.views import style_encoder_in_view
+from fedaudit.wire import ArtifactKind, WireView
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
-
-DIFFERENCING = "differencing"
-
-STATS_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.BN_STATS_ALL_LAYERS, ArtifactKind.PARTIAL_MODEL,
-               ArtifactKind.GLOBAL_STATS)
-BANK_KINDS = (ArtifactKind.STYLE_BANK, ArtifactKind.AMPLITUDE_BANK)
-NOT_YET = {
-    ArtifactKind.MODEL_DELTA: "inverting a model delta is not yet supported by deepinversion",
-}
-NOT_APPLICABLE = {
-    ArtifactKind.SCALARS: "carries no statistics to invert",
-    ArtifactKind.TRANSLATOR: "carries no statistics to invert",
-    ArtifactKind.IMPORTANCE: "carries no statistics to invert",
-}
-
-
-def difference_stats(global_stats: dict[str, Tensor], own_stats: dict[str, Tensor], num_clients: int,
-                     own_weight: float | None = None, pooled: bool = False) -> dict[str, Tensor]:
-    """The mean statistics of the *other* clients, from the global ones and the attacker's own.
-
-    With global statistics G = w·s_own + (1 − w)·m_others (``w`` the
-    attacker's aggregation weight, 1/K by default), m_others =
-    (G − w·s_own) / (1 − w). With ``pooled`` aggregation the relation holds for
-    the mean and the second moment σ² + μ², so the variance is recovered from
-    the second moment. Variances are clamped at 0 (an assumed weight that is
-    off can push them below).
-    """
-    if num_clients < 2:
-        raise ValueError("differencing needs at least two clients")
-    w = 1.0 / num_clients if own_weight is None else float(own_weight)
-    if not 0.0 < w < 1.0:
-        raise ValueError(f"own_weight must lie in (0, 1), got {w}")
-    out: dict[str, Tensor] = {}
-    for key, g in global_stats.items():
-        if key.endswith(MEAN):
-            out[key] = (g.float() - w * own_stats[key].float()) / (1 - w)
-    for key, g in global_stats.items():
-        if not key.endswith(VAR):
-            continue
-        if pooled:
-            mkey = key[: -len(VAR)] + MEAN
-            g2 = g.float() + global_stats[mkey].float().square()
-            own2 = own_stats[key].float() + own_stats[mkey].float().square()
-            out[key] = ((g2 - w * own2) / (1 - w) - out[mkey].square()).clamp_min(0.0)
-        else:
-            out[key] = ((g.float() - w * own_stats[key].float()) / (1 - w)).clamp_min(0.0)
-    return out
-
-
-@dataclass
-class _HeadJob:
-    """Latent inversion of one victim's uploaded classifier head."""
-
-    victim: str
-    artifact: Artifact
-
-
-@dataclass
-class _BankJob:
-    """Inversion of one victim's entries of a style or amplitude bank."""
-
-    victim: str
-    artifact: Artifact
-    entries: dict[str, Tensor]  # "mean"/"std" (styles) or "amplitude"
-
-
-@dataclass
-class _Job:
-    """One inversion problem: an artifact key, the victims its images are scored against, the target state."""
-
-    artifact: str
-    victims: list[str]
-    state: dict[str, Tensor]
-    use_ce: bool
-    info: dict[str, Any] = field(default_factory=dict)
-
 
 class DeepInversion(Attack):
     name = "deepinversion"
@@ -208,23 +132,16 @@ class DeepInversion(Attack):
     def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str], device: torch.device,
                   access: Access = NO_ACCESS) -> list[AttackOutput]:
         """Attack every victim from what ``view`` holds; all inversions run as one batch (no access needed)."""
-        fresh = prior.build_model()
-        keys = stat_keys(fresh)
-        base = {k: v.detach().to(device) for k, v in fresh.state_dict().items()}
-        head_keys = [k for k in base if k.startswith("head.")]
-        outputs: list[AttackOutput] = []
-        ctx = _Context(view, prior, base, keys, head_keys, device)
-        jobs, statuses = (self._server_jobs if view.role == SERVER else self._client_jobs)(ctx, victims)
-        outputs += statuses
-        head_jobs = [j for j in jobs if isinstance(j, _HeadJob)]
-        bank_jobs = [j for j in jobs if isinstance(j, _BankJob)]
-        jobs = [j for j in jobs if isinstance(j, _Job)]
-        if head_jobs:
-            outputs += self._invert_heads(fresh, head_jobs, prior, view.role, device)
+        found = find_targets(view, prior, victims, device, self.own_weight)
+        fresh, base = found.fresh, found.base
+        outputs = [self._status_of(view.role, u.victim, u.artifact, u.status, u.reason) for u in found.unavailable]
+        if found.heads:
+            outputs += self._invert_heads(fresh, found.heads, prior, view.role, device)
         for kind in BANK_KINDS:
-            mine = [j for j in bank_jobs if j.artifact.kind == kind]
+            mine = [j for j in found.banks if j.artifact.kind == kind]
             if mine:
                 outputs += self._invert_bank(fresh, mine, prior, view, device)
+        jobs = found.stats
         if not jobs:
             return outputs
         targets = [InversionTarget(f"{j.artifact}/{i}", j.state, {"ce": 1.0 if j.use_ce else 0.0}) for i, j in enumerate(jobs)]
@@ -248,79 +165,7 @@ class DeepInversion(Attack):
                                             nulls=dict(nulls), info=dict(info, status="attacked")))
         return outputs
 
-    # -- dispatch ----------------------------------------------------------------
-
-    def _server_jobs(self, ctx: _Context, victims: list[str]) -> tuple[list[_Job], list[AttackOutput]]:
-        jobs, statuses = [], []
-        broadcasts = [a for a in ctx.view if a.sender == SERVER]
-        for victim in victims:
-            sent = [a for a in ctx.view if a.sender == client_role(victim)]
-            for kind in sorted({a.kind for a in sent}, key=lambda k: k.value):
-                art = max((a for a in sent if a.kind == kind), key=lambda a: a.round)
-                if kind == ArtifactKind.CLASSIFIER_HEAD:
-                    jobs.append(_HeadJob(victim, art))
-                    continue
-                if kind in BANK_KINDS:
-                    jobs.append(_BankJob(victim, art, dict(art.tensors)))
-                    continue
-                reason = ctx.skip_reason(art)
-                if reason is not None:
-                    statuses.append(self._status(ctx.view, victim, kind.value, *reason))
-                    continue
-                # Weights: fresh < what the server broadcast to the victim < what the victim uploaded itself.
-                layers = [*latest_weights(broadcasts, receiver=client_role(victim)),
-                          *latest_weights(sent, sender=client_role(victim))]
-                state, info = ctx.assemble(layers, art)
-                if "unsupported" in info:
-                    statuses.append(self._status(ctx.view, victim, kind.value, "not yet supported", info["unsupported"]))
-                    continue
-                jobs.append(_Job(kind.value, [victim], state, info.pop("use_ce"), info))
-        return jobs, statuses
-
-    def _client_jobs(self, ctx: _Context, victims: list[str]) -> tuple[list[_Job], list[AttackOutput]]:
-        me = ctx.view.role
-        received = [a for a in ctx.view if a.receiver == me]
-        own = [a for a in ctx.view if a.sender == me]
-        jobs, statuses = [], []
-        for kind in sorted({a.kind for a in received}, key=lambda k: k.value):
-            art = max((a for a in received if a.kind == kind), key=lambda a: a.round)
-            if kind in BANK_KINDS:  # the broadcast bank names every client's entries: no differencing needed
-                for v in victims:
-                    entries = {k[len(v) + 1:]: t for k, t in art.tensors.items() if k.startswith(f"{v}/")}
-                    if entries:
-                        jobs.append(_BankJob(v, art, entries))
-                    else:
-                        statuses.append(self._status(ctx.view, v, kind.value, "not applicable",
-                                                     f"the broadcast bank holds no entry of {v}"))
-                continue
-            reason = ctx.skip_reason(art)
-            if reason is not None:
-                statuses += [self._status(ctx.view, v, kind.value, *reason) for v in victims]
-                continue
-            # Weights: fresh < own uploads < the broadcast weights (the model the global stats belong to).
-            layers = [*latest_weights(own, sender=me), *latest_weights(received, receiver=me)]
-            state, info = ctx.assemble(layers, art)
-            if "unsupported" in info:
-                statuses += [self._status(ctx.view, v, kind.value, "not yet supported", info["unsupported"]) for v in victims]
-                continue
-            use_ce = info.pop("use_ce")
-            jobs.append(_Job(kind.value, list(victims), state, use_ce, dict(info, variant="global")))
-            mine = ctx.own_stats(own, art.round)
-            if mine is None:
-                statuses += [self._status(ctx.view, v, f"{kind.value}:{DIFFERENCING}", "not applicable",
-                                          "the attacker never uploaded its own BN statistics") for v in victims]
-                continue
-            own_art, own_stats = mine
-            k = ctx.prior.num_clients
-            pooled = kind == ArtifactKind.GLOBAL_STATS  # FedFD pools second moments; FedAvg averages buffers
-            others = difference_stats({key: state[key] for key in ctx.keys}, own_stats, k, self.own_weight, pooled)
-            diff_state = {**state, **{key: t.to(state[key].dtype) for key, t in others.items()}}
-            jobs.append(_Job(f"{kind.value}:{DIFFERENCING}", list(victims), diff_state, use_ce, dict(
-                info, variant=DIFFERENCING, clients=k, own_weight=self.own_weight or 1.0 / k, pooled=pooled,
-                own_round=own_art.round, exact_round=own_art.round == art.round - 1)))
-        return jobs, statuses
-
-    def _invert_heads(self, fresh: nn.Module, jobs: list[_HeadJob], prior: AttackerPrior, role: str,
+    def _invert_heads(self, fresh: nn.Module, jobs: list[HeadTarget], prior: AttackerPrior, role: str,
                       device: torch.device) -> list[AttackOutput]:
         """Latent inversion of every victim's head, and of the untrained head as the control, in one batch."""
         template = getattr(fresh, "head", None)
@@ -367,7 +212,7 @@ class DeepInversion(Attack):
                                         head=head, info=info))
         return outputs
 
-    def _invert_bank(self, fresh: nn.Module, jobs: list[_BankJob], prior: AttackerPrior, view: WireView,
+    def _invert_bank(self, fresh: nn.Module, jobs: list[BankTarget], prior: AttackerPrior, view: WireView,
                      device: torch.device) -> list[AttackOutput]:
         """Style inversion (``STYLE_BANK``) or phase retrieval (``AMPLITUDE_BANK``) of every victim's
         entries in one batch, beside the same attack on a random artifact of the same shape: the
@@ -435,63 +280,5 @@ class DeepInversion(Attack):
                                         nulls=nulls, info=entry))
         return outputs
 
-    def _status(self, view: WireView, victim: str, artifact: str, status: str, reason: str) -> AttackOutput:
-        return self._status_of(view.role, victim, artifact, status, reason)
-
     def _status_of(self, role: str, victim: str, artifact: str, status: str, reason: str) -> AttackOutput:
         return AttackOutput(self.name, role, victim, artifact, info={"status": status, "reason": reason})
-
-
-@dataclass
-class _Context:
-    view: WireView
-    prior: AttackerPrior
-    base: dict[str, Tensor]
-    keys: list[str]
-    head_keys: list[str]
-    device: torch.device
-
-    def skip_reason(self, art: Artifact) -> tuple[str, str] | None:
-        """Why ``art`` cannot be inverted here, or None when it can."""
-        if art.kind in NOT_YET:
-            return "not yet supported", NOT_YET[art.kind]
-        if art.kind in NOT_APPLICABLE:
-            return "not applicable", NOT_APPLICABLE[art.kind]
-        if art.kind not in STATS_KINDS:
-            return "not yet supported", f"no matcher for artifact kind {art.kind.value}"
-        if not self.keys:
-            return "not applicable", "the architecture has no BatchNorm running statistics"
-        if not any(k in art.tensors for k in self.keys):
-            if art.kind == ArtifactKind.PARTIAL_MODEL:
-                return "not applicable", "this partial model carries no BatchNorm running statistics"
-            some = ", ".join(list(art.tensors)[:2])
-            return "not yet supported", f"its tensors ({some}, ...) name no BatchNorm buffer of the model"
-        return None
-
-    def assemble(self, layers: Iterable[Artifact], stats: Artifact) -> tuple[dict[str, Tensor], dict[str, Any]]:
-        """A full model state: fresh init, overlaid by ``layers`` in order, then the statistics of ``stats``."""
-        state, source = overlay_state(self.base, [*layers, stats], self.device)
-        weights_from = count_sources(source, skip=self.keys)
-        use_ce = bool(self.head_keys) and all(source[k] != "fresh" for k in self.head_keys)
-        unknown = [k for k in self.keys if source[k] == "fresh"]
-        info = {"round": stats.round, "sender": stats.sender, "weights_from": weights_from, "use_ce": use_ce}
-        if unknown:
-            # Matching a fresh layer's 0/1 statistics would pull the images toward noise, not toward the victim.
-            info["unsupported"] = (f"the wire carries the statistics of {(len(self.keys) - len(unknown)) // 2} of "
-                                   f"{len(self.keys) // 2} BN layers (missing e.g. {unknown[0]}); partial-layer "
-                                   "matching is not implemented")
-        return state, info
-
-    def own_stats(self, own: list[Artifact], broadcast_round: int) -> tuple[Artifact, dict[str, Tensor]] | None:
-        """The attacker's own uploaded statistics that went into the broadcast of ``broadcast_round``.
-
-        The broadcast of round r aggregates the uploads of round r − 1; the
-        wire keeps only the newest message per kind in memory, so when that
-        upload is gone the newest one stands in (``exact_round`` says which).
-        """
-        candidates = [a for a in own if all(k in a.tensors for k in self.keys)]
-        if not candidates:
-            return None
-        before = [a for a in candidates if a.round < broadcast_round]
-        art = max(before or candidates, key=lambda a: a.round)
-        return art, {k: art.tensors[k].to(self.device) for k in self.keys}

@@ -73,15 +73,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.seeds import derive_seed
-from fedaudit.training import (
-    Preprocess,
-    autocast,
-    cross_entropy_loss,
-    forward_chunks,
-    index_batches,
-    make_optimizer,
-    train_steps,
-)
+from fedaudit.recipes import SGDRecipe, TrainOne
+from fedaudit.training import Preprocess, autocast, forward_chunks, make_optimizer
 
 log = logging.getLogger("fedaudit")
 
@@ -90,9 +83,6 @@ REFERENCE_PATHS = {
     "sequential": "one model after another (any recipe, any architecture)",
     "vmap": "all models stacked with torch.func (SGDRecipe, no BatchNorm; otherwise falls back to sequential)",
 }
-
-TrainOne = Callable[[nn.Module, Tensor, Tensor, Preprocess, torch.Generator], None]
-
 
 def inclusion_masks(n_records: int, n_models: int, generator: torch.Generator) -> Tensor:
     """Bool [n_models, n_records]: True where the record is in that model's training half.
@@ -115,70 +105,6 @@ def inclusion_masks(n_records: int, n_models: int, generator: torch.Generator) -
         if k + 1 < n_models:
             masks[k + 1] = ~masks[k]
     return masks
-
-
-@dataclass(frozen=True)
-class SGDRecipe:
-    """The default local recipe: cross-entropy SGD for ``epochs`` epochs, as a client trains.
-
-    Field names and defaults are :class:`fedaudit.config.RunConfig`'s.
-    """
-
-    epochs: int = 3
-    batch_size: int = 32
-    optimizer: str = "sgd"
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    augment: bool = True
-    precision: str = "fp32"
-
-    def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise FedauditError(f"reference-model {name} must be a positive integer, got {value!r}; "
-                                    f"use the run's local {name.replace('_', ' ')}")
-        if not self.lr > 0:
-            raise FedauditError(f"reference-model lr must be > 0, got {self.lr!r}; use the run's --lr (e.g. 0.01)")
-
-    @classmethod
-    def from_config(cls, cfg) -> SGDRecipe:
-        """The recipe of a :class:`~fedaudit.config.RunConfig` (its local epochs, batch size, optimizer)."""
-        return cls(epochs=cfg.local_epochs, batch_size=cfg.batch_size, optimizer=cfg.optimizer, lr=cfg.lr,
-                   momentum=cfg.momentum, weight_decay=cfg.weight_decay, augment=cfg.augment, precision=cfg.precision)
-
-    def batches(self, n: int, generator: torch.Generator, device: torch.device):
-        return index_batches(n, self.batch_size, generator, device, epochs=self.epochs)
-
-    def __call__(self, model: nn.Module, images: Tensor, labels: Tensor, preprocess: Preprocess,
-                 generator: torch.Generator) -> None:
-        opt = make_optimizer(model.parameters(), self.optimizer, self.lr, self.momentum, self.weight_decay)
-        train_steps(model, opt, self.batches(labels.shape[0], generator, images.device), images, labels, preprocess,
-                    cross_entropy_loss, generator if self.augment else None, self.precision)
-
-
-@dataclass(frozen=True)
-class DPSGDRecipe(SGDRecipe):
-    """:class:`~fedaudit.reference_models.SGDRecipe` with DP-SGD: the local recipe of a client under
-    ``--dp-epsilon``, for reference models (an informed attacker trains them as the victim did)."""
-
-    noise_multiplier: float = 1.0
-    max_grad_norm: float = 1.0
-
-    def __call__(self, model: nn.Module, images: Tensor, labels: Tensor, preprocess, generator: torch.Generator) -> None:
-        from fedaudit.dp import batches_per_epoch, new_engine, private_steps
-
-        n = labels.shape[0]
-        opt = make_optimizer(model.parameters(), self.optimizer, self.lr, self.momentum, self.weight_decay)
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
-
-        def run(optimizer, batches):
-            return train_steps(model, optimizer, batches, images, labels, preprocess, cross_entropy_loss,
-                               generator if self.augment else None, self.precision)
-
-        private_steps(model, opt, n, self.batch_size, self.epochs * batches_per_epoch(n, self.batch_size),
-                      self.noise_multiplier, self.max_grad_norm, new_engine(), seed, generator, run)
 
 
 @dataclass(eq=False)

@@ -36,7 +36,6 @@ once at the end.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Sequence
@@ -50,6 +49,8 @@ from torch.func import functional_call, vmap
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.hooks import RemovableHandle
 
+from fedaudit.attacks.image_optim import DEFAULT_ITERS, DEFAULT_LR, image_priors, warmup_cosine
+from fedaudit.stats import bn_modules
 from fedaudit.training import autocast
 
 VICTIM_BATCHING = ("auto", "vmap", "loop")
@@ -62,9 +63,9 @@ class InversionSettings:
     ``jitter=None`` means 2 px at 32 px, scaled with the image side (at least 1).
     """
 
-    iters: int = 200
+    iters: int = DEFAULT_ITERS
     per_class: int = 4
-    lr: float = 0.1
+    lr: float = DEFAULT_LR
     warmup: float = 0.05  # fraction of iterations with a linear warm-up
     bn_weight: float = 10.0
     first_bn_mult: float = 10.0
@@ -110,11 +111,6 @@ class Matcher:
 
     def loss(self, x: Tensor, logits: Tensor, y: Tensor) -> Tensor:
         raise NotImplementedError
-
-
-def bn_modules(model: nn.Module) -> list[_BatchNorm]:
-    """BatchNorm layers that keep running statistics, in registration (= forward) order."""
-    return [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
 
 
 class BNStatMatcher(Matcher):
@@ -281,35 +277,6 @@ def target_labels(num_classes: int, per_class: int, device: torch.device) -> Ten
 
 def default_jitter(image_size: int) -> int:
     return max(1, round(2 * image_size / 32))
-
-
-def warmup_cosine(step: int, total: int, warmup: float) -> float:
-    """Learning-rate factor: linear warm-up over ``warmup``·total steps, then cosine decay to 0."""
-    w = max(1, int(round(warmup * total)))
-    if step < w:
-        return (step + 1) / w
-    progress = (step - w) / max(1, total - w)
-    return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def image_priors(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-victim (TV-L2, L2) of ``x`` [V, n, C, H, W], averaged over images."""
-    x = x.float()
-    diffs = (
-        x[..., :, :-1] - x[..., :, 1:],
-        x[..., :-1, :] - x[..., 1:, :],
-        x[..., 1:, :-1] - x[..., :-1, 1:],
-        x[..., :-1, :-1] - x[..., 1:, 1:],
-    )
-    tv = sum(torch.linalg.vector_norm(d.flatten(2), dim=2) for d in diffs)
-    l2 = torch.linalg.vector_norm(x.flatten(2), dim=2)
-    return tv.mean(1), l2.mean(1)
-
-
-def pixel_box(mean: Sequence[float], std: Sequence[float]) -> tuple[Tensor, Tensor]:
-    """Per-channel bounds ([C] each) of what [0, 1] pixels map to in normalised space: the box constraint."""
-    return (torch.tensor([(0.0 - m) / s for m, s in zip(mean, std)]),
-            torch.tensor([(1.0 - m) / s for m, s in zip(mean, std)]))
 
 
 def invert(model: nn.Module, targets: Sequence[InversionTarget], num_classes: int, image_size: int,

@@ -40,7 +40,7 @@ Reference models: N per victim (``reference_models``: 8 ``quick``, 64
 ``paper``; the caller's choice), trained with the method's local recipe
 (``AttackerPrior.train_recipe``, the method's public code: cross-entropy SGD for rounds × local
 epochs by default, at most ``--reference-epochs``, see ``fedaudit.method``) on random
-halves of the challenge pool (:func:`fedaudit.reference_models.inclusion_masks`),
+halves of the challenge pool (:func:`fedaudit.attacks.mia.reference_models.inclusion_masks`),
 each from its own initialisation of the method's architecture. Their logits on
 the pool, its flips and the population are cached in the run directory
 (``mia/<victim>-reference-logits.safetensors`` with a JSON key of what
@@ -60,7 +60,7 @@ RMIA T = 2, γ = 2 (:mod:`fedaudit.membership`); 4 consistency view pairs.
 Deviations and choices, with reasons:
 
 * Reference models train alone on half of the victim's pool, not inside a
-  re-run federation (see :mod:`fedaudit.reference_models`); their epochs are
+  re-run federation (see :mod:`fedaudit.attacks.mia.reference_models`); their epochs are
   capped in ``quick`` so a CPU audit stays within minutes.
 * LiRA on a label-free encoder takes φ = atanh(c): cosines pile up near 1,
   where a Gaussian fits badly; the transform is monotone, so the ``loss``
@@ -100,6 +100,14 @@ from fedaudit.attack import (
     MembershipChallenge,
     Query,
 )
+from fedaudit.attacks.mia.reference_models import (
+    REFERENCE_PATHS,
+    ReferenceLogits,
+    TrainOne,
+    eval_views,
+    inclusion_masks,
+    train_reference_models,
+)
 from fedaudit.augment import SimCLRAugment
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.membership import (
@@ -111,14 +119,6 @@ from fedaudit.membership import (
     rmia_score,
 )
 from fedaudit.options import Option
-from fedaudit.reference_models import (
-    REFERENCE_PATHS,
-    ReferenceLogits,
-    TrainOne,
-    eval_views,
-    inclusion_masks,
-    train_reference_models,
-)
 from fedaudit.seeds import derive_seed, stable_int
 from fedaudit.training import Preprocess
 from fedaudit.views import count_sources, latest_weights, overlay_state
