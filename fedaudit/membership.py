@@ -3,7 +3,7 @@
 Pure functions, no I/O. An attack module feeds them the target model's logits
 on the victim's members and holdouts (and their flips), the logits of N
 reference models trained on random halves of that pool (see
-:mod:`fedaudit.reference_models`), the inclusion masks, and the logits on a
+:mod:`fedaudit.attacks.mia.reference_models`), the inclusion masks, and the logits on a
 population (other domains' holdouts); the auditor then scores members against
 non-members with :func:`membership_metrics`::
 
@@ -54,7 +54,7 @@ Deviations and choices, with reasons:
   everyone else's. Offline LiRA and offline RMIA give a record that is OUT for
   no reference model the pooled OUT mean over all records (a globally
   calibrated test for that record). Balanced masks from
-  :func:`fedaudit.reference_models.inclusion_masks` never need these with
+  :func:`fedaudit.attacks.mia.reference_models.inclusion_masks` never need these with
   N ≥ 2; a warning says how many records used them.
 * RMIA population records are OUT for every reference model, so offline
   Pr(z) applies the same (1+a) correction to their mean over all reference
@@ -354,6 +354,71 @@ def rmia_score(target_p_x: ArrayLike, ref_p_x: ArrayLike, ref_in_mask_x: ArrayLi
     # LR(x, z) >= gamma  <=>  ratio_z <= ratio_x / gamma: count by binary search, not an [n, k] matrix.
     count = torch.searchsorted(ratio_z, ratio_x / gamma, right=True)
     return count.double() / ratio_z.numel()
+
+
+# -- artifact statistics (the ``artifact`` variant: membership from what a client shared) ----------
+
+
+def nearest_entry_scores(candidates: Tensor, bank: Tensor, chunk: int = 1024) -> Tensor:
+    """Per-record bank test: −(Euclidean distance from each candidate's own artifact [n, D] to its nearest
+    bank entry [m, D]). A member whose artifact is in the bank scores 0, the maximum."""
+    if candidates.dim() != 2 or bank.dim() != 2 or candidates.shape[1] != bank.shape[1]:
+        raise ValueError(f"candidates {tuple(candidates.shape)} and bank {tuple(bank.shape)} must be [n, D] and [m, D]")
+    bank = bank.double()
+    out = [torch.cdist(candidates[i:i + chunk].double(), bank).amin(dim=1) for i in range(0, candidates.shape[0], chunk)]
+    return -torch.cat(out)
+
+
+def tracing_scores(features: Tensor, shared: Tensor) -> Tensor:
+    """Aggregate-statistics test: is the candidate's feature vector y ∈ R^d pulled into the shared mean a?
+
+    The tracing attack of Dwork, Smith, Steinke, Ullman and Vadhan (FOCS 2015), a linearised form of the
+    likelihood-ratio test of Homer et al. (2008) and Sankararaman et al. (2009), whitened:
+
+        score(y) = (y − p)ᵀ Σ⁻¹ (a − p)
+
+    with p and Σ the population's mean and covariance. The candidates [n, d] (members and non-members
+    alike, as the attacker receives them) are their own population: other domains' records would differ
+    by their domain, not by membership. Each statistic is standardised, then Σ is the correlation matrix
+    shrunk toward the identity with the Ledoit–Wolf weight (:func:`ledoit_wolf_shrinkage`): a network's
+    per-channel statistics are strongly correlated, and whitening them lifted the test's AUC on the
+    statistics of 14 records from 0.67 (standardised only) to 1.00 (ATTACKS.md). Its signal grows like
+    d/n for a mean over n records while its noise grows like √d: the power rises with the number of
+    statistics shared and falls with the records behind them. Solved in whichever of the d- or
+    n-dimensional spaces is smaller (Woodbury). The score is a symmetric function of the candidates, so
+    with no membership signal members and non-members stay exchangeable. Higher = member."""
+    y = features.double()
+    a = shared.double().reshape(1, -1)
+    if y.dim() != 2 or y.shape[1] != a.shape[1]:
+        raise ValueError(f"features {tuple(features.shape)} and shared statistics {tuple(shared.shape)} do not match")
+    n, d = y.shape
+    if n < 3:
+        raise ValueError("the tracing test needs at least 3 candidates to estimate the population from them")
+    p = y.mean(0, keepdim=True)
+    sd = y.std(0, keepdim=True)
+    sd = torch.where(sd > 0, sd, torch.ones_like(sd))  # a constant statistic carries nothing: left unscaled
+    z, t = (y - p) / sd, ((a - p) / sd).T  # [n, d], [d, 1]
+    lam = max(ledoit_wolf_shrinkage(z), 1e-6)
+    c = (1.0 - lam) / n  # Σ = λ·I + c·zᵀz
+    if d <= n:
+        w = torch.linalg.solve(lam * torch.eye(d, dtype=z.dtype, device=z.device) + c * (z.T @ z), t)
+    else:
+        inner = torch.linalg.solve(lam / c * torch.eye(n, dtype=z.dtype, device=z.device) + z @ z.T, z @ t)
+        w = (t - z.T @ inner) / lam
+    return (z @ w).squeeze(1)
+
+
+def ledoit_wolf_shrinkage(z: Tensor) -> float:
+    """The Ledoit–Wolf (2004) weight λ ∈ [0, 1] of the identity in λ·I + (1 − λ)·R, R = zᵀz/n the sample
+    correlation of standardised rows z [n, d]; from the n×n Gram matrix, so d may be large."""
+    n, d = z.shape
+    gram = z @ z.T
+    r2 = gram.square().sum() / n**2  # ‖R‖²_F
+    spread = (z.square().sum(1).square() - 2.0 * gram.square().sum(1) / n + r2).sum() / n**2
+    distance = r2 - 2.0 * z.square().sum() / n + d  # ‖R − I‖²_F
+    if float(distance) <= 0.0:
+        return 1.0
+    return float((spread / distance).clamp(0.0, 1.0))
 
 
 # -- statistics ------------------------------------------------------------------

@@ -33,7 +33,7 @@ from fedaudit import runs
 from fedaudit.errors import FedauditError
 from fedaudit.reports import plots
 from fedaudit.reports.load import Run, Unit, load_run
-from fedaudit.audit.verdict import (BOOKKEEPING, CANARY, MIA, NOT_ASSESSED, NOT_RECONSTRUCTIONS, RiskThresholds, judge,
+from fedaudit.audit.verdict import (ARTIFACT, BOOKKEEPING, CANARY, MIA, NOT_ASSESSED, NOT_RECONSTRUCTIONS, RiskThresholds, judge,
                                     load_thresholds, mia_level)
 
 REPORT_NAME = "report.html"
@@ -524,6 +524,23 @@ def _scatter_metrics(u: Unit) -> dict[str, tuple[float, float | None, str]]:
     return out
 
 
+def _artifact_controls(e: dict[str, Any]) -> str:
+    """The artifact test's twin (must sit in the chance band) and positive control (its power), in one cell."""
+    if isinstance(e.get("controls"), str):
+        return e["controls"]
+    parts = []
+    for case, label in (("twin", "twin"), ("power", "positive control")):
+        c = e.get(case)
+        if not isinstance(c, dict):
+            parts.append(f"{label}: not run")
+        elif "auc" in c:
+            parts.append(f"{label} AUC {_f3(c.get('auc'))} (KS p {_pfmt(c.get('advantage_p_value'))}"
+                         + (f", {c['records']} records" if isinstance(c.get("records"), int) else "") + ")")
+        else:
+            parts.append(f"{label}: {c.get('status', 'not run')} — {c.get('reason', '')}")
+    return " · ".join(parts)
+
+
 def _mia_entries(u: Unit) -> list[tuple[str, str, str, dict[str, Any]]]:
     """Every stored (variant, target, victim, entry) of the membership attack, bookkeeping keys skipped."""
     mia = u.leakage.get(MIA)
@@ -627,7 +644,8 @@ def membership(u: Unit) -> dict[str, Any]:
     for variant, entries in by_variant.items():
         curves, missing, warnings, nonmembers = [], [], [], []
         table = Table(["AUC (chance band)", "advantage (KS p)", *(f"TPR @ {lv:g} FPR [95% CI]" for lv in LEVELS),
-                       "members / non-members", "reference models (calibration)"])
+                       "members / non-members",
+                       "controls: holdout twin · positive control" if variant == ARTIFACT else "reference models (calibration)"])
         for target, victim, e in entries:
             label = f"{target} · {victim}"
             if "status" in e and "advantage" not in e:
@@ -661,6 +679,8 @@ def membership(u: Unit) -> dict[str, Any]:
                               else "")
                     warnings.append(f"{label}: the reference models do not stand in for the target{epochs}; read this "
                                     "variant's numbers as a miscalibrated attack's (--reference-epochs, --profile paper)")
+            if variant == ARTIFACT:
+                refs = _artifact_controls(e)
             cells += [f"{mia_count(e, 'members')} / {mia_count(e, 'nonmembers')}", refs]
             table.rows.append((label, cells))
             roc = e.get("roc") if isinstance(e.get("roc"), dict) else {}

@@ -9,6 +9,16 @@ non-members per victim.
 
     python scripts/mia_table.py --out runs/mia-table [--only fedavg] [--dataset shapes:375]
 
+With ``--artifacts`` it measures the artifact-level table instead: ``--attack
+mia-loss,mia-artifact`` on every method that ships a bank or statistics
+(elcfs, ccst in both style modes, gperxan, fedfd_a from a curious client,
+fedlsi), one row per (method, artifact): its membership row's verdict, AUC,
+advantage, TPR at 10% FPR, the holdout twin's and the positive control's
+AUC, the records found verbatim, and the loss attack's AUC on the global
+model of the same run beside it.
+
+    python scripts/mia_table.py --artifacts --out runs/artifact-mia-table
+
 Runs that already finished are read back, not redone.
 """
 
@@ -23,11 +33,51 @@ from fedaudit.api import evaluate
 from fedaudit.audit.verdict import judge
 
 METHODS = ("fedavg", "fedgala", "fedlsi")
+# (label, method, options) of the artifact-level table
+ARTIFACT_RUNS = (
+    ("elcfs", "elcfs", {}),
+    ("ccst single", "ccst", {"method_options": {"style": "single"}}),
+    ("ccst overall", "ccst", {"method_options": {"style": "overall"}}),
+    ("gperxan", "gperxan", {}),
+    ("fedfd_a (client:clean)", "fedfd_a", {"attacker": "client:clean"}),
+    ("fedlsi", "fedlsi", {}),
+)
 
 
-def run(out: Path, method: str, dataset: str) -> Path:
+def run(out: Path, method: str, dataset: str, attack: str = "mia", **options) -> Path:
     done = [d for d in sorted(out.glob("*")) if runs.is_complete(d)] if out.exists() else []
-    return done[0] if done else evaluate(method, out=str(out), dataset=dataset, attack="mia", victim="all").run_dir
+    return done[0] if done else evaluate(method, out=str(out), dataset=dataset, attack=attack, victim="all",
+                                         **options).run_dir
+
+
+def artifact_rows(run_dir: Path, label: str) -> list[str]:
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    verdict = {r["row"]: r["tier"] for r in judge(metrics, metrics["provenance"]["config"])}
+    mia = metrics["leakage"]["mia"]
+    loss = [e["auc"] for e in (mia.get("loss") or {}).get("global_model", {}).values() if "auc" in e]
+    beside = f"{sum(loss) / len(loss):.3f}" if loss else "–"
+
+    def mean(values: list[float]) -> str:
+        return f"{sum(values) / len(values):.3f}" if values else "–"
+
+    out = []
+    for artifact, victims in mia.get("artifact", {}).items():
+        done = {v: e for v, e in victims.items() if "auc" in e}
+        if not done:
+            reason = next(iter(victims.values())).get("reason", "not run")
+            out.append(f"| {label} | {artifact} | {verdict.get(f'membership:{artifact}', '?')} | n/a: {reason} "
+                       f"| | | | | | {beside} |")
+            continue
+        twin = [e["twin"]["auc"] for e in done.values() if "auc" in (e.get("twin") or {})]
+        power = [e["power"]["auc"] for e in done.values() if "auc" in (e.get("power") or {})]
+        exact = [e["exact_matches"]["members"] for e in done.values() if "exact_matches" in e]
+        verbatim = f"{sum(exact)} of {sum(e['members'] for e in done.values())}" if exact else "–"
+        out.append(f"| {label} | {artifact} | {verdict.get(f'membership:{artifact}', '?')} | "
+                   f"{mean([e['auc'] for e in done.values()])} | {mean([e['advantage'] for e in done.values()])} | "
+                   f"{mean([e['tpr_at_fpr']['0.1']['tpr'] for e in done.values()])} | "
+                   f"{mean(twin) if twin else 'n/a (client view)'} | {mean(power) if power else 'n/a (client view)'} | "
+                   f"{verbatim} | {beside} |")
+    return out
 
 
 def rows(run_dir: Path, method: str) -> list[str]:
@@ -67,8 +117,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/mia-table"))
     parser.add_argument("--only", default="")
     parser.add_argument("--dataset", default="digits", help="digits (180 non-members per victim) or shapes:375 (1,051)")
+    parser.add_argument("--artifacts", action="store_true", help="the artifact-level table (mia-artifact)")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
+    if args.artifacts:
+        lines = ["| method | artifact | verdict (row) | AUC | advantage | TPR at 10% FPR | holdout twin AUC | "
+                 "positive control AUC | members found verbatim | loss attack AUC, global model |",
+                 "|---|---|---|---|---|---|---|---|---|---|"]
+        for label, method, options in ARTIFACT_RUNS:
+            if not only or method in only:
+                out = args.out / runs.safe_name(f"{label}-{args.dataset}")
+                lines += artifact_rows(run(out, method, args.dataset, "mia-loss,mia-artifact", **options), label)
+        print("\n".join(lines))
+        return
     lines = ["| method | variant | target | verdict (row) | AUC (mean over victims) | advantage (smallest KS p) | "
              "TPR at 1% FPR [widest 95% CI] | calibration: non-members / members vs OUT / IN (σ) | members / non-members per victim |",
              "|---|---|---|---|---|---|---|---|---|"]

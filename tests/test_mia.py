@@ -87,7 +87,8 @@ def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_
     first = audit_membership(MembershipInference(4, seed=fed.cfg.seed), run_dir, fed.cfg, fed.method, fed, prior,
                              role=SERVER, victims=victims)
     json.dumps(first)  # stored as is in metrics.json
-    assert set(first) == set(RESULT_KEYS)
+    assert set(first) == {*RESULT_KEYS, "artifact"}  # mia runs the artifact test too (tests/test_artifact_mia.py)
+    assert set(first["artifact"]["full_model"]) == set(victims)
     for key in RESULT_KEYS[:-1]:
         assert set(first[key]) == {"global_model", "last_upload"}
         for target in ("global_model", "last_upload"):
@@ -193,9 +194,10 @@ def test_the_challenge_hides_membership_and_the_auditor_keeps_the_truth(fedavg_r
 
 
 def test_registry_options_and_errors():
-    assert mia_variants(get_attacks("mia")) == ("loss", "lira", "rmia", "domain")
+    assert mia_variants(get_attacks("mia")) == ("loss", "lira", "rmia", "domain", "artifact")
     assert mia_variants(get_attacks("mia-loss,mia-lira")) == ("loss", "lira")
     assert mia_variants(get_attacks("mia-domain")) == ("domain",)
+    assert mia_variants(get_attacks("mia-artifact")) == ("artifact",)
     names = [cls.name for cls in get_attacks("all")]
     assert names.count("mia") == 1 and not any(n.startswith("mia-") for n in names)
     with pytest.raises(FedauditError, match="reference-models must be an integer from 2"):

@@ -191,3 +191,37 @@ def test_the_statistics_of_a_few_member_images_are_rated_high(tiny_run):
     assert row["tier"] == HIGH, row["reason"]
     top = next(e for e in row["evidence"] if e["tier"] == HIGH)
     assert top["test"] == "domain_attribution" and top["p_adjusted"] <= 0.05 and top["value"] - top["baseline"] >= 0.3
+
+
+def _artifact_metrics(entry: dict) -> dict:
+    return {"communication": {"declared": []}, "leakage": {"mia": {"artifact": {"full_model": {"a": entry}}}}}
+
+
+def test_an_artifact_membership_low_needs_its_positive_control():
+    """The artifact test (membership from shared statistics) reads LOW only when the same test found the
+    members of its positive control; without that power it is INCONCLUSIVE, whatever the counts."""
+    quiet = lambda n1, n0: membership_metrics(np.linspace(0, 1, n1), np.linspace(0, 1, n0))  # noqa: E731
+    rng = np.random.default_rng(2)
+    found = membership_metrics(rng.normal(3.0, size=14), rng.normal(size=180))
+    missed = membership_metrics(rng.normal(size=14), rng.normal(size=180))
+    (row,) = judge(_artifact_metrics({**quiet(3000, 3000), "power": {**found, "records": 14}}), SERVER)
+    assert row["row"] == "membership:full_model" and row["tier"] == LOW, row["reason"]
+    assert "records behind the shared full_model" in row["title"]
+    (row,) = judge(_artifact_metrics({**quiet(3000, 3000), "power": {**missed, "records": 14}}), SERVER)
+    assert row["tier"] == INCONCLUSIVE and "positive control" in row["reason"] and "14 records" in row["reason"]
+    (row,) = judge(_artifact_metrics({**quiet(3000, 3000), "controls": "not available: a client's view"}), SERVER)
+    assert row["tier"] == INCONCLUSIVE and "not available" in row["reason"]
+    # A model-based row with the same numbers has no such control to show, and reads LOW (its own rule).
+    plain = {"communication": {"declared": []}, "leakage": {"mia": {"loss": {"global_model": {"a": quiet(3000, 3000)}}}}}
+    assert judge(plain, SERVER)[0]["tier"] == LOW
+
+
+def test_an_artifact_finding_names_a_twin_that_also_separates_and_verbatim_records():
+    rng = np.random.default_rng(3)
+    signal = membership_metrics(rng.normal(0.6, size=225), rng.normal(size=180))
+    twin_null = membership_metrics(rng.normal(size=225), rng.normal(size=180))
+    entry = {**signal, "twin": twin_null, "power": signal, "exact_matches": {"members": 3, "nonmembers": 0}}
+    (row,) = judge(_artifact_metrics(entry), SERVER)
+    assert row["tier"] == MEDIUM and "twin" not in row["reason"] and "3 of a's members" in row["reason"]
+    (row,) = judge(_artifact_metrics({**entry, "twin": signal}), SERVER)
+    assert row["tier"] == MEDIUM and "holdout twin also separates" in row["reason"]

@@ -26,6 +26,11 @@ Variants (ATTACKS.md, "mia"; the statistics are :mod:`fedaudit.membership`):
   records (the non-member domain). Reported per source domain and pooled over
   them (``all``), target ``global_model`` only. Under leave-one-domain-out
   training this measures the domain gap the deployed model shows.
+* ``artifact`` — membership from every *shared artifact*, not a model's
+  answers: the nearest-entry test on per-record banks and the whitened
+  tracing test on aggregate statistics (:mod:`fedaudit.attacks.mia.artifact`).
+  Its targets are the artifacts (``amplitude_bank``, ``full_model``,
+  ``global_stats:differencing``, ...); it needs no query access.
 
 Targets: ``global_model`` — the deployed model (``Method.global_model`` at the
 end of the run), queried as a black box (normalised inputs → outputs); any
@@ -100,6 +105,7 @@ from fedaudit.attack import (
     MembershipChallenge,
     Query,
 )
+from fedaudit.attacks.mia.artifact import ARTIFACT, artifact_outputs
 from fedaudit.attacks.mia.reference_models import (
     REFERENCE_PATHS,
     ReferenceLogits,
@@ -135,7 +141,9 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "lira": ("lira_online", "lira_offline"),
     "rmia": ("rmia",),
     "domain": ("domain",),
+    "artifact": ("artifact",),
 }
+MODEL_VARIANTS = ("loss", "lira", "rmia")  # the variants that query a model about each victim's records
 GLOBAL, LAST_UPLOAD = "global_model", "last_upload"
 TARGETS = (GLOBAL, LAST_UPLOAD)
 ALL_DOMAINS = "all"
@@ -196,7 +204,8 @@ class MembershipInference(Attack):
 
     name = "mia"
     family: ClassVar[str] = "mia"
-    summary = "membership inference (loss, LiRA online/offline, RMIA, domain-level) on the global model and the last upload"
+    summary = ("membership inference (loss, LiRA online/offline, RMIA, domain-level) on the global model and the last "
+               "upload, and against every shared bank or statistics artifact")
     roles: ClassVar[tuple[str, ...]] = ("server", "client")
     needs: ClassVar[frozenset[str]] = frozenset({"query", "challenges", "domain_challenge", "cache_dir"})
     variants: ClassVar[tuple[str, ...]] = tuple(VARIANTS)
@@ -247,7 +256,7 @@ class MembershipInference(Attack):
     def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str], device: torch.device,
                   access: Access = NO_ACCESS) -> list[AttackOutput]:
         """One output per (result key, target, victim); for ``domain`` one over the domain challenge."""
-        if access.query is None:
+        if access.query is None and any(v != ARTIFACT for v in self.selected):
             raise FedauditError("membership inference needs query access to the deployed model and the auditor's "
                                 "challenges; run it through fedaudit.audit.membership.audit_membership")
         outputs: list[AttackOutput] = []
@@ -255,7 +264,7 @@ class MembershipInference(Attack):
         # attack is reproducible and leaves the caller's RNG where it was.
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(derive_seed(self.seed, MIA_STREAM, 4))
-            for victim in victims if any(v != "domain" for v in self.selected) else ():
+            for victim in victims if any(v in MODEL_VARIANTS for v in self.selected) else ():
                 challenge = access.challenges.get(victim)
                 if challenge is None:
                     raise FedauditError(f"membership inference against {victim} needs the auditor's challenge for it")
@@ -267,7 +276,19 @@ class MembershipInference(Attack):
                 outputs.append(AttackOutput(self.name, view.role, ALL_DOMAINS, GLOBAL, scores=scores,
                                             info={"result": "domain", "status": "attacked",
                                                   "signal": self.signal_name("domain", prior.label_free)}))
+        if ARTIFACT in self.selected:
+            missing = [v for v in victims if v not in access.challenges]
+            if missing:
+                raise FedauditError(f"artifact membership against {missing[0]} needs the auditor's challenge for it")
+            outputs += artifact_outputs(self.name, view, prior, {v: access.challenges[v] for v in victims}, device,
+                                        attacker_preprocess(prior, device), self.precision)
         return outputs
+
+    def for_artifact_controls(self) -> MembershipInference:
+        """The artifact test alone, same settings: what the auditor re-runs on its counterfactual artifacts."""
+        return MembershipInference(self.reference_models, seed=self.seed, precision=self.precision, path=self.path,
+                                   variants=(ARTIFACT,), reference_epochs=self.reference_epochs,
+                                   consistency_pairs=self.consistency_pairs)
 
     def _victim_outputs(self, view: WireView, prior: AttackerPrior, challenge: MembershipChallenge, query: Query,
                         device: torch.device, cache_dir: Path | None) -> list[AttackOutput]:
@@ -317,7 +338,7 @@ class MembershipInference(Attack):
 
         out: dict[str, dict[str, Tensor | Skipped]] = {}
         for target, sig in signals.items():
-            for key in (k for v in variants if v != "domain" for k in VARIANTS[v]):
+            for key in (k for v in variants if v in MODEL_VARIANTS for k in VARIANTS[v]):
                 out.setdefault(key, {})[target] = sig if isinstance(sig, Skipped) else self._score(key, sig, ref, challenge, prior)
         phi = {t: sig["phi"] for t, sig in signals.items() if not isinstance(sig, Skipped)}
         ref_phi = (ref["phi"], ref["masks"]) if isinstance(ref, dict) else None
@@ -500,13 +521,20 @@ class MiaRmia(MembershipInference):
     variants = ("rmia",)
 
 
+class MiaArtifact(MembershipInference):
+    name = "mia-artifact"
+    summary = "membership inference against every shared statistics artifact (banks: nearest entry; aggregates: tracing)"
+    variants = ("artifact",)
+
+
 class MiaDomain(MembershipInference):
     name = "mia-domain"
     summary = "domain-level membership: was this domain in the federation? (global model)"
     variants = ("domain",)
 
 
-MIA_ATTACKS: tuple[type[MembershipInference], ...] = (MembershipInference, MiaLoss, MiaLira, MiaRmia, MiaDomain)
+MIA_ATTACKS: tuple[type[MembershipInference], ...] = (MembershipInference, MiaLoss, MiaLira, MiaRmia, MiaDomain,
+                                                         MiaArtifact)
 
 
 def mia_variants(classes: Iterable[type[Attack]]) -> tuple[str, ...]:

@@ -12,8 +12,11 @@ any reference models the attack trained (:func:`fedaudit.membership.lira_calibra
 
 Stored shape: ``{result_key: {target: {victim: entry}}}`` with result keys
 loss, lira_online, lira_offline, rmia and domain (target ``global_model``;
-victims = each source domain attacked and ``all``, pooled). What could not
-run is ``{"status": "not applicable", "reason": ...}`` in the victim's place.
+victims = each source domain attacked and ``all``, pooled), and artifact
+(targets = the shared artifacts; each entry also holds ``twin`` and
+``power``, the same test on the auditor's counterfactual artifacts, and for a
+per-record bank ``exact_matches``). What could not run is ``{"status": "not
+applicable", "reason": ...}`` in the victim's place.
 """
 
 from __future__ import annotations
@@ -28,10 +31,20 @@ import torch
 from torch import Tensor
 
 from fedaudit.attack import Access, Attack, AttackerPrior, AttackOutput, DomainChallenge, MembershipChallenge, Query
+from fedaudit.audit.counterfactual import (
+    TWIN,
+    Counterfactual,
+    TrainingRecipe,
+    counterfactual_view,
+    latent_encoders,
+    power_case,
+    pseudo_name,
+)
 from fedaudit.config import target_exposure
 from fedaudit.errors import unknown_choice
 from fedaudit.membership import lira_calibration, membership_metrics
 from fedaudit.seeds import derive_seed, stable_int
+from fedaudit.wire import SERVER, ArtifactKind, WireView, client_role
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
@@ -42,6 +55,9 @@ log = logging.getLogger("fedaudit")
 
 CHALLENGE_STREAM = 9_001  # derive_seed stream of the challenge shuffles (mia's own stream number, kept for its results)
 ALL_DOMAINS = "all"  # the pooled row of the domain-level question
+ARTIFACT = "artifact"  # the artifact-level variant's result key (fedaudit.attacks.mia.artifact)
+ARTIFACT_POWER_PER_CLASS = 2  # member records per class behind the artifact test's positive control
+NOT_APPLICABLE = "not applicable"
 
 
 def make_challenge(fed: Federation, victim: str, seed: int) -> tuple[MembershipChallenge, Tensor]:
@@ -114,9 +130,113 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
         else:
             result.setdefault(key, {}).setdefault(out.artifact, {})[out.victim] = _victim_entry(
                 out, truths[out.victim], cfg)
+    if ARTIFACT in variants and ARTIFACT in result:
+        _artifact_controls(attack, result[ARTIFACT], fed.wire.view(role), prior, fed, cfg, challenges, truths)
     log.info("mia: %s as %s against %s in %.1fs (%d reference-model set(s) trained)", ", ".join(variants), role,
              ", ".join(victims), time.perf_counter() - t0, getattr(attack, "trained", 0))
     return result
+
+
+def power_records(fed: Federation, victim: str, per_class: int, seed: int) -> Tensor:
+    """``per_class`` of the victim's members per class (fewer where a class has fewer), chosen with a seeded
+    shuffle: the records a positive-control artifact is computed from."""
+    client = next(c for c in fed.clients if c.domain == victim)
+    x, y = client.data.members()
+    g = torch.Generator().manual_seed(derive_seed(seed, CHALLENGE_STREAM, 5, stable_int(victim)) % 2**63)
+    order = torch.randperm(y.shape[0], generator=g)
+    taken: dict[int, int] = {}
+    picked = []
+    for i in order.tolist():
+        label = int(y[i])
+        if taken.get(label, 0) < per_class:
+            taken[label] = taken.get(label, 0) + 1
+            picked.append(i)
+    return x[torch.tensor(sorted(picked), device=x.device)]
+
+
+def _artifact_controls(attack: Attack, section: dict[str, dict[str, Any]], view: WireView, prior: AttackerPrior,
+                       fed: Federation, cfg: RunConfig, challenges: dict[str, MembershipChallenge],
+                       truths: dict[str, Tensor]) -> None:
+    """The artifact test re-run on two counterfactuals of every victim's artifacts, stored beside each entry:
+
+    * ``twin`` — the artifact with the victim's members swapped for its ``val`` records (same domain, never
+      trained on, in neither half of the challenge), scored on the same challenge: it must sit in the null band;
+    * ``power`` — the artifact of :data:`ARTIFACT_POWER_PER_CLASS` members per class alone, scored on those
+      records against the victim's holdout: the positive control a LOW needs.
+
+    Counterfactual artifacts are built for the server's view only (:mod:`fedaudit.audit.counterfactual`)."""
+    entries = [(artifact, victim, e) for artifact, by_victim in section.items() for victim, e in by_victim.items()
+               if isinstance(e, dict) and "advantage" in e]
+    if not entries:
+        return
+    if view.role != SERVER:
+        for _, _, e in entries:
+            e["controls"] = ("not available: counterfactual artifacts are built for the server's view only; a client "
+                             "sees aggregates whose counterfactual would need the server's aggregation rule")
+        return
+    victims = sorted({v for _, v, _ in entries})
+    cases, pseudo_challenges, pseudo_truths = [], {}, {}
+    for victim in victims:
+        client = next(c for c in fed.clients if c.domain == victim)
+        members, _ = client.data.members()
+        real = challenges[victim]
+        twin = pseudo_name(victim, TWIN)
+        if client.data.val_x.shape[0] > 0:
+            cases.append(Counterfactual(victim, TWIN, client.data.val_x.to(fed.device), swap_out=members.to(fed.device)))
+            pseudo_challenges[twin] = MembershipChallenge(twin, real.images, real.labels, real.population_images,
+                                                          real.population_labels)
+            pseudo_truths[twin] = truths[victim]
+        power = pseudo_name(victim, power_case(ARTIFACT_POWER_PER_CLASS))
+        chosen = power_records(fed, victim, ARTIFACT_POWER_PER_CLASS, cfg.seed)
+        rows = _bank_rows(view, victim)
+        if rows is not None and rows < chosen.shape[0]:  # a bank of k single-record entries holds k power records
+            chosen = chosen[:rows]
+        cases.append(Counterfactual(victim, power_case(ARTIFACT_POWER_PER_CLASS), chosen.to(fed.device)))
+        holdout = client.data.holdout_x
+        images = torch.cat([chosen, holdout.to(chosen.device)])
+        truth = torch.cat([torch.ones(chosen.shape[0], dtype=torch.bool), torch.zeros(holdout.shape[0], dtype=torch.bool)])
+        g = torch.Generator().manual_seed(derive_seed(cfg.seed, CHALLENGE_STREAM, 6, stable_int(victim)) % 2**63)
+        order = torch.randperm(truth.shape[0], generator=g)
+        labels = torch.zeros(truth.shape[0], dtype=torch.long, device=images.device)  # unused by the artifact test
+        pseudo_challenges[power] = MembershipChallenge(power, images[order.to(images.device)], labels,
+                                                       real.population_images, real.population_labels)
+        pseudo_truths[power] = truth[order]
+    recipe = TrainingRecipe(fed.preprocess, cfg.augment, cfg.batch_size)
+    cf_view, skipped = counterfactual_view(view, prior, cases, fed.device, recipe, seed=cfg.seed,
+                                           latent_encoders=latent_encoders(cfg, fed))
+    controls = attack.for_artifact_controls()  # type: ignore[attr-defined]
+    outs = controls.run_batch(cf_view, prior, list(pseudo_challenges), fed.device, Access(challenges=pseudo_challenges))
+    by_key = {(o.victim, o.artifact): o for o in outs}
+    for artifact, victim, e in entries:
+        for case, name in (("twin", pseudo_name(victim, TWIN)),
+                           ("power", pseudo_name(victim, power_case(ARTIFACT_POWER_PER_CLASS)))):
+            out = by_key.get((name, artifact))
+            why = (skipped.get(name) or {}).get(artifact.split(":")[0])
+            if name not in pseudo_challenges:
+                e[case] = {"status": NOT_APPLICABLE, "reason": "the victim has no val records to build the twin from"}
+            elif why is not None:
+                e[case] = {"status": NOT_APPLICABLE, "reason": f"not a counterfactual: {why}"}
+            elif out is None or out.scores is None:
+                e[case] = {"status": (out.info.get("status") if out else None) or NOT_APPLICABLE,
+                           "reason": (out.info.get("reason") if out else None) or "the control produced no scores"}
+            else:
+                truth = pseudo_truths[name]
+                scores = out.scores.double().cpu()
+                e[case] = scored(scores[truth], scores[~truth], out.info.get("signal", ""), 0)
+                if case == "power":
+                    e[case]["records"] = int(truth.sum())
+                    e[case]["per_class"] = ARTIFACT_POWER_PER_CLASS
+                else:
+                    e[case]["records"] = "val"
+
+
+def _bank_rows(view: WireView, victim: str) -> int | None:
+    """The fewest entries of the victim's per-record banks in the view (None without one; a pooled style
+    bank, one row, is an aggregate)."""
+    rows = [int(next(iter(a.tensors.values())).shape[0]) for a in view
+            if a.sender == client_role(victim) and a.kind in (ArtifactKind.AMPLITUDE_BANK, ArtifactKind.STYLE_BANK)]
+    rows = [r for r in rows if r > 1]
+    return min(rows) if rows else None
 
 
 def _victim_entry(out: AttackOutput, is_member: Tensor, cfg: RunConfig) -> dict[str, Any]:
@@ -137,6 +257,9 @@ def _victim_entry(out: AttackOutput, is_member: Tensor, cfg: RunConfig) -> dict[
                                                     out.signals["reference_masks"], is_member)
     if "population" in out.info:
         entry["population"] = out.info["population"]
+    if "exact_tolerance" in out.info:  # per-record banks: candidates whose own entry is in the bank, verbatim
+        exact = scores >= -float(out.info["exact_tolerance"])
+        entry["exact_matches"] = {"members": int(exact[is_member].sum()), "nonmembers": int(exact[~is_member].sum())}
     return entry
 
 

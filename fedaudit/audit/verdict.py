@@ -40,7 +40,12 @@ prior-only control, at the same budget (the positive control,
 those records out (``record_level``), the LOW says record-level leakage was
 not testable. A membership row that would
 read LOW reads INCONCLUSIVE when its counts could not detect an advantage of
-``mia_advantage_medium`` at the corrected level.
+``mia_advantage_medium`` at the corrected level; a row of the artifact test
+(``artifact``: membership from a shared bank or statistics) reads
+INCONCLUSIVE, too, unless the same test found the members of its positive
+control (the artifact recomputed from a few members alone) at ``alpha`` for
+every victim. Its holdout twin (the members swapped out) is reported beside
+it; a twin that also separates members is named in the reason.
 
 Tiers: ``high``, ``medium``, ``low``, ``inconclusive``, ``not_assessed``.
 """
@@ -62,6 +67,7 @@ TIER_ORDER = {HIGH: 4, MEDIUM: 3, LOW: 2, INCONCLUSIVE: 1, NOT_ASSESSED: 0}
 MIA = "mia"
 CANARY = "canary"  # the one-run ε audit: a bound per victim, not a reconstruction section
 DOMAIN = "domain"  # the domain-level membership variant: its own row
+ARTIFACT = "artifact"  # the artifact-level variant: one row per shared artifact, with its twin and power
 MIA_TARGETS = {"global_model": "the final global model", "last_upload": "the victim's last upload"}
 BOOKKEEPING = ("summary", "auditor", "settings")  # keys of an attack's section that are not results
 NOT_RECONSTRUCTIONS = (MIA, CANARY)  # leakage sections that are not {artifact: {victim: reconstruction scores}}
@@ -395,8 +401,9 @@ def _lift_p_value(attack: Any, null: Any, chance: float | None) -> float:
 
 
 def membership_title(row: str) -> str:
-    return ("membership: was each source domain in the federation?" if row == DOMAIN
-            else f"membership: {MIA_TARGETS.get(row, row)}")
+    if row == DOMAIN:
+        return "membership: was each source domain in the federation?"
+    return f"membership: {MIA_TARGETS[row]}" if row in MIA_TARGETS else f"membership: records behind the shared {row}"
 
 
 def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
@@ -407,7 +414,8 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
     mia = (metrics.get("leakage") or {}).get(MIA)
     if not isinstance(mia, dict) or not mia:
         return _row(key, title, NOT_ASSESSED, "no membership attack in this run; run with --attack mia", [], t)
-    what = "the domain-level attack" if row == DOMAIN else MIA_TARGETS.get(row, row)
+    what = ("the domain-level attack" if row == DOMAIN else MIA_TARGETS[row] if row in MIA_TARGETS
+            else f"the shared {row}")
     evidence: list[Evidence] = []
     notes: list[str] = []
     sizes: list[tuple[int, int]] = []
@@ -451,8 +459,24 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
         return _row(key, title, NOT_ASSESSED, f"no membership result for {what}: {'; '.join(notes) or 'none stored'}", [], t)
     _decide(evidence, t)
     top = max(evidence, key=lambda e: (TIER_ORDER[e.tier], e.effect or 0.0))
+    artifact = [(victim, e) for variant, _, victim, e in mia_entries(mia, row) if variant == ARTIFACT and "advantage" in e]
+    verbatim = _verbatim(artifact)
     if top.tier in (HIGH, MEDIUM):
-        return _row(key, title, top.tier, top.text, evidence, t)
+        return _row(key, title, top.tier, top.text + verbatim + _twin_caveat(artifact, t), evidence, t)
+    if artifact:  # power before LOW: the same test must have found the members of its positive control
+        weak = [(victim, e.get("power") or {}) for victim, e in artifact
+                if not (_isnum((e.get("power") or {}).get("advantage_p_value"))
+                        and e["power"]["advantage_p_value"] <= t.alpha)]
+        if weak:
+            shown = "; ".join(f"{victim}: " + (f"AUC {_fmt(p.get('auc'))}, KS p {_p(p.get('advantage_p_value'))} on "
+                                                f"{p.get('records', '?')} records" if "advantage" in p
+                                                else str(p.get("reason") or (artifact[0][1].get("controls")) or "not run"))
+                              for victim, p in weak)
+            return _row(key, title, INCONCLUSIVE, (
+                f"no membership test was significant for {what} after {CORRECTION} correction, but the same test did "
+                f"not find the members of its positive control (the artifact recomputed from a few members alone, "
+                f"significant at {t.alpha:g} needed) — {shown}: a silence from a test without power says nothing."
+                f"{verbatim}"), evidence, t)
     from fedaudit.membership import advantage_null_quantile
 
     miscalibrated = sorted({f"{variant}/{victim}" for variant, _, victim, e in mia_entries(mia, row)
@@ -467,10 +491,32 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
             f"no membership test was significant for {what} after {CORRECTION} correction ({summary}), but at these "
             f"counts an advantage below {detectable:.2f} could not have been detected across {m} tests (the medium "
             f"threshold is {t.mia_advantage_medium:g}): use more records per victim (--dataset shapes:375, a folder "
-            f"dataset, or a larger holdout share in --split).{caveat}"), evidence, t)
+            f"dataset, or a larger holdout share in --split).{caveat}{verbatim}"), evidence, t)
     return _row(key, title, LOW, (f"no membership test was significant for {what} after {CORRECTION} correction "
                                   f"({summary}); an advantage of {detectable:.2f} or more would have been detected."
-                                  f"{caveat}"), evidence, t)
+                                  f"{caveat}{verbatim}"), evidence, t)
+
+
+def _verbatim(artifact: list[tuple[str, dict[str, Any]]]) -> str:
+    """A note naming the records a per-record bank carries verbatim (their own entry, found exactly)."""
+    found = [(victim, e["exact_matches"]) for victim, e in artifact if isinstance(e.get("exact_matches"), dict)
+             and e["exact_matches"].get("members")]
+    if not found:
+        return ""
+    return " The bank carries records verbatim: " + "; ".join(
+        f"{m['members']} of {victim}'s members have their own entry in it exactly (non-members: {m.get('nonmembers', 0)})"
+        for victim, m in found) + "."
+
+
+def _twin_caveat(artifact: list[tuple[str, dict[str, Any]]], t: RiskThresholds) -> str:
+    """A note when a holdout twin (the artifact with the members swapped out) also separates members."""
+    off = [f"{victim} (AUC {_fmt(e['twin'].get('auc'))}, KS p {_p(e['twin'].get('advantage_p_value'))})"
+           for victim, e in artifact if isinstance(e.get("twin"), dict) and _isnum(e["twin"].get("advantage_p_value"))
+           and e["twin"]["advantage_p_value"] <= t.alpha]
+    if not off:
+        return ""
+    return (f" The holdout twin also separates members from non-members for {', '.join(off)}: part of this signal "
+            "survives swapping the members out, so it is not all membership.")
 
 
 def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
