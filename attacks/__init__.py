@@ -27,6 +27,8 @@ trained: ``all`` leaves it out, and it runs only when named.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from fedaudit.attack import Attack
 from fedaudit.errors import unknown_choice
 from fedaudit.options import Option
@@ -39,10 +41,28 @@ from .mia import MIA_ATTACKS
 ATTACKS: dict[str, type[Attack]] = {cls.name: cls for cls in (DeepInversion, GradInv, *MIA_ATTACKS, CanaryAudit)}
 
 NO_ATTACK = "none"
+AUTO = "auto"
+# What --attack auto runs against each kind of shared artifact (the kinds deepinversion and mia-artifact read),
+# and against every deployed model: the loss attack (no reference models, so it fits the quick budget).
+_INVERTIBLE = {"full_model", "partial_model", "bn_stats_all_layers", "global_stats", "classifier_head", "style_bank",
+               "amplitude_bank"}
+AUTO_ALWAYS = ("mia-loss",)
+AUTO_FOR_STATISTICS = ("deepinversion", "mia-artifact")
+AUTO_PAPER = ("mia-lira",)  # reference models: affordable on the paper profile's GPU, not in quick on a CPU
+
+
+def auto_attacks(shares: Iterable[tuple[object, str]], profile: str) -> str:
+    """The attack spec ``--attack auto`` resolves to for a method that shares ``shares`` ((kind, direction)
+    pairs): reconstruction and artifact membership when it ships statistics or banks, the loss attack on the
+    deployed model always, and LiRA on the paper profile."""
+    kinds = {getattr(kind, "value", kind) for kind, _ in shares}
+    chosen = [*(AUTO_FOR_STATISTICS if kinds & _INVERTIBLE else ()), *AUTO_ALWAYS,
+              *(AUTO_PAPER if profile == "paper" else ())]
+    return ",".join(chosen)
 
 
 def attack_names() -> list[str]:
-    return [NO_ATTACK, *ATTACKS]
+    return [NO_ATTACK, AUTO, *ATTACKS]
 
 
 def get_attacks(spec: str) -> list[type[Attack]]:
@@ -50,6 +70,8 @@ def get_attacks(spec: str) -> list[type[Attack]]:
     what is trained), ``a,b`` → those (each once)."""
     if spec == NO_ATTACK:
         return []
+    if spec == AUTO:
+        raise RuntimeError("--attack auto is resolved for a method first (auto_attacks)")
     if spec == "all":
         return [cls for cls in ATTACKS.values()
                 if (cls.family or cls.name) == cls.name and not cls.plants_canaries]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -80,7 +81,7 @@ def evaluate(
     if resume is not None:
         return _resume(Path(resume), reporter, on_round_end)
 
-    from fedaudit.attacks import attack_options, attack_schema
+    from fedaudit.attacks import AUTO, attack_options, attack_schema, auto_attacks
     from fedaudit.methods import METHODS, get_method
 
     explicit = dict(options)
@@ -98,6 +99,12 @@ def evaluate(
     if pairs:
         explicit["method_options"] = parse_method_options(pairs)
     spec = explicit.get("attack") or file_opts.get("attack") or RunConfig.attack
+    auto_note = None
+    if spec == AUTO:  # the attacks that apply to what this method, so configured, shares; recorded as resolved
+        draft = resolve({**explicit, "attack": "none"}, {**file_opts, "attack": "none"}, method_cls.profile_defaults,
+                        {}, set(attack_options()))
+        spec = explicit["attack"] = auto_attacks(method_cls(draft).declared_shares(), draft.profile)
+        auto_note = f"--attack auto: {spec} (from what {method_cls.name} shares)"
     cfg = resolve(explicit, file_opts, method_cls.profile_defaults, attack_schema(spec) if isinstance(spec, str) else {},
                   set(attack_options()))
     check_names(cfg)
@@ -113,10 +120,19 @@ def evaluate(
         for target in targets:  # a bad --attacker/--victim fails now, not after training
             attack_role_and_victims(cfg, [d for d in dataset.domains if d != target])
 
+    if auto_note:  # said once the options are known to be good
+        log.info(auto_note)
     root = runs.new_run_dir(Path(cfg.out).expanduser(), cfg.method, cfg.dataset, "all" if len(targets) > 1 else targets[0])
-    runs.write_json(root / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
-                                           "targets": targets})
-    return _run_targets(root, cfg, dataset, targets, device, reporter, on_round_end, command, data_seconds)
+    try:
+        runs.write_json(root / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
+                                               "targets": targets})
+        return _run_targets(root, cfg, dataset, targets, device, reporter, on_round_end, command, data_seconds)
+    except BaseException:
+        # A run that failed before its first round leaves nothing to resume: no orphan directory that `report`,
+        # `compare` or `--resume` would then trip over.
+        if not runs.has_progress(root):
+            shutil.rmtree(root, ignore_errors=True)
+        raise
 
 
 def _resume(path: Path, reporter: Reporter, on_round_end) -> EvaluateResult:
@@ -234,12 +250,13 @@ def save_progress(run_dir: Path, fed: Federation) -> None:
 
 def check_names(cfg: RunConfig) -> None:
     """Names checked against the registries before any data is loaded."""
-    from fedaudit.attacks import get_attacks
+    from fedaudit.attacks import AUTO, get_attacks
     from fedaudit.models import ARCHITECTURES, NORM_LAYERS
     from fedaudit.methods import get_method
 
     get_method(cfg.method)
-    get_attacks(cfg.attack)
+    if cfg.attack != AUTO:  # auto is resolved per method by evaluate, before the run's config is final
+        get_attacks(cfg.attack)
     if cfg.model not in ARCHITECTURES:
         raise unknown_choice("model", cfg.model, ARCHITECTURES)
     if cfg.norm not in NORM_LAYERS:

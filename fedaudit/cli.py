@@ -1,14 +1,17 @@
 """The ``fedaudit`` command: a thin typer layer over :mod:`fedaudit.api`.
 
 User errors print one line (``error: ...``) naming the problem and the fix
-and exit with status 2; an interrupted run says how to resume it.
+and exit with status 2; ``evaluate --fail-on TIER`` exits with status 3 when a
+verdict reaches that tier; an interrupted run says how to resume it.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Optional
 
@@ -169,8 +172,16 @@ COMMAND_PARAMETERS = [
     ("config", Optional[Path], typer.Option(None, help="TOML file of options (keys are the option names); explicit "
                                             "options win.")),
     ("resume", Optional[Path], typer.Option(None, help="Continue an interrupted run directory from its last round.")),
-    ("quiet", bool, typer.Option(False, "--quiet", help="Logs only, no progress bars.")),
+    ("quiet", bool, typer.Option(False, "--quiet", help="Log lines only: no progress bars, no tables.")),
+    ("json_summary", bool, typer.Option(False, "--json", help="Print the metrics summary (accuracy, traffic, verdict, "
+                                        "paths) as JSON on stdout, for scripts; logs stay on stderr.")),
+    ("fail_on", Optional[str], typer.Option(None, "--fail-on", metavar="high|medium",
+                                            help="Exit with status 3 when any verdict row reaches this tier, after "
+                                                 "every file is written (a CI gate; status 2 stays for user errors).")),
 ]
+
+GATE_EXIT = 3  # --fail-on: a verdict reached the tier (2 is a user error, 1 a crash)
+GATE_TIERS = ("high", "medium")
 
 
 def evaluate_signature() -> inspect.Signature:
@@ -186,9 +197,12 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
     from fedaudit import api, sweep
 
     quiet, split, dp_sweep = given.pop("quiet"), given.pop("split"), given.pop("dp_sweep")
+    json_summary, fail_on = given.pop("json_summary"), given.pop("fail_on")
     method_option, config, resume, method = given.pop("method_option"), given.pop("config"), given.pop("resume"), given.pop("method")
     _setup_logging(quiet)
     try:
+        if fail_on is not None and fail_on not in GATE_TIERS:
+            raise unknown_choice("--fail-on tier", fail_on, list(GATE_TIERS))
         declared = declared_options()
         options = {name: declared[name][0].parse(name, value) if isinstance(value, str) and declared[name][0].kind
                    is not str else value for name, value in given.items()}
@@ -197,19 +211,87 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
         if dp_sweep is not None or (resume is not None and sweep.is_sweep(resume)):
             swept = sweep.sweep_dp(None if dp_sweep is None else sweep.parse_epsilons(dp_sweep), method, resume=resume,
                                    config=config, method_option=method_option, method_flags=flags,
-                                   reporter=RichReporter(quiet), command=api.command_line(), **options)
-            for metrics, run_dir in zip(swept.metrics, swept.run_dirs):
-                print_summary(metrics, run_dir)
-            console().print(f"DP sweep: {swept.root}\nreport: {swept.report}", highlight=False, markup=False)
+                                   reporter=RichReporter(quiet or json_summary), command=api.command_line(), **options)
+            show_results(list(zip(swept.metrics, swept.run_dirs)), quiet, json_summary,
+                         extra={"sweep": str(swept.root), "sweep_report": str(swept.report)})
+            gate(swept.metrics, fail_on)
             return
         result = api.evaluate(method, config=config, resume=resume, method_option=method_option, method_flags=flags,
-                              reporter=RichReporter(quiet), command=api.command_line(), **options)
+                              reporter=RichReporter(quiet or json_summary), command=api.command_line(), **options)
     except FedauditError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         err_console().print("interrupted; the finished rounds are saved — continue with `fedaudit evaluate --resume RUN_DIR`")
         raise typer.Exit(130) from None
-    print_summary(result.metrics, result.run_dir)
+    show_results([(result.metrics, result.run_dir)], quiet, json_summary)
+    gate([result.metrics], fail_on)
+
+
+def show_results(runs: list[tuple[dict[str, Any], Path]], quiet: bool, json_summary: bool,
+                 extra: dict[str, Any] | None = None) -> None:
+    """What a finished evaluate prints: tables (default), JSON (--json), or nothing but log lines (--quiet)."""
+    if json_summary:
+        summaries = [summary_json(m, d) for m, d in runs]
+        out: Any = summaries[0] if len(summaries) == 1 and not extra else {"runs": summaries, **(extra or {})}
+        sys.stdout.write(json.dumps(out, indent=1) + "\n")
+        return
+    for metrics, run_dir in runs:
+        if quiet:
+            log.info("run directory: %s", run_dir)
+            continue
+        print_summary(metrics, run_dir)
+    if extra and not quiet:
+        console().print("\n".join(f"{k.replace('_', ' ')}: {v}" for k, v in extra.items()), highlight=False, markup=False)
+
+
+def gate(all_metrics: list[dict[str, Any]], fail_on: str | None) -> None:
+    """--fail-on: exit with GATE_EXIT when a verdict row of any run reaches the tier (files are all written)."""
+    if fail_on is None:
+        return
+    from fedaudit.audit.verdict import TIER_ORDER
+
+    hits = [row for m in all_metrics for row in m.get("verdict") or [] if TIER_ORDER.get(row.get("tier"), -1) >= TIER_ORDER[fail_on]]
+    if hits:
+        err_console().print(f"--fail-on {fail_on}: {len(hits)} verdict row(s) reached it, e.g. "
+                            f"{hits[0].get('title', hits[0].get('row'))}: {hits[0]['tier'].upper()}",
+                            highlight=False, markup=False)
+        raise typer.Exit(GATE_EXIT)
+
+
+def summary_json(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    report = run_dir / "report.html"
+    keep = ("method", "dataset", "target_domain", "accuracy", "communication")
+    return {"run_dir": str(run_dir), "report": str(report) if report.is_file() else None,
+            **{k: metrics.get(k) for k in keep},
+            "verdict": [{k: row.get(k) for k in ("row", "title", "tier", "reason", "target") if k in row}
+                        for row in metrics.get("verdict") or []]}
+
+
+def first_sentence(text: str, limit: int = 160) -> str:
+    """A reason's first sentence, cut at ``limit`` characters: the console's one-line reason."""
+    head = text.split(". ")[0].rstrip(".") + "."
+    return head if len(head) <= limit else head[: limit - 1].rstrip() + "…"
+
+
+def print_verdict(metrics: dict[str, Any], run_dir: Path) -> None:
+    rows = metrics.get("verdict") or []
+    if rows:
+        table = Table(title="verdict (every row's evidence is in the report)")
+        for col in ("artifact / question", "tier", "why"):
+            table.add_column(col, overflow="fold")
+        many = len({row.get("target") for row in rows}) > 1
+        for row in rows:
+            title = f"{row.get('title', row.get('row'))}" + (f" [{row['target']}]" if many and row.get("target") else "")
+            tier = str(row.get("tier", "?"))
+            table.add_row(escape(title), TIER_STYLE.get(tier, escape(tier)), escape(first_sentence(str(row.get("reason", "")))))
+        console().print(table)
+    report = run_dir / "report.html"
+    if report.is_file():
+        console().print(f"report: {report}", highlight=False, markup=False)
+
+
+TIER_STYLE = {"high": "[bold red]HIGH[/]", "medium": "[yellow]MEDIUM[/]", "low": "[green]LOW[/]",
+              "inconclusive": "[magenta]INCONCLUSIVE[/]", "not_assessed": "[dim]not assessed[/]"}
 
 
 def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
@@ -228,35 +310,72 @@ def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
         table.add_row(metrics["target_domain"], f"{acc['unseen_domain']:.3f}", f"{acc['source_val']['mean']:.3f}",
                       str(acc["selected_round"]), f"{comm['bytes_up'] / 1e6:.1f}", f"{comm['bytes_down'] / 1e6:.1f}")
     console().print(table)
+    print_verdict(metrics, run_dir)
     console().print(f"run directory: {run_dir}", highlight=False, markup=False)
 
 
-def list_(what: str = typer.Argument(..., help="methods, attacks or datasets")) -> None:
+def list_(what: str = typer.Argument(..., help="methods, attacks or datasets"),
+          as_json: bool = typer.Option(False, "--json", help="Print JSON, for scripts.")) -> None:
     """List methods (with what each shares), attacks, or datasets."""
     try:
-        _list(what)
+        if as_json:
+            sys.stdout.write(json.dumps(listing(what), indent=1) + "\n")
+        else:
+            _list(what)
     except FedauditError as exc:
         fail(str(exc))
 
 
-def _list(what: str) -> None:
+def listing(what: str) -> list[dict[str, Any]]:
+    """``fedaudit list WHAT --json``: one object per method, attack or dataset."""
     if what == "methods":
+        from fedaudit.attacks import auto_attacks
         from fedaudit.methods import METHODS
 
-        table = Table("method")
-        # the shares stay on one line: they are what a reviewer scans this list for
-        table.add_column("shares (↑ client→server, ↓ server→client)", no_wrap=True)
-        table.add_column("options")
-        table.add_column("what it is")
-        table.add_column("--dp-epsilon")
-        for name, cls in METHODS.items():
-            opts = ", ".join(f"--{name}-{k} {v}".replace("_", "-") for k, v in cls.options.items()) or "-"
-            dp = f"no: {cls.dp_incompatible}" if cls.dp_incompatible else "yes"
-            table.add_row(name, cls.describe_shares(), opts, f"{cls.summary} ({cls.paper})", dp)
-    elif what == "attacks":
-        from fedaudit.attacks import ATTACKS, NO_ATTACK
+        return [{"name": name, "summary": cls.summary, "paper": cls.paper,
+                 "shares": [{"kind": k.value, "direction": d} for k, d in cls.shares],
+                 "auto_attacks": {p: auto_attacks(cls.shares, p).split(",") for p in ("quick", "paper")},
+                 "options": {flag_of(f"{name}_{k}"): v for k, v in cls.options.items()},
+                 "dp": not cls.dp_incompatible, "dp_incompatible": cls.dp_incompatible or None}
+                for name, cls in METHODS.items()]
+    if what == "attacks":
+        from fedaudit.attacks import ATTACKS
+
+        return [{"name": name, "summary": cls.summary, "roles": list(cls.roles),
+                 "options": {flag_of(k): o.default for k, o in cls.options.items()}} for name, cls in ATTACKS.items()]
+    if what == "datasets":
+        from fedaudit.data import DATASETS
+
+        return [{"name": name, "summary": text} for name, text in DATASETS.items()]
+    raise unknown_choice("list", what, ["methods", "attacks", "datasets"])
+
+
+def _list(what: str) -> None:
+    if what == "methods":
+        # One block per method: its name and shares whole at any width (what a reviewer scans this list for),
+        # the rest wrapped under it.
+        out = console()
+        out.print("shares: ↑ client→server, ↓ server→client", highlight=False, markup=False)
+        for m in listing("methods"):
+            arrows = {"up": "↑", "down": "↓"}
+            shares = ", ".join(f"{s['kind']}{arrows[s['direction']]}" for s in m["shares"])
+            opts = ", ".join(f"{flag} {_shown(v)}" for flag, v in m["options"].items()) or "-"
+            dp = "yes" if m["dp"] else f"no: {m['dp_incompatible']}"
+            out.print(f"\n{m['name']}", style="bold", highlight=False, markup=False)
+            auto = ", ".join(m["auto_attacks"]["quick"]) + (
+                f" (paper: {', '.join(m['auto_attacks']['paper'])})" if m["auto_attacks"]["paper"] != m["auto_attacks"]["quick"] else "")
+            for label, text in (("what", f"{m['summary']} ({m['paper']})"), ("shares", shares), ("options", opts),
+                                ("--attack auto", auto), ("--dp-epsilon", dp)):
+                lines = textwrap.wrap(text, width=max(40, out.width - 1), initial_indent=f"  {label}: ",
+                                      subsequent_indent="      ", break_long_words=False, break_on_hyphens=False)
+                out.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
+        return
+    if what == "attacks":
+        from fedaudit.attacks import ATTACKS, AUTO, NO_ATTACK
 
         table = Table("attack", "roles", "options", "what it is")
+        table.add_row(AUTO, "-", "-", "the default: the attacks that apply to what the method shares "
+                                      "(`fedaudit list methods` names them per method)")
         table.add_row(NO_ATTACK, "-", "-", "no attack: accuracy and communication only")
         for name, cls in ATTACKS.items():
             opts = ", ".join(f"{flag_of(k)} {_shown(o.default)}" for k, o in cls.options.items()) or "-"
@@ -294,7 +413,7 @@ def _setup_logging(quiet: bool) -> None:
 
 def report(
     run_dir: Path = typer.Argument(..., help="A finished run directory (written by `fedaudit evaluate`)."),
-    redact: bool = typer.Option(False, "--redact", help="Blur every embedded reconstruction (the sharp pixels are not written)."),
+    redact: bool = typer.Option(False, "--redact", help="Write a redacted copy, report-redacted.html (or -o), every embedded reconstruction blurred; the sharp report stays."),
     risk_thresholds: Optional[Path] = typer.Option(None, help="TOML or JSON file of risk-tier thresholds (keys listed in the report)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Where to write (default RUN_DIR/report.html)."),
 ) -> None:
@@ -329,6 +448,18 @@ def make_app() -> typer.Typer:
     cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                       help="Audit federated domain generalization methods: accuracy, communication and privacy leakage.")
     signature = evaluate_signature()
+
+    def show_version(value: bool) -> None:
+        if value:
+            from fedaudit import __version__
+
+            console().print(f"fedaudit {__version__}", highlight=False, markup=False)
+            raise typer.Exit(0)
+
+    @cli.callback()
+    def root(version: bool = typer.Option(False, "--version", help="Print fedaudit's version and exit.",
+                                          is_eager=True, callback=show_version)) -> None:
+        """Audit federated domain generalization methods: accuracy, communication and privacy leakage."""
 
     def evaluate_command(ctx: typer.Context, **given: Any) -> None:
         evaluate(ctx, **given)

@@ -164,6 +164,12 @@ def drop_checkpoint(run_dir: Path) -> None:
     shutil.rmtree(Path(run_dir) / CHECKPOINT, ignore_errors=True)
 
 
+def has_progress(root: Path) -> bool:
+    """Whether anything under ``root`` could be resumed or read: a checkpoint or a finished target."""
+    root = Path(root)
+    return any(root.rglob(f"{CHECKPOINT}/state.json")) or any(root.rglob(COMPLETE))
+
+
 def resolve_resume(path: Path) -> Path:
     """Check that ``path`` is a run directory that can be resumed."""
     path = Path(path).expanduser()

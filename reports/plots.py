@@ -52,15 +52,23 @@ def plain(text: str) -> str:
     return str(text).replace("$", r"\$")
 
 
+LINE_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
+
+
 def rounds_plot(series: Sequence[tuple[str, list[float], list[float | None]]], ylabel: str, title: str,
                 percent: bool = False) -> Markup:
     """One line per (label, rounds, values); ``None`` values are skipped."""
     with matplotlib.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(6.4, 3.0))
-        for label, xs, ys in series:
+        for i, (label, xs, ys) in enumerate(series):
             pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linewidth=1.2, label=plain(label))
+                # Each series its own dash and hollow marker of growing size: two series with equal values (traffic
+                # up and down of a symmetric protocol) stay visible as two, not one line drawn over the other.
+                dash, marker = LINE_STYLES[i % len(LINE_STYLES)]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=dash, marker=marker,
+                        markersize=3 + 1.5 * (i % len(LINE_STYLES)), markerfacecolor="none", linewidth=1.2,
+                        label=plain(label))
         ax.set_xlabel("round")
         ax.set_ylabel(ylabel)
         ax.set_title(plain(title), loc="left")

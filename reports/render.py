@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +37,10 @@ from fedaudit.reports.load import Run, Unit, load_run
 from fedaudit.audit.verdict import (ARTIFACT, BOOKKEEPING, CANARY, MIA, NOT_ASSESSED, NOT_RECONSTRUCTIONS, RiskThresholds, judge,
                                     load_thresholds, mia_level)
 
+log = logging.getLogger("fedaudit")
+
 REPORT_NAME = "report.html"
+REDACTED_REPORT_NAME = "report-redacted.html"
 MAX_IMAGE_SIDE = 900  # px; the stored grids are ~200×660, this only bounds a larger --image-size
 REDACT_BLUR = 0.06  # Gaussian radius as a fraction of the grid's short side: a 64-px digit cell becomes a smudge
 MISSING = "—"
@@ -56,14 +60,17 @@ class Table:
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, *, redact: bool = False,
                  thresholds: str | Path | RiskThresholds | None = None) -> Path:
-    """Render ``run_dir`` into ``out`` (default ``run_dir/report.html``); returns the file written.
+    """Render ``run_dir`` into ``out`` (default ``run_dir/report.html``, or ``report-redacted.html`` with
+    ``redact``: the sharp report and the run's ``images/`` stay, so a redacted copy never replaces them);
+    returns the file written.
 
     The verdict is the one the run stored; ``thresholds`` re-judges the stored evidence with other
     thresholds (the page says so)."""
     tiers = _thresholds(thresholds)  # a bad thresholds file fails before any run is read
     run = load_run(run_dir)
     html = render([run], redact=redact, thresholds=tiers, compare=False)
-    path = Path(out).expanduser() if out is not None else run.run_dir / REPORT_NAME
+    path = (Path(out).expanduser() if out is not None
+            else run.run_dir / (REDACTED_REPORT_NAME if redact else REPORT_NAME))
     runs.write_text(path, html)
     return path
 
@@ -75,10 +82,24 @@ def write_compare(run_dirs: Sequence[str | Path], out: str | Path, *, redact: bo
     if not run_dirs:
         raise FedauditError("compare needs at least one run directory: fedaudit compare RUN_DIR... -o FILE")
     loaded = [load_run(d) for d in run_dirs]
+    for what, values in comparability(loaded).items():
+        log.warning("the compared runs differ in %s (%s): their numbers are not measured on the same question",
+                    what, ", ".join(values))
     html = render(loaded, redact=redact, thresholds=tiers, compare=True)
     path = Path(out).expanduser()
     runs.write_text(path, html)
     return path
+
+
+def comparability(loaded: Sequence[Run]) -> dict[str, list[str]]:
+    """What the runs differ in among dataset, unseen target and profile: {field: the distinct values}."""
+    out = {}
+    for key, label in (("dataset", "dataset"), ("target_domain", "unseen target"), ("profile", "profile")):
+        values = list(dict.fromkeys(str((r.config.get("config") or {}).get(key, r.metrics.get(key, "?")))
+                                    for r in loaded))
+        if len(values) > 1:
+            out[label] = values
+    return out
 
 
 def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds | None, compare: bool) -> str:
@@ -88,6 +109,7 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
     units = [u for r in run_list for u in r.units]
     _label_units(units, compare)
     verdict, verdict_note = verdict_table(units, thresholds)
+    recon = [(u.label, reconstructions(u, redact)) for u in units]
     ctx = {
         "compare": compare,
         "redact": redact,
@@ -108,7 +130,9 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
         "leakage": leakage_table(units),
         "scatter": scatter_section(units) if compare else None,
         "wire": [(u.label, wire_table(u)) for u in units],
-        "reconstructions": [(u.label, reconstructions(u, redact)) for u in units],
+        "reconstructions": recon,
+        "has_images": any(section["items"] for _, section in recon),
+        "differences": comparability(run_list) if compare else {},
         "membership": [(u.label, membership(u)) for u in units],
         "rounds": rounds_section(units),
         "provenance": provenance_table(units),
@@ -771,10 +795,11 @@ def _f4(x: Any) -> str:
 
 
 def _size(x: Any) -> str:
-    """Bytes for a reader: MB to three decimals, small messages in bytes (48 bytes is not "0.000 MB")."""
+    """Bytes for a reader: MB to three decimals with the exact byte count beside it (so parts and totals add up
+    as shown), small messages in bytes (48 bytes is not "0.000 MB")."""
     if not _finite(x):
         return MISSING
-    return f"{x / 1e6:.3f} MB" if x >= 1e4 else f"{int(x)} bytes"
+    return f"{x / 1e6:.3f} MB ({int(x):,} bytes)" if x >= 1e4 else f"{int(x)} bytes"
 
 
 def _pfmt(p: Any) -> str:

@@ -13,7 +13,7 @@ from fedaudit.api import evaluate
 # wrong byte count or a lost round shows up.
 # The auditor's judges train 60 steps, not the default 300: enough to separate a leaking artifact from its
 # controls on these data (the tests that need that say so with margins), at a fifth of the cost.
-TINY = dict(dataset="digits", image_size=16, rounds=2, batch_size=32, device="cpu", judge_steps=60, quiet=None)
+TINY = dict(attack="none", dataset="digits", image_size=16, rounds=2, batch_size=32, device="cpu", judge_steps=60, quiet=None)
 
 
 # Under pytest-xdist (the default: two workers, see pyproject.toml) each worker takes one core.

@@ -73,10 +73,13 @@ def test_elcfs_amplitude_bank_identifies_its_members_and_its_twin_does_not(tiny_
     assert "membership:full_model" in rows  # the model's BN statistics get the aggregate test beside it
 
 
-def test_statistics_artifacts_are_tested_beside_model_membership(tiny_run):
+def test_statistics_artifacts_are_tested_beside_model_membership(tiny_run, caplog):
     """gPerXAN's BN statistics (server) and FedFD-A's broadcast global statistics (a curious client, as they
     are and differenced) get the tracing test in the same run as the loss attack on the global model."""
-    result = tiny_run("gperxan", attack="mia-loss,mia-artifact", rounds=1)
+    with caplog.at_level("INFO", logger="fedaudit"):
+        result = tiny_run("gperxan", attack="mia-loss,mia-artifact", rounds=1)
+    # neither variant trains reference models, and the log does not say it would
+    assert not any("reference" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
     section, rows = _artifact(result)
     stats = {k: v for k, v in section.items() if any("auc" in e for e in v.values())}
     assert stats, section

@@ -13,7 +13,7 @@ from fedaudit.cli import app
 from fedaudit.methods import METHODS
 
 runner = CliRunner()
-FAST = ["--dataset", "digits", "--image-size", "16", "--rounds", "1", "--device", "cpu", "--quiet"]
+FAST = ["--dataset", "digits", "--image-size", "16", "--rounds", "1", "--device", "cpu", "--quiet", "--attack", "none"]
 
 
 def _user_error(args, *needles):
@@ -125,27 +125,91 @@ def test_config_file_is_overridden_by_explicit_options(tmp_path):
     cfg = tmp_path / "run.toml"
     cfg.write_text('dataset = "digits"\nimage-size = 16\nrounds = 3\ndevice = "cpu"\n[method_options]\nmu = 0.5\n')
     out = tmp_path / "runs"
-    result = runner.invoke(app, ["evaluate", "--method", "fedprox", "--config", str(cfg), "--rounds", "1", "--quiet", "--out", str(out)])
+    result = runner.invoke(app, ["evaluate", "--method", "fedprox", "--config", str(cfg), "--rounds", "1", "--quiet", "--attack", "none", "--out", str(out)])
     assert result.exit_code == 0, result.output
     (run_dir,) = out.iterdir()
     saved = json.loads((run_dir / "config.json").read_text())["config"]
     assert saved["rounds"] == 1 and saved["dataset"] == "digits" and saved["method_options"] == {"mu": 0.5}
 
 
+LOUD = [a for a in FAST if a != "--quiet"]
+
+
 def test_evaluate_prints_the_summary_table(tmp_path):
-    result = runner.invoke(app, ["evaluate", *FAST, "--out", str(tmp_path)], env={"COLUMNS": "200"})
+    result = runner.invoke(app, ["evaluate", *LOUD, "--out", str(tmp_path)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    for needle in ("unseen acc", "source-val acc", "MB up", "MB down", "run directory"):
+    for needle in ("unseen acc", "source-val acc", "MB up", "MB down", "run directory", "verdict", "report: "):
         assert needle in result.output
+    # --quiet: log lines only; --json: the summary for scripts, nothing else on stdout
+    quiet = runner.invoke(app, ["evaluate", *FAST, "--out", str(tmp_path / "q")])
+    assert quiet.exit_code == 0 and "unseen acc" not in quiet.stdout and "verdict" not in quiet.stdout
+    as_json = runner.invoke(app, ["evaluate", *LOUD, "--json", "--out", str(tmp_path / "j")])
+    summary = json.loads(as_json.stdout)
+    assert summary["method"] == "fedavg" and summary["report"].endswith("report.html")
+    assert {row["tier"] for row in summary["verdict"]} == {"not_assessed"}  # --attack none: nothing assessed
 
 
-def test_list_methods_shows_what_each_method_shares():
-    result = runner.invoke(app, ["list", "methods"], env={"COLUMNS": "250"})
+def test_list_methods_reads_at_80_columns_and_as_json():
+    """Every method's full name, what it shares and its DP column, unclipped at 80 columns and in a pipe."""
+    result = runner.invoke(app, ["list", "methods"], env={"COLUMNS": "80"})
     assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert max(len(ln) for ln in lines) <= 80
+    assert "…" not in result.output
+    text = " ".join(ln.strip() for ln in lines)
     for name, cls in METHODS.items():
-        line = next(ln for ln in result.output.splitlines() if f" {name} " in ln)
-        for kind, _ in cls.shares:
-            assert kind.value in line, (name, kind)
+        assert name in lines, name  # the name alone on its line, whole
+        block = text[text.index(f" {name} what:"):]
+        block = block[: block.index("--dp-epsilon:") + 200]
+        assert all(f"{kind.value}{'↑' if d == 'up' else '↓'}" in block for kind, d in cls.shares), name
+        assert ("--dp-epsilon: yes" in block) == (not cls.dp_incompatible), name
+    listed = json.loads(runner.invoke(app, ["list", "methods", "--json"]).stdout)
+    assert [m["name"] for m in listed] == list(METHODS)
+    assert {s["kind"] for s in listed[0]["shares"]} == {k.value for k, _ in METHODS[listed[0]["name"]].shares}
+    assert "deepinversion" in listed[0]["auto_attacks"]["quick"]
+
+
+def test_version():
+    from fedaudit import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"fedaudit {__version__}"
+
+
+def test_fail_on_exits_3_only_when_a_verdict_reaches_the_tier(tmp_path, monkeypatch):
+    """--fail-on is a CI gate: 3 after every file is written when a row reaches the tier, 0 otherwise;
+    2 stays for user errors (a bad tier fails before anything runs)."""
+    _user_error(["evaluate", *FAST, "--fail-on", "low", "--out", str(tmp_path)], "--fail-on", "high", "medium")
+    assert not any(tmp_path.iterdir())
+    clean = runner.invoke(app, ["evaluate", *FAST, "--fail-on", "high", "--out", str(tmp_path / "clean")])
+    assert clean.exit_code == 0, clean.output
+    from fedaudit import api
+
+    real = api.evaluate
+
+    def with_a_high_row(*args, **kwargs):
+        result = real(*args, **kwargs)
+        result.metrics["verdict"].append({"row": "full_model↑", "title": "full_model ↑", "tier": "high", "reason": "x."})
+        return result
+
+    monkeypatch.setattr(api, "evaluate", with_a_high_row)
+    high = runner.invoke(app, ["evaluate", *FAST, "--fail-on", "high", "--out", str(tmp_path / "high")])
+    assert high.exit_code == 3, high.output
+    assert "--fail-on high" in high.output
+    (run_dir,) = (tmp_path / "high").iterdir()
+    assert (run_dir / "COMPLETE").is_file() and (run_dir / "report.html").is_file()  # the gate comes after the files
+    medium = runner.invoke(app, ["evaluate", *FAST, "--fail-on", "medium", "--out", str(tmp_path / "medium")])
+    assert medium.exit_code == 3
+
+
+def test_a_failure_before_round_one_leaves_no_run_directory(tmp_path):
+    """--pretrained on random bytes: one line saying it is not a state_dict file, exit 2, and no orphan run
+    directory for report/compare/--resume to trip over."""
+    junk = tmp_path / "weights.pt"
+    junk.write_bytes(np.random.default_rng(0).bytes(4096))
+    out = tmp_path / "runs"
+    _user_error(["evaluate", *FAST, "--pretrained", str(junk), "--out", str(out)], "not a state_dict file")
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_list_rejects_unknown_things():

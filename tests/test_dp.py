@@ -175,7 +175,7 @@ def test_dp_sweep_resumes_with_the_accountants_history_and_draws_the_curve(tmp_p
             raise Stop
 
     with pytest.raises(Stop):
-        sweep_dp([20.0, None], "fedavg", dataset="digits", image_size=16, rounds=2, local_epochs=1, device="cpu",
+        sweep_dp([20.0, None], "fedavg", dataset="digits", image_size=16, rounds=2, local_epochs=1, device="cpu", attack="none",
                  out=str(tmp_path), on_round_end=stop_after_first_private_round)
     root = next(tmp_path.iterdir())
     assert not runs.is_complete(root) and not (root / "sweep.html").exists()

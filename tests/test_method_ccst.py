@@ -20,7 +20,7 @@ from fedaudit.models.cnn import WIDTHS
 from fedaudit.style import adain, feature_style, pooled_feature_style
 from fedaudit.wire import SERVER
 
-TINY = dict(dataset="digits", image_size=16, rounds=2, local_epochs=1, batch_size=32, device="cpu")
+TINY = dict(attack="none", dataset="digits", image_size=16, rounds=2, local_epochs=1, batch_size=32, device="cpu")
 C = WIDTHS[0]  # channels of the CNN's first block: the style's width
 
 

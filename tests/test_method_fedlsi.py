@@ -21,7 +21,7 @@ P = 16  # latent size of the tiny runs
 # Every stage runs, each cut to a few steps so a run takes seconds.
 TINY_OPTS = [f"latent_dim={P}", "stage1_epochs=1", "num_latents=40", "inversion_iters=20", "translator_hidden=32",
              "translator_iters=20"]
-TINY = dict(dataset="digits", image_size=16, rounds=2, local_epochs=1, device="cpu")
+TINY = dict(attack="none", dataset="digits", image_size=16, rounds=2, local_epochs=1, device="cpu")
 
 
 @pytest.fixture(autouse=True)
@@ -208,8 +208,9 @@ def test_bad_options_fail_early_naming_the_option(option, tmp_path):
 def test_head_inversion_is_scored_in_latent_space_and_its_latents_carry_their_class(tmp_path):
     """Both FedLSI targets are attacked and reported apart: the stage-1 head (latents) and the per-round model (images)."""
     # One victim: every victim being attacked is test_deepinversion's business; here the head's latent space is.
-    result = evaluate("fedlsi", out=str(tmp_path), method_option=TINY_OPTS, attack="deepinversion", victim="clean",
-                      inversion_iters=150, inversion_batch=10, judge_steps=60, **{**TINY, "rounds": 1})
+    result = evaluate("fedlsi", out=str(tmp_path), method_option=TINY_OPTS, victim="clean",
+                      inversion_iters=150, inversion_batch=10, judge_steps=60,
+                      **{**TINY, "rounds": 1, "attack": "deepinversion"})
     di = result.metrics["leakage"]["deepinversion"]
     victims = ["clean"]
     assert set(di["classifier_head"]) == set(di["full_model"]) == set(victims)

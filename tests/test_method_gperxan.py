@@ -25,7 +25,7 @@ from fedaudit.methods.gperxan import GPerXAN, guided_loss
 
 ROUNDS = 2
 # As conftest's tiny_run, with one local epoch: these tests look at the protocol, not at accuracy.
-TINY = dict(dataset="digits", image_size=16, batch_size=32, local_epochs=1, device="cpu")
+TINY = dict(attack="none", dataset="digits", image_size=16, batch_size=32, local_epochs=1, device="cpu")
 
 
 def _run(out: Path, rounds: int = ROUNDS, on_round_end=None, **options):

@@ -19,7 +19,7 @@ from fedaudit.audit.session import attacker_prior
 from fedaudit.errors import FedauditError
 from fedaudit.wire import SERVER, client_role
 
-TINY = dict(dataset="digits", image_size=16, rounds=1, local_epochs=2, batch_size=32, device="cpu")
+TINY = dict(attack="none", dataset="digits", image_size=16, rounds=1, local_epochs=2, batch_size=32, device="cpu")
 RESULT_KEYS = ("loss", "lira_online", "lira_offline", "rmia", "domain")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -144,7 +145,8 @@ def test_hostile_names_are_escaped_in_report_and_compare(run_dir, tmp_path):
     result = runner.invoke(app, ["compare", str(hostile.run_dir), str(run_dir), "-o", str(out)])
     assert result.exit_code == 0, result.output
     compared = Page(out.read_text(encoding="utf-8"))
-    assert compared.sections == [*SECTIONS[:3], "privacy-utility", *SECTIONS[3:]]
+    # the runs differ in dataset and unseen target: the page says so under the notice
+    assert compared.sections == [SECTIONS[0], "differences", *SECTIONS[1:3], "privacy-utility", *SECTIONS[3:]]
     assert "1. fedavg · folder:" in compared.text["side-by-side"] and "2. fedavg · digits" in compared.text["side-by-side"]
     # both runs were attacked, so the scatter has at least the domain-attribution plot
     assert "deepinversion: domain attribution (macro)" in compared.text["privacy-utility"]
@@ -215,6 +217,37 @@ def test_size_offline_and_redaction_blurs_the_embedded_bytes(run_dir, tmp_path):
         assert x.shape == y.shape
         # detail (neighbour differences) is what makes digits readable: the blur removes most of it
         assert _detail(y) < 0.2 * _detail(x)
+
+
+def test_redact_writes_a_copy_and_keeps_the_sharp_report(run_dir):
+    sharp = (run_dir / "report.html").read_bytes()
+    result = runner.invoke(app, ["report", str(run_dir), "--redact"])
+    assert result.exit_code == 0 and "report-redacted.html" in result.output
+    assert (run_dir / "report.html").read_bytes() == sharp  # not overwritten
+    copy = (run_dir / "report-redacted.html").read_text(encoding="utf-8")
+    assert _images(copy) and _images(copy) != _images(sharp.decode("utf-8"))
+
+
+def test_the_private_data_banner_only_with_reconstructions_and_totals_add_up(tmp_path):
+    """A run without any reconstruction carries no "shows reconstructions of private data" banner; every
+    traffic figure carries its exact byte count, so the parts add up to the totals as shown."""
+    result = evaluate("fedavg", out=str(tmp_path), **{**TINY, "attack": "none"})
+    page = Page((result.run_dir / "report.html").read_text(encoding="utf-8"))
+    assert "notice" not in page.text and "reconstructions of private" not in "".join(page.text.values())
+    comm = page.text["side-by-side"]
+    total = int(re.search(r"total up\s*([\d.]+) MB \(([\d,]+) bytes\)", comm).group(2).replace(",", ""))
+    parts = [int(b.replace(",", "")) for b in re.findall(r"total, \w+ ↑\s*[\d.]+ MB \(([\d,]+) bytes\)", comm)]
+    small = [int(b) for b in re.findall(r"total, \w+ ↑\s*(\d+) bytes", comm)]
+    assert sum(parts) + sum(small) == total
+
+
+def test_compare_warns_when_runs_ask_different_questions(run_dir, tmp_path, caplog):
+    other = evaluate("fedavg", out=str(tmp_path), **{**TINY, "attack": "none", "target_domain": "clean"}).run_dir
+    with caplog.at_level("WARNING", logger="fedaudit"):
+        result = runner.invoke(app, ["compare", str(run_dir), str(other), "-o", str(tmp_path / "c.html")])
+    assert result.exit_code == 0
+    assert any("unseen target" in r.getMessage() and "clean" in r.getMessage() for r in caplog.records)
+    assert "do not answer the same question" in (tmp_path / "c.html").read_text(encoding="utf-8")
 
 
 def test_bad_risk_thresholds_and_bad_run_dirs_are_one_line_errors(run_dir, tmp_path):

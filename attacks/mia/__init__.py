@@ -242,6 +242,11 @@ class MembershipInference(Attack):
         return MembershipInference(o["reference_models"], seed=cfg.seed, precision=cfg.precision,
                                    variants=mia_variants(selected), reference_epochs=o["reference_epochs"])
 
+    @property
+    def references_needed(self) -> int:
+        """Reference models per victim this selection trains (0 for loss, domain and artifact alone)."""
+        return self.reference_models if any(v in ("lira", "rmia") for v in self.selected) else 0
+
     def recipe(self, prior: AttackerPrior) -> TrainOne | None:
         """The method's public local recipe at the target's exposure, capped at ``reference_epochs``."""
         recipe = prior.train_recipe

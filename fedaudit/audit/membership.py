@@ -132,8 +132,10 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
                 out, truths[out.victim], cfg)
     if ARTIFACT in variants and ARTIFACT in result:
         _artifact_controls(attack, result[ARTIFACT], fed.wire.view(role), prior, fed, cfg, challenges, truths)
-    log.info("mia: %s as %s against %s in %.1fs (%d reference-model set(s) trained)", ", ".join(variants), role,
-             ", ".join(victims), time.perf_counter() - t0, getattr(attack, "trained", 0))
+    trained = (f" ({getattr(attack, 'trained', 0)} reference-model set(s) trained, the rest from the cache)"
+               if getattr(attack, "references_needed", 0) else "")
+    log.info("mia: %s as %s against %s in %.1fs%s", ", ".join(variants), role, ", ".join(victims),
+             time.perf_counter() - t0, trained)
     return result
 
 

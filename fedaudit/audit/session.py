@@ -100,7 +100,8 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
     for attack in attacks:
         against = f"as {role} against {', '.join(victims)}"
         if "challenges" in attack.needs:
-            log.info("attack %s %s (%d reference models)", attack.name, against, getattr(attack, "reference_models", 0))
+            refs = getattr(attack, "references_needed", 0)
+            log.info("attack %s %s%s", attack.name, against, f" ({refs} reference models per victim)" if refs else "")
             leakage[attack.name] = audit_membership(attack, run_dir, cfg, method, fed, prior, role=role, victims=victims)
         elif "canaries" in attack.needs:  # the one-run audit: the auditor scores the canaries it planted
             log.info("canary audit %s", against)

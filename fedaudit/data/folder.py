@@ -24,6 +24,7 @@ from .base import MultiDomainDataset
 log = logging.getLogger("fedaudit")
 
 LAYOUT_HINT = "give folder:PATH with PATH/<domain>/<class>/<image>"
+SHOW_SKIPPED = 5  # unreadable files named in the warning (then a count)
 
 
 def _visible(p: Path) -> bool:
@@ -91,13 +92,13 @@ def load_folder(path: str, image_size: int = 32, spec: str | None = None) -> Mul
 
     images: dict[str, torch.Tensor] = {}
     labels: dict[str, torch.Tensor] = {}
-    skipped = 0
+    skipped: list[Path] = []
     # PIL releases the GIL while decoding, so threads speed up large folders
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         for dom, entries in files.items():
             decoded = list(pool.map(lambda e: _load_one(e[0], image_size), entries))
             keep = [(arr, lab) for arr, (_, lab) in zip(decoded, entries) if arr is not None]
-            skipped += len(entries) - len(keep)
+            skipped += [f for arr, (f, _) in zip(decoded, entries) if arr is None]
             if not keep:
                 raise FedauditError(
                     f"domain folder {dom!r} in {str(root)!r} has no readable images; {LAYOUT_HINT}"
@@ -107,12 +108,14 @@ def load_folder(path: str, image_size: int = 32, spec: str | None = None) -> Mul
             labels[dom] = torch.tensor([lab for _, lab in keep], dtype=torch.int64)
 
     if skipped:
-        log.warning("skipped %d unreadable image file(s) in %s", skipped, root)
+        shown = ", ".join(str(f.relative_to(root)) for f in skipped[:SHOW_SKIPPED])
+        more = f" and {len(skipped) - SHOW_SKIPPED} more" if len(skipped) > SHOW_SKIPPED else ""
+        log.warning("skipped %d unreadable image file(s) in %s: %s%s", len(skipped), root, shown, more)
     return MultiDomainDataset(
         name=spec or f"folder:{path}",
         classes=classes,
         domains=[d.name for d in domain_dirs],
         images=images,
         labels=labels,
-        skipped=skipped,
+        skipped=len(skipped),
     )

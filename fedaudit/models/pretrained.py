@@ -46,10 +46,23 @@ def read_state_dict(path: str | Path) -> dict[str, Tensor]:
             raise FedauditError(
                 f"could not read {path} as safetensors ({_first_line(exc)}); save it with safetensors.torch.save_file"
             ) from None
+    with p.open("rb") as f:
+        head = f.read(4)
+    # torch.save writes a zip archive (or, in the legacy format, a pickle stream that opens with its protocol byte)
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
+        raise FedauditError(
+            f"{path} is not a state_dict file (neither a torch.save archive nor .safetensors); give the weights "
+            "saved with torch.save(model.state_dict(), path) or safetensors.torch.save_file"
+        )
     try:
         # weights_only=True: a checkpoint is data; unpickling arbitrary objects would run code from the file.
         obj = torch.load(p, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
+    except pickle.UnpicklingError as exc:
+        if "weights only" not in str(exc).lower():  # a broken file, not a forbidden object
+            raise FedauditError(
+                f"{path} is not a readable state_dict file ({_first_line(exc)}); give the weights saved with "
+                "torch.save(model.state_dict(), path) or safetensors.torch.save_file"
+            ) from None
         raise FedauditError(
             f"{path} holds pickled Python objects besides tensors, which fedaudit refuses to unpickle; "
             "re-save it with torch.save(model.state_dict(), path) or as .safetensors"
