@@ -318,3 +318,14 @@ def _one_line_error(args: list[str], *needles: str) -> None:
     assert len(lines) == 1 and "error" in lines[0].lower() and "Traceback" not in result.output, result.output
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
+
+
+def test_equal_series_stay_two_visible_lines():
+    """Traffic up and down of a symmetric protocol are equal: the second series is drawn with its own dash
+    (and marker), so the plot does not show one line where there are two."""
+    from fedaudit.reports import plots
+
+    one = str(plots.rounds_plot([("MB up", [1, 2, 3], [1.0, 1.0, 1.0])], "MB", "traffic"))
+    two = str(plots.rounds_plot([("MB up", [1, 2, 3], [1.0, 1.0, 1.0]), ("MB down", [1, 2, 3], [1.0, 1.0, 1.0])],
+                                "MB", "traffic"))
+    assert "stroke-dasharray" not in one and "stroke-dasharray" in two
