@@ -41,7 +41,7 @@ STATS_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.BN_STATS_ALL_LAYERS, Artifa
                ArtifactKind.GLOBAL_STATS)
 BANK_KINDS = (ArtifactKind.STYLE_BANK, ArtifactKind.AMPLITUDE_BANK)
 NOT_YET = {
-    ArtifactKind.MODEL_DELTA: "inverting a model delta is not yet supported by deepinversion",
+    ArtifactKind.MODEL_DELTA: "attacking a model delta is not yet supported",
 }
 NOT_APPLICABLE = {
     ArtifactKind.SCALARS: "carries no statistics to invert",

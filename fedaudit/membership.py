@@ -400,7 +400,9 @@ def tracing_scores(features: Tensor, shared: Tensor) -> Tensor:
     z, t = (y - p) / sd, ((a - p) / sd).T  # [n, d], [d, 1]
     lam = max(ledoit_wolf_shrinkage(z), 1e-6)
     c = (1.0 - lam) / n  # Σ = λ·I + c·zᵀz
-    if d <= n:
+    if c == 0.0:  # full shrinkage: Σ = I
+        w = t
+    elif d <= n:
         w = torch.linalg.solve(lam * torch.eye(d, dtype=z.dtype, device=z.device) + c * (z.T @ z), t)
     else:
         inner = torch.linalg.solve(lam / c * torch.eye(n, dtype=z.dtype, device=z.device) + z @ z.T, z @ t)

@@ -223,5 +223,18 @@ def test_an_artifact_finding_names_a_twin_that_also_separates_and_verbatim_recor
     entry = {**signal, "twin": twin_null, "power": signal, "exact_matches": {"members": 3, "nonmembers": 0}}
     (row,) = judge(_artifact_metrics(entry), SERVER)
     assert row["tier"] == MEDIUM and "twin" not in row["reason"] and "3 of a's members" in row["reason"]
-    (row,) = judge(_artifact_metrics({**entry, "twin": signal}), SERVER)
-    assert row["tier"] == MEDIUM and "holdout twin also separates" in row["reason"]
+    # The twin is the artifact's null: a finding its twin shares is not this artifact's.
+    (row,) = judge(_artifact_metrics({**entry, "twin": signal, "exact_matches": None}), SERVER)
+    assert row["tier"] == INCONCLUSIVE and "so does its holdout twin" in row["reason"]
+
+
+def test_a_bank_holding_members_verbatim_never_reads_low():
+    """Three members' own entries found exactly among 3,000: the membership test cannot tell at these counts,
+    but those records are identified — at least MEDIUM, never LOW."""
+    quiet = membership_metrics(np.linspace(0, 1, 3000), np.linspace(0, 1, 3000))
+    power = membership_metrics(np.r_[np.zeros(3) + 5, np.zeros(0)], np.zeros(180))
+    entry = {**quiet, "power": power, "exact_matches": {"members": 3, "nonmembers": 0}}
+    (row,) = judge(_artifact_metrics(entry), SERVER)
+    assert row["tier"] == MEDIUM and "3 of a's members" in row["reason"]
+    (row,) = judge(_artifact_metrics({**entry, "exact_matches": {"members": 0, "nonmembers": 0}}), SERVER)
+    assert row["tier"] == LOW

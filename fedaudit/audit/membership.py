@@ -178,6 +178,7 @@ def _artifact_controls(attack: Attack, section: dict[str, dict[str, Any]], view:
         return
     victims = sorted({v for _, v, _ in entries})
     cases, pseudo_challenges, pseudo_truths = [], {}, {}
+    trimmed: set[str] = set()  # victims whose power records were cut to a bank's size
     for victim in victims:
         client = next(c for c in fed.clients if c.domain == victim)
         members, _ = client.data.members()
@@ -193,6 +194,7 @@ def _artifact_controls(attack: Attack, section: dict[str, dict[str, Any]], view:
         rows = _bank_rows(view, victim)
         if rows is not None and rows < chosen.shape[0]:  # a bank of k single-record entries holds k power records
             chosen = chosen[:rows]
+            trimmed.add(victim)
         cases.append(Counterfactual(victim, power_case(ARTIFACT_POWER_PER_CLASS), chosen.to(fed.device)))
         holdout = client.data.holdout_x
         images = torch.cat([chosen, holdout.to(chosen.device)])
@@ -227,7 +229,8 @@ def _artifact_controls(attack: Attack, section: dict[str, dict[str, Any]], view:
                 e[case] = scored(scores[truth], scores[~truth], out.info.get("signal", ""), 0)
                 if case == "power":
                     e[case]["records"] = int(truth.sum())
-                    e[case]["per_class"] = ARTIFACT_POWER_PER_CLASS
+                    if victim not in trimmed:
+                        e[case]["per_class"] = ARTIFACT_POWER_PER_CLASS
                 else:
                     e[case]["records"] = "val"
 

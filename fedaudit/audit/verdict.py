@@ -44,8 +44,10 @@ read LOW reads INCONCLUSIVE when its counts could not detect an advantage of
 (``artifact``: membership from a shared bank or statistics) reads
 INCONCLUSIVE, too, unless the same test found the members of its positive
 control (the artifact recomputed from a few members alone) at ``alpha`` for
-every victim. Its holdout twin (the members swapped out) is reported beside
-it; a twin that also separates members is named in the reason.
+every victim. Its holdout twin (the members swapped out) is its null: a
+victim whose twin also separates members significantly cannot raise the row
+(INCONCLUSIVE when that was all). A per-record bank that holds a member's own
+entry exactly (and no non-member's) reads at least MEDIUM.
 
 Tiers: ``high``, ``medium``, ``low``, ``inconclusive``, ``not_assessed``.
 """
@@ -458,19 +460,35 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
     if not evidence:
         return _row(key, title, NOT_ASSESSED, f"no membership result for {what}: {'; '.join(notes) or 'none stored'}", [], t)
     _decide(evidence, t)
-    top = max(evidence, key=lambda e: (TIER_ORDER[e.tier], e.effect or 0.0))
     artifact = [(victim, e) for variant, _, victim, e in mia_entries(mia, row) if variant == ARTIFACT and "advantage" in e]
+    # The holdout twin is the artifact's null: where it separates members as well (the signal survives swapping the
+    # members out of this artifact, e.g. it comes from the weights), a finding cannot be credited to this artifact.
+    twin_off = _twin_separates(artifact, t)
+    discounted = [e for e in evidence if e.tier in (HIGH, MEDIUM) and e.source.rsplit(" / ", 1)[-1] in twin_off]
+    for e in discounted:
+        e.tier = LOW
+    top = max(evidence, key=lambda e: (TIER_ORDER[e.tier], e.effect or 0.0))
     verbatim = _verbatim(artifact)
     if top.tier in (HIGH, MEDIUM):
-        return _row(key, title, top.tier, top.text + verbatim + _twin_caveat(artifact, t), evidence, t)
+        return _row(key, title, top.tier, top.text + verbatim, evidence, t)
+    if any(isinstance(e.get("exact_matches"), dict) and e["exact_matches"].get("members")
+           and not e["exact_matches"].get("nonmembers") for _, e in artifact):
+        # a member's own entry, found exactly (and no non-member's), is identification whatever the counts: never LOW
+        return _row(key, title, MEDIUM, f"Members' own entries are in {what}.{verbatim}", evidence, t)
+    if discounted:
+        return _row(key, title, INCONCLUSIVE, (
+            f"the test separates members for {', '.join(sorted(twin_off))}, but so does its holdout twin (the artifact "
+            f"with those members swapped out): the signal is not this artifact's, and what the artifact adds cannot "
+            f"be told apart — {_twin_readings(artifact, twin_off)}."), evidence, t)
     if artifact:  # power before LOW: the same test must have found the members of its positive control
         weak = [(victim, e.get("power") or {}) for victim, e in artifact
                 if not (_isnum((e.get("power") or {}).get("advantage_p_value"))
                         and e["power"]["advantage_p_value"] <= t.alpha)]
         if weak:
+            controls = {victim: e.get("controls") for victim, e in artifact}
             shown = "; ".join(f"{victim}: " + (f"AUC {_fmt(p.get('auc'))}, KS p {_p(p.get('advantage_p_value'))} on "
                                                 f"{p.get('records', '?')} records" if "advantage" in p
-                                                else str(p.get("reason") or (artifact[0][1].get("controls")) or "not run"))
+                                                else str(p.get("reason") or controls.get(victim) or "not run"))
                               for victim, p in weak)
             return _row(key, title, INCONCLUSIVE, (
                 f"no membership test was significant for {what} after {CORRECTION} correction, but the same test did "
@@ -508,15 +526,15 @@ def _verbatim(artifact: list[tuple[str, dict[str, Any]]]) -> str:
         for victim, m in found) + "."
 
 
-def _twin_caveat(artifact: list[tuple[str, dict[str, Any]]], t: RiskThresholds) -> str:
-    """A note when a holdout twin (the artifact with the members swapped out) also separates members."""
-    off = [f"{victim} (AUC {_fmt(e['twin'].get('auc'))}, KS p {_p(e['twin'].get('advantage_p_value'))})"
-           for victim, e in artifact if isinstance(e.get("twin"), dict) and _isnum(e["twin"].get("advantage_p_value"))
-           and e["twin"]["advantage_p_value"] <= t.alpha]
-    if not off:
-        return ""
-    return (f" The holdout twin also separates members from non-members for {', '.join(off)}: part of this signal "
-            "survives swapping the members out, so it is not all membership.")
+def _twin_separates(artifact: list[tuple[str, dict[str, Any]]], t: RiskThresholds) -> set[str]:
+    """Victims whose holdout twin (the artifact with the members swapped out) separates members significantly."""
+    return {victim for victim, e in artifact if isinstance(e.get("twin"), dict)
+            and _isnum(e["twin"].get("advantage_p_value")) and e["twin"]["advantage_p_value"] <= t.alpha}
+
+
+def _twin_readings(artifact: list[tuple[str, dict[str, Any]]], victims: set[str]) -> str:
+    return "; ".join(f"{victim}: twin AUC {_fmt(e['twin'].get('auc'))}, KS p {_p(e['twin'].get('advantage_p_value'))}"
+                     for victim, e in artifact if victim in victims)
 
 
 def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
