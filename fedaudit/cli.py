@@ -221,7 +221,9 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
     except FedauditError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        err_console().print("interrupted; the finished rounds are saved — continue with `fedaudit evaluate --resume RUN_DIR`")
+        err_console().print("interrupted; finished rounds are saved — continue with `fedaudit evaluate --resume "
+                            "RUN_DIR` (a run stopped before its first round leaves no directory: start it again)",
+                            highlight=False, markup=False)
         raise typer.Exit(130) from None
     show_results([(result.metrics, result.run_dir)], quiet, json_summary)
     gate([result.metrics], fail_on)
