@@ -32,20 +32,21 @@ from collections.abc import Iterable
 from fedaudit.attack import Attack
 from fedaudit.errors import unknown_choice
 from fedaudit.options import Option
+from fedaudit.wire import ArtifactKind
 
 from .canary import CanaryAudit
 from .deepinversion import DeepInversion
 from .gradinv import GradInv
 from .mia import MIA_ATTACKS
+from .targets import BANK_KINDS, STATS_KINDS
 
 ATTACKS: dict[str, type[Attack]] = {cls.name: cls for cls in (DeepInversion, GradInv, *MIA_ATTACKS, CanaryAudit)}
 
 NO_ATTACK = "none"
 AUTO = "auto"
-# What --attack auto runs against each kind of shared artifact (the kinds deepinversion and mia-artifact read),
-# and against every deployed model: the loss attack (no reference models, so it fits the quick budget).
-_INVERTIBLE = {"full_model", "partial_model", "bn_stats_all_layers", "global_stats", "classifier_head", "style_bank",
-               "amplitude_bank"}
+# What --attack auto runs against the kinds deepinversion and mia-artifact read (their shared dispatch's), and
+# against every deployed model: the loss attack (no reference models, so it fits the quick budget).
+_INVERTIBLE = {kind.value for kind in (*STATS_KINDS, *BANK_KINDS, ArtifactKind.CLASSIFIER_HEAD)}
 AUTO_ALWAYS = ("mia-loss",)
 AUTO_FOR_STATISTICS = ("deepinversion", "mia-artifact")
 AUTO_PAPER = ("mia-lira",)  # reference models: affordable on the paper profile's GPU, not in quick on a CPU

@@ -382,7 +382,7 @@ def tracing_scores(features: Tensor, shared: Tensor) -> Tensor:
     by their domain, not by membership. Each statistic is standardised, then Σ is the correlation matrix
     shrunk toward the identity with the Ledoit–Wolf weight (:func:`ledoit_wolf_shrinkage`): a network's
     per-channel statistics are strongly correlated, and whitening them lifted the test's AUC on the
-    statistics of 14 records from 0.67 (standardised only) to 1.00 (ATTACKS.md). Its signal grows like
+    statistics of 14 records from 0.65 (standardised only) to 1.00 (``scripts/tracing_whitening.py``). Its signal grows like
     d/n for a mean over n records while its noise grows like √d: the power rises with the number of
     statistics shared and falls with the records behind them. Solved in whichever of the d- or
     n-dimensional spaces is smaller (Woodbury). The score is a symmetric function of the candidates, so

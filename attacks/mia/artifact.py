@@ -115,6 +115,7 @@ class _Scorer:
                  preprocess: Preprocess, precision: str) -> None:
         self.name, self.view, self.prior, self.found, self.device = name, view, prior, found, device
         self.preprocess, self.precision = preprocess, precision
+        self._style: tuple[nn.Module, str] | None = None  # the style encoder in the view, built once for every bank
 
     def model(self, state: dict[str, Tensor]) -> nn.Module:
         model = copy.deepcopy(self.found.fresh).to(self.device)
@@ -139,7 +140,10 @@ class _Scorer:
         if getattr(fresh, "head", None) is None or not hasattr(fresh, "features"):
             return _unavailable(self.name, self.view.role, Unavailable(head.victim, kind, "not yet supported",
                                 "the architecture has no `head`/`features` to compute latents with"))
-        mean_key, var_key = (f"head.{k}" for k in head_running_stats(copy.deepcopy(fresh.head)))
+        try:
+            mean_key, var_key = (f"head.{k}" for k in head_running_stats(fresh.head))
+        except ValueError as exc:
+            return _unavailable(self.name, self.view.role, Unavailable(head.victim, kind, "not yet supported", str(exc)))
         mine = [a for a in self.view if a.sender == client_role(head.victim)]
         # The encoder the head's latents came from is the victim's at the head's round; the observer holds the
         # victim's newest weight upload (the view keeps the newest message of each kind), trained further since.
@@ -173,7 +177,9 @@ class _Scorer:
             scores = nearest_entry_scores(own.log1p().flatten(1), bank_rows)
             return scores, {"signal": BANK_SIGNAL.format(what="log(1 + Fourier amplitude)"), "bank_entries": len(entries),
                             "exact_tolerance": _exact_tolerance(bank_rows), **where}
-        encoder, weights_from = style_encoder_in_view(self.found.fresh, self.view, self.device)
+        if self._style is None:
+            self._style = style_encoder_in_view(self.found.fresh, self.view, self.device)
+        encoder, weights_from = self._style
         mean, std = bank.entries["mean"].to(self.device).float(), bank.entries["std"].to(self.device).float()
         feats = [encoder(x).float() for _, x in forward_chunks(lambda x: x, images, self.preprocess, self.precision)]
         where.update(weights_from=weights_from, bank_entries=int(mean.shape[0]))
