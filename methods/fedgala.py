@@ -70,6 +70,7 @@ enters the moments.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,15 +235,19 @@ class FedGaLA(Method):
     def local_train(self, ctx: ClientContext, rnd: int) -> None:
         views = ctx.generator(rnd, stream=VIEW_STREAM)
         loss_fn = simclr_loss(ctx.preprocess, views, float(self.opts["temperature"]))
-        after_backward = None
-        if self._ref is not None:
-            params = [p for p in ctx.model.parameters() if p.requires_grad]
-            refs, threshold = self._ref, float(self.opts["align_threshold"])
+        ctx.train_local(rnd, loss_fn, after_backward=self._aligner(ctx))
 
-            def after_backward() -> None:
-                align_gradients_([p.grad for p in params], refs, threshold)
+    def _aligner(self, ctx: ClientContext) -> Callable[[], None] | None:
+        """After each backward pass, align the gradients with the last global update; none in a client's first round."""
+        if self._ref is None:
+            return None
+        params = [p for p in ctx.model.parameters() if p.requires_grad]
+        refs, threshold = self._ref, float(self.opts["align_threshold"])
 
-        ctx.train_local(rnd, loss_fn, after_backward=after_backward)
+        def align() -> None:
+            align_gradients_([p.grad for p in params], refs, threshold)
+
+        return align
 
     def upload(self, ctx: ClientContext, rnd: int) -> list[Artifact]:
         client = ctx.client

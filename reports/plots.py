@@ -79,7 +79,7 @@ def rounds_plot(series: Sequence[tuple[str, list[float], list[float | None]]], y
             ax.ticklabel_format(axis="y", useOffset=False, style="plain")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
-        if series:
+        if ax.get_legend_handles_labels()[0]:  # series with no value at all draw nothing, and need no legend
             ax.legend(fontsize=7, frameon=False, loc="best")
         return to_svg(fig)
 
