@@ -6,9 +6,12 @@ and the per-round bytes from the run's ledger. With ``--paper-bytes`` it also
 runs ONE round of the paper profile per method (iteration counts shrunk and
 32 px: the bytes per round depend on neither) to read the paper-setting sizes.
 
-    python scripts/method_table.py --out runs/method-table [--paper-bytes]
+    python scripts/method_table.py --out runs/method-table [--paper-bytes] [--reuse runs/leakage-table,...]
 
-Prints a markdown table. Runs that already finished are read back, not redone.
+Prints a markdown table. Runs that already finished are read back, not redone. With ``--reuse DIRS``
+a finished run under those folders (e.g. the leakage or membership tables' runs) is read back when it
+trained the same configuration: the options that only choose and score attacks are set aside, since
+training does not read them (a canary audit changes the training split, so such runs are never reused).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from fedaudit.config import parse_method_options, resolve
 from fedaudit.methods import METHODS
 
 DATASETS = ("shapes", "digits")
+# Options that choose, aim or score attacks: training never reads them, so runs differing only here trained the same.
+AUDIT_ONLY = {"attack", "attack_options", "attacker", "victim", "lpips_weights", "judge_steps", "out", "keep_artifacts"}
 # Labelled fedaudit variants measured beside their method's default (the paper's protocol):
 # row label -> (method, method options). Run when their method is in --methods.
 VARIANTS = {
@@ -40,17 +45,50 @@ PAPER_SHRINK = {
 def finished(out: Path, method: str, method_option: list[str] | None = None) -> Path | None:
     """A finished run under ``out`` that sent what ``method`` (with these options) declares now;
     a run from before a default changed (e.g. gperxan's upload) is not read back."""
-    cfg = resolve({"method": method, "method_options": parse_method_options(method_option or [])},
-                  method_defaults=METHODS[method].profile_defaults)
-    declared = sorted(f"{k.value}{'↑' if d == 'up' else '↓'}" for k, d in METHODS[method](cfg).declared_shares())
+    declared = _declared(method, method_option)
     done = [d for d in sorted(out.glob("*")) if runs.is_complete(d)
             and runs.read_json(d / "metrics.json")["communication"].get("declared") == declared] if out.exists() else []
     return done[0] if done else None
 
 
-def run(out: Path, method: str, **options) -> Path:
-    """The finished run under ``out`` (see :func:`finished`), or a new one."""
-    done = finished(out, method, options.get("method_option"))
+def _declared(method: str, method_option: list[str] | None) -> list[str]:
+    cfg = resolve({"method": method, "method_options": parse_method_options(method_option or [])},
+                  method_defaults=METHODS[method].profile_defaults)
+    return sorted(f"{k.value}{'↑' if d == 'up' else '↓'}" for k, d in METHODS[method](cfg).declared_shares())
+
+
+def _training(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k not in AUDIT_ONLY}
+
+
+def trained_alike(pools: list[Path], method: str, options: dict) -> Path | None:
+    """A finished single-target run under ``pools`` that trained what ``evaluate(method, **options)`` would."""
+    method_option = options.get("method_option")
+    wanted = resolve({"method": method, **{k: v for k, v in options.items() if k != "method_option"},
+                      "method_options": parse_method_options(method_option or [])},
+                     method_defaults=METHODS[method].profile_defaults).to_json()
+    declared = _declared(method, method_option)
+    for pool in pools:
+        for config_file in sorted(pool.rglob("config.json")):
+            d = config_file.parent
+            if not runs.is_complete(d) or not (d / "metrics.json").exists():
+                continue
+            saved = runs.read_json(config_file)
+            if "canary" in str(saved["config"].get("attack", "")) or len(saved.get("targets", [])) != 1:
+                continue
+            # the default target is resolved at run time: compare the one this run held out
+            mine = {**_training(wanted), "target_domain": saved["targets"][0] if wanted["target_domain"] is None
+                    else wanted["target_domain"]}
+            theirs = {**_training(saved["config"]), "target_domain": saved["targets"][0]}
+            if theirs == mine and runs.read_json(d / "metrics.json")["communication"].get("declared") == declared:
+                return d
+    return None
+
+
+def run(out: Path, method: str, reuse: list[Path] | None = None, **options) -> Path:
+    """The finished run under ``out`` (see :func:`finished`), or one under ``reuse`` that trained the same
+    configuration (see :func:`trained_alike`), or a new one."""
+    done = finished(out, method, options.get("method_option")) or trained_alike(reuse or [], method, options)
     return done or evaluate(method, out=str(out), attack="none", **options).run_dir
 
 
@@ -94,7 +132,10 @@ def main() -> None:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--paper-bytes", action="store_true")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--reuse", default="", help="comma-separated folders whose finished runs of the same training "
+                                                "configuration are read back (e.g. runs/leakage-table)")
     args = ap.parse_args()
+    reuse = [Path(p) for p in args.reuse.split(",") if p]
     out = Path(args.out)
     rows = []
     methods = args.methods.split(",")
@@ -103,7 +144,8 @@ def main() -> None:
         row = {"method": label}
         folder = label.replace(" ", "-")
         for ds in DATASETS:
-            run_dir = run(out / "quick" / ds / folder, method, dataset=ds, device=args.device, method_option=options)
+            run_dir = run(out / "quick" / ds / folder, method, reuse, dataset=ds, device=args.device,
+                          method_option=options)
             m = runs.read_json(run_dir / "metrics.json")
             row[ds] = (m["accuracy"]["unseen_domain"], m["accuracy"]["source_val"]["mean"], m["target_domain"])
             row.setdefault("quick_bytes", per_round(run_dir))
