@@ -229,6 +229,44 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
     gate([result.metrics], fail_on)
 
 
+def audit_signature() -> inspect.Signature:
+    """``fedaudit audit RECORDING``: who attacks, the architecture override, where it runs, and every attack option."""
+    from fedaudit.recorded import AUDIT_OPTIONS
+
+    params = [inspect.Parameter("recording", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Path,
+                                default=typer.Argument(..., help="A recording directory (written by fedaudit.flower's "
+                                                                 "recording mod and RecordingGrid)."))]
+    params += [_parameter(name, opt, panel) for name, (opt, panel) in declared_options().items()
+               if name in AUDIT_OPTIONS or panel == "attack"]
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+               for name, annotation, info in COMMAND_PARAMETERS if name in ("quiet", "json_summary", "fail_on")]
+    return inspect.Signature(params)
+
+
+def audit(recording: Path, **given: Any) -> None:
+    """Attack a recorded federation (e.g. a Flower run) as evaluate attacks its own: same controls, verdict and report."""
+    from fedaudit import api
+    from fedaudit.recorded import audit_recording
+
+    quiet, json_summary, fail_on = given.pop("quiet"), given.pop("json_summary"), given.pop("fail_on")
+    _setup_logging(quiet)
+    try:
+        if fail_on is not None and fail_on not in GATE_TIERS:
+            raise unknown_choice("--fail-on tier", fail_on, list(GATE_TIERS))
+        declared = declared_options()
+        options = {name: declared[name][0].parse(name, value) if isinstance(value, str) and declared[name][0].kind
+                   is not str else value for name, value in given.items()}
+        run_dir, metrics = audit_recording(recording, command=api.command_line(), **options)
+    except FedauditError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        err_console().print("interrupted; an unfinished audit leaves no directory: run it again", highlight=False,
+                            markup=False)
+        raise typer.Exit(130) from None
+    show_results([(metrics, run_dir)], quiet, json_summary)
+    gate([metrics], fail_on)
+
+
 def show_results(runs: list[tuple[dict[str, Any], Path]], quiet: bool, json_summary: bool,
                  extra: dict[str, Any] | None = None) -> None:
     """What a finished evaluate prints: tables (default), JSON (--json), or nothing but log lines (--quiet)."""
@@ -470,6 +508,15 @@ def make_app() -> typer.Typer:
     evaluate_command.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
     evaluate_command.__doc__ = evaluate.__doc__
     cli.command("evaluate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(evaluate_command)
+    audit_sig = audit_signature()
+
+    def audit_command(**given: Any) -> None:
+        audit(**given)
+
+    audit_command.__signature__ = audit_sig  # type: ignore[attr-defined]
+    audit_command.__annotations__ = {p.name: p.annotation for p in audit_sig.parameters.values()}
+    audit_command.__doc__ = audit.__doc__
+    cli.command("audit")(audit_command)
     cli.command("list")(list_)
     cli.command()(report)
     cli.command()(compare)

@@ -46,6 +46,7 @@ class ArtifactKind(str, Enum):
     STYLE_BANK = "style_bank"  # channel mean/std of features
     AMPLITUDE_BANK = "amplitude_bank"  # per-image Fourier amplitude spectra
     SCALARS = "scalars"  # small numbers: sample counts, val metrics
+    RECORD = "record"  # a recorded framework message's record fedaudit has no kind for (its name in meta)
 
 
 @dataclass(frozen=True)

@@ -762,6 +762,16 @@ def provenance_table(units: Sequence[Unit]) -> Table:
                ("seed", _text(p.get("seed"))), ("metrics schema version", _text(u.metrics.get("schema_version")))]
         dev = p.get("device") or {}
         out.append(("device", f"{dev.get('type', '?')} · {dev.get('name', '?')} · {dev.get('threads', '?')} threads"))
+        recording = p.get("recording")
+        if recording:  # `fedaudit audit`: nothing was trained here; the wire is a recorded federation's
+            framework = recording.get("framework") or {}
+            deployed = recording.get("deployed_model") or {}
+            out += [("audited recording", _text(recording.get("path"))),
+                    ("recorded with", _text(f"{framework.get('name', '?')} {framework.get('version', '?')}, run id "
+                                            f"{recording.get('run_id')}")),
+                    ("recorded nodes", _text(", ".join(f"{k} = {v}" for k, v in (recording.get("nodes") or {}).items()))),
+                    ("deployed model", _text(f"the server's {deployed.get('message_type', '?')} broadcast of round "
+                                             f"{deployed.get('round', '?')}"))]
         for k, v in (p.get("versions") or {}).items():
             out.append((f"version: {k}", _text(v)))
         for k, v in (p.get("seconds") or {}).items():

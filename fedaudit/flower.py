@@ -1,0 +1,186 @@
+"""Record what crosses a Flower federation, in fedaudit's wire format.
+
+An optional extra (``pip install -e ".[flower]"``); nothing else in fedaudit imports this module.
+
+* :func:`start_recording` writes the recording's manifest: the Flower version, the model the user
+  declares (its state_dict shapes decide what a record is), record names mapped to artifact kinds,
+  and the auditor's data per client.
+* :func:`recording_mod` is a client mod. List it **first** in ``ClientApp(mods=[...])``: the first
+  mod is the outermost, so it sees the message as it arrives and the reply as it finally leaves the
+  client, after every other mod (a DP mod's noise included).
+* :class:`RecordingGrid` wraps the :class:`~flwr.serverapp.Grid` a strategy runs on and records both
+  directions from the ServerApp process.
+
+Either or both may be installed; when both record a message, the reader keeps the sender's copy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import flwr
+from flwr.app import Context, Message
+from flwr.clientapp.typing import ClientAppCallable, Mod
+from flwr.serverapp import Grid
+from torch import nn
+
+from fedaudit.recording import SERVER_NODE_ID, RecordingWriter, check_kinds, write_manifest
+from fedaudit.wire import SERVER, client_role
+
+ROUND_KEY = "server-round"  # where Flower's strategies put the round (configure_train / configure_evaluate)
+
+
+def start_recording(root: str | Path, *, model: nn.Module | None = None, architecture: Mapping[str, Any] | None = None,
+                    record_kinds: Mapping[str, str] | None = None, data: Mapping[str, Any] | None = None,
+                    recipe: Mapping[str, Any] | None = None, nodes: Mapping[int, str] | None = None,
+                    run_id: int | None = None) -> Path:
+    """Create ``root`` with its manifest, before the run. ``architecture`` is what ``fedaudit audit``
+    rebuilds the model from (``{"model": "cnn", "norm": "bn", "num_classes": 10, "image_size": 32}``);
+    ``model`` (that architecture, built) gives the state_dict shapes that tell a whole model from a
+    part of one; ``record_kinds`` maps custom array records to kinds (``{"styles": "style_bank"}``);
+    ``data`` is the auditor's data (``{"dataset": "digits", "seed": 0, "target_domain": "textured"}``
+    or ``{"clients": {"clean": "folder:PATH", ...}}``); ``recipe`` is the clients' public training recipe
+    (lr, momentum, weight_decay, batch_size, local_epochs, augment), which the auditor's
+    counterfactuals and an informed attacker's reference models follow."""
+    state = {k: list(v.shape) for k, v in model.state_dict().items()} if model is not None else None
+    return write_manifest(Path(root), {
+        "framework": {"name": "flower", "version": flwr.__version__},
+        "run_id": run_id, "model": dict(architecture) if architecture else None, "model_state": state,
+        "record_kinds": check_kinds(record_kinds or {}), "data": dict(data) if data else None,
+        "recipe": dict(recipe) if recipe else None,
+        "nodes": {str(k): v for k, v in nodes.items()} if nodes else None, "server_node_id": SERVER_NODE_ID,
+    })
+
+
+def message_round(msg: Message, fallback: int = -1) -> int:
+    """The round a message belongs to: ``server-round`` in a config record, else a numeric group id."""
+    for record in msg.content.config_records.values():
+        if ROUND_KEY in record:
+            return int(record[ROUND_KEY])
+    group = msg.metadata.group_id
+    return int(group) if str(group).isdigit() else fallback
+
+
+def contents(msg: Message) -> dict[str, Any]:
+    """A message's records as plain values: arrays (record → key → ndarray), metrics and configs."""
+    content = msg.content
+    return {
+        "arrays": {name: {key: array.numpy() for key, array in record.items()}
+                   for name, record in content.array_records.items()},
+        "metrics": {name: dict(record) for name, record in content.metric_records.items()},
+        "configs": {name: dict(record) for name, record in content.config_records.items()},
+    }
+
+
+def default_node_name(context: Context) -> str:
+    """``name`` from the node's config (``--node-config "name='clean'"``), else ``partition-id``, else the id."""
+    config = context.node_config
+    return str(config.get("name", config.get("partition-id", context.node_id)))
+
+
+def recording_mod(root: str | Path, name: Callable[[Context], str] = default_node_name) -> Mod:
+    """A client mod recording every message the ClientApp receives and every reply it sends.
+    ``name(context)`` names the node (the client's domain, as the auditor's data mapping calls it)."""
+    writer = RecordingWriter(root, "client")
+
+    def record_messages(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+        me = name(context)
+        writer.name_node(context.node_id, me)
+        rnd = message_round(msg)
+        if msg.has_content():
+            writer.message(src_node_id=msg.metadata.src_node_id, dst_node_id=context.node_id,
+                           sender=SERVER if msg.metadata.src_node_id == SERVER_NODE_ID else None,
+                           receiver=client_role(me), round=rnd, message_type=msg.metadata.message_type,
+                           message_id=msg.metadata.message_id, **contents(msg))
+        reply = call_next(msg, context)
+        if reply.has_content():
+            writer.message(src_node_id=context.node_id, dst_node_id=msg.metadata.src_node_id, sender=client_role(me),
+                           receiver=SERVER if msg.metadata.src_node_id == SERVER_NODE_ID else None, round=rnd,
+                           message_type=reply.metadata.message_type, message_id=reply.metadata.message_id,
+                           **contents(reply))
+        return reply
+
+    return record_messages
+
+
+class RecordingGrid(Grid):
+    """A Grid that records every message its strategy sends and every reply it gets, then delegates."""
+
+    def __init__(self, grid: Grid, root: str | Path):
+        self.inner = grid
+        self.writer = RecordingWriter(root, "server")
+        self._round_of: dict[str, int] = {}  # message id -> round, to file replies under their request's round
+        self._calls = 0
+
+    # -- delegated -------------------------------------------------------------------------------------------
+    def set_run(self, run: Any) -> None:
+        self.inner.set_run(run)
+
+    @property
+    def run(self) -> Any:
+        return self.inner.run
+
+    def create_message(self, content: Any, message_type: str, dst_node_id: int, group_id: str,
+                       ttl: float | None = None) -> Message:
+        return self.inner.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self.inner.get_node_ids()
+
+    def get_nodes(self) -> Iterable[Any]:
+        return self.inner.get_nodes()
+
+    # -- recorded --------------------------------------------------------------------------------------------
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        messages = list(messages)
+        ids = list(self.inner.push_messages(messages))
+        for msg, mid in zip(messages, ids):
+            self._record_sent(msg, mid)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        replies = list(self.inner.pull_messages(message_ids))
+        for reply in replies:
+            self._record_reply(reply)
+        return replies
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        messages = list(messages)
+        self._calls += 1
+        rounds = {}
+        for msg in messages:
+            rounds[msg.metadata.dst_node_id] = self._record_sent(msg, msg.metadata.message_id)
+        replies = list(self.inner.send_and_receive(messages, timeout=timeout))
+        for reply in replies:
+            self._record_reply(reply, rounds.get(reply.metadata.src_node_id))
+        return replies
+
+    def _record_sent(self, msg: Message, message_id: str) -> int:
+        rnd = message_round(msg, fallback=self._calls)
+        if message_id:
+            self._round_of[message_id] = rnd
+        if msg.has_content():
+            self.writer.message(src_node_id=SERVER_NODE_ID, dst_node_id=msg.metadata.dst_node_id, sender=SERVER,
+                                receiver=None, round=rnd, message_type=msg.metadata.message_type,
+                                message_id=message_id or "", **contents(msg))
+        return rnd
+
+    def _record_reply(self, reply: Message, rnd: int | None = None) -> None:
+        if not reply.has_content():
+            return
+        rnd = rnd if rnd is not None else self._round_of.get(reply.metadata.reply_to_message_id, message_round(reply))
+        self.writer.message(src_node_id=reply.metadata.src_node_id, dst_node_id=SERVER_NODE_ID, sender=None,
+                            receiver=SERVER, round=rnd, message_type=reply.metadata.message_type,
+                            message_id=reply.metadata.message_id, **contents(reply))
+
+
+def telemetry_off() -> None:
+    """Flower's anonymous telemetry off for this process and the ones it starts (audits run offline)."""
+    os.environ["FLWR_TELEMETRY_ENABLED"] = "0"
+
+
+__all__ = ["RecordingGrid", "contents", "default_node_name", "message_round", "recording_mod", "start_recording",
+           "telemetry_off"]

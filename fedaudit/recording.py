@@ -1,0 +1,359 @@
+"""Recordings: what crossed a federation fedaudit did not run, in fedaudit's wire format.
+
+A recording directory holds
+
+    manifest.json   what was recorded: format, framework and version, run id, the model the user
+                    declared (and its state_dict shapes), record names mapped to artifact kinds,
+                    the auditor's data per client
+    nodes/ID.json   one per client node: its id and name (written by the client side as it starts)
+    wire.jsonl      one ledger row per recorded record of a message, as fedaudit's own ledger, plus
+                    where its tensors are, the message's id and type, and who recorded it
+    messages/*.safetensors   one file per message: every array of every array record
+                    (``record/key``) and every metric (``metrics:record/key``); config records ride
+                    in the file's metadata
+
+The writer is framework-free (``fedaudit.flower`` feeds it from Flower messages) and safe when
+several processes record into one directory: message files are written to a temporary name and
+renamed, ledger rows are appended under an exclusive lock, node files are written once each.
+Reading a recording turns it into a :class:`~fedaudit.wire.Wire`: the same ledger and views the
+attacks get from fedaudit's own simulation.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fedaudit.errors import FedauditError
+from fedaudit.runs import atomic_path, safe_name
+from fedaudit.wire import SERVER, Artifact, ArtifactKind, LedgerEntry, Wire, client_role, direction
+
+FORMAT = "fedaudit-recording/1"
+MANIFEST = "manifest.json"
+LEDGER = "wire.jsonl"
+MESSAGES = "messages"
+NODES = "nodes"
+RECORDERS = ("client", "server")  # which side wrote a row: the client mod or the server-side recorder
+BN_STAT_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
+METRICS_PREFIX = "metrics:"
+
+
+# -- what a record is ----------------------------------------------------------------------------------
+
+
+def classify_record(name: str, shapes: Mapping[str, tuple[int, ...]], *, sent_up: bool,
+                    model_state: Mapping[str, tuple[int, ...]] | None = None,
+                    declared: Mapping[str, str] | None = None) -> ArtifactKind:
+    """The artifact kind of one array record: the user's declaration for its name first, then
+    the declared model's whole state_dict → ``full_model``, BatchNorm running statistics only →
+    ``bn_stats_all_layers`` up / ``global_stats`` down, a subset of the state_dict →
+    ``partial_model``; anything else is a generic ``record`` that keeps its name."""
+    if declared and name in declared:
+        return ArtifactKind(declared[name])
+    keys = set(shapes)
+    if keys and all(k.endswith(BN_STAT_SUFFIXES) for k in keys):
+        return ArtifactKind.BN_STATS_ALL_LAYERS if sent_up else ArtifactKind.GLOBAL_STATS
+    if model_state and keys and all(tuple(model_state.get(k, ())) == tuple(s) for k, s in shapes.items()
+                                    if k in model_state) and keys <= set(model_state):
+        return ArtifactKind.FULL_MODEL if keys == set(model_state) else ArtifactKind.PARTIAL_MODEL
+    return ArtifactKind.RECORD
+
+
+def check_kinds(declared: Mapping[str, str]) -> dict[str, str]:
+    """The user's record-name → kind mapping, each kind checked against fedaudit's names."""
+    valid = [k.value for k in ArtifactKind]
+    for record, kind in declared.items():
+        if kind not in valid:
+            raise FedauditError(f"record {record!r} is mapped to unknown kind {kind!r}; valid kinds: {', '.join(valid)}")
+    return dict(declared)
+
+
+# -- writing ---------------------------------------------------------------------------------------------
+
+
+def write_manifest(root: Path, manifest: dict[str, Any]) -> Path:
+    """Create the recording directory and its manifest (``format`` is added); an existing manifest is
+    merged, so the client and server sides can each add what they know."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / MANIFEST
+    with _locked(root):
+        old = json.loads(path.read_text()) if path.exists() else {}
+        merged = {**old, **{k: v for k, v in manifest.items() if v is not None}, "format": FORMAT}
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+class RecordingWriter:
+    """Writes messages into a recording directory (one writer per process and side)."""
+
+    def __init__(self, root: str | Path, recorded_by: str):
+        if recorded_by not in RECORDERS:
+            raise ValueError(f"recorded_by must be one of {RECORDERS}, got {recorded_by!r}")
+        self.root = Path(root)
+        self.recorded_by = recorded_by
+        self._manifest: dict[str, Any] | None = None
+        self._named: set[int] = set()
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest, read once it exists (a client process may start before the server side writes it)."""
+        if self._manifest is None:
+            path = self.root / MANIFEST
+            if not path.exists():
+                return {}
+            self._manifest = json.loads(path.read_text())
+        return self._manifest
+
+    def name_node(self, node_id: int, name: str) -> None:
+        """Say once which client name (a domain, for the auditor's data) a node id stands for."""
+        if node_id in self._named:
+            return
+        path = self.root / NODES / f"{int(node_id)}.json"
+        if not path.exists():
+            with atomic_path(path) as tmp:
+                tmp.write_text(json.dumps({"node_id": int(node_id), "name": name}) + "\n")
+        self._named.add(node_id)
+
+    def message(self, *, src_node_id: int, dst_node_id: int, sender: str | None, receiver: str | None, round: int,
+                message_type: str, message_id: str, arrays: Mapping[str, Mapping[str, Any]],
+                metrics: Mapping[str, Mapping[str, Any]] | None = None,
+                configs: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """Record one message: its arrays (record → key → array), metrics and configs. ``sender`` and
+        ``receiver`` are roles (``server``, ``client:<name>``) where this side knows them, else None
+        (the reader names nodes from ``nodes/``). Returns the ledger rows written."""
+        metrics, configs = metrics or {}, configs or {}
+        tensors: dict[str, Tensor] = {}
+        shapes: dict[str, dict[str, tuple[int, ...]]] = {}
+        for record, items in arrays.items():
+            shapes[record] = {}
+            for key, value in items.items():
+                t = torch.as_tensor(value).detach().cpu().contiguous()
+                tensors[f"{record}/{key}"] = t
+                shapes[record][key] = tuple(t.shape)
+        numbers: dict[str, int] = {}
+        for record, items in metrics.items():
+            for key, value in items.items():
+                t = torch.as_tensor(value, dtype=torch.float64 if _has_float(value) else torch.int64)
+                tensors[f"{METRICS_PREFIX}{record}/{key}"] = t
+                numbers[record] = numbers.get(record, 0) + t.numel() * t.element_size()
+        stem = "-".join([self.recorded_by, f"r{round:04d}", safe_name(message_type),
+                         f"{src_node_id}to{dst_node_id}", safe_name(message_id)[:24] or "x", uuid.uuid4().hex[:8]])
+        file = f"{MESSAGES}/{stem}.safetensors"
+        _save(self.root / file, tensors, {"configs": configs, "message_type": message_type, "message_id": message_id})
+
+        sent_up = dst_node_id == self.manifest.get("server_node_id", SERVER_NODE_ID)
+        base = {"sender": sender, "receiver": receiver, "src_node_id": int(src_node_id), "dst_node_id": int(dst_node_id),
+                "round": int(round), "direction": "up" if sent_up else "down", "message_type": message_type,
+                "message_id": message_id, "recorded_by": self.recorded_by, "file": file, "time": time.time()}
+        state = {k: tuple(v) for k, v in (self.manifest.get("model_state") or {}).items()}
+        declared = self.manifest.get("record_kinds") or {}
+        rows = []
+        for record, items in arrays.items():
+            kind = classify_record(record, shapes[record], sent_up=sent_up, model_state=state, declared=declared)
+            nbytes = sum(tensors[f"{record}/{k}"].numel() * tensors[f"{record}/{k}"].element_size() for k in items)
+            rows.append({**base, "kind": kind.value, "record": record, "bytes": nbytes, "tensors": len(items)})
+        for record, nbytes in numbers.items():
+            rows.append({**base, "kind": ArtifactKind.SCALARS.value, "record": f"{METRICS_PREFIX}{record}",
+                         "bytes": nbytes, "tensors": len(metrics[record])})
+        if configs:
+            rows.append({**base, "kind": "config", "record": ",".join(sorted(configs)), "bytes": 0, "tensors": 0,
+                         "configs": {r: dict(v) for r, v in configs.items()}})
+        line = "".join(json.dumps(r, default=_plain) + "\n" for r in rows)
+        with _locked(self.root):
+            with open(self.root / LEDGER, "a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+        return rows
+
+
+SERVER_NODE_ID = 1  # Flower's ServerApp speaks as the SuperLink's node (flwr.common.constant.SUPERLINK_NODE_ID)
+
+
+def _has_float(value: Any) -> bool:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return any(isinstance(v, float) for v in values)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    return str(value)
+
+
+def _save(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any]) -> None:
+    from safetensors.torch import save_file
+
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"fedaudit": json.dumps(meta, default=_plain)})
+
+
+class _locked:
+    """An exclusive lock on the recording directory's lock file (several client processes append at once)."""
+
+    def __init__(self, root: Path):
+        self.path = Path(root) / ".lock"
+
+    def __enter__(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = open(self.path, "a")
+        fcntl.flock(self.fh, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
+# -- reading ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Recording:
+    """A recording read back: its manifest, node names and ledger rows (one recorder's per message)."""
+
+    root: Path
+    manifest: dict[str, Any]
+    nodes: dict[int, str]
+    rows: list[dict[str, Any]]
+
+    def wire(self, device: torch.device | str = "cpu") -> Wire:
+        """The recording as fedaudit's wire: every row in the ledger; the newest artifact of each
+        (kind, sender, receiver) retained, as the simulation's wire retains it — from training
+        messages: an evaluation broadcast of the same round would hide the weights that round's
+        local training started from, which the auditor's counterfactual replays need."""
+        wire = Wire()
+        newest: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for row in self.rows:
+            if row["kind"] == "config":
+                continue
+            wire.ledger.append(LedgerEntry(row["kind"], row["sender"], row["receiver"], row["round"], row["bytes"],
+                                           row["tensors"]))
+            key = (row["kind"], row["sender"], row["receiver"])
+            if not is_evaluation(row) and (key not in newest or row["round"] >= newest[key]["round"]):
+                newest[key] = row
+        for key, row in newest.items():
+            wire.retained[key] = self.artifact(row, device)
+        return wire
+
+    def deployed(self, device: torch.device | str = "cpu") -> Artifact | None:
+        """The newest whole model the server sent (an evaluation broadcast after the last aggregation when the
+        strategy evaluates, else the last round's training broadcast): the model the federation deploys."""
+        down = [r for r in self.rows if r["kind"] == ArtifactKind.FULL_MODEL.value and r["sender"] == SERVER]
+        return self.artifact(down[-1], device) if down else None
+
+    def artifact(self, row: dict[str, Any], device: torch.device | str = "cpu") -> Artifact:
+        """The artifact one ledger row stands for, its tensors read from the message file."""
+        tensors = load_message(self.root / row["file"])
+        prefix = f"{row['record']}/"
+        mine = {k[len(prefix):]: t.to(device) for k, t in tensors.items() if k.startswith(prefix)}
+        return Artifact(ArtifactKind(row["kind"]), row["sender"], row["receiver"], row["round"], mine,
+                        {"record": row["record"], "message_type": row["message_type"]})
+
+    def bytes_by_round(self, kinds: set[str] | None = None) -> dict[int, int]:
+        """Ledger bytes per round (of these kinds), both directions."""
+        out: dict[int, int] = {}
+        for row in self.rows:
+            if kinds is None or row["kind"] in kinds:
+                out[row["round"]] = out.get(row["round"], 0) + row["bytes"]
+        return out
+
+
+def is_evaluation(row: Mapping[str, Any]) -> bool:
+    """Flower's ``evaluate`` messages (and ``evaluate.<name>``): they carry a model to score, not to train."""
+    return str(row.get("message_type", "")).split(".")[0] == "evaluate"
+
+
+def load_message(path: Path) -> dict[str, Tensor]:
+    """One message file's tensors; a missing or truncated file is a one-line error naming it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise FedauditError(f"recorded message {path} is missing; the recording is incomplete — record the run again")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise FedauditError(f"recorded message {path} is not a readable safetensors file ({exc}); "
+                            "it may be truncated — record the run again") from None
+
+
+def read_recording(root: str | Path) -> Recording:
+    """Read a recording directory (manifest, node names, ledger), each problem a one-line error."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise FedauditError(f"recording {root} does not exist; give the directory the recorder wrote")
+    path = root / MANIFEST
+    if not path.is_file():
+        raise FedauditError(f"{root} has no {MANIFEST}: not a fedaudit recording; record with fedaudit.flower "
+                            "(recording_mod / RecordingGrid), which writes it")
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FedauditError(f"{path} is not valid JSON ({exc}); record the run again") from None
+    if manifest.get("format") != FORMAT:
+        raise FedauditError(f"{path} has format {manifest.get('format')!r}, this fedaudit reads {FORMAT!r}")
+    nodes = {int(k): v for k, v in (manifest.get("nodes") or {}).items()}
+    for node_file in sorted((root / NODES).glob("*.json")):
+        item = json.loads(node_file.read_text())
+        nodes.setdefault(int(item["node_id"]), item["name"])
+    ledger = root / LEDGER
+    if not ledger.is_file():
+        raise FedauditError(f"{root} has no {LEDGER}: nothing was recorded; check that the mod or recorder ran")
+    raw = []
+    for n, line in enumerate(ledger.read_text().splitlines(), 1):
+        try:
+            raw.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise FedauditError(f"{ledger} line {n} is not a JSON row (truncated?); record the run again") from None
+    server_node = manifest.get("server_node_id", SERVER_NODE_ID)
+    rows = [_named(r, nodes, server_node, ledger) for r in _one_recorder_per_message(raw)]
+    rows.sort(key=lambda r: (r["round"], r["time"]))
+    return Recording(root, manifest, nodes, rows)
+
+
+def _one_recorder_per_message(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """When both sides recorded, keep what left the sender: the client's rows for uploads, the
+    server's for broadcasts; a message only one side recorded is kept as recorded."""
+    preferred = {"up": "client", "down": "server"}
+    by_message: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
+    for r in rows:
+        key = (r["src_node_id"], r["dst_node_id"], r["round"], r["message_type"])
+        by_message.setdefault(key, {}).setdefault(r["recorded_by"], []).append(r)
+    kept = []
+    for (_, _, _, _), sides in by_message.items():
+        some = next(iter(sides.values()))
+        kept += sides.get(preferred[some[0]["direction"]], some)
+    return kept
+
+
+def _named(row: dict[str, Any], nodes: dict[int, str], server_node: int, ledger: Path) -> dict[str, Any]:
+    out = dict(row)
+    for role, node in (("sender", "src_node_id"), ("receiver", "dst_node_id")):
+        if out.get(role):
+            continue
+        if row[node] == server_node:
+            out[role] = SERVER
+        elif row[node] in nodes:
+            out[role] = client_role(nodes[row[node]])
+        else:
+            raise FedauditError(f"{ledger}: node {row[node]} has no name (no nodes/{row[node]}.json and none in the "
+                                "manifest's nodes); install fedaudit's recording mod on every ClientApp, or name "
+                                "the node in the manifest")
+    out["direction"] = direction(out["receiver"])
+    return out
+
+
+__all__ = ["FORMAT", "Recording", "RecordingWriter", "classify_record", "check_kinds", "load_message",
+           "read_recording", "write_manifest"]

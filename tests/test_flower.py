@@ -1,0 +1,334 @@
+"""Recording a Flower federation: the client mod and the server-side grid write fedaudit's wire format.
+
+No Ray here: a ClientApp is called with a Message and a Context, and a fake Grid serves Flower's own
+FedAvg strategy by calling the ClientApps directly (the simulation is in test_flower_simulation.py).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+flwr = pytest.importorskip("flwr")
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.serverapp import Grid  # noqa: E402
+from flwr.serverapp.strategy import FedAvg  # noqa: E402
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+from fedaudit.errors import FedauditError  # noqa: E402
+from fedaudit.flower import RecordingGrid, recording_mod, start_recording  # noqa: E402
+from fedaudit.recording import RecordingWriter, classify_record, read_recording  # noqa: E402
+from fedaudit.wire import ArtifactKind  # noqa: E402
+
+SERVER_NODE = 1
+NAMES = {101: "clean", 202: "colour"}
+
+
+@pytest.fixture(autouse=True)
+def server_identity():
+    """Messages take their run and sender from the process's task identity, as in a ServerApp process."""
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 7, SERVER_NODE
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+
+
+def small_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(2))
+
+
+def built_model() -> nn.Module:
+    model = small_model()
+    model(torch.zeros(2, 3, 8, 8))
+    return model
+
+
+def client_app(root: Path, steps: int = 1) -> ClientApp:
+    app = ClientApp(mods=[recording_mod(root)])
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        model = built_model()
+        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        opt = torch.optim.SGD(model.parameters(), lr=float(msg.content["config"]["lr"]))
+        for _ in range(steps):
+            loss = model(torch.randn(4, 3, 8, 8)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()),
+                                   "metrics": MetricRecord({"num-examples": 10 + context.node_id % 7})}), reply_to=msg)
+
+    return app
+
+
+class FakeGrid(Grid):
+    """A Grid that delivers each message to its node's ClientApp in this process."""
+
+    def __init__(self, apps: dict[int, ClientApp], node_configs: dict[int, dict] | None = None):
+        self.apps = apps
+        self.node_configs = node_configs or {node: {"name": NAMES[node]} for node in apps}
+        self.sent: list[Message] = []
+        self.replies: list[Message] = []
+        self.bytes_by_round: dict[int, int] = {}  # taken at send time: the strategy reuses its config record
+
+    def set_run(self, run) -> None:
+        pass
+
+    @property
+    def run(self):
+        return type("Run", (), {"run_id": 7})()
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
+        return Message(content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.apps)
+
+    def push_messages(self, messages):
+        raise NotImplementedError
+
+    def pull_messages(self, message_ids):
+        raise NotImplementedError
+
+    def send_and_receive(self, messages, *, timeout=None):
+        out = []
+        for msg in messages:
+            self.sent.append(msg)
+            node = msg.metadata.dst_node_id
+            ctx = Context(run_id=7, node_id=node, node_config=self.node_configs[node], state=RecordDict(), run_config={})
+            out.append(self.apps[node](msg, ctx))
+            rnd = int(msg.content.config_records["config"]["server-round"])
+            self.bytes_by_round[rnd] = self.bytes_by_round.get(rnd, 0) + array_bytes(msg) + array_bytes(out[-1])
+        self.replies += out
+        return out
+
+
+def array_bytes(msg: Message) -> int:
+    return sum(a.numpy().nbytes for record in msg.content.array_records.values() for a in record.values())
+
+
+def run_fedavg(root: Path, rounds: int = 2) -> FakeGrid:
+    model = built_model()
+    start_recording(root, model=model, architecture={"model": "tiny"})
+    grid = FakeGrid({node: client_app(root) for node in NAMES})
+    FedAvg(fraction_evaluate=0.0, min_available_nodes=2).start(
+        grid=RecordingGrid(grid, root), initial_arrays=ArrayRecord(model.state_dict()), num_rounds=rounds,
+        train_config=ConfigRecord({"lr": 0.1}))
+    return grid
+
+
+def test_fedavg_recording_ledger_matches_what_flower_sent(tmp_path):
+    """Both sides recorded; read back, each message counts once, with the bytes of the arrays Flower sent,
+    filed under the round the strategy set and the names the nodes gave."""
+    grid = run_fedavg(tmp_path, rounds=2)
+    rec = read_recording(tmp_path)
+    recorders = {json.loads(line)["recorded_by"] for line in (tmp_path / "wire.jsonl").read_text().splitlines()}
+    assert recorders == {"client", "server"}
+    assert rec.bytes_by_round({ArtifactKind.FULL_MODEL.value}) == grid.bytes_by_round
+    wire = rec.wire()
+    assert sorted((e.kind, e.sender, e.receiver, e.round) for e in wire.ledger) == sorted(
+        [(k, s, r, rnd) for rnd in (1, 2) for name in NAMES.values()
+         for k, s, r in (("full_model", "server", f"client:{name}"), ("full_model", f"client:{name}", "server"),
+                         ("scalars", f"client:{name}", "server"))])
+    # the view a server attack gets: each client's newest upload, its tensors as the client sent them
+    upload = wire.view("server").latest(ArtifactKind.FULL_MODEL, "client:colour")
+    last_reply = [r for m, r in zip(grid.sent, grid.replies) if m.metadata.dst_node_id == 202][-1]
+    expected = last_reply.content["arrays"].to_torch_state_dict()
+    assert upload.round == 2 and set(upload.tensors) == set(expected)
+    assert all(torch.equal(upload.tensors[k], expected[k]) for k in expected)
+
+
+def test_client_mod_alone_records_both_directions(tmp_path):
+    model = built_model()
+    start_recording(tmp_path, model=model)
+    app = client_app(tmp_path)
+    msg = Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "config": ConfigRecord({"server-round": 3, "lr": 0.1})}),
+                  dst_node_id=101, message_type="train")
+    reply = app(msg, Context(run_id=7, node_id=101, node_config={"name": "clean"}, state=RecordDict(), run_config={}))
+    rec = read_recording(tmp_path)
+    rows = [(r["kind"], r["sender"], r["receiver"], r["round"], r["bytes"]) for r in rec.rows if r["kind"] != "config"]
+    assert rows == [("full_model", "server", "client:clean", 3, array_bytes(msg)),
+                    ("full_model", "client:clean", "server", 3, array_bytes(reply)),
+                    ("scalars", "client:clean", "server", 3, 8)]
+
+
+def test_record_kinds_from_the_declared_model_and_the_manifest():
+    state = {k: tuple(v.shape) for k, v in built_model().state_dict().items()}
+    whole = dict(state)
+    stats = {k: s for k, s in state.items() if "running" in k or "num_batches" in k}
+    part = {k: s for k, s in state.items() if k.startswith("0.")}
+    assert classify_record("arrays", whole, sent_up=True, model_state=state) == ArtifactKind.FULL_MODEL
+    assert classify_record("arrays", part, sent_up=True, model_state=state) == ArtifactKind.PARTIAL_MODEL
+    assert classify_record("bn", stats, sent_up=True, model_state=state) == ArtifactKind.BN_STATS_ALL_LAYERS
+    assert classify_record("bn", stats, sent_up=False, model_state=state) == ArtifactKind.GLOBAL_STATS
+    assert classify_record("styles", {"mean": (3, 4)}, sent_up=True, model_state=state) == ArtifactKind.RECORD
+    assert classify_record("styles", {"mean": (3, 4)}, sent_up=True, model_state=state,
+                           declared={"styles": "style_bank"}) == ArtifactKind.STYLE_BANK
+    # same names, another shape: not this model's state
+    wrong = {**whole, "3.weight": (5, 5)}
+    assert classify_record("arrays", wrong, sent_up=True, model_state=state) == ArtifactKind.RECORD
+
+
+def test_unknown_declared_kind_is_a_one_line_error(tmp_path):
+    with pytest.raises(FedauditError, match="record 'styles' is mapped to unknown kind 'styel_bank'; valid kinds:"):
+        start_recording(tmp_path, record_kinds={"styles": "styel_bank"})
+
+
+def test_bad_recordings_get_one_line_errors(tmp_path):
+    with pytest.raises(FedauditError, match="has no manifest.json: not a fedaudit recording"):
+        read_recording(tmp_path)
+    run_fedavg(tmp_path, rounds=1)
+    rec = read_recording(tmp_path)
+    row = next(r for r in rec.rows if r["kind"] == "full_model")
+    path = tmp_path / row["file"]
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(FedauditError, match=r"is not a readable safetensors file .*truncated"):
+        rec.artifact(row)
+    for node_file in (tmp_path / "nodes").glob("*.json"):
+        node_file.unlink()
+    with pytest.raises(FedauditError, match=r"node \d+ has no name"):
+        read_recording(tmp_path)
+
+
+def _write_many(root: str, worker: int) -> None:
+    writer = RecordingWriter(root, "client")
+    for i in range(15):
+        writer.message(src_node_id=100 + worker, dst_node_id=SERVER_NODE, sender=f"client:w{worker}", receiver="server",
+                       round=i, message_type="train", message_id="", arrays={"arrays": {"w": torch.full((64,), float(i))}})
+
+
+def test_several_processes_record_into_one_directory(tmp_path):
+    start_recording(tmp_path)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_write_many, args=(str(tmp_path), w)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    rec = read_recording(tmp_path)
+    assert len(rec.rows) == 45
+    assert {(r["sender"], r["round"]) for r in rec.rows} == {(f"client:w{w}", i) for w in range(3) for i in range(15)}
+    for row in rec.rows:
+        assert torch.equal(rec.artifact(row).tensors["w"], torch.full((64,), float(row["round"])))
+
+
+# -- fedaudit audit on a recording ------------------------------------------------------------------------
+
+
+def example_app():
+    """examples/flower_digits/run.py, imported: its ClientApp and server loop, run here on the fake grid."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "flower_digits" / "run.py"
+    spec = importlib.util.spec_from_file_location("flower_digits_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def record_example(root: Path, rounds: int = 1, local_epochs: int = 1) -> FakeGrid:
+    example = example_app()
+    example.start(root, rounds, local_epochs, seed=0)
+    nodes = {11: 0, 22: 1, 33: 2}
+    grid = FakeGrid({node: example.make_client_app(root, seed=0) for node in nodes},
+                    {node: {"partition-id": part} for node, part in nodes.items()})
+    example.run_server(grid, root, rounds, local_epochs, seed=0)
+    return grid
+
+
+@pytest.fixture(scope="module")
+def example_recording(tmp_path_factory) -> Path:
+    """One round of the example app, recorded once for this module's audit tests (each copies it)."""
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 7, SERVER_NODE
+    root = tmp_path_factory.mktemp("example") / "rec"
+    record_example(root)
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+    return root
+
+
+def test_audit_of_the_example_recording_writes_a_run(example_recording, tmp_path):
+    """The example app (FedAvg on digits, trained and evaluated through Flower's strategy), recorded and audited:
+    a complete run directory whose ledger is the recording's and whose verdict assessed the model."""
+    from fedaudit.recorded import audit_recording
+
+    rec_dir = example_recording
+    rec = read_recording(rec_dir)
+    assert {(r["message_type"], r["kind"], r["direction"]) for r in rec.rows if r["kind"] != "config"} == {
+        ("train", "full_model", "down"), ("train", "full_model", "up"), ("train", "scalars", "up"),
+        ("evaluate", "full_model", "down"), ("evaluate", "scalars", "up")}
+    run_dir, metrics = audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"), device="cpu")
+    for name in ("config.json", "metrics.json", "wire.jsonl", "report.html", "COMPLETE"):
+        assert (run_dir / name).exists(), name
+    ledger = [json.loads(line) for line in (run_dir / "wire.jsonl").read_text().splitlines()]
+    assert sum(r["bytes"] for r in ledger) == sum(r["bytes"] for r in rec.rows)
+    # the deployed model is the evaluation broadcast after the last aggregation, and it is what was scored
+    assert metrics["provenance"]["recording"]["deployed_model"] == {"round": 1, "message_type": "evaluate"}
+    reported = [json.loads(line) for line in (rec_dir / "wire.jsonl").read_text().splitlines()
+                if json.loads(line)["kind"] == "scalars" and json.loads(line)["message_type"] == "evaluate"]
+    assert reported and metrics["accuracy"]["source_val"]["per_domain"]
+    rows = {r["row"]: r["tier"] for r in metrics["verdict"]}
+    assert rows["membership:global_model"] in ("low", "medium", "high", "inconclusive")
+    assert metrics["leakage"]["mia"]
+
+
+def test_audit_errors_name_the_problem(example_recording, tmp_path):
+    import shutil
+
+    from fedaudit.recorded import audit_recording
+
+    rec_dir = tmp_path / "rec"
+    shutil.copytree(example_recording, rec_dir)
+    with pytest.raises(FedauditError, match=r"recorded full_model .*tensor '[^']+'.*--model resnet18"):
+        audit_recording(rec_dir, attack="mia-loss", model="resnet18", out=str(tmp_path / "runs"))
+    node = next((rec_dir / "nodes").glob("*.json"))
+    node.write_text(json.dumps({**json.loads(node.read_text()), "name": "sketchy"}))
+    with pytest.raises(FedauditError, match="recorded client 'sketchy' has no data mapping"):
+        audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.slow
+def test_example_runs_in_flower_simulation(tmp_path):
+    """The example as a user runs it (Flower's simulation engine, Ray, one SuperNode per domain): each round's
+    ledger holds every model message once, at the bytes of the arrays sent, and both sides agree on them."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "rec"
+    script = Path(__file__).resolve().parent.parent / "examples" / "flower_digits" / "run.py"
+    done = subprocess.run([sys.executable, str(script), "--out", str(out), "--rounds", "2", "--local-epochs", "1"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rec = read_recording(out)
+    example = example_app()
+    state_bytes = sum(t.numel() * t.element_size() for t in example.new_model(0).state_dict().values())
+    # per round: train broadcast, train upload and evaluation broadcast of a whole model, for 3 clients
+    assert rec.bytes_by_round({"full_model"}) == {1: 9 * state_bytes, 2: 9 * state_bytes}
+    raw = [json.loads(line) for line in (out / "wire.jsonl").read_text().splitlines() if '"full_model"' in line]
+    by_side = {side: sorted((r["round"], r["direction"], r["message_type"], r["bytes"]) for r in raw if r["recorded_by"] == side)
+               for side in ("client", "server")}
+    assert by_side["client"] == by_side["server"] and len(by_side["client"]) == 18
+    assert set(rec.nodes.values()) == {"clean", "colour", "rotated"}
+
+
+def test_audit_command_refuses_a_directory_without_a_recording(tmp_path):
+    from typer.testing import CliRunner
+
+    from fedaudit.cli import app
+
+    result = CliRunner().invoke(app, ["audit", str(tmp_path), "--out", str(tmp_path / "runs")])
+    assert result.exit_code == 2
+    assert "has no manifest.json: not a fedaudit recording" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "runs").exists()
