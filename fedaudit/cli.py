@@ -192,6 +192,16 @@ def evaluate_signature() -> inspect.Signature:
     return inspect.Signature(params)
 
 
+def parsed_options(given: dict[str, Any], fail_on: str | None) -> dict[str, Any]:
+    """The declared options given as flags, each parsed by its declaration (``none`` for a nullable number);
+    ``--fail-on`` checked first, so a typo fails before any work."""
+    if fail_on is not None and fail_on not in GATE_TIERS:
+        raise unknown_choice("--fail-on tier", fail_on, list(GATE_TIERS))
+    declared = declared_options()
+    return {name: declared[name][0].parse(name, value) if isinstance(value, str) and declared[name][0].kind
+            is not str else value for name, value in given.items()}
+
+
 def evaluate(ctx: typer.Context, **given: Any) -> None:
     """Train a method in a leave-one-domain-out federation, record its wire, attack it, write a run directory."""
     from fedaudit import api, sweep
@@ -201,11 +211,7 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
     method_option, config, resume, method = given.pop("method_option"), given.pop("config"), given.pop("resume"), given.pop("method")
     _setup_logging(quiet)
     try:
-        if fail_on is not None and fail_on not in GATE_TIERS:
-            raise unknown_choice("--fail-on tier", fail_on, list(GATE_TIERS))
-        declared = declared_options()
-        options = {name: declared[name][0].parse(name, value) if isinstance(value, str) and declared[name][0].kind
-                   is not str else value for name, value in given.items()}
+        options = parsed_options(given, fail_on)
         options["split"] = parse_split(split)
         flags = method_flags(ctx.args)
         if dp_sweep is not None or (resume is not None and sweep.is_sweep(resume)):
@@ -251,12 +257,7 @@ def audit(recording: Path, **given: Any) -> None:
     quiet, json_summary, fail_on = given.pop("quiet"), given.pop("json_summary"), given.pop("fail_on")
     _setup_logging(quiet)
     try:
-        if fail_on is not None and fail_on not in GATE_TIERS:
-            raise unknown_choice("--fail-on tier", fail_on, list(GATE_TIERS))
-        declared = declared_options()
-        options = {name: declared[name][0].parse(name, value) if isinstance(value, str) and declared[name][0].kind
-                   is not str else value for name, value in given.items()}
-        run_dir, metrics = audit_recording(recording, command=api.command_line(), **options)
+        run_dir, metrics = audit_recording(recording, command=api.command_line(), **parsed_options(given, fail_on))
     except FedauditError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
