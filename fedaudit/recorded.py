@@ -26,13 +26,16 @@ from fedaudit.api import DATA_SEED, check_names, resolve_device
 from fedaudit.audit.session import attack_role_and_victims, run_attacks
 from fedaudit.audit.verdict import RiskThresholds, judge
 from fedaudit.config import RunConfig, resolve
-from fedaudit.data import load_dataset, lodo_split
+from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
+from fedaudit.data.base import ClientData, LODOSplit
+from fedaudit.data.split import stratified_split
 from fedaudit.dp import coverage
 from fedaudit.errors import FedauditError
 from fedaudit.federation import Federation
 from fedaudit.recording import Recording, read_recording
 from fedaudit.reports import write_report_or_warn
 from fedaudit.results import provenance
+from fedaudit.seeds import derive_seed
 from fedaudit.wire import SERVER, ArtifactKind, Wire
 
 log = logging.getLogger("fedaudit")
@@ -57,6 +60,64 @@ def recorded_config(rec: Recording) -> dict[str, Any]:
     if "rounds" not in options:
         options["rounds"] = max((r["round"] for r in rec.rows), default=1)
     return options
+
+
+RECORDS_LAYOUT = ("records PATH holds members/<client>/<class>/<image> (what each client trained on), "
+                  "holdout/<client>/<class>/<image> (its records it never trained on) and unseen/<domain>/<class>/<image> "
+                  "(a domain no client holds)")
+VAL_OF_HOLDOUT = 0.2  # of a client's holdout records, the share the auditor uses as validation (twin records,
+# source accuracy); the rest are the membership test's non-members — fedaudit's own split keeps the same 1:4
+
+
+def load_records(path: str, image_size: int, seed: int) -> tuple[MultiDomainDataset, LODOSplit]:
+    """The auditor's data for a deployment fedaudit did not split: each client's members and holdout records,
+    and an unseen domain's, in folders (:data:`RECORDS_LAYOUT`); the holdout is split into validation and
+    non-members with ``seed``."""
+    from fedaudit.data.folder import load_folder
+
+    root = Path(path).expanduser()
+    for part in ("members", "holdout", "unseen"):
+        if not (root / part).is_dir():
+            raise FedauditError(f"auditor records {root} have no {part}/ folder; {RECORDS_LAYOUT}")
+    members = load_folder(str(root / "members"), image_size, min_domains=1)
+    holdout = load_folder(str(root / "holdout"), image_size, min_domains=1)
+    unseen = load_folder(str(root / "unseen"), image_size, min_domains=1)
+    for part, ds in (("holdout", holdout), ("unseen", unseen)):
+        if ds.classes != members.classes:
+            raise FedauditError(f"auditor records {root}: {part}/ has classes {ds.classes}, members/ has "
+                                f"{members.classes}; every part needs the same class folders")
+    missing = [d for d in members.domains if d not in holdout.domains]
+    if missing:
+        raise FedauditError(f"auditor records {root}: client {missing[0]!r} has members but no holdout/{missing[0]}/; "
+                            f"{RECORDS_LAYOUT}")
+    target = unseen.domains[0]
+    sources = []
+    for i, dom in enumerate(members.domains):
+        hx, hy = holdout.images[dom], holdout.labels[dom]
+        _, val, hold = stratified_split(hy, (0.0, VAL_OF_HOLDOUT, 1 - VAL_OF_HOLDOUT),
+                                        torch.Generator().manual_seed(derive_seed(seed, i)))
+        n = members.labels[dom].numel()
+        sources.append(ClientData(domain=dom, train_x=members.images[dom], train_y=members.labels[dom],
+                                  val_x=hx[val], val_y=hy[val], holdout_x=hx[hold], holdout_y=hy[hold],
+                                  train_idx=torch.arange(n), val_idx=n + val, holdout_idx=n + hold))
+    dataset = MultiDomainDataset(
+        name=f"records:{path}", classes=members.classes, domains=[*members.domains, target],
+        images={**{d: torch.cat([members.images[d], holdout.images[d]]) for d in members.domains},
+                target: unseen.images[target]},
+        labels={**{d: torch.cat([members.labels[d], holdout.labels[d]]) for d in members.domains},
+                target: unseen.labels[target]},
+        skipped=members.skipped + holdout.skipped + unseen.skipped)
+    return dataset, LODOSplit(target=target, sources=sources, target_x=unseen.images[target],
+                              target_y=unseen.labels[target])
+
+
+def auditor_data(cfg: RunConfig, records: str | None) -> tuple[MultiDomainDataset, LODOSplit]:
+    """The records the auditor scores with: a dataset split as fedaudit splits it, or the deployment's own."""
+    if records is not None:
+        return load_records(records, cfg.image_size, cfg.seed)
+    dataset = load_dataset(cfg.dataset, cfg.image_size, seed=DATA_SEED)
+    target = cfg.target_domain or dataset.domains[-1]
+    return dataset, lodo_split(dataset, target, cfg.split, seed=cfg.seed)
 
 
 def recorded_shares(wire: Wire) -> tuple[tuple[ArtifactKind, str], ...]:
@@ -89,9 +150,13 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     wall0 = time.perf_counter()
     rec = read_recording(recording)
     base = recorded_config(rec)
+    records = (rec.manifest.get("data") or {}).get("records")
+    if records is not None:
+        base["dataset"] = f"records:{records}"
     if "dataset" not in base:
-        raise FedauditError(f"{rec.root}/manifest.json names no data for the auditor (data.dataset); the attacks' "
-                            "scores need the clients' records — record with start_recording(data=...)")
+        raise FedauditError(f"{rec.root}/manifest.json names no data for the auditor (data.dataset, or data.records: "
+                            f"{RECORDS_LAYOUT}); the attacks' scores need the clients' records — record with "
+                            "start_recording(data=...)")
     explicit = {k: v for k, v in explicit.items() if v is not None}
     unknown = set(explicit) - set(AUDIT_OPTIONS) - set(attack_options())
     if unknown:
@@ -111,9 +176,8 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
                   set(attack_options()))
     check_names(cfg)
     device = resolve_device(cfg.device)
-    dataset = load_dataset(cfg.dataset, cfg.image_size, seed=DATA_SEED)
-    target = cfg.target_domain or dataset.domains[-1]
-    split = lodo_split(dataset, target, cfg.split, seed=cfg.seed)
+    dataset, split = auditor_data(cfg, records)
+    target = split.target
     clients = sorted({r[side][len("client:"):] for r in rec.rows for side in ("sender", "receiver")
                       if r[side] != SERVER})
     sources = [c.domain for c in split.sources]
@@ -122,6 +186,9 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
             raise FedauditError(f"recorded client {name!r} has no data mapping: it is not a source domain of "
                                 f"{cfg.dataset} with target {target} (sources: {', '.join(sources)}); name each node "
                                 "after the domain its records come from (the mod's name=) or fix the manifest's data")
+    for c in split.sources:
+        if c.domain not in clients:
+            log.warning("the auditor's data holds client %r, which the recording never names; it is left out", c.domain)
     split.sources = [c for c in split.sources if c.domain in clients]
     attack_role_and_victims(cfg, clients)  # a bad --attacker/--victim fails before any work
 

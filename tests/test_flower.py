@@ -202,7 +202,7 @@ def test_bad_recordings_get_one_line_errors(tmp_path):
 
 def _write_many(root: str, worker: int) -> None:
     writer = RecordingWriter(root, "client")
-    for i in range(15):
+    for i in range(25):
         writer.message(src_node_id=100 + worker, dst_node_id=SERVER_NODE, sender=f"client:w{worker}", receiver="server",
                        round=i, message_type="train", message_id="", arrays={"arrays": {"w": torch.full((64,), float(i))}})
 
@@ -210,15 +210,15 @@ def _write_many(root: str, worker: int) -> None:
 def test_several_processes_record_into_one_directory(tmp_path):
     start_recording(tmp_path)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_write_many, args=(str(tmp_path), w)) for w in range(3)]
+    procs = [ctx.Process(target=_write_many, args=(str(tmp_path), w)) for w in range(2)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
     rec = read_recording(tmp_path)
-    assert len(rec.rows) == 45
-    assert {(r["sender"], r["round"]) for r in rec.rows} == {(f"client:w{w}", i) for w in range(3) for i in range(15)}
+    assert len(rec.rows) == 50
+    assert {(r["sender"], r["round"]) for r in rec.rows} == {(f"client:w{w}", i) for w in range(2) for i in range(25)}
     for row in rec.rows:
         assert torch.equal(rec.artifact(row).tensors["w"], torch.full((64,), float(row["round"])))
 
@@ -332,3 +332,45 @@ def test_audit_command_refuses_a_directory_without_a_recording(tmp_path):
     assert result.exit_code == 2
     assert "has no manifest.json: not a fedaudit recording" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "runs").exists()
+
+
+def write_records(root: Path, parts: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]], classes: list[str]) -> None:
+    """``root/<part>/<domain>/<class>/<i>.png`` from uint8 images and labels."""
+    from PIL import Image
+
+    for part, domains in parts.items():
+        for domain, (x, y) in domains.items():
+            for i, (img, label) in enumerate(zip(x, y)):
+                folder = root / part / domain / classes[int(label)]
+                folder.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(img.permute(1, 2, 0).numpy()).save(folder / f"{i}.png")
+
+
+def test_audit_with_the_deployments_own_records(example_recording, tmp_path):
+    """A deployment's data is not fedaudit's split: the auditor gives each client's members and holdout records
+    and an unseen domain in folders (data.records), and the membership test uses exactly those."""
+    import shutil
+
+    from fedaudit.recorded import audit_recording
+
+    example = example_app()
+    dataset, sources = example.client_data(0)
+    records = tmp_path / "records"
+    write_records(records, {
+        "members": {d: (c.train_x, c.train_y) for d, c in sources.items()},
+        "holdout": {d: (torch.cat([c.val_x, c.holdout_x]), torch.cat([c.val_y, c.holdout_y])) for d, c in sources.items()},
+        "unseen": {"textured": (dataset.images["textured"][:60], dataset.labels["textured"][:60])},
+    }, dataset.classes)
+    rec_dir = tmp_path / "rec"
+    shutil.copytree(example_recording, rec_dir)
+    manifest = json.loads((rec_dir / "manifest.json").read_text())
+    (rec_dir / "manifest.json").write_text(json.dumps({**manifest, "data": {"records": str(records), "seed": 0}}))
+    run_dir, metrics = audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"), device="cpu")
+    assert metrics["target_domain"] == "textured" and metrics["dataset"] == f"records:{records}"
+    entry = metrics["leakage"]["mia"]["loss"]["global_model"]["clean"]
+    holdout = len(sources["clean"].val_y) + len(sources["clean"].holdout_y)
+    assert entry["n_members"] == len(sources["clean"].train_y)
+    assert entry["n_nonmembers"] == holdout - round(holdout * 0.2)
+    shutil.rmtree(records / "unseen")
+    with pytest.raises(FedauditError, match="have no unseen/ folder; records PATH holds members/"):
+        audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"))

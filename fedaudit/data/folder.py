@@ -48,8 +48,9 @@ def _load_one(path: Path, size: int) -> np.ndarray | None:
         return None
 
 
-def load_folder(path: str, image_size: int = 32, spec: str | None = None) -> MultiDomainDataset:
-    """Load ``PATH/<domain>/<class>/<image>`` into a :class:`MultiDomainDataset`."""
+def load_folder(path: str, image_size: int = 32, spec: str | None = None, min_domains: int = 2) -> MultiDomainDataset:
+    """Load ``PATH/<domain>/<class>/<image>`` into a :class:`MultiDomainDataset` (at least ``min_domains``
+    domains: leave-one-domain-out needs two; an auditor's records of one unseen domain need one)."""
     root = Path(os.path.expanduser(path))
     if path and root.is_file():
         raise FedauditError(f"dataset path {str(root)!r} is a file, not a folder; {LAYOUT_HINT}")
@@ -57,11 +58,11 @@ def load_folder(path: str, image_size: int = 32, spec: str | None = None) -> Mul
         raise FedauditError(f"dataset folder {str(root)!r} does not exist; {LAYOUT_HINT}")
 
     domain_dirs = _subdirs(root)
-    if len(domain_dirs) < 2:
+    if len(domain_dirs) < min_domains:
         found = ", ".join(repr(d.name) for d in domain_dirs) or "none"
+        why = "leave-one-domain-out needs at least 2" if min_domains == 2 else f"at least {min_domains} are needed"
         raise FedauditError(
-            f"dataset folder {str(root)!r} has {len(domain_dirs)} domain folder(s) ({found}); "
-            f"leave-one-domain-out needs at least 2; {LAYOUT_HINT}"
+            f"dataset folder {str(root)!r} has {len(domain_dirs)} domain folder(s) ({found}); {why}; {LAYOUT_HINT}"
         )
 
     class_sets = {d.name: {c.name for c in _subdirs(d)} for d in domain_dirs}
