@@ -32,6 +32,7 @@ from fedaudit.data.split import stratified_split
 from fedaudit.dp import coverage
 from fedaudit.errors import FedauditError
 from fedaudit.federation import Federation
+from fedaudit.models import build_model
 from fedaudit.recording import Recording, read_recording
 from fedaudit.reports import write_report_or_warn
 from fedaudit.results import provenance
@@ -120,9 +121,9 @@ def auditor_data(cfg: RunConfig, records: str | None) -> tuple[MultiDomainDatase
     return dataset, lodo_split(dataset, target, cfg.split, seed=cfg.seed)
 
 
-def recorded_shares(wire: Wire) -> tuple[tuple[ArtifactKind, str], ...]:
-    """(kind, direction) pairs the recording's ledger holds: what the recorded protocol sends."""
-    return tuple(sorted({(ArtifactKind(e.kind), e.direction) for e in wire.ledger}, key=lambda s: (s[0].value, s[1])))
+def recorded_shares(rec: Recording) -> tuple[tuple[ArtifactKind, str], ...]:
+    """(kind, direction) pairs the recording's ledger holds, sorted: what the recorded protocol sends."""
+    return tuple(sorted(rec.shares(), key=lambda s: (s[0].value, s[1])))
 
 
 def check_architecture(model: torch.nn.Module, wire: Wire, cfg: RunConfig) -> None:
@@ -163,10 +164,18 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
         raise FedauditError(f"fedaudit audit takes no option {sorted(unknown)[0]!r}; training options come from the "
                             "recording's manifest")
     method_cls = get_method(base["method"])
+    # First the options without attacks: the data and the architecture say what the recorded records are,
+    # and those say what `--attack auto` runs.
+    draft = resolve({**base, **explicit, "attack": "none"}, None, method_cls.profile_defaults, {}, set(attack_options()))
+    check_names(draft)
+    dataset, split = auditor_data(draft, records)
+    state = {k: tuple(v.shape) for k, v in build_model(draft.model, len(dataset.classes), draft.image_size,
+                                                        draft.norm).state_dict().items()}
+    if rec.reclassify(state):
+        log.info("records named as the %s model's state from its shapes (the recording declared no model)", draft.model)
     spec = explicit.get("attack", AUTO)
-    draft_wire = rec.wire()
     if spec == AUTO:
-        spec = auto_attacks(recorded_shares(draft_wire), "quick")
+        spec = auto_attacks(recorded_shares(rec), "quick")
         log.info("--attack auto: %s (from what the recording holds)", spec)
     selected = get_attacks(spec)
     if any(cls.plants_canaries for cls in selected):
@@ -176,7 +185,6 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
                   set(attack_options()))
     check_names(cfg)
     device = resolve_device(cfg.device)
-    dataset, split = auditor_data(cfg, records)
     target = split.target
     clients = sorted({r[side][len("client:"):] for r in rec.rows for side in ("sender", "receiver")
                       if r[side] != SERVER})
@@ -217,7 +225,7 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     val_mean = sum(scores.val.values()) / len(scores.val)
     history = [{"round": deployed.round, "val_mean": val_mean, "target": scores.target,
                 **{f"val/{d}": v for d, v in scores.val.items()}}]
-    shares = recorded_shares(wire)
+    shares = recorded_shares(rec)
     summary = wire.summary()
     rounds = max(deployed.round, 1)
     metrics = {

@@ -163,7 +163,8 @@ class RecordingWriter:
         for record, items in arrays.items():
             kind = classify_record(record, shapes[record], sent_up=sent_up, model_state=state, declared=declared)
             nbytes = sum(tensors[f"{record}/{k}"].numel() * tensors[f"{record}/{k}"].element_size() for k in items)
-            rows.append({**base, "kind": kind.value, "record": record, "bytes": nbytes, "tensors": len(items)})
+            rows.append({**base, "kind": kind.value, "record": record, "bytes": nbytes, "tensors": len(items),
+                         "shapes": {k: list(v) for k, v in shapes[record].items()}})
         for record, nbytes in numbers.items():
             rows.append({**base, "kind": ArtifactKind.SCALARS.value, "record": f"{METRICS_PREFIX}{record}",
                          "bytes": nbytes, "tensors": len(metrics[record])})
@@ -227,6 +228,25 @@ class Recording:
     manifest: dict[str, Any]
     nodes: dict[int, str]
     rows: list[dict[str, Any]]
+
+    def reclassify(self, model_state: Mapping[str, tuple[int, ...]]) -> int:
+        """Name the generic records that are the given model's state (whole or part) — for a recording made
+        without ``start_recording(model=...)``, once the audit knows the architecture. Returns how many rows."""
+        declared = self.manifest.get("record_kinds") or {}
+        changed = 0
+        for row in self.rows:
+            if row["kind"] != ArtifactKind.RECORD.value or row["record"] in declared or "shapes" not in row:
+                continue
+            kind = classify_record(row["record"], {k: tuple(v) for k, v in row["shapes"].items()},
+                                   sent_up=row["direction"] == "up", model_state=model_state)
+            if kind != ArtifactKind.RECORD:
+                row["kind"] = kind.value
+                changed += 1
+        return changed
+
+    def shares(self) -> set[tuple[ArtifactKind, str]]:
+        """(kind, direction) pairs the ledger holds: what the recorded protocol sends."""
+        return {(ArtifactKind(r["kind"]), r["direction"]) for r in self.rows if r["kind"] != "config"}
 
     def wire(self, device: torch.device | str = "cpu") -> Wire:
         """The recording as fedaudit's wire: every row in the ledger; the newest artifact of each

@@ -374,3 +374,24 @@ def test_audit_with_the_deployments_own_records(example_recording, tmp_path):
     shutil.rmtree(records / "unseen")
     with pytest.raises(FedauditError, match="have no unseen/ folder; records PATH holds members/"):
         audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"))
+
+
+def test_audit_names_the_models_records_when_the_recording_declared_no_model(example_recording, tmp_path):
+    """Recorded without start_recording(model=...), the model messages are generic records; the audit knows the
+    architecture and names them from their shapes, so the deployed model and the attacks are found."""
+    import shutil
+
+    from fedaudit.recorded import audit_recording
+
+    rec_dir = tmp_path / "rec"
+    shutil.copytree(example_recording, rec_dir)
+    manifest = json.loads((rec_dir / "manifest.json").read_text())
+    manifest.pop("model_state")
+    (rec_dir / "manifest.json").write_text(json.dumps(manifest))
+    rows = [json.loads(line) for line in (rec_dir / "wire.jsonl").read_text().splitlines()]
+    (rec_dir / "wire.jsonl").write_text("".join(json.dumps({**r, "kind": "record"} if r["kind"] == "full_model" else r)
+                                                + "\n" for r in rows))
+    assert ("record", "up") in {(k.value, d) for k, d in read_recording(rec_dir).shares()}
+    _, metrics = audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"), device="cpu")
+    assert metrics["communication"]["declared"] == ["full_model↑", "full_model↓", "scalars↑"]
+    assert metrics["provenance"]["recording"]["deployed_model"]["round"] == 1
