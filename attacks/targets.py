@@ -42,6 +42,8 @@ STATS_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.BN_STATS_ALL_LAYERS, Artifa
 BANK_KINDS = (ArtifactKind.STYLE_BANK, ArtifactKind.AMPLITUDE_BANK)
 NOT_YET = {
     ArtifactKind.MODEL_DELTA: "attacking a model delta is not yet supported",
+    # a recorded framework record fedaudit could not name: the recording's record_kinds can name it
+    ArtifactKind.RECORD: "a recorded record of no known kind; map its name in the recording's record_kinds",
 }
 NOT_APPLICABLE = {
     ArtifactKind.SCALARS: "carries no statistics to invert",

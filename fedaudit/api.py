@@ -238,6 +238,41 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
     return metrics
 
 
+def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any) -> tuple[Path, dict[str, Any]]:
+    """``fedaudit audit``: attack a recorded federation as ``evaluate`` attacks its own (see
+    :mod:`fedaudit.recorded`); returns (run directory, metrics)."""
+    from fedaudit.attacks import AUTO, attack_options, attack_schema, auto_attacks, get_attacks
+    from fedaudit.methods import get_method
+    from fedaudit.recorded import (auditor_data, audit, check_audit_options, name_model_records, recorded_config,
+                                   recorded_shares)
+    from fedaudit.recording import read_recording
+
+    rec = read_recording(recording)
+    base = recorded_config(rec)
+    explicit = {k: v for k, v in explicit.items() if v is not None}
+    check_audit_options(explicit, set(attack_options()))
+    method_cls = get_method(base["method"])
+    # First the options without attacks: the data and the architecture say what the recorded records are,
+    # and those say what `--attack auto` runs.
+    draft = resolve({**base, **explicit, "attack": "none"}, None, method_cls.profile_defaults, {}, set(attack_options()))
+    check_names(draft)
+    dataset, split = auditor_data(draft, DATA_SEED)
+    name_model_records(rec, draft, len(dataset.classes))
+    spec = explicit.get("attack", AUTO)
+    if spec == AUTO:
+        spec = auto_attacks(recorded_shares(rec), "quick")
+        log.info("--attack auto: %s (from what the recording holds)", spec)
+    selected = get_attacks(spec)
+    if any(cls.plants_canaries for cls in selected):
+        raise FedauditError("the canary audit plants canaries before training, which a recording cannot have; "
+                            "drop canary from --attack")
+    cfg = resolve({**base, **explicit, "attack": spec}, None, method_cls.profile_defaults, attack_schema(spec),
+                  set(attack_options()))
+    run_dir, metrics = audit(rec, cfg, method_cls(cfg), selected, dataset, split, resolve_device(cfg.device), command)
+    write_report_or_warn(run_dir)
+    return run_dir, metrics
+
+
 def save_progress(run_dir: Path, fed: Federation) -> None:
     """After each round: history, ledger, and a checkpoint to resume from."""
     runs.write_csv(run_dir / "history.csv", fed.history)

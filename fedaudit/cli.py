@@ -252,12 +252,11 @@ def audit_signature() -> inspect.Signature:
 def audit(recording: Path, **given: Any) -> None:
     """Attack a recorded federation (e.g. a Flower run) as evaluate attacks its own: same controls, verdict and report."""
     from fedaudit import api
-    from fedaudit.recorded import audit_recording
 
     quiet, json_summary, fail_on = given.pop("quiet"), given.pop("json_summary"), given.pop("fail_on")
     _setup_logging(quiet)
     try:
-        run_dir, metrics = audit_recording(recording, command=api.command_line(), **parsed_options(given, fail_on))
+        run_dir, metrics = api.audit_recording(recording, command=api.command_line(), **parsed_options(given, fail_on))
     except FedauditError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

@@ -1,5 +1,8 @@
 """Audit a recording: the attack half of ``evaluate`` on what crossed a federation fedaudit did not run.
 
+The steps below are engine work and take the method and attack classes in; ``fedaudit.api.audit_recording``
+looks them up and strings the steps together.
+
 The recording (:mod:`fedaudit.recording`) gives the wire; its manifest gives the rest a run's config
 holds — the model the clients trained, their public training recipe, the protocol (``method``,
 whose public code the attacker's prior carries) and the auditor's data (the dataset the clients'
@@ -14,6 +17,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -22,20 +26,19 @@ import torch
 
 from fedaudit import runs
 from fedaudit.aggregation import clone_state
-from fedaudit.api import DATA_SEED, check_names, resolve_device
+from fedaudit.attack import Attack
 from fedaudit.audit.session import attack_role_and_victims, run_attacks
 from fedaudit.audit.verdict import RiskThresholds, judge
-from fedaudit.config import RunConfig, resolve
+from fedaudit.config import RunConfig
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.data.base import ClientData, LODOSplit
 from fedaudit.data.split import stratified_split
-from fedaudit.dp import coverage
 from fedaudit.errors import FedauditError
 from fedaudit.federation import Federation
+from fedaudit.method import Method
 from fedaudit.models import build_model
-from fedaudit.recording import Recording, read_recording
-from fedaudit.reports import write_report_or_warn
-from fedaudit.results import provenance
+from fedaudit.recording import Recording
+from fedaudit.results import communication, privacy, provenance
 from fedaudit.seeds import derive_seed
 from fedaudit.wire import SERVER, ArtifactKind, Wire
 
@@ -49,7 +52,8 @@ RECIPE_KEYS = ("rounds", "local_epochs", "batch_size", "optimizer", "lr", "momen
 
 
 def recorded_config(rec: Recording) -> dict[str, Any]:
-    """The run options the manifest states: protocol, data, architecture and the clients' recipe."""
+    """The run options the manifest states: protocol, data, architecture and the clients' recipe (a
+    deployment's own records are the dataset ``records:PATH``)."""
     m = rec.manifest
     data, model, recipe = m.get("data") or {}, m.get("model") or {}, m.get("recipe") or {}
     options: dict[str, Any] = {"method": m.get("method", "fedavg")}
@@ -58,9 +62,22 @@ def recorded_config(rec: Recording) -> dict[str, Any]:
             options[key] = data[key]
     options.update({k: model[k] for k in ("model", "norm", "image_size") if k in model})
     options.update({k: recipe[k] for k in RECIPE_KEYS if k in recipe})
+    if "records" in data:
+        options["dataset"] = f"records:{data['records']}"
+    if "dataset" not in options:
+        raise FedauditError(f"{rec.root}/manifest.json names no data for the auditor (data.dataset, or data.records: "
+                            f"{RECORDS_LAYOUT}); the attacks' scores need the clients' records — record with "
+                            "start_recording(data=...)")
     if "rounds" not in options:
         options["rounds"] = max((r["round"] for r in rec.rows), default=1)
     return options
+
+
+def check_audit_options(explicit: dict[str, Any], attack_option_names: set[str]) -> None:
+    unknown = set(explicit) - set(AUDIT_OPTIONS) - attack_option_names
+    if unknown:
+        raise FedauditError(f"fedaudit audit takes no option {sorted(unknown)[0]!r}; training options come from the "
+                            "recording's manifest")
 
 
 RECORDS_LAYOUT = ("records PATH holds members/<client>/<class>/<image> (what each client trained on), "
@@ -112,13 +129,21 @@ def load_records(path: str, image_size: int, seed: int) -> tuple[MultiDomainData
                               target_y=unseen.labels[target])
 
 
-def auditor_data(cfg: RunConfig, records: str | None) -> tuple[MultiDomainDataset, LODOSplit]:
+def auditor_data(cfg: RunConfig, data_seed: int) -> tuple[MultiDomainDataset, LODOSplit]:
     """The records the auditor scores with: a dataset split as fedaudit splits it, or the deployment's own."""
-    if records is not None:
-        return load_records(records, cfg.image_size, cfg.seed)
-    dataset = load_dataset(cfg.dataset, cfg.image_size, seed=DATA_SEED)
+    if cfg.dataset.startswith("records:"):
+        return load_records(cfg.dataset[len("records:"):], cfg.image_size, cfg.seed)
+    dataset = load_dataset(cfg.dataset, cfg.image_size, seed=data_seed)
     target = cfg.target_domain or dataset.domains[-1]
     return dataset, lodo_split(dataset, target, cfg.split, seed=cfg.seed)
+
+
+def name_model_records(rec: Recording, cfg: RunConfig, num_classes: int) -> None:
+    """Records of a recording made without a declared model, named as the audited architecture's state."""
+    state = {k: tuple(v.shape) for k, v in build_model(cfg.model, num_classes, cfg.image_size,
+                                                        cfg.norm).state_dict().items()}
+    if rec.reclassify(state):
+        log.info("records named as the %s model's state from its shapes (the recording declared no model)", cfg.model)
 
 
 def recorded_shares(rec: Recording) -> tuple[tuple[ArtifactKind, str], ...]:
@@ -143,48 +168,12 @@ def check_architecture(model: torch.nn.Module, wire: Wire, cfg: RunConfig) -> No
                                     f"--model {cfg.model} (norm {cfg.norm}) has {tuple(state[name].shape)}; {hint}")
 
 
-def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any) -> tuple[Path, dict[str, Any]]:
-    """Attack a recording as ``evaluate`` attacks its own wire; returns (run directory, metrics)."""
-    from fedaudit.attacks import AUTO, attack_options, attack_schema, auto_attacks, get_attacks
-    from fedaudit.methods import get_method
-
+def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[type[Attack]],
+          dataset: MultiDomainDataset, split: LODOSplit, device: torch.device,
+          command: str = "") -> tuple[Path, dict[str, Any]]:
+    """Attack the recording as ``evaluate`` attacks its own wire, score the deployed model, write a run
+    directory (no report: the caller renders it); on failure no directory is left."""
     wall0 = time.perf_counter()
-    rec = read_recording(recording)
-    base = recorded_config(rec)
-    records = (rec.manifest.get("data") or {}).get("records")
-    if records is not None:
-        base["dataset"] = f"records:{records}"
-    if "dataset" not in base:
-        raise FedauditError(f"{rec.root}/manifest.json names no data for the auditor (data.dataset, or data.records: "
-                            f"{RECORDS_LAYOUT}); the attacks' scores need the clients' records — record with "
-                            "start_recording(data=...)")
-    explicit = {k: v for k, v in explicit.items() if v is not None}
-    unknown = set(explicit) - set(AUDIT_OPTIONS) - set(attack_options())
-    if unknown:
-        raise FedauditError(f"fedaudit audit takes no option {sorted(unknown)[0]!r}; training options come from the "
-                            "recording's manifest")
-    method_cls = get_method(base["method"])
-    # First the options without attacks: the data and the architecture say what the recorded records are,
-    # and those say what `--attack auto` runs.
-    draft = resolve({**base, **explicit, "attack": "none"}, None, method_cls.profile_defaults, {}, set(attack_options()))
-    check_names(draft)
-    dataset, split = auditor_data(draft, records)
-    state = {k: tuple(v.shape) for k, v in build_model(draft.model, len(dataset.classes), draft.image_size,
-                                                        draft.norm).state_dict().items()}
-    if rec.reclassify(state):
-        log.info("records named as the %s model's state from its shapes (the recording declared no model)", draft.model)
-    spec = explicit.get("attack", AUTO)
-    if spec == AUTO:
-        spec = auto_attacks(recorded_shares(rec), "quick")
-        log.info("--attack auto: %s (from what the recording holds)", spec)
-    selected = get_attacks(spec)
-    if any(cls.plants_canaries for cls in selected):
-        raise FedauditError("the canary audit plants canaries before training, which a recording cannot have; "
-                            "drop canary from --attack")
-    cfg = resolve({**base, **explicit, "attack": spec}, None, method_cls.profile_defaults, attack_schema(spec),
-                  set(attack_options()))
-    check_names(cfg)
-    device = resolve_device(cfg.device)
     target = split.target
     clients = sorted({r[side][len("client:"):] for r in rec.rows for side in ("sender", "receiver")
                       if r[side] != SERVER})
@@ -201,7 +190,6 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     attack_role_and_victims(cfg, clients)  # a bad --attacker/--victim fails before any work
 
     wire = rec.wire(device)
-    method = method_cls(cfg)
     fed = Federation(cfg, method, dataset, split, device, wire)
     check_architecture(fed.model, wire, cfg)
     deployed = rec.deployed(device)
@@ -210,40 +198,31 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
                             "this audit needs full_model broadcasts")
     method.global_state = clone_state(deployed.tensors)
     fed.rounds_done = deployed.round
+    # The engine's own scoring of the one model there is (no training loss: nothing was trained here).
+    fed.history.append(fed.evaluate(deployed.round, float("nan")))
 
     run_dir = runs.new_run_dir(Path(cfg.out).expanduser(), f"recording-{cfg.method}", cfg.dataset, target)
     try:
         runs.write_json(run_dir / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
                                                   "targets": [target], "recording": str(rec.root.resolve())})
-        scores = method.score(fed, method.global_model(fed))
         t0 = time.perf_counter()
         leakage = run_attacks(selected, run_dir, cfg, method, fed, dataset, device)
         attack_seconds = time.perf_counter() - t0
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: an audit is rerun whole
         raise
-    val_mean = sum(scores.val.values()) / len(scores.val)
-    history = [{"round": deployed.round, "val_mean": val_mean, "target": scores.target,
-                **{f"val/{d}": v for d, v in scores.val.items()}}]
     shares = recorded_shares(rec)
-    summary = wire.summary()
-    rounds = max(deployed.round, 1)
     metrics = {
         "schema_version": runs.SCHEMA_VERSION,
         "method": cfg.method,
         "dataset": cfg.dataset,
         "target_domain": target,
         "source_domains": clients,
-        "accuracy": {"unseen_domain": scores.target, "source_val": {"mean": val_mean, "per_domain": scores.val},
-                     "selected_round": deployed.round,
-                     "final_round": {"round": deployed.round, "unseen_domain": scores.target, "source_val_mean": val_mean},
-                     "note": "the deployed model: the last whole model the server sent (nothing is selected)"},
-        "communication": {**summary, "rounds": deployed.round, "clients": len(clients),
-                          "mb_up_per_round": summary["bytes_up"] / rounds / 1e6,
-                          "mb_down_per_round": summary["bytes_down"] / rounds / 1e6,
-                          "declared": sorted(f"{k.value}{'↑' if d == 'up' else '↓'}" for k, d in shares)},
+        "accuracy": {**fed.results(), "note": "the deployed model: the last whole model the server sent"},
+        "communication": communication(fed, shares),
         "leakage": leakage,
-        "privacy": {"dp": None, "coverage": [{**row, "covered": False, "why": "no DP recorded"} for row in coverage(shares)]},
+        "privacy": privacy(fed, shares, no_dp="no DP accounting in the recording: whether the clients trained "
+                                              "with a privacy mechanism is not known here"),
         "provenance": {**provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
                                                                     "wall": time.perf_counter() - wall0}),
                        "recording": {"path": str(rec.root.resolve()), "framework": rec.manifest.get("framework"),
@@ -253,12 +232,12 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     }
     metrics["verdict"] = judge(metrics, cfg.to_json(), RiskThresholds())
     metrics["verdict_thresholds"] = asdict(RiskThresholds())
-    runs.write_csv(run_dir / "history.csv", history)
+    runs.write_csv(run_dir / "history.csv", fed.history)
     runs.write_jsonl(run_dir / "wire.jsonl", wire.ledger_rows())
     runs.write_json(run_dir / "metrics.json", metrics)
     runs.mark_complete(run_dir, ["config.json", "metrics.json", "history.csv", "wire.jsonl"])
-    write_report_or_warn(run_dir)
     return run_dir, metrics
 
 
-__all__ = ["AUDIT_OPTIONS", "audit_recording", "check_architecture", "recorded_config", "recorded_shares"]
+__all__ = ["AUDIT_OPTIONS", "audit", "auditor_data", "check_architecture", "check_audit_options",
+           "name_model_records", "recorded_config", "recorded_shares"]

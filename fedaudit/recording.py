@@ -63,8 +63,8 @@ def classify_record(name: str, shapes: Mapping[str, tuple[int, ...]], *, sent_up
     keys = set(shapes)
     if keys and all(k.endswith(BN_STAT_SUFFIXES) for k in keys):
         return ArtifactKind.BN_STATS_ALL_LAYERS if sent_up else ArtifactKind.GLOBAL_STATS
-    if model_state and keys and all(tuple(model_state.get(k, ())) == tuple(s) for k, s in shapes.items()
-                                    if k in model_state) and keys <= set(model_state):
+    if model_state and keys and keys <= set(model_state) and all(tuple(model_state[k]) == tuple(s)
+                                                                for k, s in shapes.items()):
         return ArtifactKind.FULL_MODEL if keys == set(model_state) else ArtifactKind.PARTIAL_MODEL
     return ArtifactKind.RECORD
 
@@ -352,7 +352,7 @@ def _one_recorder_per_message(rows: list[dict[str, Any]]) -> list[dict[str, Any]
         key = (r["src_node_id"], r["dst_node_id"], r["round"], r["message_type"])
         by_message.setdefault(key, {}).setdefault(r["recorded_by"], []).append(r)
     kept = []
-    for (_, _, _, _), sides in by_message.items():
+    for sides in by_message.values():
         some = next(iter(sides.values()))
         kept += sides.get(preferred[some[0]["direction"]], some)
     return kept

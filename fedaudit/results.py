@@ -10,6 +10,7 @@ import torch
 
 from fedaudit import runs
 from fedaudit.dp import coverage
+from fedaudit.wire import ArtifactKind
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
@@ -17,7 +18,12 @@ if TYPE_CHECKING:
     from fedaudit.federation import Federation
 
 
-def communication(fed: Federation) -> dict[str, Any]:
+Shares = tuple[tuple[ArtifactKind, str], ...]  # (kind, direction) pairs
+
+
+def communication(fed: Federation, shares: Shares | None = None) -> dict[str, Any]:
+    """Traffic totals from the ledger, and ``declared``: what the method (or a recording's ledger, ``shares``)
+    says is sent."""
     s = fed.wire.summary()
     rounds = max(fed.rounds_done, 1)
     return {
@@ -27,7 +33,7 @@ def communication(fed: Federation) -> dict[str, Any]:
         "mb_up_per_round": s["bytes_up"] / rounds / 1e6,
         "mb_down_per_round": s["bytes_down"] / rounds / 1e6,
         # what the configured method says it sends; tests hold the ledger to it
-        "declared": sorted(f"{k.value}{'↑' if d == 'up' else '↓'}" for k, d in fed.method.declared_shares()),
+        "declared": sorted(f"{k.value}{'↑' if d == 'up' else '↓'}" for k, d in (shares or fed.method.declared_shares())),
     }
 
 
@@ -61,13 +67,16 @@ def summarise_targets(cfg: RunConfig, per_target: dict[str, dict]) -> dict[str, 
     }
 
 
-def privacy(fed: Federation) -> dict[str, Any]:
+NO_DP = "no DP: trained without a privacy mechanism"
+
+
+def privacy(fed: Federation, shares: Shares | None = None, no_dp: str = NO_DP) -> dict[str, Any]:
     """The defense in force and what it covers: per client ε spent (Opacus' accountant), and for every
-    artifact the method sends whether that ε covers it."""
-    shares = fed.method.declared_shares()
+    artifact the method sends (or a recording's ledger holds, ``shares``) whether that ε covers it;
+    ``no_dp`` is why nothing is covered when no DP ran here."""
+    shares = shares or fed.method.declared_shares()
     if fed.dp is None:
-        return {"dp": None, "coverage": [{**row, "covered": False, "why": "no DP: trained without a privacy mechanism"}
-                                         for row in coverage(shares)]}
+        return {"dp": None, "coverage": [{**row, "covered": False, "why": no_dp} for row in coverage(shares)]}
     return {"dp": fed.dp.summary({c.index: c.domain for c in fed.clients}), "coverage": coverage(shares)}
 
 

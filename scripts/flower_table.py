@@ -22,8 +22,7 @@ import sys
 from pathlib import Path
 
 from fedaudit import runs
-from fedaudit.api import evaluate
-from fedaudit.recorded import audit_recording
+from fedaudit.api import audit_recording, evaluate
 from leakage_table import rows  # scripts/ is on sys.path when run as python scripts/flower_table.py
 
 ATTACKS = "deepinversion,mia-loss"

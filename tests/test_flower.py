@@ -261,7 +261,7 @@ def example_recording(tmp_path_factory) -> Path:
 def test_audit_of_the_example_recording_writes_a_run(example_recording, tmp_path):
     """The example app (FedAvg on digits, trained and evaluated through Flower's strategy), recorded and audited:
     a complete run directory whose ledger is the recording's and whose verdict assessed the model."""
-    from fedaudit.recorded import audit_recording
+    from fedaudit.api import audit_recording
 
     rec_dir = example_recording
     rec = read_recording(rec_dir)
@@ -273,20 +273,23 @@ def test_audit_of_the_example_recording_writes_a_run(example_recording, tmp_path
         assert (run_dir / name).exists(), name
     ledger = [json.loads(line) for line in (run_dir / "wire.jsonl").read_text().splitlines()]
     assert sum(r["bytes"] for r in ledger) == sum(r["bytes"] for r in rec.rows)
-    # the deployed model is the evaluation broadcast after the last aggregation, and it is what was scored
+    # the deployed model is the evaluation broadcast after the last aggregation, and it is what was scored: its
+    # accuracy on each client's validation records is what that client reported back to Flower's strategy
     assert metrics["provenance"]["recording"]["deployed_model"] == {"round": 1, "message_type": "evaluate"}
-    reported = [json.loads(line) for line in (rec_dir / "wire.jsonl").read_text().splitlines()
-                if json.loads(line)["kind"] == "scalars" and json.loads(line)["message_type"] == "evaluate"]
-    assert reported and metrics["accuracy"]["source_val"]["per_domain"]
-    rows = {r["row"]: r["tier"] for r in metrics["verdict"]}
-    assert rows["membership:global_model"] in ("low", "medium", "high", "inconclusive")
-    assert metrics["leakage"]["mia"]
+    reported = {r["sender"][len("client:"):]: float(rec.artifact(r).tensors["accuracy"]) for r in rec.rows
+                if r["kind"] == "scalars" and r["message_type"] == "evaluate"}
+    assert reported.keys() == {"clean", "colour", "rotated"}
+    assert metrics["accuracy"]["source_val"]["per_domain"] == pytest.approx(reported, abs=1e-9)
+    # the loss attack scored every victim against the recorded uploads and the deployed model
+    for target in ("global_model", "last_upload"):
+        assert set(metrics["leakage"]["mia"]["loss"][target]) >= {"clean", "colour", "rotated"}
+    assert {"membership:global_model", "membership:last_upload"} <= {r["row"] for r in metrics["verdict"]}
 
 
 def test_audit_errors_name_the_problem(example_recording, tmp_path):
     import shutil
 
-    from fedaudit.recorded import audit_recording
+    from fedaudit.api import audit_recording
 
     rec_dir = tmp_path / "rec"
     shutil.copytree(example_recording, rec_dir)
@@ -351,7 +354,7 @@ def test_audit_with_the_deployments_own_records(example_recording, tmp_path):
     and an unseen domain in folders (data.records), and the membership test uses exactly those."""
     import shutil
 
-    from fedaudit.recorded import audit_recording
+    from fedaudit.api import audit_recording
 
     example = example_app()
     dataset, sources = example.client_data(0)
@@ -381,7 +384,7 @@ def test_audit_names_the_models_records_when_the_recording_declared_no_model(exa
     architecture and names them from their shapes, so the deployed model and the attacks are found."""
     import shutil
 
-    from fedaudit.recorded import audit_recording
+    from fedaudit.api import audit_recording
 
     rec_dir = tmp_path / "rec"
     shutil.copytree(example_recording, rec_dir)
