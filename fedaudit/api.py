@@ -243,8 +243,8 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     :mod:`fedaudit.recorded`); returns (run directory, metrics)."""
     from fedaudit.attacks import AUTO, attack_options, attack_schema, auto_attacks, get_attacks
     from fedaudit.methods import get_method
-    from fedaudit.recorded import (auditor_data, audit, check_audit_options, name_model_records, recorded_config,
-                                   recorded_shares)
+    from fedaudit.recorded import (NO_DATA, audit, auditor_data, check_audit_options, data_free_attacks,
+                                   name_model_records, recorded_config, recorded_shares)
     from fedaudit.recording import read_recording
 
     rec = read_recording(recording)
@@ -256,9 +256,10 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     # and those say what `--attack auto` runs.
     draft = resolve({**base, **explicit, "attack": "none"}, None, method_cls.profile_defaults, {}, set(attack_options()))
     check_names(draft)
-    dataset, split = auditor_data(draft, DATA_SEED)
+    dataset, split = auditor_data(draft, DATA_SEED, rec)
     name_model_records(rec, draft, len(dataset.classes))
     spec = explicit.get("attack", AUTO)
+    by_auto = spec in (AUTO, "all")  # chosen for the user: what cannot run without data is left out, not refused
     if spec == AUTO:
         spec = auto_attacks(recorded_shares(rec), "quick")
         log.info("--attack auto: %s (from what the recording holds)", spec)
@@ -266,9 +267,16 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     if any(cls.plants_canaries for cls in selected):
         raise FedauditError("the canary audit plants canaries before training, which a recording cannot have; "
                             "drop canary from --attack")
+    left_out: dict[str, str] = {}
+    if draft.dataset == NO_DATA:
+        selected, left_out = data_free_attacks(selected, by_auto)
+        for name, why in left_out.items():
+            log.warning("--attack %s leaves %s out: %s", explicit.get("attack", AUTO), name, why)
+        spec = ",".join(cls.name for cls in selected) or "none"
     cfg = resolve({**base, **explicit, "attack": spec}, None, method_cls.profile_defaults, attack_schema(spec),
                   set(attack_options()))
-    run_dir, metrics = audit(rec, cfg, method_cls(cfg), selected, dataset, split, resolve_device(cfg.device), command)
+    run_dir, metrics = audit(rec, cfg, method_cls(cfg), selected, dataset, split, resolve_device(cfg.device), command,
+                             left_out)
     write_report_or_warn(run_dir)
     return run_dir, metrics
 

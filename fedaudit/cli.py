@@ -347,11 +347,17 @@ def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
         table.add_row("[bold]mean[/]", f"[bold]{acc['unseen_domain']:.3f}[/]", f"[bold]{acc['source_val']['mean']:.3f}[/]", "",
                       f"{comm['bytes_up'] / 1e6:.1f}", f"{comm['bytes_down'] / 1e6:.1f}")
     else:
-        table.add_row(metrics["target_domain"], f"{acc['unseen_domain']:.3f}", f"{acc['source_val']['mean']:.3f}",
+        table.add_row(metrics["target_domain"], _acc(acc["unseen_domain"]), _acc(acc["source_val"]["mean"]),
                       str(acc["selected_round"]), f"{comm['bytes_up'] / 1e6:.1f}", f"{comm['bytes_down'] / 1e6:.1f}")
     console().print(table)
+    if acc.get("status") == "unscored":
+        console().print(f"not scored: {acc.get('why')}", highlight=False, markup=False)
     print_verdict(metrics, run_dir)
     console().print(f"run directory: {run_dir}", highlight=False, markup=False)
+
+
+def _acc(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3f}"
 
 
 def list_(what: str = typer.Argument(..., help="methods, attacks or datasets"),

@@ -35,22 +35,24 @@ ROUND_KEY = "server-round"  # where Flower's strategies put the round (configure
 
 def start_recording(root: str | Path, *, model: nn.Module | None = None, architecture: Mapping[str, Any] | None = None,
                     record_kinds: Mapping[str, str] | None = None, data: Mapping[str, Any] | None = None,
-                    recipe: Mapping[str, Any] | None = None, nodes: Mapping[int, str] | None = None,
-                    run_id: int | None = None) -> Path:
+                    recipe: Mapping[str, Any] | None = None, prior: Mapping[str, Any] | None = None,
+                    nodes: Mapping[int, str] | None = None, run_id: int | None = None) -> Path:
     """Create ``root`` with its manifest, before the run. ``architecture`` is what ``fedaudit audit``
     rebuilds the model from (``{"model": "cnn", "norm": "bn", "num_classes": 10, "image_size": 32}``);
     ``model`` (that architecture, built) gives the state_dict shapes that tell a whole model from a
     part of one; ``record_kinds`` maps custom array records to kinds (``{"styles": "style_bank"}``);
-    ``data`` is the auditor's data (``{"dataset": "digits", "seed": 0, "target_domain": "textured"}``
-    or ``{"clients": {"clean": "folder:PATH", ...}}``); ``recipe`` is the clients' public training recipe
-    (lr, momentum, weight_decay, batch_size, local_epochs, augment), which the auditor's
-    counterfactuals and an informed attacker's reference models follow."""
+    ``data`` is the auditor's data (``{"dataset": "digits", "seed": 0, "target_domain": "textured"}``, or
+    ``{"records": PATH, "seed": 0}`` for a deployment's own records; README, "What fedaudit audit does");
+    ``recipe`` is the clients' public training recipe (lr, momentum, weight_decay, batch_size, local_epochs,
+    augment), which the auditor's counterfactuals and an informed attacker's reference models follow;
+    ``prior`` is what is public about the inputs when the auditor holds no data (``{"classes": [...],
+    "mean": [...], "std": [...], "hflip": False}``): the attacks then still run, unscored."""
     state = {k: list(v.shape) for k, v in model.state_dict().items()} if model is not None else None
     return write_manifest(Path(root), {
         "framework": {"name": "flower", "version": flwr.__version__},
         "run_id": run_id, "model": dict(architecture) if architecture else None, "model_state": state,
         "record_kinds": check_kinds(record_kinds or {}), "data": dict(data) if data else None,
-        "recipe": dict(recipe) if recipe else None,
+        "recipe": dict(recipe) if recipe else None, "prior": dict(prior) if prior else None,
         "nodes": {str(k): v for k, v in nodes.items()} if nodes else None, "server_node_id": SERVER_NODE_ID,
     })
 

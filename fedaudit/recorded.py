@@ -27,7 +27,7 @@ import torch
 from fedaudit import runs
 from fedaudit.aggregation import clone_state
 from fedaudit.attack import Attack
-from fedaudit.audit.session import attack_role_and_victims, run_attacks
+from fedaudit.audit.session import attack_role_and_victims, run_attacks, run_unscored
 from fedaudit.audit.verdict import RiskThresholds, judge
 from fedaudit.config import RunConfig
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
@@ -65,9 +65,12 @@ def recorded_config(rec: Recording) -> dict[str, Any]:
     if "records" in data:
         options["dataset"] = f"records:{data['records']}"
     if "dataset" not in options:
-        raise FedauditError(f"{rec.root}/manifest.json names no data for the auditor (data.dataset, or data.records: "
-                            f"{RECORDS_LAYOUT}); the attacks' scores need the clients' records — record with "
-                            "start_recording(data=...)")
+        if not m.get("prior"):
+            raise FedauditError(f"{rec.root}/manifest.json names neither the auditor's data (data.dataset, or "
+                                f"data.records: {RECORDS_LAYOUT}) nor what is public about the inputs (prior: "
+                                f"{PRIOR_KEYS}); record with start_recording(data=...) to score the attacks, or "
+                                "with start_recording(prior=...) to run them unscored")
+        options["dataset"] = NO_DATA
     if "rounds" not in options:
         options["rounds"] = max((r["round"] for r in rec.rows), default=1)
     return options
@@ -80,6 +83,10 @@ def check_audit_options(explicit: dict[str, Any], attack_option_names: set[str])
                             "recording's manifest")
 
 
+NO_DATA = "none"  # the dataset of an audit whose auditor holds none of the clients' records: attacks run unscored
+UNSCORED = ("the auditor holds none of the clients' records (the recording's manifest names no data), so nothing "
+            "could be scored against them")
+PRIOR_KEYS = "classes, mean, std and hflip: the class names, the normalisation (x/255 - mean) / std, whether flips keep labels"
 RECORDS_LAYOUT = ("records PATH holds members/<client>/<class>/<image> (what each client trained on), "
                   "holdout/<client>/<class>/<image> (its records it never trained on) and unseen/<domain>/<class>/<image> "
                   "(a domain no client holds)")
@@ -129,8 +136,48 @@ def load_records(path: str, image_size: int, seed: int) -> tuple[MultiDomainData
                               target_y=unseen.labels[target])
 
 
-def auditor_data(cfg: RunConfig, data_seed: int) -> tuple[MultiDomainDataset, LODOSplit]:
-    """The records the auditor scores with: a dataset split as fedaudit splits it, or the deployment's own."""
+def public_data(rec: Recording, image_size: int) -> tuple[MultiDomainDataset, LODOSplit]:
+    """No records: what is public about the clients' data (the manifest's ``prior``: classes, normalisation,
+    flips) and the recorded clients' names as its domains, each holding nothing. An attack needs no more."""
+    prior = rec.manifest.get("prior") or {}
+    where = f"{rec.root}/manifest.json prior"
+    classes = prior.get("classes")
+    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
+        raise FedauditError(f"{where} has no list of class names (classes); give {PRIOR_KEYS}")
+    declared = (rec.manifest.get("model") or {}).get("num_classes")
+    if declared is not None and declared != len(classes):
+        raise FedauditError(f"{where} names {len(classes)} classes but the model declares num_classes {declared}; "
+                            "give one name per output of the model")
+    norm = {}
+    for key in ("mean", "std"):
+        v = prior.get(key)
+        if (not isinstance(v, list) or len(v) != 3 or not all(isinstance(x, (int, float)) for x in v)
+                or (key == "std" and min(v) <= 0)):
+            raise FedauditError(f"{where} {key} must be three numbers (one per RGB channel{', each > 0' if key == 'std' else ''}),"
+                                f" got {v!r}; give {PRIOR_KEYS}")
+        norm[key] = tuple(float(x) for x in v)
+    clients = recorded_clients(rec)
+    target = "unseen"  # no unseen domain's records either: a name only
+    empty = torch.zeros(0, 3, image_size, image_size, dtype=torch.uint8)
+    none = torch.zeros(0, dtype=torch.long)
+    sources = [ClientData(domain=d, train_x=empty, train_y=none, val_x=empty, val_y=none, holdout_x=empty,
+                          holdout_y=none, train_idx=none, val_idx=none, holdout_idx=none) for d in clients]
+    dataset = MultiDomainDataset(name=NO_DATA, classes=list(classes), domains=[*clients, target],
+                                 images={d: empty for d in [*clients, target]}, labels={d: none for d in [*clients, target]},
+                                 mean=norm["mean"], std=norm["std"], hflip=bool(prior.get("hflip", False)))
+    return dataset, LODOSplit(target=target, sources=sources, target_x=empty, target_y=none)
+
+
+def recorded_clients(rec: Recording) -> list[str]:
+    """The clients' names, as the recording's ledger gives them, sorted."""
+    return sorted({r[side][len("client:"):] for r in rec.rows for side in ("sender", "receiver") if r[side] != SERVER})
+
+
+def auditor_data(cfg: RunConfig, data_seed: int, rec: Recording | None = None) -> tuple[MultiDomainDataset, LODOSplit]:
+    """The records the auditor scores with: a dataset split as fedaudit splits it, or the deployment's own;
+    with no data (:data:`NO_DATA`), the recording's public facts and no records."""
+    if cfg.dataset == NO_DATA and rec is not None:
+        return public_data(rec, cfg.image_size)
     if cfg.dataset.startswith("records:"):
         return load_records(cfg.dataset[len("records:"):], cfg.image_size, cfg.seed)
     dataset = load_dataset(cfg.dataset, cfg.image_size, seed=data_seed)
@@ -168,15 +215,35 @@ def check_architecture(model: torch.nn.Module, wire: Wire, cfg: RunConfig) -> No
                                     f"--model {cfg.model} (norm {cfg.norm}) has {tuple(state[name].shape)}; {hint}")
 
 
+def data_free_attacks(selected: Sequence[type[Attack]], chosen_by_auto: bool) -> tuple[list[type[Attack]], dict[str, str]]:
+    """Without the clients' records: the selected attacks that can still run (those that need no challenge or
+    canary the auditor would draw from the records), and why each other one cannot. An attack the user named
+    is refused with one line; one ``auto`` chose is left out and said so in metrics.json."""
+    kept, left_out = [], {}
+    for cls in selected:
+        if cls.needs & {"challenges", "domain_challenge", "canaries"}:
+            why = ("membership inference challenges the model with the clients' members and non-members, which this "
+                   "audit does not have")
+            if not chosen_by_auto:
+                raise FedauditError(f"--attack {cls.name} needs the clients' records and the recording's manifest names "
+                                    "no data for the auditor; add it (start_recording(data=...)) or drop "
+                                    f"{cls.name} from --attack")
+            left_out[cls.name] = why
+        else:
+            kept.append(cls)
+    return kept, left_out
+
+
 def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[type[Attack]],
           dataset: MultiDomainDataset, split: LODOSplit, device: torch.device,
-          command: str = "") -> tuple[Path, dict[str, Any]]:
+          command: str = "", left_out: dict[str, str] | None = None) -> tuple[Path, dict[str, Any]]:
     """Attack the recording as ``evaluate`` attacks its own wire, score the deployed model, write a run
-    directory (no report: the caller renders it); on failure no directory is left."""
+    directory (no report: the caller renders it); on failure no directory is left. Without the clients'
+    records (:data:`NO_DATA`) the attacks run and keep their outputs, and nothing is scored."""
     wall0 = time.perf_counter()
+    scored = cfg.dataset != NO_DATA
     target = split.target
-    clients = sorted({r[side][len("client:"):] for r in rec.rows for side in ("sender", "receiver")
-                      if r[side] != SERVER})
+    clients = recorded_clients(rec)
     sources = [c.domain for c in split.sources]
     for name in clients:
         if name not in sources:
@@ -198,27 +265,36 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
                             "this audit needs full_model broadcasts")
     method.global_state = clone_state(deployed.tensors)
     fed.rounds_done = deployed.round
-    # The engine's own scoring of the one model there is (no training loss: nothing was trained here).
-    fed.history.append(fed.evaluate(deployed.round, float("nan")))
+    if scored:  # the engine's own scoring of the one model there is (no training loss: nothing was trained here)
+        fed.history.append(fed.evaluate(deployed.round, float("nan")))
 
     run_dir = runs.new_run_dir(Path(cfg.out).expanduser(), f"recording-{cfg.method}", cfg.dataset, target)
     try:
         runs.write_json(run_dir / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
                                                   "targets": [target], "recording": str(rec.root.resolve())})
         t0 = time.perf_counter()
-        leakage = run_attacks(selected, run_dir, cfg, method, fed, dataset, device)
+        leakage = (run_attacks(selected, run_dir, cfg, method, fed, dataset, device) if scored else
+                   run_unscored(selected, run_dir, cfg, method, fed, dataset, device, UNSCORED))
         attack_seconds = time.perf_counter() - t0
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: an audit is rerun whole
         raise
     shares = recorded_shares(rec)
+    accuracy = ({**fed.results(), "note": "the deployed model: the last whole model the server sent"} if scored else
+                {"status": "unscored", "why": UNSCORED, "unseen_domain": None, "source_val": {"mean": None, "per_domain": {}},
+                 "selected_round": deployed.round,
+                 "note": "the deployed model (the last whole model the server sent) was not scored"})
     metrics = {
         "schema_version": runs.SCHEMA_VERSION,
         "method": cfg.method,
         "dataset": cfg.dataset,
         "target_domain": target,
         "source_domains": clients,
-        "accuracy": {**fed.results(), "note": "the deployed model: the last whole model the server sent"},
+        "auditor_data": ({"status": "held", "dataset": cfg.dataset} if scored else
+                         {"status": "none", "why": UNSCORED, "left_out": dict(left_out or {}),
+                          "needs_data": ["every leakage score and its nulls, twin and positive control",
+                                         "membership inference", "accuracy of the deployed model"]}),
+        "accuracy": accuracy,
         "communication": communication(fed, shares),
         "leakage": leakage,
         "privacy": privacy(fed, shares, no_dp="no DP accounting in the recording: whether the clients trained "
@@ -239,5 +315,6 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
     return run_dir, metrics
 
 
-__all__ = ["AUDIT_OPTIONS", "audit", "auditor_data", "check_architecture", "check_audit_options",
-           "name_model_records", "recorded_config", "recorded_shares"]
+__all__ = ["AUDIT_OPTIONS", "NO_DATA", "audit", "auditor_data", "check_architecture", "check_audit_options",
+           "data_free_attacks", "name_model_records", "public_data", "recorded_clients", "recorded_config",
+           "recorded_shares"]

@@ -102,6 +102,17 @@ def comparability(loaded: Sequence[Run]) -> dict[str, list[str]]:
     return out
 
 
+def unscored_notes(units: Sequence[Unit]) -> list[dict[str, Any]]:
+    """Units audited without the clients' records: why nothing is scored, what needs the data, what was left out."""
+    out = []
+    for u in units:
+        data = u.metrics.get("auditor_data") or {}
+        if data.get("status") == "none":
+            out.append({"label": u.label, "why": str(data.get("why", "")), "needs": [str(x) for x in data.get("needs_data") or []],
+                        "left_out": [f"{k}: {v}" for k, v in (data.get("left_out") or {}).items()]})
+    return out
+
+
 def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds | None, compare: bool) -> str:
     """``thresholds`` None: every unit's stored verdict; otherwise the stored evidence re-judged with them."""
     from fedaudit import __version__
@@ -133,6 +144,7 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
         "reconstructions": recon,
         "has_images": any(section["items"] for _, section in recon),
         "differences": comparability(run_list) if compare else {},
+        "unscored": unscored_notes(units),
         "membership": [(u.label, membership(u)) for u in units],
         "rounds": rounds_section(units),
         "provenance": provenance_table(units),

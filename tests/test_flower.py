@@ -398,3 +398,59 @@ def test_audit_names_the_models_records_when_the_recording_declared_no_model(exa
     _, metrics = audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"), device="cpu")
     assert metrics["communication"]["declared"] == ["full_model↑", "full_model↓", "scalars↑"]
     assert metrics["provenance"]["recording"]["deployed_model"]["round"] == 1
+
+
+def test_audit_without_the_auditors_data_runs_the_attacks_unscored(example_recording, tmp_path):
+    """A manifest with no data but the public prior (classes, normalisation, flips): deepinversion still runs on
+    the recorded uploads and keeps its images, every score says why it is absent, every verdict row reads NOT
+    ASSESSED with that reason, and membership is left out of auto (refused when named) — never a LOW."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from fedaudit.api import audit_recording
+    from fedaudit.cli import app
+    from fedaudit.data import load_dataset
+
+    rec_dir = tmp_path / "rec"
+    shutil.copytree(example_recording, rec_dir)
+    digits = load_dataset("digits", 32)
+    manifest = json.loads((rec_dir / "manifest.json").read_text())
+    manifest.pop("data")
+    (rec_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FedauditError, match="names neither the auditor's data .* nor what is public about the inputs"):
+        audit_recording(rec_dir, out=str(tmp_path / "runs"))
+    manifest["prior"] = {"classes": digits.classes, "mean": list(digits.mean), "std": list(digits.std), "hflip": False}
+    (rec_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FedauditError, match="--attack mia-loss needs the clients' records .* drop mia-loss"):
+        audit_recording(rec_dir, attack="deepinversion,mia-loss", out=str(tmp_path / "runs"))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+    run_dir, metrics = audit_recording(rec_dir, out=str(tmp_path / "runs"), device="cpu", inversion_iters=5,
+                                       inversion_batch=10)
+    assert metrics["dataset"] == "none" and metrics["auditor_data"]["status"] == "none"
+    assert set(metrics["auditor_data"]["left_out"]) == {"mia-loss", "mia-artifact"}  # what auto chose and cannot run
+    assert metrics["accuracy"]["status"] == "unscored" and metrics["accuracy"]["unseen_domain"] is None
+    di = metrics["leakage"]["deepinversion"]
+    assert "summary" not in di and "auditor" not in di
+    for victim in ("clean", "colour", "rotated"):
+        entry = di["full_model"][victim]
+        assert entry["status"] == "attacked" and entry["metrics"]["status"] == "unscored"
+        assert (run_dir / entry["image_grid"]).is_file()
+        assert entry["grid_columns"][0] == "reconstruction"  # no real record beside it: the auditor has none
+    rows = {r["row"]: r for r in metrics["verdict"]}
+    assert {r["tier"] for r in rows.values()} == {"not_assessed"}
+    assert "attacked but not scored: the auditor holds none of the clients' records" in rows["full_model↑"]["reason"]
+    assert "membership inference needs the clients' records" in rows["membership:global_model"]["reason"]
+    html = (run_dir / "report.html").read_text()
+    assert "Not scored: the auditor holds none of the clients&#39; records" in html
+    assert "mia-loss: membership inference challenges" in html
+
+    result = CliRunner().invoke(app, ["audit", str(rec_dir), "--attack", "deepinversion", "--inversion-iters", "5",
+                                      "--inversion-batch", "10", "--out", str(tmp_path / "cli"), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "not scored: the auditor holds none" in result.output and "report:" in result.output
+    manifest["prior"]["std"] = [0.5, 0.0, 0.5]
+    (rec_dir / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(app, ["audit", str(rec_dir), "--out", str(tmp_path / "cli")])
+    assert result.exit_code == 2 and "prior std must be three numbers" in result.output

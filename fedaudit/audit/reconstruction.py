@@ -261,22 +261,52 @@ def summarise_artifact(rows: dict[str, dict[str, dict[str, Any]]], auditor: Audi
     return out
 
 
+def unscored_section(attack: str, outputs: list[AttackOutput], prior: AttackerPrior, run_dir: Path,
+                     why: str) -> dict[str, Any]:
+    """``{artifact: {victim: entry}}`` of an attack run with no records to score it against: each attacked
+    entry keeps its losses and image grid (reconstruction and the nulls that ran, no real member beside
+    them) and says ``why`` its metrics are absent, which the verdict reads as NOT ASSESSED."""
+    mean = torch.tensor(prior.mean).view(1, -1, 1, 1)
+    std = torch.tensor(prior.std).view(1, -1, 1, 1)
+    section: dict[str, Any] = {}
+    for out in outputs:
+        entry: dict[str, Any] = {k: v for k, v in out.info.items() if not k.endswith("losses")}
+        if out.info.get("status") == "attacked":
+            entry["metrics"] = {"status": "unscored", "reason": why}
+            if out.images is not None:
+                cases = {"attack": out.images, "prior_only": out.nulls.get("prior_only"), "control": out.control_images}
+                shown = [c for c in GRID_COLUMNS if cases.get(c) is not None]
+                idx = _grid_rows(out)
+                columns = [(cases[c][idx].float().cpu() * std + mean).clamp(0, 1) for c in shown]
+                entry["image_grid"] = _save_grid(run_dir, attack, out, columns)
+                entry["grid_columns"] = [GRID_NAMES[c] for c in shown]
+        section.setdefault(out.artifact, {})[out.victim] = entry
+    return section
+
+
 def save_reconstruction_grid(run_dir: Path, attack: str, out: AttackOutput, cases: dict[str, torch.Tensor | None],
                              auditor: Auditor, scores: dict[str, Any]) -> str:
     """PNG: per class (or the first ten, without classes), real nearest member | reconstruction | prior-only |
     untrained control | holdout twin (the nulls that ran). Returns its path relative to the run."""
-    from PIL import Image
-
-    if out.targets is None:
-        idx = torch.arange(min(10, out.images.shape[0]), device=out.images.device)
-    else:
-        first = [int(torch.nonzero(out.targets == c)[0]) for c in torch.unique(out.targets).tolist()][:10]
-        idx = torch.tensor(first, device=out.targets.device)
+    idx = _grid_rows(out)
     members = auditor.victim_records(out.victim).members
     columns = [members[scores["nn_member_index"][idx.to(members.device)]]]
     columns += [auditor.to_unit(cases[c][idx]) for c in GRID_COLUMNS if cases.get(c) is not None]
-    size = out.images.shape[-1]
-    grid = image_grid(columns, scale=max(1, 64 // size))
+    return _save_grid(run_dir, attack, out, columns)
+
+
+def _grid_rows(out: AttackOutput) -> torch.Tensor:
+    """The reconstructions a grid shows: the first of each class (the first ten without classes)."""
+    if out.targets is None:
+        return torch.arange(min(10, out.images.shape[0]), device=out.images.device)
+    first = [int(torch.nonzero(out.targets == c)[0]) for c in torch.unique(out.targets).tolist()][:10]
+    return torch.tensor(first, device=out.targets.device)
+
+
+def _save_grid(run_dir: Path, attack: str, out: AttackOutput, columns: list[torch.Tensor]) -> str:
+    from PIL import Image
+
+    grid = image_grid(columns, scale=max(1, 64 // out.images.shape[-1]))
     rel = f"images/{runs.safe_name(f'{attack}-{out.artifact}-{out.victim}')}.png"
     with runs.atomic_path(run_dir / rel) as tmp:
         Image.fromarray(grid.numpy()).save(tmp, format="PNG")
@@ -288,4 +318,5 @@ GRID_NAMES = {"attack": "reconstruction", "prior_only": "prior-only control", "c
               "twin": "holdout twin"}
 
 
-__all__ = ["POWER_ALPHA", "audit_reconstruction", "run_counterfactuals", "score_section", "summarise_artifact"]
+__all__ = ["POWER_ALPHA", "audit_reconstruction", "run_counterfactuals", "score_section", "summarise_artifact",
+           "unscored_section"]

@@ -25,7 +25,7 @@ from fedaudit.audit.canary import audit_canaries
 from fedaudit.audit.counterfactual import TrainingRecipe, latent_encoders
 from fedaudit.audit.leakage import Auditor, DomainRecords
 from fedaudit.audit.membership import audit_membership
-from fedaudit.audit.reconstruction import audit_reconstruction
+from fedaudit.audit.reconstruction import audit_reconstruction, unscored_section
 from fedaudit.errors import unknown_choice
 from fedaudit.method import Method
 from fedaudit.seeds import derive_seed
@@ -117,6 +117,25 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
     return leakage
 
 
+def run_unscored(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig, method: Method, fed: Federation,
+                 dataset: MultiDomainDataset, device: torch.device, why: str) -> dict[str, Any]:
+    """Every ``selected`` attack against the attacker's wire view, with nothing to score it against (an
+    auditor without the clients' records): each keeps its reconstructions and nulls, and says ``why`` it is
+    unscored. Attacks that need the records (challenges, canaries) are refused before this."""
+    prior = attacker_prior(cfg, method, fed, dataset)
+    role, victims = attack_role_and_victims(cfg, [c.domain for c in fed.clients])
+    families: dict[str, list[type[Attack]]] = {}
+    for cls in selected:
+        families.setdefault(cls.family or cls.name, []).append(cls)
+    leakage: dict[str, Any] = {}
+    for group in families.values():
+        attack = group[0].for_selection(group, cfg, prior)
+        log.info("attack %s as %s against %s, unscored: %s", attack.name, role, ", ".join(victims), why)
+        outputs = attack.run_batch(fed.wire.view(role), prior, victims, device)
+        leakage[attack.name] = unscored_section(attack.name, outputs, prior, run_dir, why)
+    return leakage
+
+
 def build_auditor(cfg: RunConfig, fed: Federation, dataset: MultiDomainDataset, device: torch.device) -> Auditor:
     """The auditor's records: members, holdouts and judge-training records of every domain."""
     records = []
@@ -134,4 +153,4 @@ def build_auditor(cfg: RunConfig, fed: Federation, dataset: MultiDomainDataset, 
                    recipe=TrainingRecipe(fed.preprocess, cfg.augment, cfg.batch_size))
 
 
-__all__ = ["attack_role_and_victims", "attacker_prior", "build_auditor", "run_attacks"]
+__all__ = ["attack_role_and_victims", "attacker_prior", "build_auditor", "run_attacks", "run_unscored"]

@@ -415,7 +415,10 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
     title = membership_title(row)
     mia = (metrics.get("leakage") or {}).get(MIA)
     if not isinstance(mia, dict) or not mia:
-        return _row(key, title, NOT_ASSESSED, "no membership attack in this run; run with --attack mia", [], t)
+        data = metrics.get("auditor_data") or {}
+        why = ("no membership attack in this run; run with --attack mia" if data.get("status") != "none" else
+               f"membership inference needs the clients' records: {data.get('why', 'the auditor holds none')}")
+        return _row(key, title, NOT_ASSESSED, why, [], t)
     what = ("the domain-level attack" if row == DOMAIN else MIA_TARGETS[row] if row in MIA_TARGETS
             else f"the shared {row}")
     evidence: list[Evidence] = []
