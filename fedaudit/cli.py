@@ -181,6 +181,7 @@ COMMAND_PARAMETERS = [
 ]
 
 GATE_EXIT = 3  # --fail-on: a verdict reached the tier (2 is a user error, 1 a crash)
+SWEEP_FAILED_EXIT = 4  # fedaudit sweep: every point ran, and some failed (each with its one-line error)
 GATE_TIERS = ("high", "medium")
 
 
@@ -489,6 +490,73 @@ def compare(
     console().print(f"comparison: {path}", highlight=False, markup=False)
 
 
+def sweep(
+    grid_file: Optional[Path] = typer.Argument(None, metavar="GRID.toml", help="Grid file: [fixed] options and [grid] "
+                                               "lists of `fedaudit evaluate` options (see examples/grid.toml)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="The sweep's folder (default runs/sweep-<grid file name>); "
+                                       "running the same grid into it again skips COMPLETE points."),
+    backend: str = typer.Option("local", help="local (this machine) or ray (Ray tasks; pip install -e \".[ray]\")."),
+    jobs: int = typer.Option(1, help="local backend: points run at once, each in its own process."),
+    threads: Optional[int] = typer.Option(None, help="Torch threads per point (default: cores / --jobs locally, 1 on "
+                                          "Ray); results are identical across backends at the same count."),
+    address: Optional[str] = typer.Option(None, help="ray backend: the cluster to join (e.g. auto, or "
+                                          "ray://HOST:10001); default: start a local Ray."),
+    resume: Optional[Path] = typer.Option(None, help="Continue the sweep in this folder, with the grid it holds."),
+    quiet: bool = typer.Option(False, "--quiet", help="Log lines only, no table."),
+    json_summary: bool = typer.Option(False, "--json", help="Print sweep.json's points as JSON on stdout."),
+) -> None:
+    """Run a grid of evaluate runs (methods × targets × seeds × ...) locally or on Ray; one compare page for all."""
+    from fedaudit.grid import load_grid, run_grid
+
+    _setup_logging(quiet)
+    try:
+        if resume is not None and grid_file is not None:
+            raise FedauditError("give a grid file or --resume SWEEP_DIR, not both")
+        grid = load_grid(grid_file) if grid_file is not None else None
+        folder = resume or out or Path("runs") / f"sweep-{grid_file.stem if grid_file else 'grid'}"
+        outcome = run_grid(grid, folder, backend=backend, jobs=jobs, threads=threads, address=address,
+                           resume=resume is not None)
+    except FedauditError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        err_console().print("interrupted; finished points are kept — run the same command again (or --resume "
+                            "SWEEP_DIR) to continue", highlight=False, markup=False)
+        raise typer.Exit(130) from None
+    points = outcome.index["points"]
+    if json_summary:
+        sys.stdout.write(json.dumps({"sweep": str(outcome.root), "compare": str(outcome.compare) if outcome.compare
+                                     else None, "points": points}, indent=1) + "\n")
+    elif not quiet:
+        table = Table(title=f"sweep {outcome.root}")
+        for col in ("point", "status", "unseen acc", "highest verdict", "seconds"):
+            table.add_column(col, overflow="fold")
+        for row in points:
+            acc, top = point_summary(row, outcome.root)
+            seconds = row.get("seconds")
+            table.add_row(escape(row["name"]), escape(row["status"]), acc, top,
+                          "-" if seconds is None else f"{seconds:.0f}")
+        console().print(table)
+        if outcome.compare is not None:
+            console().print(f"comparison: {outcome.compare}", highlight=False, markup=False)
+    if outcome.failed:
+        err_console().print(f"{len(outcome.failed)} of {len(points)} point(s) failed: "
+                            + "; ".join(f"{r['name']}: {r['error']}" for r in outcome.failed),
+                            highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(SWEEP_FAILED_EXIT)
+
+
+def point_summary(row: dict[str, Any], root: Path) -> tuple[str, str]:
+    """A finished point's unseen accuracy and its highest verdict tier, read from its metrics.json."""
+    from fedaudit.audit.verdict import TIER_ORDER
+
+    if row.get("status") != "complete" or not row.get("run_dir"):
+        return "-", "-"
+    metrics = json.loads((root / row["run_dir"] / "metrics.json").read_text())
+    acc = (metrics.get("accuracy") or {}).get("unseen_domain")
+    tiers = [r.get("tier") for r in metrics.get("verdict") or [] if r.get("tier") in TIER_ORDER]
+    return _acc(acc), max(tiers, key=TIER_ORDER.get, default="-")
+
+
 def make_app() -> typer.Typer:
     """The ``fedaudit`` command, its ``evaluate`` flags made from the option declarations registered now."""
     cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -526,6 +594,7 @@ def make_app() -> typer.Typer:
     cli.command("list")(list_)
     cli.command()(report)
     cli.command()(compare)
+    cli.command()(sweep)
     return cli
 
 

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"fedaudit": ROOT / "fedaudit", "fedaudit.attacks": ROOT / "attacks", "fedaudit.methods": ROOT / "methods",
             "fedaudit.reports": ROOT / "reports"}
 PLUG_INS = ("fedaudit.attacks", "fedaudit.methods", "fedaudit.reports")
-# The front door: the package root (its lazy ``evaluate``), the API and CLI, the sweep driver.
-ENTRY_POINTS = ("fedaudit", "fedaudit.api", "fedaudit.cli", "fedaudit.sweep")
+# The front door: the package root (its lazy ``evaluate``), the API and CLI, the sweep drivers (DP sweep, grids).
+ENTRY_POINTS = ("fedaudit", "fedaudit.api", "fedaudit.cli", "fedaudit.sweep", "fedaudit.grid")
 # What an attack may not reach: private records and who holds them, and everything above the attacks.
 PRIVATE = ("fedaudit.federation", "fedaudit.method", "fedaudit.methods", "fedaudit.data", "fedaudit.audit",
            "fedaudit.canary", *ENTRY_POINTS[1:], "fedaudit.reports")

@@ -1,0 +1,390 @@
+"""``fedaudit sweep GRID.toml``: a grid of ordinary runs, on this machine or on Ray, and one compare page.
+
+A grid file names fixed options and lists to cross, with ``fedaudit evaluate``'s option names (as in
+``--config``)::
+
+    [fixed]
+    dataset = "digits"
+    rounds = 2
+    [grid]                       # one point per combination, in the file's order
+    method = ["fedavg", "fedprox"]
+    target_domain = ["colour", "textured"]
+    seed = [0]
+
+Each point is an ordinary run directory under ``<sweep>/points/<name>/`` (its name made of its grid values),
+so ``fedaudit report`` and ``--resume`` work on it as on any run. A point that is already COMPLETE is
+skipped, so running the same sweep again continues it; a point cut off mid-run resumes from its last round.
+``sweep.json`` indexes the points (options, status, run directory relative to the sweep folder, one-line
+error, attempts, seconds, torch threads) and is rewritten as each point ends; ``compare.html`` sets every finished point side by side at the end. The
+sweep folder is COMPLETE only when every point is.
+
+Backends (:data:`BACKENDS`) run the same function per point (:func:`run_point`), so a point's results do
+not depend on the backend — only on its options and its torch thread count, which is recorded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import re
+import time
+import tomllib
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedaudit import runs
+from fedaudit.errors import FedauditError, unknown_choice
+
+log = logging.getLogger("fedaudit")
+
+SWEEP_FILE = "sweep.json"
+COMPARE = "compare.html"
+POINTS = "points"
+BACKENDS = ("local", "ray")
+RETRIES = 1  # a point whose worker died (killed, out of memory) is run once more; a point that raised is not
+# Options a grid may not set: the sweep owns where each point goes and how it continues.
+SWEEP_OWNED = ("out", "resume", "config")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of the grid: its name (the grid values that make it), and its ``evaluate`` options."""
+
+    name: str
+    options: dict[str, Any]
+
+
+@dataclass
+class Grid:
+    """Fixed options and the lists to cross (``axes``, in the file's order)."""
+
+    fixed: dict[str, Any]
+    axes: dict[str, list[Any]]
+    source: str = ""
+
+    def points(self) -> list[Point]:
+        keys = list(self.axes)
+        out = []
+        for values in itertools.product(*(self.axes[k] for k in keys)):
+            chosen = dict(zip(keys, values))
+            out.append(Point(point_name(chosen), {**self.fixed, **chosen}))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fixed": self.fixed, "grid": self.axes}
+
+
+def point_name(chosen: dict[str, Any]) -> str:
+    """``method=fedavg,target_domain=colour``: a folder name that says which point it is."""
+    if not chosen:
+        return "single"
+    text = ",".join(f"{k}={'none' if v is None else v}" for k, v in chosen.items())
+    return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", text)
+
+
+def load_grid(path: str | Path) -> Grid:
+    """Read and check a grid file: every key an ``evaluate`` option, every ``[grid]`` value a non-empty list."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FedauditError(f"grid file {path} does not exist; give a TOML file with [fixed] and [grid] tables "
+                            "(see examples/grid.toml)")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise FedauditError(f"grid file {path} is not valid TOML ({exc})") from None
+    return grid_from(data, str(path))
+
+
+def grid_from(data: dict[str, Any], where: str = "the grid") -> Grid:
+    extra = set(data) - {"fixed", "grid"}
+    if extra:
+        raise FedauditError(f"{where} has top-level key {sorted(extra)[0]!r}; put fixed options under [fixed] and "
+                            "lists to cross under [grid]")
+    fixed = {k.replace("-", "_"): v for k, v in (data.get("fixed") or {}).items()}
+    axes = {k.replace("-", "_"): v for k, v in (data.get("grid") or {}).items()}
+    for key, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise FedauditError(f"{where}: [grid] {key} must be a non-empty list (e.g. {key} = [...]); put a single "
+                                "value under [fixed]")
+        if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
+            raise FedauditError(f"{where}: [grid] {key} lists a value twice")
+    both = set(fixed) & set(axes)
+    if both:
+        raise FedauditError(f"{where}: {sorted(both)[0]!r} is both fixed and in the grid; keep one")
+    check_option_names([*fixed, *axes], where)
+    return Grid(fixed, axes, where)
+
+
+def check_option_names(names: list[str], where: str) -> None:
+    from fedaudit.attacks import attack_options
+    from fedaudit.config import FIELDS
+
+    known = set(FIELDS) | set(attack_options()) | {"method_options"}
+    for name in names:
+        if name in SWEEP_OWNED:
+            raise FedauditError(f"{where} sets {name!r}, which the sweep owns (each point is a run directory under "
+                                "the sweep's folder); drop it")
+        if name not in known:
+            raise unknown_choice("option in " + where, name, sorted(known - set(SWEEP_OWNED)))
+
+
+# -- one point --------------------------------------------------------------------------------------------
+
+
+def started_runs(point_dir: Path) -> list[Path]:
+    return sorted(d for d in point_dir.glob("*") if (d / "config.json").is_file()) if point_dir.is_dir() else []
+
+
+def finished_run(point_dir: Path) -> Path | None:
+    return next((d for d in started_runs(point_dir) if runs.is_complete(d)), None)
+
+
+def run_point(point_dir: str, options: dict[str, Any], threads: int, command: str = "") -> dict[str, Any]:
+    """Run (or resume, or find finished) one point; never raises for a failed run: the result says why.
+
+    This is what every backend calls, in-process, in a worker process or as a Ray task."""
+    import torch
+
+    from fedaudit.api import evaluate
+
+    torch.set_num_threads(threads)
+    folder = Path(point_dir)
+    done = finished_run(folder)
+    if done is not None:
+        return {"status": "complete", "run_dir": str(done.resolve()), "trained": False}
+    t0 = time.perf_counter()
+    try:
+        started = started_runs(folder)
+        result = (evaluate(resume=started[0]) if started else
+                  evaluate(**options, out=str(folder), command=command or None))
+    except FedauditError as exc:
+        return {"status": "failed", "error": str(exc), "seconds": time.perf_counter() - t0}
+    except Exception as exc:  # noqa: BLE001 - a bug in one point must not end the sweep; its traceback is kept
+        folder.mkdir(parents=True, exist_ok=True)
+        runs.write_text(folder / "error.txt", traceback.format_exc())
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc} (traceback in {folder / 'error.txt'})",
+                "seconds": time.perf_counter() - t0}
+    return {"status": "complete", "run_dir": str(Path(result.run_dir).resolve()), "trained": True,
+            "seconds": time.perf_counter() - t0}
+
+
+# -- the sweep ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepOutcome:
+    root: Path
+    index: dict[str, Any]
+    compare: Path | None
+    failed: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and all(p["status"] == "complete" for p in self.index["points"])
+
+
+Dispatch = Callable[[list[tuple[Point, Path]], int], Iterator[tuple[Point, dict[str, Any]]]]
+
+
+def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs: int = 1, threads: int | None = None,
+          address: str | None = None, resume: bool = False) -> SweepOutcome:
+    """Run every point of ``grid`` not yet COMPLETE under ``out`` (or, with ``resume``, the grid ``out`` holds)."""
+    if backend not in BACKENDS:
+        raise unknown_choice("backend", backend, BACKENDS)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise FedauditError(f"--jobs must be a positive integer, got {jobs!r}")
+    if address is not None and backend != "ray":
+        raise FedauditError("--address names a Ray cluster; add --backend ray or drop --address")
+    root = Path(out).expanduser().resolve()
+    grid = same_grid(root, grid, resume)
+    threads = threads or default_threads(backend, jobs)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise FedauditError(f"--threads must be a positive integer, got {threads!r}")
+    points = grid.points()
+    before = {row["name"]: row for row in (runs.read_json(root / SWEEP_FILE)["points"]
+                                           if (root / SWEEP_FILE).is_file() else [])}
+    index = {"grid": grid.to_json(), "source": grid.source, "backend": backend, "threads": threads,
+             "points": [{"name": p.name, "options": p.options, "status": "pending", "run_dir": None, "error": None,
+                         "attempts": 0, **before.get(p.name, {})} for p in points]}
+    rows = {row["name"]: row for row in index["points"]}
+    pending = []
+    for p in points:
+        done = finished_run(root / POINTS / p.name)
+        if done is not None:
+            rows[p.name].update(status="complete", run_dir=str(done.relative_to(root)), error=None)
+        else:
+            pending.append((p, root / POINTS / p.name))
+    root.mkdir(parents=True, exist_ok=True)
+    write_index(root, index)
+    if pending:
+        log.info("sweep %s: %d of %d points to run (%s backend, %d torch thread(s) each)", root, len(pending),
+                 len(points), backend, threads)
+    else:
+        log.info("sweep %s: every point is complete; nothing to run", root)
+    dispatch: Dispatch = _local(jobs) if backend == "local" else _ray(address)
+    for point, result in dispatch(pending, threads):
+        row = rows[point.name]
+        row["attempts"] += result.pop("attempts", 1)
+        run_dir = result.get("run_dir")
+        row.update(status=result["status"], error=result.get("error"), seconds=result.get("seconds"), threads=threads,
+                   run_dir=None if run_dir is None else str(Path(run_dir).relative_to(root)))
+        if result["status"] == "failed":
+            log.warning("sweep point %s failed: %s", point.name, result["error"])
+        else:
+            log.info("sweep point %s: %s", point.name, run_dir)
+        write_index(root, index)
+    finished = [root / row["run_dir"] for row in index["points"] if row["status"] == "complete"]
+    compare = root / COMPARE if (root / COMPARE).is_file() and not pending else None
+    if finished and compare is None:  # rendered again only when a point ran: a finished sweep re-runs in seconds
+        from fedaudit.reports import write_compare
+
+        compare = write_compare(finished, root / COMPARE)
+    failed = [row for row in index["points"] if row["status"] != "complete"]
+    if not failed:
+        runs.mark_complete(root, [SWEEP_FILE, COMPARE])
+    return SweepOutcome(root, index, compare, failed)
+
+
+def same_grid(root: Path, grid: Grid | None, resume: bool) -> Grid:
+    """The grid to run in ``root``: a new folder takes ``grid``; a folder with a sweep must hold the same one."""
+    stored = runs.read_json(root / SWEEP_FILE) if (root / SWEEP_FILE).is_file() else None
+    if resume:
+        if stored is None:
+            raise FedauditError(f"{root} holds no sweep ({SWEEP_FILE}); give the folder a sweep wrote, or a grid file")
+        return grid_from(stored["grid"], str(root / SWEEP_FILE))
+    if grid is None:
+        raise FedauditError("give a grid file (fedaudit sweep GRID.toml) or --resume SWEEP_DIR")
+    if stored is not None and stored["grid"] != json.loads(json.dumps(grid.to_json())):
+        raise FedauditError(f"{root} holds another grid's sweep; give another --out, or --resume {root} to continue "
+                            "the grid it holds")
+    if stored is None and root.is_dir() and any(root.iterdir()):
+        raise FedauditError(f"{root} exists and is not a sweep folder; give an empty or new --out")
+    return grid
+
+
+def default_threads(backend: str, jobs: int) -> int:
+    """Torch threads per point: the machine's cores shared among local jobs; one per Ray task (a Ray task
+    asks for as many CPUs as it uses threads)."""
+    return max(1, (os.cpu_count() or 1) // jobs) if backend == "local" else 1
+
+
+def write_index(root: Path, index: dict[str, Any]) -> None:
+    runs.write_json(root / SWEEP_FILE, index)
+
+
+# -- backends -------------------------------------------------------------------------------------------------
+
+
+def _local(jobs: int) -> Dispatch:
+    """Points one after another in this process (``jobs`` 1), or ``jobs`` at a time in worker processes."""
+
+    def dispatch(pending: list[tuple[Point, Path]], threads: int) -> Iterator[tuple[Point, dict[str, Any]]]:
+        if jobs == 1:
+            for point, folder in pending:
+                log.info("sweep point %s", point.name)
+                yield point, run_point(str(folder), point.options, threads)
+            return
+        yield from _process_pool(pending, threads, jobs)
+
+    return dispatch
+
+
+def _process_pool(pending: list[tuple[Point, Path]], threads: int, jobs: int) -> Iterator[tuple[Point, dict[str, Any]]]:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    attempts = {p.name: 0 for p, _ in pending}
+    queue = list(pending)
+    while queue:
+        retry = []
+        # spawn: a fresh interpreter per worker (no forked torch state); a pool whose worker dies is broken as a
+        # whole, so its unfinished points go to a new pool
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(run_point, str(folder), point.options, threads): (point, folder)
+                       for point, folder in queue}
+            for point, _ in queue:
+                attempts[point.name] += 1
+            left = set(futures)
+            while left:
+                done, left = wait(left, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    point, folder = futures[fut]
+                    try:
+                        result = fut.result()
+                    except BrokenProcessPool:
+                        if attempts[point.name] <= RETRIES:
+                            retry.append((point, folder))
+                            continue
+                        result = {"status": "failed", "error": "its worker process died twice (killed or out of memory)"}
+                    yield point, {**result, "attempts": 1}
+        queue = retry
+
+
+def _ray(address: str | None) -> Dispatch:
+    def dispatch(pending: list[tuple[Point, Path]], threads: int) -> Iterator[tuple[Point, dict[str, Any]]]:
+        if not pending:
+            return
+        try:
+            import ray
+        except ImportError:
+            raise FedauditError("--backend ray needs Ray: pip install -e \".[ray]\"; or use --backend local") from None
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # an audit runs offline
+        started_here = not ray.is_initialized()
+        if started_here:
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise FedauditError(f"cannot reach the Ray cluster at {address}: {exc}; start one with `ray start "
+                                    "--head` or drop --address to start a local one") from None
+        try:
+            yield from _ray_tasks(ray, pending, threads)
+        finally:
+            if started_here:
+                ray.shutdown()
+
+    return dispatch
+
+
+def point_resources(options: dict[str, Any], threads: int) -> dict[str, float]:
+    """What one point asks of Ray: a CPU per torch thread, and a GPU when it runs on one (the paper profile,
+    or ``device = "cuda"``)."""
+    device = options.get("device", "auto")
+    gpu = device == "cuda" or (options.get("profile") == "paper" and device != "cpu")
+    return {"num_cpus": threads, "num_gpus": 1 if gpu else 0}
+
+
+def _ray_tasks(ray: Any, pending: list[tuple[Point, Path]], threads: int) -> Iterator[tuple[Point, dict[str, Any]]]:
+    from ray.exceptions import RayError
+
+    have = ray.cluster_resources()
+    for point, _ in pending:
+        need = point_resources(point.options, threads)
+        if need["num_gpus"] > have.get("GPU", 0) or need["num_cpus"] > have.get("CPU", 0):
+            raise FedauditError(f"sweep point {point.name} needs {need['num_cpus']} CPU(s) and {need['num_gpus']} "
+                                f"GPU(s), more than the Ray cluster has ({have.get('CPU', 0):g} CPUs, "
+                                f"{have.get('GPU', 0):g} GPUs); lower --threads, set device = \"cpu\", or add nodes")
+    # max_retries: Ray re-runs a task whose worker died (RETRIES times); an exception inside run_point is
+    # not a worker death, and run_point returns failures instead of raising them
+    task = ray.remote(max_retries=RETRIES)(run_point)
+    refs = {task.options(**point_resources(point.options, threads)).remote(str(folder), point.options, threads):
+            point for point, folder in pending}
+    left = list(refs)
+    while left:
+        done, left = ray.wait(left, num_returns=1)
+        point = refs[done[0]]
+        try:
+            result = ray.get(done[0])
+        except RayError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            result = {"status": "failed", "error": f"Ray task failed after {RETRIES + 1} attempts: {first}"}
+        yield point, result
+
+
+__all__ = ["BACKENDS", "Grid", "Point", "SweepOutcome", "grid_from", "load_grid", "point_resources", "run_grid",
+           "run_point"]

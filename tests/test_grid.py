@@ -1,0 +1,111 @@
+"""fedaudit sweep: a grid of ordinary runs, resumable, failures kept apart, the same results on every backend."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fedaudit.errors import FedauditError
+from fedaudit.grid import grid_from, load_grid, point_resources, run_grid
+
+TINY_FIXED = {"dataset": "digits", "image_size": 16, "rounds": 1, "batch_size": 32, "attack": "none", "device": "cpu"}
+
+
+def metrics_of(root: Path, row: dict) -> dict:
+    return json.loads((root / row["run_dir"] / "metrics.json").read_text())
+
+
+def test_a_grid_runs_every_point_keeps_a_failure_apart_and_resumes_without_training(tmp_path, monkeypatch):
+    """Two methods under DP-SGD: fedavg trains, elcfs cannot (its own loop is not privatised) — the sweep finishes
+    fedavg, records elcfs's one-line error, writes the index and the compare page; run again, it trains nothing."""
+    grid = grid_from({"fixed": {**TINY_FIXED, "dp_epsilon": 8.0}, "grid": {"method": ["fedavg", "elcfs"]}})
+    outcome = run_grid(grid, tmp_path / "sweep", threads=1)
+    rows = {r["name"]: r for r in outcome.index["points"]}
+    assert set(rows) == {"method=fedavg", "method=elcfs"}
+    ok, bad = rows["method=fedavg"], rows["method=elcfs"]
+    assert ok["status"] == "complete" and (outcome.root / ok["run_dir"] / "COMPLETE").is_file()
+    assert Path(ok["run_dir"]).parent == Path("points") / "method=fedavg"  # relative: the folder can move
+    assert metrics_of(outcome.root, ok)["privacy"]["dp"] is not None  # the fixed options reached the point
+    assert bad["status"] == "failed" and "elcfs" in bad["error"] and "\n" not in bad["error"]
+    assert [r["name"] for r in outcome.failed] == ["method=elcfs"]
+    assert (tmp_path / "sweep" / "compare.html").is_file()
+    assert not (tmp_path / "sweep" / "COMPLETE").exists()  # not every point finished
+    index = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    assert index["points"] == outcome.index["points"] and index["threads"] == 1
+
+    import fedaudit.api
+
+    trained = []
+    real = fedaudit.api.evaluate
+    monkeypatch.setattr(fedaudit.api, "evaluate", lambda *a, **k: trained.append(k.get("method")) or real(*a, **k))
+    again = run_grid(grid, tmp_path / "sweep", threads=1)
+    assert trained == ["elcfs"]  # the finished point is not run again; the failed one is retried
+    kept = {r["name"]: r for r in again.index["points"]}["method=fedavg"]
+    assert kept["run_dir"] == ok["run_dir"] and kept["seconds"] == ok["seconds"]  # its record is kept too
+    resumed = run_grid(None, tmp_path / "sweep", resume=True, threads=1)  # the grid the folder holds
+    assert [r["status"] for r in resumed.index["points"]] == ["complete", "failed"]
+
+
+def test_grid_mistakes_are_one_line_errors(tmp_path):
+    with pytest.raises(FedauditError, match="unknown option in the grid 'roundz'"):
+        grid_from({"fixed": {"roundz": 2}})
+    with pytest.raises(FedauditError, match="sets 'out', which the sweep owns"):
+        grid_from({"grid": {"out": ["a", "b"]}})
+    with pytest.raises(FedauditError, match=r"\[grid\] seed must be a non-empty list"):
+        grid_from({"grid": {"seed": 0}})
+    with pytest.raises(FedauditError, match="'seed' is both fixed and in the grid"):
+        grid_from({"fixed": {"seed": 0}, "grid": {"seed": [1, 2]}})
+    with pytest.raises(FedauditError, match="top-level key 'method'"):
+        grid_from({"method": "fedavg"})
+    with pytest.raises(FedauditError, match="grid file .* does not exist"):
+        load_grid(tmp_path / "missing.toml")
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "sweep.json").write_text(json.dumps({"grid": {"fixed": {}, "grid": {"seed": [0]}}}))
+    with pytest.raises(FedauditError, match="holds another grid's sweep"):
+        run_grid(grid_from({"grid": {"seed": [1]}}), tmp_path / "sweep")
+    with pytest.raises(FedauditError, match="--address names a Ray cluster"):
+        run_grid(grid_from({"grid": {"seed": [1]}}), tmp_path / "other", address="auto")
+    with pytest.raises(FedauditError, match="unknown backend 'slurm'"):
+        run_grid(grid_from({"grid": {"seed": [1]}}), tmp_path / "other", backend="slurm")
+
+
+def test_points_ask_ray_for_a_gpu_only_when_they_run_on_one():
+    assert point_resources({"profile": "paper"}, 2) == {"num_cpus": 2, "num_gpus": 1}
+    assert point_resources({"profile": "paper", "device": "cpu"}, 1) == {"num_cpus": 1, "num_gpus": 0}
+    assert point_resources({"device": "cuda"}, 1)["num_gpus"] == 1
+    assert point_resources({}, 1)["num_gpus"] == 0  # quick profile, device auto: CPU
+
+
+def test_sweep_command_exit_statuses(tmp_path):
+    from fedaudit.cli import app
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[fixed]\ndataset = "digits"\nrounds = 0\n[grid]\nseed = [0]\n')
+    result = CliRunner().invoke(app, ["sweep", str(grid), "--out", str(tmp_path / "s")])
+    assert result.exit_code == 4, result.output  # the point failed (rounds 0), the sweep itself finished
+    assert "1 of 1 point(s) failed: seed=0:" in result.output and "Traceback" not in result.output
+    grid.write_text('[fixed]\nrounds = 1\n[grid]\nmethods = ["fedavg"]\n')
+    result = CliRunner().invoke(app, ["sweep", str(grid), "--out", str(tmp_path / "t")])
+    assert result.exit_code == 2 and "unknown option in" in result.output
+    assert not (tmp_path / "t").exists()  # a bad grid leaves no folder
+
+
+@pytest.mark.slow
+def test_the_example_grid_gives_the_same_metrics_on_ray_as_locally(tmp_path):
+    """examples/grid.toml (2 methods × 2 targets × 1 seed on digits, 2 rounds) on both backends at one torch
+    thread per point: 4 complete runs each, sweep.json and compare.html, and every point's metrics equal."""
+    pytest.importorskip("ray")
+    grid = load_grid(Path(__file__).resolve().parent.parent / "examples" / "grid.toml")
+    grid.fixed.update(device="cpu")
+    local = run_grid(grid, tmp_path / "local", threads=1)
+    ray = run_grid(grid, tmp_path / "ray", backend="ray", threads=1)
+    for outcome in (local, ray):
+        assert outcome.complete and len(outcome.index["points"]) == 4
+        assert (outcome.root / "compare.html").is_file() and (outcome.root / "COMPLETE").is_file()
+    volatile = ("provenance",)
+    for a, b in zip(local.index["points"], ray.index["points"]):
+        ma, mb = metrics_of(local.root, a), metrics_of(ray.root, b)
+        assert {k: v for k, v in ma.items() if k not in volatile} == {k: v for k, v in mb.items() if k not in volatile}, a["name"]
