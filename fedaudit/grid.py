@@ -24,6 +24,7 @@ not depend on the backend — only on its options and its torch thread count, wh
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -73,18 +74,33 @@ class Grid:
         for values in itertools.product(*(self.axes[k] for k in keys)):
             chosen = dict(zip(keys, values))
             out.append(Point(point_name(chosen), {**self.fixed, **chosen}))
+        names = [p.name for p in out]
+        twins = sorted({n for n in names if names.count(n) > 1})
+        if twins:  # e.g. seed = [1, "1"]: one folder for two points would mix their runs
+            raise FedauditError(f"{self.source or 'the grid'}: two points would share the folder {twins[0]!r}; "
+                                "make the [grid] values distinct as text")
         return out
 
     def to_json(self) -> dict[str, Any]:
         return {"fixed": self.fixed, "grid": self.axes}
 
 
+NAME_LIMIT = 120  # characters of a point's folder name before it is shortened (file systems allow 255 bytes)
+
+
 def point_name(chosen: dict[str, Any]) -> str:
-    """``method=fedavg,target_domain=colour``: a folder name that says which point it is."""
+    """``method=fedavg,target_domain=colour``: a folder name that says which point it is. Values that are not
+    plain file-name text (spaces, slashes, tables) or a name too long keep a short hash of the exact values,
+    so two points never share a folder."""
     if not chosen:
         return "single"
-    text = ",".join(f"{k}={'none' if v is None else v}" for k, v in chosen.items())
-    return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", text)
+    text = ",".join(f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v}"
+                    for k, v in chosen.items())
+    name = re.sub(r"[^A-Za-z0-9_.,=+-]", "_", text)
+    if name != text or len(name) > NAME_LIMIT:
+        digest = hashlib.sha1(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:8]
+        name = f"{name[:NAME_LIMIT]}-{digest}"
+    return name
 
 
 def load_grid(path: str | Path) -> Grid:
@@ -117,7 +133,9 @@ def grid_from(data: dict[str, Any], where: str = "the grid") -> Grid:
     if both:
         raise FedauditError(f"{where}: {sorted(both)[0]!r} is both fixed and in the grid; keep one")
     check_option_names([*fixed, *axes], where)
-    return Grid(fixed, axes, where)
+    grid = Grid(fixed, axes, where)
+    grid.points()  # folder names checked now: a grid error is the user's, before anything runs
+    return grid
 
 
 def check_option_names(names: list[str], where: str) -> None:

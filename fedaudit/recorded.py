@@ -83,7 +83,7 @@ def check_audit_options(explicit: dict[str, Any], attack_option_names: set[str])
                             "recording's manifest")
 
 
-NO_DATA = "none"  # the dataset of an audit whose auditor holds none of the clients' records: attacks run unscored
+NO_DATA = "no-data"  # the dataset of an audit whose auditor holds none of the clients' records: attacks run unscored
 UNSCORED = ("the auditor holds none of the clients' records (the recording's manifest names no data), so nothing "
             "could be scored against them")
 PRIOR_KEYS = "classes, mean, std and hflip: the class names, the normalisation (x/255 - mean) / std, whether flips keep labels"
@@ -157,7 +157,7 @@ def public_data(rec: Recording, image_size: int) -> tuple[MultiDomainDataset, LO
                                 f" got {v!r}; give {PRIOR_KEYS}")
         norm[key] = tuple(float(x) for x in v)
     clients = recorded_clients(rec)
-    target = "unseen"  # no unseen domain's records either: a name only
+    target = "unknown"  # no unseen domain's records either: a name only
     empty = torch.zeros(0, 3, image_size, image_size, dtype=torch.uint8)
     none = torch.zeros(0, dtype=torch.long)
     sources = [ClientData(domain=d, train_x=empty, train_y=none, val_x=empty, val_y=none, holdout_x=empty,

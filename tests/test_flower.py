@@ -428,7 +428,7 @@ def test_audit_without_the_auditors_data_runs_the_attacks_unscored(example_recor
 
     run_dir, metrics = audit_recording(rec_dir, out=str(tmp_path / "runs"), device="cpu", inversion_iters=5,
                                        inversion_batch=10)
-    assert metrics["dataset"] == "none" and metrics["auditor_data"]["status"] == "none"
+    assert metrics["dataset"] == "no-data" and metrics["target_domain"] == "unknown" and metrics["auditor_data"]["status"] == "none"
     assert set(metrics["auditor_data"]["left_out"]) == {"mia-loss", "mia-artifact"}  # what auto chose and cannot run
     assert metrics["accuracy"]["status"] == "unscored" and metrics["accuracy"]["unseen_domain"] is None
     di = metrics["leakage"]["deepinversion"]
@@ -445,6 +445,8 @@ def test_audit_without_the_auditors_data_runs_the_attacks_unscored(example_recor
     html = (run_dir / "report.html").read_text()
     assert "Not scored: the auditor holds none of the clients&#39; records" in html
     assert "mia-loss: membership inference challenges" in html
+    assert "shown\nwithout real records: this run was audited without\nthem" in html
+    assert "next to the nearest real training record" not in html
 
     result = CliRunner().invoke(app, ["audit", str(rec_dir), "--attack", "deepinversion", "--inversion-iters", "5",
                                       "--inversion-batch", "10", "--out", str(tmp_path / "cli"), "--device", "cpu"])

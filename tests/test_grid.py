@@ -72,6 +72,16 @@ def test_grid_mistakes_are_one_line_errors(tmp_path):
         run_grid(grid_from({"grid": {"seed": [1]}}), tmp_path / "other", backend="slurm")
 
 
+def test_every_point_has_its_own_folder():
+    names = [p.name for p in grid_from({"grid": {"target_domain": ["a b", "a_b", "a/b"], "seed": [0]}}).points()]
+    assert len(set(names)) == 3 and "target_domain=a_b,seed=0" in names
+    assert all("/" not in n and " " not in n for n in names)
+    long = grid_from({"grid": {"method_options": [{"mu": 0.1 * i, "upload": "x" * 200} for i in range(2)]}}).points()
+    assert len({p.name for p in long}) == 2 and all(len(p.name) <= 130 for p in long)
+    with pytest.raises(FedauditError, match="two points would share the folder 'seed=1'"):
+        grid_from({"grid": {"seed": [1, "1"]}}).points()
+
+
 def test_points_ask_ray_for_a_gpu_only_when_they_run_on_one():
     assert point_resources({"profile": "paper"}, 2) == {"num_cpus": 2, "num_gpus": 1}
     assert point_resources({"profile": "paper", "device": "cpu"}, 1) == {"num_cpus": 1, "num_gpus": 0}
