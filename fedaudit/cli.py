@@ -291,6 +291,12 @@ def gate(all_metrics: list[dict[str, Any]], fail_on: str | None) -> None:
         return
     from fedaudit.audit.verdict import TIER_ORDER
 
+    blind = [m for m in all_metrics if (m.get("auditor_data") or {}).get("status") == "none"]
+    if blind:  # fail closed: a gate must not pass what it could not see
+        err_console().print(f"--fail-on {fail_on}: nothing was assessed ({blind[0]['auditor_data'].get('why')}); a "
+                            "gate cannot pass such an audit — give the auditor the clients' records",
+                            highlight=False, markup=False)
+        raise typer.Exit(GATE_EXIT)
     hits = [row for m in all_metrics for row in m.get("verdict") or [] if TIER_ORDER.get(row.get("tier"), -1) >= TIER_ORDER[fail_on]]
     if hits:
         err_console().print(f"--fail-on {fail_on}: {len(hits)} verdict row(s) reached it, e.g. "
@@ -510,8 +516,8 @@ def sweep(
 
     _setup_logging(quiet)
     try:
-        if resume is not None and grid_file is not None:
-            raise FedauditError("give a grid file or --resume SWEEP_DIR, not both")
+        if resume is not None and (grid_file is not None or out is not None):
+            raise FedauditError("--resume SWEEP_DIR continues the grid that folder holds; drop the grid file and --out")
         grid = load_grid(grid_file) if grid_file is not None else None
         folder = resume or out or Path("runs") / f"sweep-{grid_file.stem if grid_file else 'grid'}"
         outcome = run_grid(grid, folder, backend=backend, jobs=jobs, threads=threads, address=address,

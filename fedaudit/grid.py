@@ -121,8 +121,20 @@ def grid_from(data: dict[str, Any], where: str = "the grid") -> Grid:
     if extra:
         raise FedauditError(f"{where} has top-level key {sorted(extra)[0]!r}; put fixed options under [fixed] and "
                             "lists to cross under [grid]")
-    fixed = {k.replace("-", "_"): v for k, v in (data.get("fixed") or {}).items()}
-    axes = {k.replace("-", "_"): v for k, v in (data.get("grid") or {}).items()}
+    tables = {}
+    for table in ("fixed", "grid"):
+        given = data.get(table) or {}
+        if not isinstance(given, dict):
+            raise FedauditError(f"{where}: [{table}] must be a table of option = value lines")
+        tables[table] = {k.replace("-", "_"): v for k, v in given.items()}
+        if len(tables[table]) != len(given):
+            raise FedauditError(f"{where}: [{table}] names an option twice (dashes and underscores are the same)")
+        for key, value in given.items():
+            try:
+                json.dumps(value)
+            except TypeError:
+                raise FedauditError(f"{where}: {key} = {value!r} is not a string, number, boolean, list or table") from None
+    fixed, axes = tables["fixed"], tables["grid"]
     for key, values in axes.items():
         if not isinstance(values, list) or not values:
             raise FedauditError(f"{where}: [grid] {key} must be a non-empty list (e.g. {key} = [...]); put a single "
@@ -133,6 +145,7 @@ def grid_from(data: dict[str, Any], where: str = "the grid") -> Grid:
     if both:
         raise FedauditError(f"{where}: {sorted(both)[0]!r} is both fixed and in the grid; keep one")
     check_option_names([*fixed, *axes], where)
+    check_names(fixed, axes)
     grid = Grid(fixed, axes, where)
     grid.points()  # folder names checked now: a grid error is the user's, before anything runs
     return grid
@@ -151,6 +164,20 @@ def check_option_names(names: list[str], where: str) -> None:
             raise unknown_choice("option in " + where, name, sorted(known - set(SWEEP_OWNED)))
 
 
+def check_names(fixed: dict[str, Any], axes: dict[str, list[Any]]) -> None:
+    """Method and attack names, every value the grid gives them, checked against the registries now: a typo is
+    the grid's error (exit 2), not one point's failure after the others trained."""
+    from fedaudit.attacks import AUTO, get_attacks
+    from fedaudit.methods import get_method
+
+    for name in axes.get("method", [fixed.get("method")]):
+        if name is not None:
+            get_method(name)
+    for spec in axes.get("attack", [fixed.get("attack")]):
+        if spec is not None and spec != AUTO:
+            get_attacks(spec)
+
+
 # -- one point --------------------------------------------------------------------------------------------
 
 
@@ -163,7 +190,8 @@ def finished_run(point_dir: Path) -> Path | None:
 
 
 def run_point(point_dir: str, options: dict[str, Any], threads: int, command: str = "") -> dict[str, Any]:
-    """Run (or resume, or find finished) one point; never raises for a failed run: the result says why.
+    """Run (or resume, or find finished) one point; never raises for a failed run: the result says why, and a
+    finished one names its run directory inside ``point_dir``.
 
     This is what every backend calls, in-process, in a worker process or as a Ray task."""
     import torch
@@ -174,7 +202,7 @@ def run_point(point_dir: str, options: dict[str, Any], threads: int, command: st
     folder = Path(point_dir)
     done = finished_run(folder)
     if done is not None:
-        return {"status": "complete", "run_dir": str(done.resolve()), "trained": False}
+        return {"status": "complete", "run_dir": done.name, "trained": False}
     t0 = time.perf_counter()
     try:
         started = started_runs(folder)
@@ -187,7 +215,9 @@ def run_point(point_dir: str, options: dict[str, Any], threads: int, command: st
         runs.write_text(folder / "error.txt", traceback.format_exc())
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc} (traceback in {folder / 'error.txt'})",
                 "seconds": time.perf_counter() - t0}
-    return {"status": "complete", "run_dir": str(Path(result.run_dir).resolve()), "trained": True,
+    # the run's folder name only: the driver joins it to the point's folder as it sees it (on a cluster the
+    # worker may see the shared storage under another path)
+    return {"status": "complete", "run_dir": Path(result.run_dir).name, "trained": True,
             "seconds": time.perf_counter() - t0}
 
 
@@ -218,6 +248,9 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
         raise FedauditError(f"--jobs must be a positive integer, got {jobs!r}")
     if address is not None and backend != "ray":
         raise FedauditError("--address names a Ray cluster; add --backend ray or drop --address")
+    if jobs != 1 and backend != "local":
+        raise FedauditError("--jobs is the local backend's; on Ray every point is a task and the cluster's CPUs "
+                            "set how many run at once (drop --jobs)")
     root = Path(out).expanduser().resolve()
     grid = same_grid(root, grid, resume)
     threads = threads or default_threads(backend, jobs)
@@ -227,17 +260,21 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
     before = {row["name"]: row for row in (runs.read_json(root / SWEEP_FILE)["points"]
                                            if (root / SWEEP_FILE).is_file() else [])}
     index = {"grid": grid.to_json(), "source": grid.source, "backend": backend, "threads": threads,
-             "points": [{"name": p.name, "options": p.options, "status": "pending", "run_dir": None, "error": None,
-                         "attempts": 0, **before.get(p.name, {})} for p in points]}
+             "points": [{**before.get(p.name, {}), "name": p.name, "options": p.options} for p in points]}
     rows = {row["name"]: row for row in index["points"]}
     pending = []
     for p in points:
+        row = rows[p.name]
+        row.setdefault("attempts", 0)
         done = finished_run(root / POINTS / p.name)
         if done is not None:
-            rows[p.name].update(status="complete", run_dir=str(done.relative_to(root)), error=None)
-        else:
+            row.update(status="complete", run_dir=str(done.relative_to(root)), error=None)
+        else:  # whatever an earlier invocation said of it, it has no finished run now
+            row.update(status="pending", run_dir=None, error=row.get("error"))
             pending.append((p, root / POINTS / p.name))
     root.mkdir(parents=True, exist_ok=True)
+    if pending:
+        (root / runs.COMPLETE).unlink(missing_ok=True)  # a point of a finished sweep was removed: not complete now
     write_index(root, index)
     if pending:
         log.info("sweep %s: %d of %d points to run (%s backend, %d torch thread(s) each)", root, len(pending),
@@ -250,11 +287,11 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
         row["attempts"] += result.pop("attempts", 1)
         run_dir = result.get("run_dir")
         row.update(status=result["status"], error=result.get("error"), seconds=result.get("seconds"), threads=threads,
-                   run_dir=None if run_dir is None else str(Path(run_dir).relative_to(root)))
+                   run_dir=None if run_dir is None else str(Path(POINTS, point.name, run_dir)))
         if result["status"] == "failed":
             log.warning("sweep point %s failed: %s", point.name, result["error"])
         else:
-            log.info("sweep point %s: %s", point.name, run_dir)
+            log.info("sweep point %s: %s", point.name, root / row["run_dir"])
         write_index(root, index)
     finished = [root / row["run_dir"] for row in index["points"] if row["status"] == "complete"]
     compare = root / COMPARE if (root / COMPARE).is_file() and not pending else None
@@ -277,7 +314,8 @@ def same_grid(root: Path, grid: Grid | None, resume: bool) -> Grid:
         return grid_from(stored["grid"], str(root / SWEEP_FILE))
     if grid is None:
         raise FedauditError("give a grid file (fedaudit sweep GRID.toml) or --resume SWEEP_DIR")
-    if stored is not None and stored["grid"] != json.loads(json.dumps(grid.to_json())):
+    # compared as text: the order of the [grid] keys names the points, so it counts
+    if stored is not None and json.dumps(stored["grid"]) != json.dumps(grid.to_json()):
         raise FedauditError(f"{root} holds another grid's sweep; give another --out, or --resume {root} to continue "
                             "the grid it holds")
     if stored is None and root.is_dir() and any(root.iterdir()):
@@ -313,35 +351,47 @@ def _local(jobs: int) -> Dispatch:
 
 
 def _process_pool(pending: list[tuple[Point, Path]], threads: int, jobs: int) -> Iterator[tuple[Point, dict[str, Any]]]:
+    """``jobs`` spawned workers (no forked torch state). A worker that dies breaks the whole pool and every
+    unfinished point with it, so no one point can be blamed: those points then run one at a time, each in a
+    pool of its own, where a death is its own — and a point that dies alone twice has failed."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    attempts = {p.name: 0 for p, _ in pending}
-    queue = list(pending)
-    while queue:
-        retry = []
-        # spawn: a fresh interpreter per worker (no forked torch state); a pool whose worker dies is broken as a
-        # whole, so its unfinished points go to a new pool
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    context = multiprocessing.get_context("spawn")
+
+    def run(batch: list[tuple[Point, Path]], workers: int) -> Iterator[tuple[Point, Path, dict[str, Any] | None]]:
+        """(point, folder, result), result None when its pool broke before it finished."""
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             futures = {pool.submit(run_point, str(folder), point.options, threads): (point, folder)
-                       for point, folder in queue}
-            for point, _ in queue:
-                attempts[point.name] += 1
+                       for point, folder in batch}
             left = set(futures)
             while left:
                 done, left = wait(left, return_when=FIRST_COMPLETED)
                 for fut in done:
                     point, folder = futures[fut]
                     try:
-                        result = fut.result()
+                        yield point, folder, fut.result()
                     except BrokenProcessPool:
-                        if attempts[point.name] <= RETRIES:
-                            retry.append((point, folder))
-                            continue
-                        result = {"status": "failed", "error": "its worker process died twice (killed or out of memory)"}
-                    yield point, {**result, "attempts": 1}
-        queue = retry
+                        yield point, folder, None
+                    except Exception as exc:  # noqa: BLE001 - e.g. a worker that could not start: this point fails, the sweep goes on
+                        yield point, folder, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+
+    suspects = []
+    for point, folder, result in run(pending, jobs):
+        if result is None:
+            suspects.append((point, folder))
+        else:
+            yield point, {**result, "attempts": 1}
+    for point, folder in suspects:  # alone now: a death is this point's own
+        for attempt in range(1, RETRIES + 2):
+            _, _, result = next(run([(point, folder)], 1))
+            if result is not None:
+                yield point, {**result, "attempts": 1 + attempt}
+                break
+        else:
+            yield point, {"status": "failed", "attempts": 1 + RETRIES + 1,
+                          "error": f"its worker process died {RETRIES + 1} times running it alone (killed, or out of memory)"}
 
 
 def _ray(address: str | None) -> Dispatch:
@@ -358,8 +408,9 @@ def _ray(address: str | None) -> Dispatch:
             try:
                 ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
             except (ConnectionError, ValueError, RuntimeError) as exc:
-                raise FedauditError(f"cannot reach the Ray cluster at {address}: {exc}; start one with `ray start "
-                                    "--head` or drop --address to start a local one") from None
+                where = f"the Ray cluster at {address}" if address else "a local Ray"
+                raise FedauditError(f"cannot start or reach {where}: {exc}; start one with `ray start --head`, or "
+                                    "use --backend local") from None
         try:
             yield from _ray_tasks(ray, pending, threads)
         finally:
@@ -372,21 +423,24 @@ def _ray(address: str | None) -> Dispatch:
 def point_resources(options: dict[str, Any], threads: int) -> dict[str, float]:
     """What one point asks of Ray: a CPU per torch thread, and a GPU when it runs on one (the paper profile,
     or ``device = "cuda"``)."""
-    device = options.get("device", "auto")
-    gpu = device == "cuda" or (options.get("profile") == "paper" and device != "cpu")
+    device = str(options.get("device", "auto"))
+    gpu = device.startswith("cuda") or (options.get("profile") == "paper" and device != "cpu")
     return {"num_cpus": threads, "num_gpus": 1 if gpu else 0}
 
 
 def _ray_tasks(ray: Any, pending: list[tuple[Point, Path]], threads: int) -> Iterator[tuple[Point, dict[str, Any]]]:
     from ray.exceptions import RayError
 
-    have = ray.cluster_resources()
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     for point, _ in pending:
         need = point_resources(point.options, threads)
-        if need["num_gpus"] > have.get("GPU", 0) or need["num_cpus"] > have.get("CPU", 0):
+        # a task runs on one node: some node must hold all it asks for, or ray.wait would wait forever
+        if not any(need["num_cpus"] <= r.get("CPU", 0) and need["num_gpus"] <= r.get("GPU", 0) for r in nodes):
+            most = max(nodes, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), default={})
             raise FedauditError(f"sweep point {point.name} needs {need['num_cpus']} CPU(s) and {need['num_gpus']} "
-                                f"GPU(s), more than the Ray cluster has ({have.get('CPU', 0):g} CPUs, "
-                                f"{have.get('GPU', 0):g} GPUs); lower --threads, set device = \"cpu\", or add nodes")
+                                f"GPU(s) on one node, and no node of the Ray cluster has them (the largest: "
+                                f"{most.get('CPU', 0):g} CPUs, {most.get('GPU', 0):g} GPUs); lower --threads, set "
+                                "device = \"cpu\", or add a node that has them")
     # max_retries: Ray re-runs a task whose worker died (RETRIES times); an exception inside run_point is
     # not a worker death, and run_point returns failures instead of raising them
     task = ray.remote(max_retries=RETRIES)(run_point)
@@ -400,7 +454,8 @@ def _ray_tasks(ray: Any, pending: list[tuple[Point, Path]], threads: int) -> Ite
             result = ray.get(done[0])
         except RayError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            result = {"status": "failed", "error": f"Ray task failed after {RETRIES + 1} attempts: {first}"}
+            result = {"status": "failed", "error": f"its Ray task failed ({type(exc).__name__}; a dead worker is retried "
+                                                  f"{RETRIES} time(s)): {first}"}
         yield point, result
 
 

@@ -157,7 +157,8 @@ def public_data(rec: Recording, image_size: int) -> tuple[MultiDomainDataset, LO
                                 f" got {v!r}; give {PRIOR_KEYS}")
         norm[key] = tuple(float(x) for x in v)
     clients = recorded_clients(rec)
-    target = "unknown"  # no unseen domain's records either: a name only
+    target = next(t for t in ("unknown", *(f"unknown-{i}" for i in range(1, len(clients) + 2))) if t not in clients)
+    # ^ no unseen domain's records either: a name only, never a client's
     empty = torch.zeros(0, 3, image_size, image_size, dtype=torch.uint8)
     none = torch.zeros(0, dtype=torch.long)
     sources = [ClientData(domain=d, train_x=empty, train_y=none, val_x=empty, val_y=none, holdout_x=empty,

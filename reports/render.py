@@ -634,6 +634,9 @@ def reconstructions(u: Unit, redact: bool) -> dict[str, Any]:
                 rel = e.get("image_grid")
                 if e.get("status") != "attacked":
                     notes.append(f"{head}: {e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}")
+                elif rel is None and (e.get("metrics") or {}).get("status") == "unscored":
+                    notes.append(f"{head}: attacked in latent space (no images to show), not scored — "
+                                 f"{e['metrics'].get('reason', 'no reason stored')}")
                 elif rel is None:
                     notes.append(f"{head}: attacked in latent space (no images to show); its scores are in “Side by side”")
                 elif rel not in u.images:

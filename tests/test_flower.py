@@ -448,10 +448,14 @@ def test_audit_without_the_auditors_data_runs_the_attacks_unscored(example_recor
     assert "shown\nwithout real records: this run was audited without\nthem" in html
     assert "next to the nearest real training record" not in html
 
-    result = CliRunner().invoke(app, ["audit", str(rec_dir), "--attack", "deepinversion", "--inversion-iters", "5",
-                                      "--inversion-batch", "10", "--out", str(tmp_path / "cli"), "--device", "cpu"])
-    assert result.exit_code == 0, result.output
+    assert all("the auditor holds none of the clients' records" in r["reason"] for r in rows.values())
+    assert di["settings"]["iters"] == 5  # the budget is stored, as in a scored run
+
+    command = ["audit", str(rec_dir), "--attack", "deepinversion", "--inversion-iters", "5", "--inversion-batch", "10",
+               "--out", str(tmp_path / "cli"), "--device", "cpu"]
+    result = CliRunner().invoke(app, [*command, "--fail-on", "medium"])
     assert "not scored: the auditor holds none" in result.output and "report:" in result.output
+    assert result.exit_code == 3 and "a gate cannot pass such an audit" in result.output  # fails closed
     manifest["prior"]["std"] = [0.5, 0.0, 0.5]
     (rec_dir / "manifest.json").write_text(json.dumps(manifest))
     result = CliRunner().invoke(app, ["audit", str(rec_dir), "--out", str(tmp_path / "cli")])

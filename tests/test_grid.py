@@ -68,6 +68,12 @@ def test_grid_mistakes_are_one_line_errors(tmp_path):
         run_grid(grid_from({"grid": {"seed": [1]}}), tmp_path / "sweep")
     with pytest.raises(FedauditError, match="--address names a Ray cluster"):
         run_grid(grid_from({"grid": {"seed": [1]}}), tmp_path / "other", address="auto")
+    with pytest.raises(FedauditError, match="unknown method 'fedavgg'"):  # a typo in a value: the grid's error
+        grid_from({"grid": {"method": ["fedavg", "fedavgg"]}})
+    with pytest.raises(FedauditError, match="--jobs is the local backend's"):
+        run_grid(grid_from({"grid": {"seed": [1]}}), tmp_path / "other", backend="ray", jobs=2)
+    with pytest.raises(FedauditError, match="names an option twice"):
+        grid_from({"fixed": {"target-domain": "a", "target_domain": "b"}})
     with pytest.raises(FedauditError, match="unknown backend 'slurm'"):
         run_grid(grid_from({"grid": {"seed": [1]}}), tmp_path / "other", backend="slurm")
 
@@ -101,6 +107,17 @@ def test_sweep_command_exit_statuses(tmp_path):
     result = CliRunner().invoke(app, ["sweep", str(grid), "--out", str(tmp_path / "t")])
     assert result.exit_code == 2 and "unknown option in" in result.output
     assert not (tmp_path / "t").exists()  # a bad grid leaves no folder
+
+
+@pytest.mark.slow
+def test_points_run_side_by_side_in_worker_processes(tmp_path):
+    """--jobs 2: each point in a spawned worker, the same metrics as one after another at the same threads."""
+    grid = grid_from({"fixed": TINY_FIXED, "grid": {"seed": [0, 1]}})
+    apart = run_grid(grid, tmp_path / "jobs", jobs=2, threads=1)
+    inline = run_grid(grid, tmp_path / "inline", threads=1)
+    assert apart.complete and [r["attempts"] for r in apart.index["points"]] == [1, 1]
+    for a, b in zip(apart.index["points"], inline.index["points"]):
+        assert metrics_of(apart.root, a)["accuracy"] == metrics_of(inline.root, b)["accuracy"]
 
 
 @pytest.mark.slow

@@ -133,6 +133,9 @@ def run_unscored(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig
         log.info("attack %s as %s against %s, unscored: %s", attack.name, role, ", ".join(victims), why)
         outputs = attack.run_batch(fed.wire.view(role), prior, victims, device)
         leakage[attack.name] = unscored_section(attack.name, outputs, prior, run_dir, why)
+        settings = getattr(attack, "settings", None)
+        if settings is not None:
+            leakage[attack.name]["settings"] = settings.to_json()
     return leakage
 
 

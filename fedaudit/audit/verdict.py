@@ -189,6 +189,12 @@ def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThres
     rows += [membership_row(target, metrics, t) for target in targets]
     if isinstance((metrics.get("leakage") or {}).get(CANARY), dict):
         rows.append(canary_row(metrics, t))
+    data = metrics.get("auditor_data") or {}
+    if data.get("status") == "none":  # nothing was scored: every row says so first, whatever else it says
+        why = str(data.get("why") or "the auditor holds none of the clients' records")
+        for row in rows:
+            if why not in row["reason"]:
+                row["reason"] = f"{why}; {row['reason']}"
     return rows
 
 
