@@ -113,7 +113,7 @@ def evaluate(
     device = resolve_device(cfg.device)
 
     t0 = time.perf_counter()
-    dataset = load_dataset(cfg.dataset, cfg.image_size, seed=DATA_SEED)
+    dataset = load_dataset(cfg.dataset, cfg.image_size, seed=DATA_SEED, cache_mb=cfg.cache_mb)
     data_seconds = time.perf_counter() - t0
     targets = resolve_targets(cfg, dataset)
     if cfg.attack != "none":
@@ -147,7 +147,7 @@ def _resume(path: Path, reporter: Reporter, on_round_end) -> EvaluateResult:
     check_names(cfg)
     device = resolve_device(cfg.device)
     t0 = time.perf_counter()
-    dataset = load_dataset(cfg.dataset, cfg.image_size, seed=DATA_SEED)
+    dataset = load_dataset(cfg.dataset, cfg.image_size, seed=DATA_SEED, cache_mb=cfg.cache_mb)
     return _run_targets(root, cfg, dataset, saved["targets"], device, reporter, on_round_end, saved["command"],
                         time.perf_counter() - t0)
 

@@ -72,6 +72,9 @@ class RunConfig:
     device: str = option("auto", "Where to train and attack.", choices=DEVICES)
     precision: str = option("fp32", "fp32, or bf16 (autocast).", choices=PRECISIONS)
     out: str = option("runs", "Folder for run directories.")
+    cache_mb: float = option(4096.0, "folder: datasets whose decoded images exceed this many MB are streamed from "
+                             "disk through a cache of this size (same split and results); smaller ones are decoded "
+                             "into memory whole.", low=0.0, high=1e9)
     keep_artifacts: bool = option(False, "Save every message on the wire as safetensors.")
     # -- who attacks, and the auditor ---------------------------------------------------------------------
     attacker: str = option("server", "Who attacks: server (sees every upload) or client:<domain> (sees its "
@@ -99,9 +102,10 @@ class RunConfig:
         return d
 
     def hash(self) -> str:
-        """Hash of everything that changes results (not where they are written)."""
+        """Hash of everything that changes results (not where they are written, or held while running)."""
         d = self.to_json()
         d.pop("out", None)
+        d.pop("cache_mb", None)  # where images are held, not what is computed
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

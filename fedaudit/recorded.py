@@ -181,7 +181,7 @@ def auditor_data(cfg: RunConfig, data_seed: int, rec: Recording | None = None) -
         return public_data(rec, cfg.image_size)
     if cfg.dataset.startswith("records:"):
         return load_records(cfg.dataset[len("records:"):], cfg.image_size, cfg.seed)
-    dataset = load_dataset(cfg.dataset, cfg.image_size, seed=data_seed)
+    dataset = load_dataset(cfg.dataset, cfg.image_size, seed=data_seed, cache_mb=cfg.cache_mb)
     target = cfg.target_domain or dataset.domains[-1]
     return dataset, lodo_split(dataset, target, cfg.split, seed=cfg.seed)
 

@@ -26,8 +26,9 @@ DATASETS: dict[str, str] = {
 MIN_SIZE, MAX_SIZE = 16, 256
 
 
-def load_dataset(spec: str, image_size: int = 32, seed: int = 0) -> MultiDomainDataset:
-    """Build the dataset named by ``spec`` ("shapes", "shapes:N", "digits" or "folder:PATH") at ``image_size`` px."""
+def load_dataset(spec: str, image_size: int = 32, seed: int = 0, cache_mb: float | None = None) -> MultiDomainDataset:
+    """Build the dataset named by ``spec`` ("shapes", "shapes:N", "digits" or "folder:PATH") at ``image_size`` px;
+    a folder whose decoded images exceed ``cache_mb`` MB is streamed from disk (:mod:`fedaudit.data.stream`)."""
     if isinstance(image_size, bool) or not isinstance(image_size, int) or not MIN_SIZE <= image_size <= MAX_SIZE:
         raise FedauditError(
             f"image size {image_size!r} is out of range; give an integer from {MIN_SIZE} to {MAX_SIZE} (e.g. 32 or 64)"
@@ -49,5 +50,5 @@ def load_dataset(spec: str, image_size: int = 32, seed: int = 0) -> MultiDomainD
         path = spec[len("folder:") :]
         if not path.strip():
             raise FedauditError("dataset spec 'folder:' has no path; give folder:PATH with PATH/<domain>/<class>/<image>")
-        return load_folder(path, image_size=image_size, spec=spec)
+        return load_folder(path, image_size=image_size, spec=spec, cache_mb=cache_mb)
     raise unknown_choice("dataset", spec, DATASETS)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .stream import DiskImages
+
 
 # eq=False: field-wise == on tensors is ambiguous; repr is short because the
 # default one would print every image tensor into logs and test failures.
@@ -58,10 +60,13 @@ class MultiDomainDataset:
         h = hashlib.sha256()
         h.update(json.dumps({"classes": self.classes, "domains": self.domains}).encode())
         for dom in self.domains:
-            x = self.images[dom].detach().to("cpu", torch.uint8).contiguous()
+            images = self.images[dom]
             y = self.labels[dom].detach().to("cpu", torch.int64).contiguous()
-            h.update(json.dumps([dom, list(x.shape)]).encode())  # shapes too, so no two layouts collide
-            h.update(x.numpy().tobytes())
+            h.update(json.dumps([dom, list(images.shape)]).encode())  # shapes too, so no two layouts collide
+            # streamed images are hashed chunk by chunk: the same bytes in the same order as a tensor's
+            chunks = images.to("cpu").chunks() if isinstance(images, DiskImages) else [images.detach()]
+            for x in chunks:
+                h.update(x.to("cpu", torch.uint8).contiguous().numpy().tobytes())
             h.update(y.numpy().astype("<i8").tobytes())
         return h.hexdigest()[:16]
 
@@ -104,7 +109,7 @@ class ClientData:
         moved = {
             f.name: getattr(self, f.name).to(device)
             for f in dataclasses.fields(self)
-            if isinstance(getattr(self, f.name), torch.Tensor)
+            if isinstance(getattr(self, f.name), (torch.Tensor, DiskImages))  # streamed images stay on disk
         }
         return dataclasses.replace(self, **moved)
 

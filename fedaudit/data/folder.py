@@ -6,6 +6,10 @@ benchmarks they already have. Images are decoded with PIL, converted to RGB
 and resized to ``image_size`` x ``image_size``; unreadable files are skipped,
 counted in ``skipped`` and reported with one warning. Domain and class names
 are folder names (sorted, hidden entries ignored) and may contain anything.
+
+A folder whose decoded images would exceed ``cache_mb`` is streamed (:mod:`fedaudit.data.stream`): one
+pass decodes every file to find the readable ones (the same that would be kept in memory), then images
+stay on disk and are decoded again when a batch needs them, through a cache of ``cache_mb``.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ import torch
 
 from ..errors import FedauditError
 from .base import MultiDomainDataset
+from .stream import DecodeCache, DiskImages
 
 log = logging.getLogger("fedaudit")
 
 LAYOUT_HINT = "give folder:PATH with PATH/<domain>/<class>/<image>"
 SHOW_SKIPPED = 5  # unreadable files named in the warning (then a count)
+STREAM_CHUNK = 512  # files checked per step when streaming: the first pass holds no more decoded at once
 
 
 def _visible(p: Path) -> bool:
@@ -35,7 +41,7 @@ def _subdirs(p: Path) -> list[Path]:
     return sorted((c for c in p.iterdir() if _visible(c) and c.is_dir()), key=lambda c: c.name)
 
 
-def _load_one(path: Path, size: int) -> np.ndarray | None:
+def decode(path: Path, size: int) -> np.ndarray | None:
     """Decode, RGB-convert and resize one image; None if it cannot be read."""
     from PIL import Image
 
@@ -48,9 +54,11 @@ def _load_one(path: Path, size: int) -> np.ndarray | None:
         return None
 
 
-def load_folder(path: str, image_size: int = 32, spec: str | None = None, min_domains: int = 2) -> MultiDomainDataset:
+def load_folder(path: str, image_size: int = 32, spec: str | None = None, min_domains: int = 2,
+                cache_mb: float | None = None) -> MultiDomainDataset:
     """Load ``PATH/<domain>/<class>/<image>`` into a :class:`MultiDomainDataset` (at least ``min_domains``
-    domains: leave-one-domain-out needs two; an auditor's records of one unseen domain need one)."""
+    domains: leave-one-domain-out needs two; an auditor's records of one unseen domain need one); streamed
+    from disk when its decoded images exceed ``cache_mb`` MB (None: never)."""
     root = Path(os.path.expanduser(path))
     if path and root.is_file():
         raise FedauditError(f"dataset path {str(root)!r} is a file, not a folder; {LAYOUT_HINT}")
@@ -91,21 +99,34 @@ def load_folder(path: str, image_size: int = 32, spec: str | None = None, min_do
             raise FedauditError(f"domain folder {d.name!r} in {str(root)!r} has no images; {LAYOUT_HINT}")
         files[d.name] = entries
 
-    images: dict[str, torch.Tensor] = {}
+    images: dict[str, torch.Tensor | DiskImages] = {}
     labels: dict[str, torch.Tensor] = {}
     skipped: list[Path] = []
+    decoded_bytes = sum(len(e) for e in files.values()) * 3 * image_size * image_size
+    stream = cache_mb is not None and decoded_bytes > cache_mb * 2**20
+    cache = DecodeCache(int((cache_mb or 0) * 2**20), decode, image_size) if stream else None
+    if stream:
+        log.info("folder dataset %s: %.0f MB decoded exceeds --cache-mb %g; images are streamed from disk",
+                 root, decoded_bytes / 2**20, cache_mb)
     # PIL releases the GIL while decoding, so threads speed up large folders
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         for dom, entries in files.items():
-            decoded = list(pool.map(lambda e: _load_one(e[0], image_size), entries))
-            keep = [(arr, lab) for arr, (_, lab) in zip(decoded, entries) if arr is not None]
-            skipped += [f for arr, (f, _) in zip(decoded, entries) if arr is None]
+            keep: list[tuple[np.ndarray | Path, int]] = []
+            for start in range(0, len(entries), STREAM_CHUNK if stream else max(1, len(entries))):
+                part = entries[start:start + (STREAM_CHUNK if stream else len(entries))]
+                decoded = list(pool.map(lambda e: decode(e[0], image_size), part))
+                # streamed: only whether each file decodes is kept (the pixels are read again when needed)
+                keep += [(f if stream else arr, lab) for arr, (f, lab) in zip(decoded, part) if arr is not None]
+                skipped += [f for arr, (f, _) in zip(decoded, part) if arr is None]
             if not keep:
                 raise FedauditError(
                     f"domain folder {dom!r} in {str(root)!r} has no readable images; {LAYOUT_HINT}"
                 )
-            stack = np.stack([arr for arr, _ in keep])  # [N, H, W, 3]
-            images[dom] = torch.from_numpy(stack).permute(0, 3, 1, 2).contiguous()
+            if stream:
+                images[dom] = DiskImages([f for f, _ in keep], cache)
+            else:
+                stack = np.stack([arr for arr, _ in keep])  # [N, H, W, 3]
+                images[dom] = torch.from_numpy(stack).permute(0, 3, 1, 2).contiguous()
             labels[dom] = torch.tensor([lab for _, lab in keep], dtype=torch.int64)
 
     if skipped:

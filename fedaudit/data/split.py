@@ -16,6 +16,7 @@ import torch
 
 from ..errors import FedauditError
 from .base import ClientData, LODOSplit, MultiDomainDataset
+from .stream import take
 
 SPLIT_NAMES = ("train", "val", "holdout")
 
@@ -106,9 +107,9 @@ def lodo_split(
         sources.append(
             ClientData(
                 domain=dom,
-                train_x=x[tr], train_y=y[tr],
-                val_x=x[va], val_y=y[va],
-                holdout_x=x[ho], holdout_y=y[ho],
+                train_x=take(x, tr), train_y=y[tr],
+                val_x=take(x, va), val_y=y[va],
+                holdout_x=take(x, ho), holdout_y=y[ho],
                 train_idx=tr, val_idx=va, holdout_idx=ho,
             )
         )  # fmt: skip

@@ -1,0 +1,204 @@
+"""Folder images that stay on disk: decoded when indexed, through a bounded cache.
+
+A folder dataset whose decoded images would exceed ``--cache-mb`` is not decoded into memory whole: each
+domain's images become a :class:`DiskImages`, which reads like the uint8 tensor ``[N, 3, S, S]`` it stands
+for — ``x[idx]`` (an int, a slice, an index or mask tensor, a list) decodes those records into a Tensor on
+the view's device, ``x.shape``, ``len(x)``, ``x.to(device)`` — while the pixels live in the files and a
+least-recently-used cache of decoded images (one per folder, ``--cache-mb`` in all). Splits and subsets
+(``take``) and ``torch.cat`` of such views stay on disk; any other torch operation decodes the view whole
+(said once per operation), so code that needs a real tensor still gets one. Decoding is the folder loader's
+own (:func:`fedaudit.data.folder.decode`), so streamed and in-memory runs see the same pixels.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+log = logging.getLogger("fedaudit")
+
+CHUNK = 256  # images decoded per step where a whole view is walked (fingerprint, materialise)
+Decoder = Callable[[Path, int], "np.ndarray | None"]
+
+
+class DecodeCache:
+    """Decoded images by file, least recently used first out, at most ``limit_bytes`` in all."""
+
+    def __init__(self, limit_bytes: int, decode: Decoder, size: int):
+        self.limit, self.decode, self.size = int(limit_bytes), decode, size
+        self._items: OrderedDict[Path, Tensor] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.decoded = 0  # files decoded (misses), for tests and logs
+
+    def get_many(self, files: Sequence[Path]) -> list[Tensor]:
+        found: dict[Path, Tensor] = {}
+        with self._lock:
+            for f in files:
+                hit = self._items.get(f)
+                if hit is not None:
+                    self._items.move_to_end(f)
+                    found[f] = hit
+        missing = list(dict.fromkeys(f for f in files if f not in found))
+        if missing:
+            workers = min(8, os.cpu_count() or 1, len(missing))
+            with ThreadPoolExecutor(max_workers=workers) as pool:  # PIL releases the GIL while decoding
+                arrays = list(pool.map(lambda f: self.decode(f, self.size), missing))
+            for f, arr in zip(missing, arrays):
+                if arr is None:  # readable when the folder was listed: the file changed under the run
+                    raise OSError(f"image file {f} can no longer be decoded; it was readable when the dataset was "
+                                  "loaded — restore it or rerun")
+                found[f] = torch.from_numpy(np.array(arr)).permute(2, 0, 1).contiguous()  # PIL's arrays are read-only
+            self.decoded += len(missing)
+            with self._lock:
+                for f in missing:
+                    self._put(f, found[f])
+        return [found[f] for f in files]
+
+    def _put(self, f: Path, x: Tensor) -> None:
+        n = x.numel()
+        if n > self.limit or f in self._items:
+            return
+        self._items[f] = x
+        self._bytes += n
+        while self._bytes > self.limit:
+            _, old = self._items.popitem(last=False)
+            self._bytes -= old.numel()
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+
+class DiskImages:
+    """uint8 images ``[N, 3, S, S]`` read from ``files`` when indexed (see the module docstring)."""
+
+    dtype = torch.uint8
+    ndim = 4
+
+    def __init__(self, files: Sequence[Path], cache: DecodeCache, device: torch.device | str = "cpu"):
+        self.files = list(files)
+        self.cache = cache
+        self.device = torch.device(device)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((len(self.files), 3, self.cache.size, self.cache.size))
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def numel(self) -> int:
+        return int(torch.Size(self.shape).numel())
+
+    def __repr__(self) -> str:
+        return f"DiskImages({len(self.files)} files at {self.cache.size}px, device={self.device})"
+
+    def to(self, *args: Any, **kwargs: Any) -> DiskImages | Tensor:
+        """On another device, still on disk; a dtype other than uint8 decodes the view (as Tensor.to would)."""
+        device, dtype = self.device, None
+        for a in [*args, kwargs.get("device"), kwargs.get("dtype")]:
+            if isinstance(a, torch.dtype):
+                dtype = a
+            elif isinstance(a, (str, torch.device)):
+                device = torch.device(a)
+        if dtype not in (None, torch.uint8):
+            return self.materialise().to(device=device, dtype=dtype)
+        return DiskImages(self.files, self.cache, device)
+
+    def positions(self, idx: Any) -> list[int]:
+        n = len(self.files)
+        if isinstance(idx, slice):
+            return list(range(n))[idx]
+        if isinstance(idx, Tensor):
+            idx = idx.detach().cpu()
+            if idx.dtype == torch.bool:
+                idx = torch.nonzero(idx, as_tuple=False).flatten()
+            idx = idx.tolist()
+        if isinstance(idx, (list, tuple)):
+            return [int(i) % n if n else int(i) for i in idx]
+        raise TypeError(f"DiskImages cannot be indexed with {type(idx).__name__}")
+
+    def take(self, idx: Any) -> DiskImages:
+        """The records at ``idx``, still on disk (a split, a subset)."""
+        return DiskImages([self.files[i] for i in self.positions(idx)], self.cache, self.device)
+
+    def __getitem__(self, idx: Any) -> Tensor:
+        if isinstance(idx, int):
+            return self.cache.get_many([self.files[idx]])[0].to(self.device)
+        if isinstance(idx, tuple) and idx and isinstance(idx[0], (slice, Tensor, list)):
+            return self[idx[0]][(slice(None), *idx[1:])]
+        files = [self.files[i] for i in self.positions(idx)]
+        if not files:
+            return torch.empty((0, *self.shape[1:]), dtype=torch.uint8, device=self.device)
+        return torch.stack(self.cache.get_many(files)).to(self.device)
+
+    def chunks(self, size: int = CHUNK) -> Iterator[Tensor]:
+        for start in range(0, len(self.files), size):
+            yield self[start:start + size]
+
+    def materialise(self) -> Tensor:
+        """The whole view as one Tensor (on its device)."""
+        if not self.files:
+            return self[:0]
+        return torch.cat(list(self.chunks()))
+
+    def __getattr__(self, name: str) -> Any:
+        """A Tensor method the view does not have itself (``x.float()``): on the view decoded whole."""
+        if name.startswith("__") or name in ("files", "cache", "device") or not hasattr(Tensor, name):
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        _warn_whole(name)
+        return getattr(self.materialise(), name)
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.cat:
+            parts = args[0] if args else kwargs.get("tensors")
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+            views = [p for p in parts if isinstance(p, DiskImages)]
+            if dim == 0 and len(views) == len(parts) and len({id(v.cache) for v in views}) == 1:
+                return DiskImages([f for v in views for f in v.files], views[0].cache, views[0].device)
+        _warn_whole(getattr(func, "__name__", str(func)))
+        return func(*_materialised(args), **{k: _materialised([v])[0] for k, v in kwargs.items()})
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_whole(name: str) -> None:
+    if name not in _WARNED:
+        _WARNED.add(name)
+        log.warning("%s on images streamed from disk decodes them whole: memory is not bounded for this step", name)
+
+
+def _materialised(values: Sequence[Any]) -> list[Any]:
+    out = []
+    for v in values:
+        if isinstance(v, DiskImages):
+            v = v.materialise()
+        elif isinstance(v, (list, tuple)):
+            v = type(v)(_materialised(v))
+        out.append(v)
+    return out
+
+
+def take(x: Tensor | DiskImages, idx: Tensor) -> Tensor | DiskImages:
+    """``x[idx]`` that keeps streamed images on disk."""
+    return x.take(idx) if isinstance(x, DiskImages) else x[idx]
+
+
+__all__ = ["DecodeCache", "DiskImages", "take"]
