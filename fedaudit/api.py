@@ -81,6 +81,37 @@ def evaluate(
     if resume is not None:
         return _resume(Path(resume), reporter, on_round_end)
 
+    cfg, auto_note = run_config(method, config, method_option, method_flags, options)
+    device = resolve_device(cfg.device)
+
+    t0 = time.perf_counter()
+    dataset = load_dataset(cfg.dataset, cfg.image_size, seed=DATA_SEED, cache_mb=cfg.cache_mb)
+    data_seconds = time.perf_counter() - t0
+    targets = resolve_targets(cfg, dataset)
+    if cfg.attack != "none":
+        for target in targets:  # a bad --attacker/--victim fails now, not after training
+            attack_role_and_victims(cfg, [d for d in dataset.domains if d != target])
+
+    if auto_note:  # said once the options are known to be good
+        log.info(auto_note)
+    root = runs.new_run_dir(Path(cfg.out).expanduser(), cfg.method, cfg.dataset, "all" if len(targets) > 1 else targets[0])
+    try:
+        runs.write_json(root / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
+                                               "targets": targets})
+        return _run_targets(root, cfg, dataset, targets, device, reporter, on_round_end, command, data_seconds)
+    except BaseException:
+        # A run that failed before its first round leaves nothing to resume: no orphan directory that `report`,
+        # `compare` or `--resume` would then trip over.
+        if not runs.has_progress(root):
+            shutil.rmtree(root, ignore_errors=True)
+        raise
+
+
+def run_config(method: str | None, config: str | Path | None, method_option: list[str] | None,
+               method_flags: list[tuple[str, str]] | None, options: dict[str, Any]) -> tuple[RunConfig, str | None]:
+    """The run's config as ``evaluate`` resolves it, checked, before any data is loaded: explicit options over
+    the config file over the method's profile defaults; ``--attack auto`` resolved from what the method shares
+    (and the note saying so); under DP-SGD the norm layers Opacus can train."""
     from fedaudit.attacks import AUTO, attack_options, attack_schema, auto_attacks
     from fedaudit.methods import METHODS, get_method
 
@@ -110,29 +141,7 @@ def evaluate(
     check_names(cfg)
     method_cls(cfg)  # validates method options before any work is done
     cfg = private_config(cfg, method_cls, [name for name, cls in METHODS.items() if not cls.dp_incompatible])
-    device = resolve_device(cfg.device)
-
-    t0 = time.perf_counter()
-    dataset = load_dataset(cfg.dataset, cfg.image_size, seed=DATA_SEED, cache_mb=cfg.cache_mb)
-    data_seconds = time.perf_counter() - t0
-    targets = resolve_targets(cfg, dataset)
-    if cfg.attack != "none":
-        for target in targets:  # a bad --attacker/--victim fails now, not after training
-            attack_role_and_victims(cfg, [d for d in dataset.domains if d != target])
-
-    if auto_note:  # said once the options are known to be good
-        log.info(auto_note)
-    root = runs.new_run_dir(Path(cfg.out).expanduser(), cfg.method, cfg.dataset, "all" if len(targets) > 1 else targets[0])
-    try:
-        runs.write_json(root / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
-                                               "targets": targets})
-        return _run_targets(root, cfg, dataset, targets, device, reporter, on_round_end, command, data_seconds)
-    except BaseException:
-        # A run that failed before its first round leaves nothing to resume: no orphan directory that `report`,
-        # `compare` or `--resume` would then trip over.
-        if not runs.has_progress(root):
-            shutil.rmtree(root, ignore_errors=True)
-        raise
+    return cfg, auto_note
 
 
 def _resume(path: Path, reporter: Reporter, on_round_end) -> EvaluateResult:

@@ -94,7 +94,7 @@ def point_name(chosen: dict[str, Any]) -> str:
     so two points never share a folder."""
     if not chosen:
         return "single"
-    text = ",".join(f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v}"
+    text = ",".join(f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else 'none' if v is None else v}"
                     for k, v in chosen.items())
     name = re.sub(r"[^A-Za-z0-9_.,=+-]", "_", text)
     if name != text or len(name) > NAME_LIMIT:
@@ -189,11 +189,12 @@ def finished_run(point_dir: Path) -> Path | None:
     return next((d for d in started_runs(point_dir) if runs.is_complete(d)), None)
 
 
-def run_point(point_dir: str, options: dict[str, Any], threads: int, command: str = "") -> dict[str, Any]:
+def run_point(point_dir: str, options: dict[str, Any], threads: int, command: str = "", **hooks: Any) -> dict[str, Any]:
     """Run (or resume, or find finished) one point; never raises for a failed run: the result says why, and a
     finished one names its run directory inside ``point_dir``.
 
-    This is what every backend calls, in-process, in a worker process or as a Ray task."""
+    This is what every backend calls, in-process, in a worker process or as a Ray task; ``hooks`` (a
+    ``reporter``, ``on_round_end``) reach ``evaluate`` in-process only."""
     import torch
 
     from fedaudit.api import evaluate
@@ -206,8 +207,8 @@ def run_point(point_dir: str, options: dict[str, Any], threads: int, command: st
     t0 = time.perf_counter()
     try:
         started = started_runs(folder)
-        result = (evaluate(resume=started[0]) if started else
-                  evaluate(**options, out=str(folder), command=command or None))
+        result = (evaluate(resume=started[0], **hooks) if started else
+                  evaluate(**options, out=str(folder), command=command or None, **hooks))
     except FedauditError as exc:
         return {"status": "failed", "error": str(exc), "seconds": time.perf_counter() - t0}
     except Exception as exc:  # noqa: BLE001 - a bug in one point must not end the sweep; its traceback is kept
@@ -240,14 +241,18 @@ Dispatch = Callable[[list[tuple[Point, Path]], int], Iterator[tuple[Point, dict[
 
 
 def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs: int = 1, threads: int | None = None,
-          address: str | None = None, resume: bool = False) -> SweepOutcome:
-    """Run every point of ``grid`` not yet COMPLETE under ``out`` (or, with ``resume``, the grid ``out`` holds)."""
+             address: str | None = None, resume: bool = False, compare_name: str = COMPARE,
+             hooks: dict[str, Any] | None = None) -> SweepOutcome:
+    """Run every point of ``grid`` not yet COMPLETE under ``out`` (or, with ``resume``, the grid ``out`` holds),
+    then write ``compare_name``; ``hooks`` go to ``evaluate`` (one point after another, in this process)."""
     if backend not in BACKENDS:
         raise unknown_choice("backend", backend, BACKENDS)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise FedauditError(f"--jobs must be a positive integer, got {jobs!r}")
     if address is not None and backend != "ray":
         raise FedauditError("--address names a Ray cluster; add --backend ray or drop --address")
+    if hooks and (backend != "local" or jobs != 1):
+        raise ValueError("hooks run in this process: backend local, one job")
     if jobs != 1 and backend != "local":
         raise FedauditError("--jobs is the local backend's; on Ray every point is a task and the cluster's CPUs "
                             "set how many run at once (drop --jobs)")
@@ -281,7 +286,7 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
                  len(points), backend, threads)
     else:
         log.info("sweep %s: every point is complete; nothing to run", root)
-    dispatch: Dispatch = _local(jobs) if backend == "local" else _ray(address)
+    dispatch: Dispatch = _local(jobs, hooks or {}) if backend == "local" else _ray(address)
     for point, result in dispatch(pending, threads):
         row = rows[point.name]
         row["attempts"] += result.pop("attempts", 1)
@@ -294,14 +299,14 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
             log.info("sweep point %s: %s", point.name, root / row["run_dir"])
         write_index(root, index)
     finished = [root / row["run_dir"] for row in index["points"] if row["status"] == "complete"]
-    compare = root / COMPARE if (root / COMPARE).is_file() and not pending else None
+    compare = root / compare_name if (root / compare_name).is_file() and not pending else None
     if finished and compare is None:  # rendered again only when a point ran: a finished sweep re-runs in seconds
         from fedaudit.reports import write_compare
 
-        compare = write_compare(finished, root / COMPARE)
+        compare = write_compare(finished, root / compare_name)
     failed = [row for row in index["points"] if row["status"] != "complete"]
     if not failed:
-        runs.mark_complete(root, [SWEEP_FILE, COMPARE])
+        runs.mark_complete(root, [SWEEP_FILE, compare_name])
     return SweepOutcome(root, index, compare, failed)
 
 
@@ -311,7 +316,8 @@ def same_grid(root: Path, grid: Grid | None, resume: bool) -> Grid:
     if resume:
         if stored is None:
             raise FedauditError(f"{root} holds no sweep ({SWEEP_FILE}); give the folder a sweep wrote, or a grid file")
-        return grid_from(stored["grid"], str(root / SWEEP_FILE))
+        # checked when it was written (a --dp-sweep's holds evaluate's own arguments, config and method flags)
+        return Grid(stored["grid"]["fixed"], stored["grid"]["grid"], stored.get("source") or str(root / SWEEP_FILE))
     if grid is None:
         raise FedauditError("give a grid file (fedaudit sweep GRID.toml) or --resume SWEEP_DIR")
     # compared as text: the order of the [grid] keys names the points, so it counts
@@ -336,14 +342,14 @@ def write_index(root: Path, index: dict[str, Any]) -> None:
 # -- backends -------------------------------------------------------------------------------------------------
 
 
-def _local(jobs: int) -> Dispatch:
+def _local(jobs: int, hooks: dict[str, Any]) -> Dispatch:
     """Points one after another in this process (``jobs`` 1), or ``jobs`` at a time in worker processes."""
 
     def dispatch(pending: list[tuple[Point, Path]], threads: int) -> Iterator[tuple[Point, dict[str, Any]]]:
         if jobs == 1:
             for point, folder in pending:
                 log.info("sweep point %s", point.name)
-                yield point, run_point(str(folder), point.options, threads)
+                yield point, run_point(str(folder), point.options, threads, **hooks)
             return
         yield from _process_pool(pending, threads, jobs)
 

@@ -1,12 +1,12 @@
 """``--dp-sweep 1,8,inf``: the same run at several DP-SGD ε, and one report with the privacy–utility curve.
 
-Each ε is an ordinary run directory under ``<sweep>/eps-<ε>/``; ``∞`` (``inf``)
-is the same run without DP. The ∞ point trains with the norm layers the DP
-points resolved to (GroupNorm when the chosen ones cannot be trained
-privately), so the curve compares like with like. ``sweep.json`` records the
-options; an interrupted sweep continues with ``--resume SWEEP_DIR`` (finished
-points are kept, a cut-off point resumes from its last round). The folder is
-marked complete only when every point is and ``sweep.html`` is written.
+A grid on :mod:`fedaudit.grid`'s engine with one axis, ``dp_epsilon``: each ε is an ordinary run directory
+under ``<sweep>/points/dp_epsilon=<ε>/``; ``∞`` (``inf``, ``dp_epsilon=none``) is the same run without DP.
+Every point trains with the norm layers DP-SGD resolves to (GroupNorm when the chosen ones cannot be trained
+privately), fixed before the first point runs, so the curve compares like with like. ``sweep.json`` indexes
+the points; an interrupted sweep continues with ``--resume SWEEP_DIR`` (finished points are kept, a cut-off
+point resumes from its last round). The folder is marked complete only when every point is and
+``sweep.html`` is written.
 """
 
 from __future__ import annotations
@@ -53,10 +53,6 @@ def parse_epsilons(text: str) -> list[float | None]:
     return sorted((v for v in values if v is not None)) + ([None] if None in values else [])
 
 
-def label(epsilon: float | None) -> str:
-    return "eps-inf" if epsilon is None else f"eps-{epsilon:g}"
-
-
 def is_sweep(path: str | Path) -> bool:
     return (Path(path).expanduser() / SWEEP_FILE).is_file()
 
@@ -66,51 +62,43 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
     """Run ``fedaudit.evaluate`` once per ε (or continue the sweep in ``resume``) and write ``sweep.html``.
 
     ``evaluate_options`` are :func:`fedaudit.api.evaluate`'s keyword arguments (run options,
-    ``config``, ``method_option``, ``method_flags``, ``reporter``, ``command``).
+    ``config``, ``method_option``, ``method_flags``, ``reporter``, ``on_round_end``, ``command``).
     """
-    from fedaudit.api import evaluate
-    from fedaudit.reports import write_compare
+    import torch
 
-    passthrough = {k: evaluate_options.pop(k) for k in ("reporter", "on_round_end") if k in evaluate_options}
+    from fedaudit.grid import Grid, run_grid
+
+    hooks = {k: evaluate_options.pop(k) for k in ("reporter", "on_round_end") if k in evaluate_options}
     if resume is not None:
         root = Path(resume).expanduser()
         if not is_sweep(root):
             raise FedauditError(f"{root} is not a DP sweep (no {SWEEP_FILE}); give the folder --dp-sweep created")
-        state = runs.read_json(root / SWEEP_FILE)
-        epsilons, method, options = state["epsilons"], state["method"], state["options"]
+        if "epsilons" in runs.read_json(root / SWEEP_FILE):
+            raise FedauditError(f"{root} was written by an older fedaudit (eps-<ε>/ folders); its finished points "
+                                "are ordinary runs — start the sweep again to continue it with this one")
+        grid = None
     else:
         if epsilons is None:
             raise FedauditError("give --dp-sweep EPS,... (e.g. 1,8,inf) or --resume SWEEP_DIR")
         if evaluate_options.get("dp_epsilon") is not None:
             raise FedauditError("--dp-sweep and --dp-epsilon exclude each other; drop --dp-epsilon")
+        from fedaudit.api import run_config
+
         options = {k: v for k, v in evaluate_options.items() if v is not None}
-        options["config"] = str(options["config"]) if options.get("config") is not None else None
+        options.pop("command", None)
+        if options.get("config") is not None:
+            options["config"] = str(options["config"])
         out = Path(options.pop("out", None) or "runs").expanduser()
-        from fedaudit.config import RunConfig, load_toml
-
-        # the folder is named like a run's: method and dataset as the points will resolve them
-        from_file = load_toml(options["config"]) if options.get("config") else {}
-        name = method or from_file.get("method") or RunConfig.method
-        dataset = options.get("dataset") or from_file.get("dataset") or RunConfig.dataset
-        root = runs.new_run_dir(out, str(name), str(dataset), "dpsweep")
-        runs.write_json(root / SWEEP_FILE, {"epsilons": epsilons, "method": method, "options": options})
-
-    run_dirs, metrics, norm = [], [], None
-    for epsilon in epsilons:
-        point = root / label(epsilon)
-        started = sorted(d for d in point.glob("*") if (d / "config.json").is_file()) if point.exists() else []
-        if started:
-            result = evaluate(resume=started[0], **passthrough)
-        else:
-            opts = {**options, "dp_epsilon": epsilon, "out": str(point)}
-            if epsilon is None and norm is not None:
-                opts["norm"] = norm  # like with like: the norm the private points trained with
-            log.info("DP sweep %s: %s", root.name, "no DP (ε = ∞)" if epsilon is None else f"ε = {epsilon:g}")
-            result = evaluate(method, **opts, **passthrough)
-        if epsilon is not None:
-            norm = runs.read_json(result.run_dir / "config.json")["config"]["norm"]
-        run_dirs.append(result.run_dir)
-        metrics.append(result.metrics)
-    report = write_compare(run_dirs, root / REPORT)
-    runs.mark_complete(root, [SWEEP_FILE, REPORT])
-    return SweepResult(root, run_dirs, report, metrics)
+        # Checked and resolved now, as the first private point will be: a method DP-SGD cannot train fails here,
+        # and every point (∞ too) trains with the norm layers the private points need.
+        private, _ = run_config(method, options.get("config"), options.get("method_option"),
+                                options.get("method_flags"), {**options, "dp_epsilon": next(e for e in epsilons if e)})
+        root = runs.new_run_dir(out, private.method, private.dataset, "dpsweep")
+        grid = Grid({**options, "method": private.method, "norm": private.norm}, {"dp_epsilon": epsilons},
+                    source="--dp-sweep")
+    outcome = run_grid(grid, root, resume=resume is not None, threads=torch.get_num_threads(), compare_name=REPORT,
+                       hooks=hooks)
+    if outcome.failed:  # evaluate's own errors, as a single run would give them
+        raise FedauditError("; ".join(f"{row['name']}: {row['error']}" for row in outcome.failed))
+    run_dirs = [root / row["run_dir"] for row in outcome.index["points"]]
+    return SweepResult(root, run_dirs, root / REPORT, [runs.read_json(d / "metrics.json") for d in run_dirs])

@@ -167,7 +167,7 @@ def test_dp_sweep_resumes_with_the_accountants_history_and_draws_the_curve(tmp_p
 
     from fedaudit.sweep import sweep_dp
 
-    class Stop(Exception):
+    class Stop(KeyboardInterrupt):  # an interruption: a sweep records a point's errors, but stops on these
         pass
 
     def stop_after_first_private_round(fed, rnd):
@@ -182,7 +182,7 @@ def test_dp_sweep_resumes_with_the_accountants_history_and_draws_the_curve(tmp_p
     result = runner.invoke(app, ["evaluate", "--resume", str(root), "--quiet"])
     assert result.exit_code == 0, result.output
     assert runs.is_complete(root)
-    dirs = [next((root / name).iterdir()) for name in ("eps-20", "eps-inf")]
+    dirs = [next((root / "points" / name).iterdir()) for name in ("dp_epsilon=20.0", "dp_epsilon=none")]
     assert [json.loads((d / "config.json").read_text())["config"]["norm"] for d in dirs] == ["gn", "gn"]
     assert [json.loads((d / "config.json").read_text())["config"]["dp_epsilon"] for d in dirs] == [20.0, None]
     for domain, c in json.loads((dirs[0] / "metrics.json").read_text())["privacy"]["dp"]["clients"].items():
