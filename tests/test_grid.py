@@ -19,18 +19,20 @@ def metrics_of(root: Path, row: dict) -> dict:
 
 
 def test_a_grid_runs_every_point_keeps_a_failure_apart_and_resumes_without_training(tmp_path, monkeypatch):
-    """Two methods under DP-SGD: fedavg trains, elcfs cannot (its own loop is not privatised) — the sweep finishes
-    fedavg, records elcfs's one-line error, writes the index and the compare page; run again, it trains nothing."""
-    grid = grid_from({"fixed": {**TINY_FIXED, "dp_epsilon": 8.0}, "grid": {"method": ["fedavg", "elcfs"]}})
+    """Two points, one that cannot run (0 rounds): the sweep finishes the other, records the failure's one-line
+    error, writes the index and the compare page; run again, it trains nothing it has already finished."""
+    fixed = {k: v for k, v in TINY_FIXED.items() if k != "rounds"}
+    grid = grid_from({"fixed": fixed, "grid": {"rounds": [1, 0]}})
     outcome = run_grid(grid, tmp_path / "sweep", threads=1)
     rows = {r["name"]: r for r in outcome.index["points"]}
-    assert set(rows) == {"method=fedavg", "method=elcfs"}
-    ok, bad = rows["method=fedavg"], rows["method=elcfs"]
+    assert set(rows) == {"rounds=1", "rounds=0"}
+    ok, bad = rows["rounds=1"], rows["rounds=0"]
     assert ok["status"] == "complete" and (outcome.root / ok["run_dir"] / "COMPLETE").is_file()
-    assert Path(ok["run_dir"]).parent == Path("points") / "method=fedavg"  # relative: the folder can move
-    assert metrics_of(outcome.root, ok)["privacy"]["dp"] is not None  # the fixed options reached the point
-    assert bad["status"] == "failed" and "elcfs" in bad["error"] and "\n" not in bad["error"]
-    assert [r["name"] for r in outcome.failed] == ["method=elcfs"]
+    assert Path(ok["run_dir"]).parent == Path("points") / "rounds=1"  # relative: the folder can move
+    assert metrics_of(outcome.root, ok)["communication"]["rounds"] == 1
+    assert json.loads((outcome.root / ok["run_dir"] / "config.json").read_text())["config"]["image_size"] == 16
+    assert bad["status"] == "failed" and "rounds" in bad["error"] and "\n" not in bad["error"]
+    assert [r["name"] for r in outcome.failed] == ["rounds=0"]
     assert (tmp_path / "sweep" / "compare.html").is_file()
     assert not (tmp_path / "sweep" / "COMPLETE").exists()  # not every point finished
     index = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
@@ -40,10 +42,10 @@ def test_a_grid_runs_every_point_keeps_a_failure_apart_and_resumes_without_train
 
     trained = []
     real = fedaudit.api.evaluate
-    monkeypatch.setattr(fedaudit.api, "evaluate", lambda *a, **k: trained.append(k.get("method")) or real(*a, **k))
+    monkeypatch.setattr(fedaudit.api, "evaluate", lambda *a, **k: trained.append(k.get("rounds")) or real(*a, **k))
     again = run_grid(grid, tmp_path / "sweep", threads=1)
-    assert trained == ["elcfs"]  # the finished point is not run again; the failed one is retried
-    kept = {r["name"]: r for r in again.index["points"]}["method=fedavg"]
+    assert trained == [0]  # the finished point is not run again; the failed one is retried
+    kept = {r["name"]: r for r in again.index["points"]}["rounds=1"]
     assert kept["run_dir"] == ok["run_dir"] and kept["seconds"] == ok["seconds"]  # its record is kept too
     resumed = run_grid(None, tmp_path / "sweep", resume=True, threads=1)  # the grid the folder holds
     assert [r["status"] for r in resumed.index["points"]] == ["complete", "failed"]

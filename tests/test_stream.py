@@ -52,14 +52,18 @@ def test_streamed_folder_reads_like_the_tensor_it_stands_for(tmp_path):
         assert torch.equal(ca.holdout_x[:], cb.holdout_x)
 
 
-def test_a_streamed_run_gives_the_in_memory_runs_metrics(tmp_path):
+def test_a_streamed_run_gives_the_in_memory_runs_metrics(tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="fedaudit")
     from fedaudit.api import evaluate
 
     write_folder(tmp_path / "data", ["a", "b", "c"], per_class=12)
-    opts = dict(dataset=f"folder:{tmp_path / 'data'}", image_size=16, rounds=2, local_epochs=1, batch_size=8,
-                attack="deepinversion", inversion_iters=3, inversion_batch=6, judge_steps=5, device="cpu")
+    opts = dict(dataset=f"folder:{tmp_path / 'data'}", image_size=16, rounds=1, local_epochs=1, batch_size=8,
+                attack="deepinversion", victim="a", inversion_iters=3, inversion_batch=3, judge_steps=5, device="cpu")
     memory = evaluate("fedavg", out=str(tmp_path / "memory"), **opts).metrics
-    stream = evaluate("fedavg", out=str(tmp_path / "stream"), cache_mb=0.01, **opts).metrics
+    stream = evaluate("fedavg", out=str(tmp_path / "stream"), cache_mb=0.05, **opts).metrics  # 68 of 108 images
+    assert "streamed from disk" in caplog.text
     assert memory["provenance"]["dataset_fingerprint"] == stream["provenance"]["dataset_fingerprint"]
     def results(section: object) -> object:  # wall times aside
         if isinstance(section, dict):
