@@ -497,11 +497,11 @@ def compare(
 
 
 def sweep(
-    grid_file: Optional[Path] = typer.Argument(None, metavar="GRID.toml", help="Grid file: [fixed] options and [grid] "
+    grid_file: Optional[Path] = typer.Argument(None, metavar="GRID.toml", help="Grid file: \\[fixed] options and \\[grid] "
                                                "lists of `fedaudit evaluate` options (see examples/grid.toml)."),
     out: Optional[Path] = typer.Option(None, "--out", help="The sweep's folder (default runs/sweep-<grid file name>); "
                                        "running the same grid into it again skips COMPLETE points."),
-    backend: str = typer.Option("local", help="local (this machine) or ray (Ray tasks; pip install -e \".[ray]\")."),
+    backend: str = typer.Option("local", help="local (this machine) or ray (Ray tasks; pip install -e \".\\[ray]\")."),
     jobs: int = typer.Option(1, help="local backend: points run at once, each in its own process."),
     threads: Optional[int] = typer.Option(None, help="Torch threads per point (default: cores / --jobs locally, 1 on "
                                           "Ray); results are identical across backends at the same count."),

@@ -109,6 +109,8 @@ def test_sweep_command_exit_statuses(tmp_path):
     result = CliRunner().invoke(app, ["sweep", str(grid), "--out", str(tmp_path / "t")])
     assert result.exit_code == 2 and "unknown option in" in result.output
     assert not (tmp_path / "t").exists()  # a bad grid leaves no folder
+    shown = CliRunner().invoke(app, ["sweep", "--help"], env={"COLUMNS": "200"}).output
+    assert "[fixed] options and [grid] lists" in shown and '".[ray]"' in shown  # not eaten as markup
 
 
 @pytest.mark.slow
