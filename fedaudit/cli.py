@@ -511,7 +511,10 @@ def sweep(
     quiet: bool = typer.Option(False, "--quiet", help="Log lines only, no table."),
     json_summary: bool = typer.Option(False, "--json", help="Print sweep.json's points as JSON on stdout."),
 ) -> None:
-    """Run a grid of evaluate runs (methods × targets × seeds × ...) locally or on Ray; one compare page for all."""
+    r"""Run a grid of evaluate runs (methods × targets × seeds × ...) locally or on Ray; one compare page for all.
+
+    GRID.toml holds \[fixed] options and \[grid] lists of `fedaudit evaluate` options (see examples/grid.toml).
+    """
     from fedaudit.grid import load_grid, run_grid
 
     _setup_logging(quiet)
