@@ -242,17 +242,18 @@ Dispatch = Callable[[list[tuple[Point, Path]], int], Iterator[tuple[Point, dict[
 
 def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs: int = 1, threads: int | None = None,
              address: str | None = None, resume: bool = False, compare_name: str = COMPARE,
-             hooks: dict[str, Any] | None = None) -> SweepOutcome:
+             hooks: dict[str, Any] | None = None, stop_on_failure: bool = False) -> SweepOutcome:
     """Run every point of ``grid`` not yet COMPLETE under ``out`` (or, with ``resume``, the grid ``out`` holds),
-    then write ``compare_name``; ``hooks`` go to ``evaluate`` (one point after another, in this process)."""
+    then write ``compare_name``; ``hooks`` go to ``evaluate`` (one point after another, in this process);
+    ``stop_on_failure``: no point starts after one has failed (the rest stay pending)."""
     if backend not in BACKENDS:
         raise unknown_choice("backend", backend, BACKENDS)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise FedauditError(f"--jobs must be a positive integer, got {jobs!r}")
     if address is not None and backend != "ray":
         raise FedauditError("--address names a Ray cluster; add --backend ray or drop --address")
-    if hooks and (backend != "local" or jobs != 1):
-        raise ValueError("hooks run in this process: backend local, one job")
+    if (hooks or stop_on_failure) and (backend != "local" or jobs != 1):
+        raise ValueError("hooks and stop_on_failure run in this process: backend local, one job")
     if jobs != 1 and backend != "local":
         raise FedauditError("--jobs is the local backend's; on Ray every point is a task and the cluster's CPUs "
                             "set how many run at once (drop --jobs)")
@@ -298,6 +299,8 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
         else:
             log.info("sweep point %s: %s", point.name, root / row["run_dir"])
         write_index(root, index)
+        if stop_on_failure and result["status"] == "failed":
+            break
     finished = [root / row["run_dir"] for row in index["points"] if row["status"] == "complete"]
     compare = root / compare_name if (root / compare_name).is_file() and not pending else None
     if finished and compare is None:  # rendered again only when a point ran: a finished sweep re-runs in seconds

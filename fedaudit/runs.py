@@ -174,5 +174,8 @@ def resolve_resume(path: Path) -> Path:
     """Check that ``path`` is a run directory that can be resumed."""
     path = Path(path).expanduser()
     if not (path / "config.json").exists():
+        if (path / "sweep.json").is_file():
+            raise FedauditError(f"{path} is a `fedaudit sweep` folder, not a run; continue it with "
+                                f"`fedaudit sweep --resume {path}`")
         raise FedauditError(f"{path} is not a fedaudit run directory (no config.json); give the folder of the run to resume")
     return path

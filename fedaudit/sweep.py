@@ -53,8 +53,16 @@ def parse_epsilons(text: str) -> list[float | None]:
     return sorted((v for v in values if v is not None)) + ([None] if None in values else [])
 
 
+DP_SWEEP = "--dp-sweep"  # the source a DP sweep's grid records (a `fedaudit sweep` grid names its file)
+
+
 def is_sweep(path: str | Path) -> bool:
-    return (Path(path).expanduser() / SWEEP_FILE).is_file()
+    """A folder ``--dp-sweep`` wrote (or an older one, which ``sweep_dp`` names as such)."""
+    index = Path(path).expanduser() / SWEEP_FILE
+    if not index.is_file():
+        return False
+    stored = runs.read_json(index)
+    return "epsilons" in stored or stored.get("source") == DP_SWEEP
 
 
 def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, resume: str | Path | None = None,
@@ -68,11 +76,14 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
 
     from fedaudit.grid import Grid, run_grid
 
-    hooks = {k: evaluate_options.pop(k) for k in ("reporter", "on_round_end") if k in evaluate_options}
+    # in-process only: the progress reporter, the round callback, and the command line each point records
+    hooks = {k: evaluate_options.pop(k) for k in ("reporter", "on_round_end", "command")
+             if evaluate_options.get(k) is not None}
     if resume is not None:
         root = Path(resume).expanduser()
         if not is_sweep(root):
-            raise FedauditError(f"{root} is not a DP sweep (no {SWEEP_FILE}); give the folder --dp-sweep created")
+            raise FedauditError(f"{root} is not a DP sweep (no {SWEEP_FILE} from --dp-sweep); give the folder "
+                                "--dp-sweep created (continue a `fedaudit sweep` folder with `fedaudit sweep --resume`)")
         if "epsilons" in runs.read_json(root / SWEEP_FILE):
             raise FedauditError(f"{root} was written by an older fedaudit (eps-<ε>/ folders); its finished points "
                                 "are ordinary runs — start the sweep again to continue it with this one")
@@ -80,25 +91,36 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
     else:
         if epsilons is None:
             raise FedauditError("give --dp-sweep EPS,... (e.g. 1,8,inf) or --resume SWEEP_DIR")
+        private_eps = [e for e in epsilons if e is not None]
+        if not private_eps:
+            raise FedauditError("--dp-sweep needs at least one finite ε (e.g. 1,8,inf)")
         if evaluate_options.get("dp_epsilon") is not None:
             raise FedauditError("--dp-sweep and --dp-epsilon exclude each other; drop --dp-epsilon")
         from fedaudit.api import run_config
+        from fedaudit.config import load_toml
 
         options = {k: v for k, v in evaluate_options.items() if v is not None}
-        options.pop("command", None)
         if options.get("config") is not None:
             options["config"] = str(options["config"])
+            if load_toml(options["config"]).get("dp_epsilon") is not None:  # it would hold the ∞ point at that ε
+                raise FedauditError(f"config file {options['config']} sets dp_epsilon, which --dp-sweep sets per "
+                                    "point; remove it from the file")
         out = Path(options.pop("out", None) or "runs").expanduser()
+        # evaluate's own arguments travel apart from the run options they resolve into
+        config, method_option, method_flags = (options.get(k) for k in ("config", "method_option", "method_flags"))
+        run_options = {k: v for k, v in options.items() if k not in ("config", "method_option", "method_flags")}
         # Checked and resolved now, as the first private point will be: a method DP-SGD cannot train fails here,
         # and every point (∞ too) trains with the norm layers the private points need.
-        private, _ = run_config(method, options.get("config"), options.get("method_option"),
-                                options.get("method_flags"), {**options, "dp_epsilon": next(e for e in epsilons if e)})
+        private, _ = run_config(method, config, method_option, method_flags,
+                                {**run_options, "dp_epsilon": private_eps[0]})
         root = runs.new_run_dir(out, private.method, private.dataset, "dpsweep")
         grid = Grid({**options, "method": private.method, "norm": private.norm}, {"dp_epsilon": epsilons},
-                    source="--dp-sweep")
+                    source=DP_SWEEP)
+    # the first failure ends a DP sweep, as it ends a single run: its curve needs every point
     outcome = run_grid(grid, root, resume=resume is not None, threads=torch.get_num_threads(), compare_name=REPORT,
-                       hooks=hooks)
-    if outcome.failed:  # evaluate's own errors, as a single run would give them
-        raise FedauditError("; ".join(f"{row['name']}: {row['error']}" for row in outcome.failed))
+                       hooks=hooks, stop_on_failure=True)
+    if outcome.failed:
+        raise FedauditError("; ".join(f"{row['name']}: {row['error']}" for row in outcome.failed
+                                      if row.get("error")) + f" — fix it and continue with --resume {root}")
     run_dirs = [root / row["run_dir"] for row in outcome.index["points"]]
     return SweepResult(root, run_dirs, root / REPORT, [runs.read_json(d / "metrics.json") for d in run_dirs])

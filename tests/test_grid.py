@@ -141,3 +141,22 @@ def test_the_example_grid_gives_the_same_metrics_on_ray_as_locally(tmp_path):
     for a, b in zip(local.index["points"], ray.index["points"]):
         ma, mb = metrics_of(local.root, a), metrics_of(ray.root, b)
         assert {k: v for k, v in ma.items() if k not in volatile} == {k: v for k, v in mb.items() if k not in volatile}, a["name"]
+
+
+def test_dp_sweep_from_the_command_line_reaches_its_points(tmp_path):
+    """The CLI hands --dp-sweep evaluate's own arguments (method flags, a config file): they must reach each point
+    as such, not as run options; a config file that sets dp_epsilon is refused (it would hold the ∞ point)."""
+    from fedaudit.cli import app
+
+    base = ["evaluate", "--dp-sweep", "1,inf", "--dataset", "digits", "--attack", "none", "--device", "cpu",
+            "--out", str(tmp_path / "runs")]
+    result = CliRunner().invoke(app, [*base, "--rounds", "0"])
+    assert result.exit_code == 2 and "--rounds must be between 1" in result.output, result.output
+    config = tmp_path / "run.toml"
+    config.write_text("dp_epsilon = 8.0\n")
+    result = CliRunner().invoke(app, [*base, "--config", str(config)])
+    assert result.exit_code == 2 and "sets dp_epsilon, which --dp-sweep sets per point" in result.output
+    grid_dir = tmp_path / "grid"
+    run_grid(grid_from({"fixed": {**TINY_FIXED, "rounds": 0}, "grid": {"seed": [0]}}), grid_dir)
+    result = CliRunner().invoke(app, ["evaluate", "--resume", str(grid_dir)])
+    assert result.exit_code == 2 and "fedaudit sweep --resume" in result.output  # a grid is not a DP sweep

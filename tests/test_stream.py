@@ -45,6 +45,14 @@ def test_streamed_folder_reads_like_the_tensor_it_stands_for(tmp_path):
         assert torch.equal(x[key], m[key])
     assert torch.equal(torch.cat([x.take(idx), x.take(torch.tensor([1]))])[:], m[torch.tensor([5, 0, 3, 3, 1])])
     assert torch.equal(x.float(), m.float())  # any other op decodes the view whole
+    for bad in (torch.tensor([len(m)]), torch.ones(3, dtype=torch.bool), torch.tensor([0.5]), len(m)):
+        with pytest.raises((IndexError, TypeError)):  # where a tensor refuses an index, so does the view
+            x[bad]
+    for key in (torch.tensor([[0, 1], [2, 3]]), (torch.tensor([1, 2]), slice(None), 0), (2, 1), np.int64(3)):
+        assert torch.equal(x[key], m[key])
+    import pickle
+
+    assert torch.equal(pickle.loads(pickle.dumps(x))[:], m)  # a copy starts with an empty cache
     sa, sb = lodo_split(stream, "c"), lodo_split(memory, "c")
     for ca, cb in zip(sa.sources, sb.sources):
         assert isinstance(ca.train_x, DiskImages)  # the split stays on disk

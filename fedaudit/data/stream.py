@@ -13,6 +13,7 @@ own (:func:`fedaudit.data.folder.decode`), so streamed and in-memory runs see th
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import threading
 from collections import OrderedDict
@@ -40,6 +41,12 @@ class DecodeCache:
         self._bytes = 0
         self._lock = threading.Lock()
         self.decoded = 0  # files decoded (misses), for tests and logs
+
+    def __getstate__(self) -> dict[str, Any]:  # a copy starts empty: the lock and the decoded images stay here
+        return {"limit": self.limit, "decode": self.decode, "size": self.size}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["limit"], state["decode"], state["size"])
 
     def get_many(self, files: Sequence[Path]) -> list[Tensor]:
         found: dict[Path, Tensor] = {}
@@ -120,31 +127,50 @@ class DiskImages:
         return DiskImages(self.files, self.cache, device)
 
     def positions(self, idx: Any) -> list[int]:
+        """The record positions ``idx`` selects, with a tensor's rules: in range (negative from the end), a mask
+        as long as the view, an integer index (else IndexError / TypeError, as a Tensor would raise)."""
         n = len(self.files)
         if isinstance(idx, slice):
             return list(range(n))[idx]
         if isinstance(idx, Tensor):
-            idx = idx.detach().cpu()
             if idx.dtype == torch.bool:
-                idx = torch.nonzero(idx, as_tuple=False).flatten()
-            idx = idx.tolist()
-        if isinstance(idx, (list, tuple)):
-            return [int(i) % n if n else int(i) for i in idx]
-        raise TypeError(f"DiskImages cannot be indexed with {type(idx).__name__}")
+                if idx.shape != (n,):
+                    raise IndexError(f"a mask of shape {tuple(idx.shape)} does not match {n} records")
+                return torch.nonzero(idx.detach().cpu(), as_tuple=False).flatten().tolist()
+            if idx.is_floating_point() or idx.is_complex():
+                raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+            idx = idx.detach().cpu().reshape(-1).tolist() if idx.ndim else [int(idx)]
+        elif isinstance(idx, (list, tuple)):
+            idx = [operator.index(i) for i in idx]
+        else:
+            idx = [operator.index(idx)]  # np.int64 and friends; anything else is a TypeError
+        for i in idx:
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for {n} records")
+        return [i % n for i in idx]
 
     def take(self, idx: Any) -> DiskImages:
         """The records at ``idx``, still on disk (a split, a subset)."""
         return DiskImages([self.files[i] for i in self.positions(idx)], self.cache, self.device)
 
     def __getitem__(self, idx: Any) -> Tensor:
-        if isinstance(idx, int):
-            return self.cache.get_many([self.files[idx]])[0].to(self.device)
-        if isinstance(idx, tuple) and idx and isinstance(idx[0], (slice, Tensor, list)):
-            return self[idx[0]][(slice(None), *idx[1:])]
+        if isinstance(idx, tuple):  # x[records, ...]: the records, then the rest on the decoded tensor
+            head, rest = (idx[0], idx[1:]) if idx else (slice(None), ())
+            if head is Ellipsis:
+                return self.materialise()[idx]
+            picked = self[head]
+            return picked[rest] if picked.ndim == 3 else picked[(slice(None), *rest)]
+        if not isinstance(idx, (slice, list, Tensor)) or (isinstance(idx, Tensor) and idx.ndim == 0
+                                                           and idx.dtype != torch.bool):
+            (i,) = self.positions(idx)  # one record: [C, S, S], as a tensor's x[i]
+            return self.cache.get_many([self.files[i]])[0].to(self.device)
         files = [self.files[i] for i in self.positions(idx)]
         if not files:
             return torch.empty((0, *self.shape[1:]), dtype=torch.uint8, device=self.device)
-        return torch.stack(self.cache.get_many(files)).to(self.device)
+        out = torch.stack(self.cache.get_many(files)).to(self.device)
+        if isinstance(idx, Tensor) and idx.dtype != torch.bool and idx.ndim > 1:  # x[idx] takes idx's shape
+            out = out.reshape(*idx.shape, *self.shape[1:])
+        return out
 
     def chunks(self, size: int = CHUNK) -> Iterator[Tensor]:
         for start in range(0, len(self.files), size):
