@@ -251,7 +251,10 @@ def audit_signature() -> inspect.Signature:
 
 
 def audit(recording: Path, **given: Any) -> None:
-    """Attack a recorded federation (e.g. a Flower run) as evaluate attacks its own: same controls, verdict and report."""
+    """Attack a recorded federation (e.g. a Flower run) as evaluate attacks its own: same controls, verdict and report.
+
+    RECORDING is a directory written by fedaudit.flower's recording mod and RecordingGrid.
+    """
     from fedaudit import api
 
     quiet, json_summary, fail_on = given.pop("quiet"), given.pop("json_summary"), given.pop("fail_on")
@@ -369,7 +372,10 @@ def _acc(x: float | None) -> str:
 
 def list_(what: str = typer.Argument(..., help="methods, attacks or datasets"),
           as_json: bool = typer.Option(False, "--json", help="Print JSON, for scripts.")) -> None:
-    """List methods (with what each shares), attacks, or datasets."""
+    """List methods (with what each shares), attacks, or datasets.
+
+    WHAT is methods, attacks or datasets.
+    """
     try:
         if as_json:
             sys.stdout.write(json.dumps(listing(what), indent=1) + "\n")
@@ -470,7 +476,10 @@ def report(
     risk_thresholds: Optional[Path] = typer.Option(None, help="TOML or JSON file of risk-tier thresholds (keys listed in the report)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Where to write (default RUN_DIR/report.html)."),
 ) -> None:
-    """Re-render a run's HTML leakage report from its stored files."""
+    """Re-render a run's HTML leakage report from its stored files.
+
+    RUN_DIR is a finished run directory (written by `fedaudit evaluate` or `fedaudit audit`).
+    """
     from fedaudit.reports import write_report
 
     try:
@@ -486,7 +495,10 @@ def compare(
     redact: bool = typer.Option(False, "--redact", help="Blur every embedded reconstruction."),
     risk_thresholds: Optional[Path] = typer.Option(None, help="TOML or JSON file of risk-tier thresholds."),
 ) -> None:
-    """One page comparing runs side by side, with a privacy–utility scatter."""
+    """One page comparing runs side by side, with a privacy–utility scatter.
+
+    RUN_DIRS are finished run directories, one column each.
+    """
     from fedaudit.reports import write_compare
 
     try:
