@@ -297,6 +297,37 @@ def save_progress(run_dir: Path, fed: Federation) -> None:
     runs.save_checkpoint(run_dir, *fed.checkpoint())
 
 
+# -- for the sweep drivers: the plug-in rooms are looked up here, not in fedaudit.grid -----------------------
+
+
+def run_option_names() -> set[str]:
+    """Every option an ``evaluate`` run takes: the RunConfig fields, every attack's, and ``method_options``."""
+    from fedaudit.attacks import attack_options
+    from fedaudit.config import FIELDS
+
+    return set(FIELDS) | set(attack_options()) | {"method_options"}
+
+
+def check_registry_names(methods: list[Any], attack_specs: list[Any]) -> None:
+    """Method names and attack specs against their registries (one-line errors naming the choices)."""
+    from fedaudit.attacks import AUTO, get_attacks
+    from fedaudit.methods import get_method
+
+    for name in methods:
+        if name is not None:
+            get_method(name)
+    for spec in attack_specs:
+        if spec is not None and spec != AUTO:
+            get_attacks(spec)
+
+
+def write_comparison(run_dirs: list[Path], out: Path) -> Path:
+    """The compare page of finished runs (``fedaudit compare``)."""
+    from fedaudit.reports import write_compare
+
+    return write_compare(run_dirs, out)
+
+
 # -- validation helpers --------------------------------------------------------
 
 

@@ -152,10 +152,9 @@ def grid_from(data: dict[str, Any], where: str = "the grid") -> Grid:
 
 
 def check_option_names(names: list[str], where: str) -> None:
-    from fedaudit.attacks import attack_options
-    from fedaudit.config import FIELDS
+    from fedaudit.api import run_option_names
 
-    known = set(FIELDS) | set(attack_options()) | {"method_options"}
+    known = run_option_names()
     for name in names:
         if name in SWEEP_OWNED:
             raise FedauditError(f"{where} sets {name!r}, which the sweep owns (each point is a run directory under "
@@ -167,15 +166,9 @@ def check_option_names(names: list[str], where: str) -> None:
 def check_names(fixed: dict[str, Any], axes: dict[str, list[Any]]) -> None:
     """Method and attack names, every value the grid gives them, checked against the registries now: a typo is
     the grid's error (exit 2), not one point's failure after the others trained."""
-    from fedaudit.attacks import AUTO, get_attacks
-    from fedaudit.methods import get_method
+    from fedaudit.api import check_registry_names
 
-    for name in axes.get("method", [fixed.get("method")]):
-        if name is not None:
-            get_method(name)
-    for spec in axes.get("attack", [fixed.get("attack")]):
-        if spec is not None and spec != AUTO:
-            get_attacks(spec)
+    check_registry_names(axes.get("method", [fixed.get("method")]), axes.get("attack", [fixed.get("attack")]))
 
 
 # -- one point --------------------------------------------------------------------------------------------
@@ -304,9 +297,9 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
     finished = [root / row["run_dir"] for row in index["points"] if row["status"] == "complete"]
     compare = root / compare_name if (root / compare_name).is_file() and not pending else None
     if finished and compare is None:  # rendered again only when a point ran: a finished sweep re-runs in seconds
-        from fedaudit.reports import write_compare
+        from fedaudit.api import write_comparison
 
-        compare = write_compare(finished, root / compare_name)
+        compare = write_comparison(finished, root / compare_name)
     failed = [row for row in index["points"] if row["status"] != "complete"]
     if not failed:
         runs.mark_complete(root, [SWEEP_FILE, compare_name])

@@ -97,7 +97,8 @@ def _reachable(module: str) -> dict[str, str]:
 
 
 ATTACK_MODULES = sorted(m for m in MODULES if _within(m, ("fedaudit.attacks",)))
-ENGINE_MODULES = sorted(m for m in MODULES if not _within(m, PLUG_INS) and m not in ENTRY_POINTS)
+# Only these look plug-ins up in their registries (ARCHITECTURE.md); the sweep drivers go through the API.
+REGISTRY_USERS = ("fedaudit.api", "fedaudit.cli")
 
 
 def test_the_graph_was_read():
@@ -114,8 +115,8 @@ def test_an_attack_cannot_reach_private_data(module):
     assert not reached, f"{module} reaches private code at run time: {reached}"
 
 
-@pytest.mark.parametrize("module", ENGINE_MODULES)
-def test_the_engine_looks_up_no_plug_in(module):
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not _within(m, PLUG_INS) and m not in REGISTRY_USERS))
+def test_only_the_api_and_the_cli_look_up_plug_ins(module):
     found = [f"line {line}: {t}" for t, _, line in EDGES[module] if _within(t, PLUG_INS)]
     assert not found, f"engine module {module} imports {found}; pass the method or attack in instead"
 

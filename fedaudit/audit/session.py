@@ -90,10 +90,7 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
         return {}
     prior = attacker_prior(cfg, method, fed, dataset)
     role, victims = attack_role_and_victims(cfg, [c.domain for c in fed.clients])
-    families: dict[str, list[type[Attack]]] = {}
-    for cls in selected:
-        families.setdefault(cls.family or cls.name, []).append(cls)
-    attacks = [group[0].for_selection(group, cfg, prior) for group in families.values()]
+    attacks = one_per_family(selected, cfg, prior)
     attacks.sort(key=lambda a: 0 if "challenges" in a.needs else 1 if "canaries" in a.needs else 2)
     leakage: dict[str, Any] = {}
     auditor = None
@@ -117,6 +114,14 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
     return leakage
 
 
+def one_per_family(selected: Sequence[type[Attack]], cfg: RunConfig, prior: AttackerPrior) -> list[Attack]:
+    """One configured instance per attack family (``mia-loss,mia-lira`` is one mia run), in selection order."""
+    families: dict[str, list[type[Attack]]] = {}
+    for cls in selected:
+        families.setdefault(cls.family or cls.name, []).append(cls)
+    return [group[0].for_selection(group, cfg, prior) for group in families.values()]
+
+
 def run_unscored(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig, method: Method, fed: Federation,
                  dataset: MultiDomainDataset, device: torch.device, why: str) -> dict[str, Any]:
     """Every ``selected`` attack against the attacker's wire view, with nothing to score it against (an
@@ -124,12 +129,8 @@ def run_unscored(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig
     unscored. Attacks that need the records (challenges, canaries) are refused before this."""
     prior = attacker_prior(cfg, method, fed, dataset)
     role, victims = attack_role_and_victims(cfg, [c.domain for c in fed.clients])
-    families: dict[str, list[type[Attack]]] = {}
-    for cls in selected:
-        families.setdefault(cls.family or cls.name, []).append(cls)
     leakage: dict[str, Any] = {}
-    for group in families.values():
-        attack = group[0].for_selection(group, cfg, prior)
+    for attack in one_per_family(selected, cfg, prior):
         log.info("attack %s as %s against %s, unscored: %s", attack.name, role, ", ".join(victims), why)
         outputs = attack.run_batch(fed.wire.view(role), prior, victims, device)
         leakage[attack.name] = unscored_section(attack.name, outputs, prior, run_dir, why)
