@@ -10,8 +10,9 @@ attack classes (``Attack.options``) and resolved here into
 options stay with their method (``Method.options``).
 
 Precedence, lowest first: the option's default, its default for the profile,
-the method's defaults for that profile, the ``--config`` TOML file, then
-options given explicitly on the command line or to :func:`fedaudit.evaluate`.
+the method's defaults for that profile, the DP-SGD recipe (``DP_RECIPE``, only
+with ``dp_epsilon``), the ``--config`` TOML file, then options given explicitly
+on the command line or to :func:`fedaudit.evaluate`.
 :func:`resolve` merges and validates everything before any data loads.
 """
 
@@ -34,6 +35,24 @@ PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
 DEFAULT_SPLIT = (0.5, 0.1, 0.4)  # train (members) / val / holdout (non-members)
+
+# The DP-SGD recipe (issue 20; found by scripts/dp_recipe_search.py on digits' source-val, no target domain):
+# under --dp-epsilon these replace the profile's and the method's defaults, below a config file and explicit
+# options. The learning rate is given per unit of clipping norm (lr = DP_LR_TIMES_NORM / --dp-max-grad-norm):
+# a clipped mean gradient has norm at most the clipping norm, so this keeps the step length fixed.
+DP_LR_TIMES_NORM = 0.5
+DP_RECIPE: dict[str, Any] = {"batch_size": 64, "local_epochs": 3, "momentum": 0.9}
+DP_AUGMENTATIONS = 4
+DP_TRAIN = ("all", "last", "head")  # fedaudit.dp.freeze_for_dp: the weights DP-SGD trains
+
+
+def dp_recipe_defaults(max_grad_norm: Any) -> dict[str, Any]:
+    """The recipe's option values for a clipping norm (a bad norm is left to :func:`validate`)."""
+    recipe = dict(DP_RECIPE)
+    if isinstance(max_grad_norm, (int, float)) and not isinstance(max_grad_norm, bool) and max_grad_norm > 0:
+        recipe["lr"] = DP_LR_TIMES_NORM / float(max_grad_norm)
+    return recipe
+
 
 # The options of every selected attack family: {family: {option: declaration}}.
 AttackSchema = Mapping[str, Mapping[str, Option]]
@@ -91,6 +110,15 @@ class RunConfig:
                                       high=1e4)
     dp_delta: float = option(1e-5, "DP-SGD δ (must be below 1/records of every client).", low=1e-12, high=0.1)
     dp_max_grad_norm: float = option(1.0, "DP-SGD per-sample clipping norm.", low=1e-4, high=1e4)
+    dp_augmentations: int = option(DP_AUGMENTATIONS, "DP-SGD augmentation multiplicity: each sampled record is seen "
+                                   "in this many augmented views whose gradients are averaged before clipping (needs "
+                                   "--augment).", low=1, high=64)
+    dp_train: str = option("all", "Which weights DP-SGD trains: all, last (the encoder's last stage and the head) or "
+                           "head; the rest stay at their public initialisation (--pretrained, or the seed's random "
+                           "init): fewer trained parameters, less noise in total.", choices=DP_TRAIN)
+    dp_recipe: bool = option(True, "With --dp-epsilon, train with the DP-SGD recipe's defaults (lr scaled to the "
+                             "clipping norm, batch size, local epochs, momentum; see DP_RECIPE) unless options set "
+                             "them; --no-dp-recipe keeps the non-private defaults.")
     method_options: dict[str, Any] = field(default_factory=dict)
     # {attack family: {option: value}} for the selected attacks (declared on the attack classes).
     attack_options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -164,7 +192,10 @@ def resolve(
     merged: dict[str, Any] = {name: opt.default_for(profile) for name, opt in OPTIONS.items()}
     attack_values = {family: {name: opt.default_for(profile) for name, opt in opts.items()}
                      for family, opts in attack_schema.items()}
-    for source in ((method_defaults or {}).get(profile, {}), from_file, explicit):
+    given = {**from_file, **explicit}
+    recipe = (dp_recipe_defaults(given.get("dp_max_grad_norm", OPTIONS["dp_max_grad_norm"].default))
+              if given.get("dp_epsilon") is not None and given.get("dp_recipe", True) is not False else {})
+    for source in ((method_defaults or {}).get(profile, {}), recipe, from_file, explicit):
         for key, value in source.items():
             if key not in known:
                 hint = "a [method_options] table" if source is from_file else "method_options"
@@ -177,6 +208,10 @@ def resolve(
                     attack_values[family][key] = value
             elif key in FIELDS:
                 merged[key] = value
+    if merged["dp_augmentations"] != 1 and merged["augment"] is False:
+        if "dp_augmentations" in given:
+            raise FedauditError("--dp-augmentations needs augmented views, but --no-augment is set; drop one of them")
+        merged["dp_augmentations"] = 1  # without augmentation every view would be the same record
     merged["profile"] = profile
     merged["split"] = tuple(float(x) for x in merged.get("split", DEFAULT_SPLIT))
     merged["attack_options"] = {family: {name: attack_schema[family][name].check(name, value)

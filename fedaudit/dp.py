@@ -74,8 +74,12 @@ NOT_COVERED = {
 }
 
 
-def coverage(shares: tuple[tuple[ArtifactKind, str], ...]) -> list[dict[str, str]]:
-    """For each (kind, direction) a method sends: whether the DP-SGD ε covers it, and why.
+FROZEN_NOTE = {"last": "the encoder's last stage and the head", "head": "the head's weights"}
+
+
+def coverage(shares: tuple[tuple[ArtifactKind, str], ...], trained: str = "all") -> list[dict[str, str]]:
+    """For each (kind, direction) a method sends: whether the DP-SGD ε covers it, and why
+    (``trained``: ``--dp-train``; weights it leaves frozen are covered trivially: no record touched them).
 
     Broadcasts are the server's aggregates of client uploads: covered exactly when what they aggregate is.
     """
@@ -83,6 +87,9 @@ def coverage(shares: tuple[tuple[ArtifactKind, str], ...]) -> list[dict[str, str
     for kind, direction in shares:
         covered = kind in COVERED
         reason = COVERED.get(kind) or NOT_COVERED.get(kind) or "not DP-SGD output"
+        if covered and trained != "all":
+            reason += (f"; with --dp-train {trained} only {FROZEN_NOTE[trained]} train, the other weights stay at "
+                       "their public initialisation (no record touches them)")
         rows.append({"artifact": kind.value, "direction": direction, "covered": covered, "why": reason})
     return rows
 
@@ -117,6 +124,42 @@ def private_config(cfg: RunConfig, method_cls: type, trainable: Iterable[str]) -
     log.warning("DP-SGD cannot train --norm %s (Opacus' validator rejects %s): training with --norm gn instead",
                 cfg.norm, describe_layers(bad))
     return replace(cfg, norm="gn")
+
+
+def trained_parts(model: nn.Module, which: str) -> dict[str, nn.Module]:
+    """The named parts of ``model`` that DP-SGD trains under ``--dp-train which`` (all, last, head)."""
+    if which == "all":
+        return {"model": model}
+    head, encoder = getattr(model, "head", None), getattr(model, "encoder", None)
+    if not isinstance(head, nn.Module) or not isinstance(encoder, nn.Module):
+        raise FedauditError(f"--dp-train {which} needs a model made of an encoder and a head, and this method's "
+                            f"{type(model).__name__} is not; use --dp-train all")
+    parts = {"head": head}
+    if not isinstance(getattr(encoder, "proj", None), (nn.Identity, type(None))):
+        parts["encoder.proj"] = encoder.proj  # a projection after the backbone belongs to the trained top
+    if which == "last":
+        blocks = getattr(encoder, "blocks", None)
+        backbone = getattr(encoder, "backbone", None)
+        if isinstance(blocks, nn.ModuleList):
+            parts[f"encoder.blocks.{len(blocks) - 1}"] = blocks[-1]
+        elif backbone is not None and isinstance(getattr(backbone, "layer4", None), nn.Module):
+            parts["encoder.backbone.layer4"] = backbone.layer4
+        else:
+            raise FedauditError(f"--dp-train last does not know the last stage of {type(encoder).__name__}; "
+                                "use --dp-train head or all")
+    return parts
+
+
+def freeze_for_dp(model: nn.Module, which: str) -> dict[str, int]:
+    """Freeze every weight outside :func:`trained_parts` (they keep their public initialisation: the seed's
+    random init or ``--pretrained``); returns the trained and frozen parameter counts."""
+    keep = {id(p) for part in trained_parts(model, which).values() for p in part.parameters()}
+    counts = {"trained_parameters": 0, "frozen_parameters": 0}
+    for p in model.parameters():
+        if id(p) not in keep:
+            p.requires_grad_(False)
+        counts["trained_parameters" if p.requires_grad else "frozen_parameters"] += p.numel()
+    return counts
 
 
 def unsupported_layers(model: nn.Module) -> list[str]:
@@ -179,11 +222,17 @@ def spent_epsilon(history: list[tuple[float, float, int]], delta: float) -> floa
 class _PrivateStep:
     """The optimiser ``train_steps`` sees under DP: ``step`` privatises the batch gradient
     (clip, sum, noise: Opacus' ``DPOptimizer.pre_step``), then lets a method add a
-    data-independent term (FedProx's proximal gradient) — post-processing, so ε is unchanged."""
+    data-independent term (FedProx's proximal gradient) — post-processing, so ε is unchanged.
 
-    def __init__(self, optimizer, after_privatise: Callable[[], None] | None):
+    With ``augmentations`` K > 1 each record came K times in a row (K augmented views): the K
+    per-sample gradients are averaged into the record's one gradient *before* clipping
+    (augmentation multiplicity, De et al. 2022), so a record still contributes at most the
+    clipping norm and the accountant's sampling rate is unchanged."""
+
+    def __init__(self, optimizer, after_privatise: Callable[[], None] | None, augmentations: int = 1):
         self.optimizer = optimizer
         self.after_privatise = after_privatise
+        self.augmentations = augmentations
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none)
@@ -194,6 +243,12 @@ class _PrivateStep:
             # an empty Poisson batch (no backward ran): a noise-only step, as the accountant assumes
             for p in params:
                 p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
+        elif self.augmentations > 1:
+            for p in params:
+                if p.grad_sample is not None:
+                    rows = p.grad_sample
+                    p.grad_sample = rows.view(rows.shape[0] // self.augmentations, self.augmentations,
+                                              *rows.shape[1:]).mean(1)
         if self.optimizer.pre_step():
             if self.after_privatise is not None:
                 self.after_privatise()
@@ -203,7 +258,10 @@ class _PrivateStep:
 class PrivateTraining:
     """DP-SGD for every client of a federation, with one Opacus accountant each."""
 
-    def __init__(self, cfg: RunConfig, records: dict[int, int]):
+    def __init__(self, cfg: RunConfig, records: dict[int, int], parameters: dict[str, int] | None = None):
+        self.augmentations = int(cfg.dp_augmentations)
+        self.train_which = cfg.dp_train
+        self.parameters = parameters or {}
         self.epsilon = float(cfg.dp_epsilon)
         self.delta = float(cfg.dp_delta)
         self.max_grad_norm = float(cfg.dp_max_grad_norm)
@@ -237,7 +295,8 @@ class PrivateTraining:
         n = self.records[index]
         plan = self.plan(index, epochs * batches_per_epoch(n, self.batch_size) if steps is None else steps)
         return private_steps(model, optimizer, n, self.batch_size, plan.steps_per_round, plan.noise_multiplier,
-                             self.max_grad_norm, self.engines[index], sampler_seed, noise_generator, run, after_privatise)
+                             self.max_grad_norm, self.engines[index], sampler_seed, noise_generator, run, after_privatise,
+                             self.augmentations)
 
     # -- record and resume ---------------------------------------------------------
 
@@ -246,11 +305,17 @@ class PrivateTraining:
         clients = {}
         for index, plan in sorted(self.plans.items()):
             history = self.engines[index].accountant.history
+            trained = self.parameters.get("trained_parameters")
             clients[domains[index]] = {
                 "epsilon_spent": spent_epsilon(history, self.delta), "noise_multiplier": plan.noise_multiplier,
+                # the noise vector's expected norm over the largest mean clipped gradient (the clipping norm):
+                # σ·√d / expected batch; above 1 the noise outweighs any signal in a single step
+                "noise_to_signal": (plan.noise_multiplier * math.sqrt(trained) / (plan.sample_rate * plan.records)
+                                    if trained else None),
                 "sample_rate": plan.sample_rate, "steps": sum(int(h[2]) for h in history),
                 "planned_steps": plan.steps, "records": plan.records}
         return {"epsilon_target": self.epsilon, "delta": self.delta, "max_grad_norm": self.max_grad_norm,
+                "augmentations": self.augmentations, "trained": self.train_which, **self.parameters,
                 "accountant": ACCOUNTANT, "unit": "one record of one client's training split",
                 "secure_rng": False, "clients": clients}
 
@@ -271,10 +336,12 @@ StepLoop = Callable[[torch.optim.Optimizer, Iterator[Tensor]], tuple[Tensor, int
 def private_steps(model: nn.Module, optimizer: torch.optim.Optimizer, records: int, batch_size: int, steps: int,
                   noise_multiplier: float, max_grad_norm: float, engine, sampler_seed: int,
                   noise_generator: torch.Generator | None, run: StepLoop,
-                  after_privatise: Callable[[], None] | None = None) -> tuple[Tensor, int]:
+                  after_privatise: Callable[[], None] | None = None, augmentations: int = 1) -> tuple[Tensor, int]:
     """``steps`` DP-SGD steps through Opacus' ``engine`` (a PrivacyEngine, whose accountant records them):
     Poisson batches at rate 1 / ceil(records / batch_size), per-sample clipping, Gaussian noise.
-    ``run(optimizer, batches)`` is the caller's step loop (:func:`fedaudit.training.train_steps`)."""
+    ``run(optimizer, batches)`` is the caller's step loop (:func:`fedaudit.training.train_steps`);
+    with ``augmentations`` K each sampled record is in its batch K times (K views under the
+    loop's augmentation), and its K gradients are averaged before clipping."""
     from torch.utils.data import DataLoader, TensorDataset
 
     loader = DataLoader(TensorDataset(torch.arange(records)), batch_size=min(batch_size, records),
@@ -287,7 +354,8 @@ def private_steps(model: nn.Module, optimizer: torch.optim.Optimizer, records: i
             max_grad_norm=max_grad_norm, poisson_sampling=True, noise_generator=noise_generator, wrap_model=False)
         try:
             device = next(model.parameters()).device
-            return run(_PrivateStep(dp_optimizer, after_privatise), _poisson_batches(dp_loader, steps, device))
+            return run(_PrivateStep(dp_optimizer, after_privatise, augmentations),
+                       _poisson_batches(dp_loader, steps, device, augmentations))
         finally:
             hooks.cleanup()
 
@@ -308,12 +376,13 @@ def without_inplace_ops(model: nn.Module) -> None:
             module.inplace = False
 
 
-def _poisson_batches(loader, steps: int, device: torch.device) -> Iterator[Tensor]:
-    """Exactly ``steps`` Poisson-sampled index batches (fresh passes of Opacus' DP loader as needed)."""
+def _poisson_batches(loader, steps: int, device: torch.device, augmentations: int = 1) -> Iterator[Tensor]:
+    """Exactly ``steps`` Poisson-sampled index batches (fresh passes of Opacus' DP loader as needed),
+    each record repeated ``augmentations`` times in a row."""
     done = 0
     while True:
         for (idx,) in loader:
-            yield idx.to(device)
+            yield idx.to(device).repeat_interleave(augmentations)
             done += 1
             if done >= steps:
                 return

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from fedaudit.aggregation import StateDict, clone_state, load_state_, model_state
 from fedaudit.config import RunConfig
 from fedaudit.data import ClientData, LODOSplit, MultiDomainDataset
-from fedaudit.dp import PrivateTraining, describe_layers, unsupported_layers
+from fedaudit.dp import PrivateTraining, describe_layers, freeze_for_dp, unsupported_layers
 from fedaudit.errors import FedauditError
 from fedaudit.method import Method
 from fedaudit.seeds import derive_seed
@@ -127,7 +127,8 @@ class Federation:
             if bad:
                 raise FedauditError(f"method {cfg.method}'s model has layers DP-SGD cannot train: {describe_layers(bad)}; "
                                     "drop --dp-epsilon or choose a method without them")
-            self.dp = PrivateTraining(cfg, {c.index: c.num_samples for c in self.clients})
+            self.dp = PrivateTraining(cfg, {c.index: c.num_samples for c in self.clients},
+                                      freeze_for_dp(self.model, cfg.dp_train))
 
     # -- services for methods --------------------------------------------------
 

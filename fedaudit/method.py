@@ -174,7 +174,8 @@ class Method:
             return recipe
         # Under DP-SGD the informed attacker trains its reference models with the clients' mechanism too.
         sigma = sum(p.noise_multiplier for p in fed.dp.plans.values()) / len(fed.dp.plans)
-        return DPSGDRecipe(**vars(recipe), noise_multiplier=sigma, max_grad_norm=fed.dp.max_grad_norm)
+        return DPSGDRecipe(**vars(recipe), noise_multiplier=sigma, max_grad_norm=fed.dp.max_grad_norm,
+                           augmentations=fed.dp.augmentations, trained=fed.dp.train_which)
 
     def declared_shares(self) -> tuple[tuple[ArtifactKind, str], ...]:
         """The (kind, direction) pairs this configured instance sends; options

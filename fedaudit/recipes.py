@@ -70,10 +70,13 @@ class DPSGDRecipe(SGDRecipe):
 
     noise_multiplier: float = 1.0
     max_grad_norm: float = 1.0
+    augmentations: int = 1  # augmentation multiplicity (views per record, gradients averaged before clipping)
+    trained: str = "all"  # --dp-train: which weights DP-SGD trains (the rest keep their initialisation)
 
     def __call__(self, model: nn.Module, images: Tensor, labels: Tensor, preprocess, generator: torch.Generator) -> None:
-        from fedaudit.dp import batches_per_epoch, new_engine, private_steps
+        from fedaudit.dp import batches_per_epoch, freeze_for_dp, new_engine, private_steps
 
+        freeze_for_dp(model, self.trained)
         n = labels.shape[0]
         opt = make_optimizer(model.parameters(), self.optimizer, self.lr, self.momentum, self.weight_decay)
         seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
@@ -83,4 +86,5 @@ class DPSGDRecipe(SGDRecipe):
                                generator if self.augment else None, self.precision)
 
         private_steps(model, opt, n, self.batch_size, self.epochs * batches_per_epoch(n, self.batch_size),
-                      self.noise_multiplier, self.max_grad_norm, new_engine(), seed, generator, run)
+                      self.noise_multiplier, self.max_grad_norm, new_engine(), seed, generator, run,
+                      augmentations=self.augmentations if self.augment else 1)

@@ -77,7 +77,8 @@ def privacy(fed: Federation, shares: Shares | None = None, no_dp: str = NO_DP) -
     shares = shares or fed.method.declared_shares()
     if fed.dp is None:
         return {"dp": None, "coverage": [{**row, "covered": False, "why": no_dp} for row in coverage(shares)]}
-    return {"dp": fed.dp.summary({c.index: c.domain for c in fed.clients}), "coverage": coverage(shares)}
+    return {"dp": fed.dp.summary({c.index: c.domain for c in fed.clients}),
+            "coverage": coverage(shares, fed.dp.train_which)}
 
 
 def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device, command: str,

@@ -336,10 +336,17 @@ def privacy_table(units: Sequence[Unit]) -> Table:
                                f"δ {_num_text(dp.get('delta'))}, clipping norm {_num_text(dp.get('max_grad_norm'))}, "
                                f"{_text(dp.get('accountant')).upper()} accountant; unit: {_text(dp.get('unit'))}"
                                + ("; noise from torch's PRNG, not a cryptographic one" if dp.get("secure_rng") is False else ""))]
+            if "trained_parameters" in dp:  # runs from before the DP recipe did not record it
+                out.append(("DP-SGD recipe", f"{_text(dp.get('augmentations'))} augmented view(s) per record; trains "
+                                             f"{_text(dp.get('trained'))} ({_text(dp.get('trained_parameters'))} parameters, "
+                                             f"{_text(dp.get('frozen_parameters'))} frozen at their initialisation)"))
             for domain, c in (dp.get("clients") or {}).items():
+                ratio = c.get("noise_to_signal")
                 out.append((f"ε spent, {domain}", f"{_f3(c.get('epsilon_spent'))} (noise multiplier {_f3(c.get('noise_multiplier'))}, "
                                                    f"sampling rate {_f3(c.get('sample_rate'))}, {_text(c.get('steps'))} steps, "
-                                                   f"{_text(c.get('records'))} records)"))
+                                                   f"{_text(c.get('records'))} records"
+                                                   + (f"; noise-to-signal per step {_f3(ratio)}" if _finite(ratio) else "")
+                                                   + ")"))
         for row in privacy.get("coverage") or []:
             arrow = "↑" if row.get("direction") == "up" else "↓"
             verdict = "covered" if row.get("covered") else "NOT covered"
@@ -354,21 +361,37 @@ def _num_text(x: Any) -> str:
 
 
 def dp_curve_section(units: Sequence[Unit]) -> dict[str, Any] | None:
-    """Privacy–utility curve over the DP ε of runs that differ only in it (``--dp-sweep``): unseen accuracy
-    and every leakage metric measured in all of them, against ε (∞ = no DP, at the right)."""
+    """Privacy–utility curve over the DP ε of runs that differ only in it (``--dp-sweep``): accuracy and every
+    leakage metric measured in all of them, against ε (∞ = no DP, at the right); and a table with one row
+    per point: the ε claimed and spent beside the canary audit's lower bound (when the run has one)."""
     eps = [(_dp(u) or {}).get("epsilon_target") for u in units]
     if len(set(eps)) < 2 or len({(u.method, u.dataset, u.target) for u in units}) != 1:
         return None
     per_unit = [_scatter_metrics(u) for u in units]
     common = [k for k in per_unit[0] if all(k in d for d in per_unit)]
-    series = [("unseen-domain accuracy", [float((u.metrics.get("accuracy") or {}).get("unseen_domain") or float("nan"))
-                                          for u in units], None)]
+    series = [(label, [_accuracy(u, key) for u in units], None)
+              for label, key in (("source-val accuracy", "source_val"), ("unseen-domain accuracy", "unseen_domain"))]
     for name in common:
         controls = [d[name][1] for d in per_unit]
         series.append((name, [d[name][0] for d in per_unit],
                        controls if all(isinstance(c, (int, float)) for c in controls) else None))
+    table = Table(["ε spent (accountant, max over clients)", "canary ε lower bound", "source-val accuracy",
+                   "unseen-domain accuracy", "run"])
+    for e, u in sorted(zip(eps, units), key=lambda pair: math.inf if pair[0] is None else pair[0]):
+        spent = [c.get("epsilon_spent") for c in ((_dp(u) or {}).get("clients") or {}).values()]
+        spent_text = "no DP" if e is None else _f3(max(spent)) if spent and all(_finite(x) for x in spent) else MISSING
+        bounds = [f"{victim}: {text}" for victim, text in _canary_bounds(u)]
+        table.rows.append((f"ε {'∞ (no DP)' if e is None else f'{e:g}'}",
+                           [spent_text, "; ".join(bounds) or "no canary audit in this run (add canary to --attack)",
+                            _f3(_accuracy(u, "source_val")), _f3(_accuracy(u, "unseen_domain")), u.run_dir.name]))
     return {"svg": plots.epsilon_plot(eps, series, f"{units[0].method} on {units[0].dataset}: utility and leakage against ε"),
-            "points": [f"ε {'∞ (no DP)' if e is None else f'{e:g}'}: {u.run_dir.name}" for e, u in zip(eps, units)]}
+            "table": table}
+
+
+def _accuracy(u: Unit, key: str) -> float:
+    value = (u.metrics.get("accuracy") or {}).get(key)
+    value = value.get("mean") if isinstance(value, dict) else value
+    return float(value) if _finite(value) else float("nan")
 
 
 def leakage_table(units: Sequence[Unit]) -> Table:
@@ -430,13 +453,17 @@ def leakage_table(units: Sequence[Unit]) -> Table:
 
 
 def _canary_cells(u: Unit) -> list[tuple[str, str]]:
+    return [(f"canary · {victim} · ε lower bound", text) for victim, text in _canary_bounds(u)]
+
+
+def _canary_bounds(u: Unit) -> list[tuple[str, str]]:
     """The one-run audit per victim: the ε lower bound beside its power and the accountant's ε."""
     out = []
     section = u.leakage.get(CANARY)
     for victim, e in (section.items() if isinstance(section, dict) else ()):
         if not isinstance(e, dict):
             continue
-        head = f"canary · {victim} · ε lower bound"
+        head = victim
         if "epsilon_lower_bound" not in e:
             out.append((head, f"{e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}"))
             continue

@@ -7,6 +7,8 @@
    them; methods that cannot be privatised are one-line user errors.
 4. The coverage table says which shared artifacts ε covers.
 5. ``--dp-sweep``: a resumed sweep keeps each client's accountant history and draws the curve.
+6. The DP recipe: its defaults apply only under DP and yield to given options; augmentation
+   multiplicity clips each record's mean gradient over its views.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typer.testing import CliRunner
 from fedaudit import runs
 from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
 from fedaudit.cli import app
+from fedaudit.config import DP_LR_TIMES_NORM, DP_RECIPE, resolve
 from fedaudit.data import load_dataset
 from fedaudit.dp import ALPHAS, batches_per_epoch, coverage, noise_for, spent_epsilon
 from fedaudit.membership import lira_online, lira_signal, membership_metrics
@@ -46,8 +49,10 @@ def test_the_issue_command_records_the_accountants_epsilon(tmp_path):
     dp = metrics["privacy"]["dp"]
     assert dp["epsilon_target"] == 8 and dp["delta"] == 1e-5 and dp["accountant"] == "rdp"
     assert set(dp["clients"]) == set(metrics["source_domains"])
+    batch_size = metrics["provenance"]["config"]["batch_size"]
+    assert batch_size == DP_RECIPE["batch_size"]  # the DP recipe's, as no batch size was given
     for domain, c in dp["clients"].items():
-        per_epoch = batches_per_epoch(c["records"], 32)
+        per_epoch = batches_per_epoch(c["records"], batch_size)
         assert c["sample_rate"] == 1 / per_epoch
         assert c["steps"] == c["planned_steps"] == 2 * per_epoch  # 2 rounds × 1 epoch of Poisson batches
         opacus = RDPAccountant()
@@ -185,12 +190,17 @@ def test_dp_sweep_resumes_with_the_accountants_history_and_draws_the_curve(tmp_p
     dirs = [next((root / "points" / name).iterdir()) for name in ("dp_epsilon=20.0", "dp_epsilon=none")]
     assert [json.loads((d / "config.json").read_text())["config"]["norm"] for d in dirs] == ["gn", "gn"]
     assert [json.loads((d / "config.json").read_text())["config"]["dp_epsilon"] for d in dirs] == [20.0, None]
+    # the private point trains with the DP recipe, the ∞ point with the non-private defaults
+    assert [json.loads((d / "config.json").read_text())["config"]["batch_size"] for d in dirs] == [
+        DP_RECIPE["batch_size"], 32]
     for domain, c in json.loads((dirs[0] / "metrics.json").read_text())["privacy"]["dp"]["clients"].items():
-        assert c["steps"] == c["planned_steps"] == 2 * batches_per_epoch(c["records"], 32), domain
+        assert c["steps"] == c["planned_steps"] == 2 * batches_per_epoch(c["records"], DP_RECIPE["batch_size"]), domain
         expected = spent_epsilon([(c["noise_multiplier"], c["sample_rate"], c["steps"])], 1e-5)
         assert math.isclose(c["epsilon_spent"], expected, rel_tol=1e-12) and 19.5 < expected <= 20.0, domain
     html = (root / "sweep.html").read_text()
     assert "Against the DP-SGD ε" in html and "ε 20" in html and "no DP" in html and "NOT covered" in html
+    # each point's row: the ε the accountant spent, and where the canary bound would stand
+    assert "ε spent (accountant, max over clients)" in html and "no canary audit in this run" in html
 
 
 def test_an_empty_poisson_batch_is_a_noise_only_step():
@@ -213,3 +223,123 @@ def test_an_empty_poisson_batch_is_a_noise_only_step():
     hooks.cleanup()
     moved = [float((p.detach() - b).abs().max()) for p, b in zip(model.parameters(), before)]
     assert all(m > 0 for m in moved), moved  # noise only, scaled by 1 / expected batch size
+
+
+def test_the_dp_recipe_sets_defaults_only_under_dp_and_yields_to_given_options():
+    from fedaudit.errors import FedauditError
+
+    plain = resolve({})
+    private = resolve({"dp_epsilon": 8})
+    assert (plain.lr, plain.batch_size) == (0.01, 32)  # no DP: the non-private defaults
+    assert private.lr == DP_LR_TIMES_NORM and all(getattr(private, k) == v for k, v in DP_RECIPE.items())
+    # the step length is fixed per unit of clipping norm: half the norm, twice the learning rate
+    assert resolve({"dp_epsilon": 8, "dp_max_grad_norm": 0.5}).lr == 2 * DP_LR_TIMES_NORM
+    # the recipe replaces a method's non-private defaults, but not a config file or an explicit option
+    assert resolve({"dp_epsilon": 8}, method_defaults={"quick": {"lr": 0.05}}).lr == DP_LR_TIMES_NORM
+    assert resolve({"dp_epsilon": 8, "lr": 0.03}).lr == 0.03
+    assert resolve({}, {"dp_epsilon": 8, "batch_size": 16}).batch_size == 16
+    assert resolve({"dp_epsilon": 8, "dp_recipe": False}).lr == plain.lr
+    # views need augmentation: the default multiplicity falls to 1 without it, a given one is an error
+    assert resolve({"dp_epsilon": 8, "augment": False}).dp_augmentations == 1
+    try:
+        resolve({"dp_epsilon": 8, "augment": False, "dp_augmentations": 2})
+    except FedauditError as exc:
+        assert "--no-augment" in str(exc)
+    else:
+        raise AssertionError("--dp-augmentations 2 with --no-augment was accepted")
+
+
+def test_augmentation_multiplicity_clips_each_records_mean_gradient():
+    """Two views per record: the update is the clipped *mean over views* of each record's gradient,
+    summed and scaled by the batch size — not the mean of separately clipped views."""
+    from fedaudit.dp import new_engine, private_steps
+
+    torch.manual_seed(0)
+    x, y = torch.randn(6, 4), torch.tensor([0, 1, 0, 1, 0, 1])
+    shifts = torch.randn(2, 4) * 3  # view 0 and view 1 of every record
+    model = nn.Linear(4, 2, bias=False)
+    w0 = model.weight.detach().clone()
+    norm = 0.1  # small enough that every record is clipped
+
+    def run(optimizer, batches):
+        for idx in batches:
+            views = torch.arange(idx.numel()) % 2  # a record's copies come in a row
+            loss = F.cross_entropy(model(x[idx] + shifts[views]), y[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return torch.zeros(()), 1
+
+    private_steps(model, torch.optim.SGD(model.parameters(), lr=1.0), records=6, batch_size=6, steps=1,
+                  noise_multiplier=0.0, max_grad_norm=norm, engine=new_engine(), sampler_seed=0,
+                  noise_generator=torch.Generator().manual_seed(0), run=run, augmentations=2)
+
+    def grad(i, v):
+        w = w0.clone().requires_grad_(True)
+        F.cross_entropy((x[i] + shifts[v]) @ w.T, y[i]).backward()
+        return w.grad
+
+    def clip(g):
+        return g * min(1.0, norm / (float(g.norm()) + 1e-6))
+
+    mean_then_clip = sum(clip((grad(i, 0) + grad(i, 1)) / 2) for i in range(6)) / 6
+    clip_then_mean = sum((clip(grad(i, 0)) + clip(grad(i, 1))) / 2 for i in range(6)) / 6
+    assert torch.allclose(w0 - model.weight.detach(), mean_then_clip, atol=1e-6)
+    assert not torch.allclose(mean_then_clip, clip_then_mean, atol=1e-4)  # the test tells the two apart
+
+
+def test_dp_train_head_trains_only_the_head_and_says_so_in_the_coverage():
+    from fedaudit.dp import freeze_for_dp, new_engine, private_steps
+    from fedaudit.models import build_model
+
+    model = build_model("cnn", 10, 16, norm="gn")
+    head = sum(p.numel() for p in model.head.parameters())
+    last = sum(p.numel() for p in model.encoder.blocks[-1].parameters())
+    total = sum(p.numel() for p in model.parameters())
+    assert freeze_for_dp(build_model("cnn", 10, 16, norm="gn"), "last") == {
+        "trained_parameters": head + last, "frozen_parameters": total - head - last}
+    assert freeze_for_dp(model, "head") == {"trained_parameters": head, "frozen_parameters": total - head}
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x, y = torch.randn(8, 3, 16, 16), torch.arange(8) % 10
+
+    def run(optimizer, batches):
+        for idx in batches:
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return torch.zeros(()), 1
+
+    private_steps(model, torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0), records=8,
+                  batch_size=8, steps=2, noise_multiplier=1.0, max_grad_norm=1.0, engine=new_engine(), sampler_seed=0,
+                  noise_generator=torch.Generator().manual_seed(0), run=run)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if k.startswith("encoder."))
+    assert not torch.equal(before["head.weight"], after["head.weight"])
+    full = coverage(((ArtifactKind.FULL_MODEL, "up"),), "head")[0]
+    assert full["covered"] and "--dp-train head" in full["why"] and "public initialisation" in full["why"]
+
+
+def test_the_privacy_utility_table_puts_the_canary_bound_beside_each_point(tmp_path):
+    """sweep.html's table: per ε, the accountant's ε (the worst client) beside the canary audit's lower bound
+    and the accuracies; a point without a canary audit says so instead of showing nothing."""
+    from reports.load import Unit
+    from reports.render import dp_curve_section
+
+    def unit(eps, bound):
+        dp = None if eps is None else {"epsilon_target": eps, "clients": {"a": {"epsilon_spent": eps - 0.01},
+                                                                           "b": {"epsilon_spent": eps - 0.02}}}
+        leakage = {} if bound is None else {"canary": {"clean": {
+            "epsilon_lower_bound": bound, "confidence": 0.95, "delta": 1e-5, "correct": 30, "guesses": 32,
+            "canaries": 64, "target": "final", "epsilon_max_certifiable": 2.7, "epsilon_spent": eps}}}
+        metrics = {"method": "fedavg", "dataset": "digits", "target_domain": "textured", "privacy": {"dp": dp},
+                   "accuracy": {"source_val": {"mean": 0.5}, "unseen_domain": 0.4}, "leakage": leakage}
+        return Unit(tmp_path / f"eps-{eps}", {}, metrics, [], [])
+
+    section = dp_curve_section([unit(None, 1.25), unit(8.0, 0.0), unit(1.0, None)])
+    rows = dict(section["table"].rows)
+    assert list(rows) == ["ε 1", "ε 8", "ε ∞ (no DP)"]  # ascending ε, no DP last
+    assert rows["ε 8"][0] == "7.990" and rows["ε ∞ (no DP)"][0] == "no DP"
+    assert rows["ε 8"][1].startswith("clean: ε ≥ 0.000 at 95% confidence")
+    assert "ε ≥ 1.250" in rows["ε ∞ (no DP)"][1] and "no DP: nothing claimed" in rows["ε ∞ (no DP)"][1]
+    assert rows["ε 1"][1].startswith("no canary audit in this run")
