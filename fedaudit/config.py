@@ -41,14 +41,15 @@ DEFAULT_SPLIT = (0.5, 0.1, 0.4)  # train (members) / val / holdout (non-members)
 # options. The learning rate is given per unit of clipping norm (lr = DP_LR_TIMES_NORM / --dp-max-grad-norm):
 # a clipped mean gradient has norm at most the clipping norm, so this keeps the step length fixed.
 DP_LR_TIMES_NORM = 0.5
-DP_RECIPE: dict[str, Any] = {"batch_size": 64, "local_epochs": 3, "momentum": 0.9}
-DP_AUGMENTATIONS = 4
+DP_NOISE_TO_SIGNAL = 0.5
+DP_RECIPE: dict[str, Any] = {"local_epochs": 3, "momentum": 0.9}
+DP_AUGMENTATIONS = 1
 DP_TRAIN = ("all", "last", "head")  # fedaudit.dp.freeze_for_dp: the weights DP-SGD trains
 
 
 def dp_recipe_defaults(max_grad_norm: Any) -> dict[str, Any]:
     """The recipe's option values for a clipping norm (a bad norm is left to :func:`validate`)."""
-    recipe = dict(DP_RECIPE)
+    recipe = {**DP_RECIPE, "dp_noise_to_signal": DP_NOISE_TO_SIGNAL}
     if isinstance(max_grad_norm, (int, float)) and not isinstance(max_grad_norm, bool) and max_grad_norm > 0:
         recipe["lr"] = DP_LR_TIMES_NORM / float(max_grad_norm)
     return recipe
@@ -113,6 +114,11 @@ class RunConfig:
     dp_augmentations: int = option(DP_AUGMENTATIONS, "DP-SGD augmentation multiplicity: each sampled record is seen "
                                    "in this many augmented views whose gradients are averaged before clipping (needs "
                                    "--augment).", low=1, high=64)
+    dp_noise_to_signal: float | None = option(None, "DP-SGD batch by noise: each client's Poisson batch is the smallest "
+                                              "of --batch-size, doubled, …, all its records whose noise-to-signal per "
+                                              "step (σ·√trained parameters / expected batch) is at most this; none: "
+                                              "--batch-size as given (the DP recipe sets it unless --batch-size is "
+                                              "given).", kind=float, nullable=True, low=1e-3, high=1e6)
     dp_train: str = option("all", "Which weights DP-SGD trains: all, last (the encoder's last stage and the head) or "
                            "head; the rest stay at their public initialisation (--pretrained, or the seed's random "
                            "init): fewer trained parameters, less noise in total.", choices=DP_TRAIN)
@@ -195,6 +201,8 @@ def resolve(
     given = {**from_file, **explicit}
     recipe = (dp_recipe_defaults(given.get("dp_max_grad_norm", OPTIONS["dp_max_grad_norm"].default))
               if given.get("dp_epsilon") is not None and given.get("dp_recipe", True) is not False else {})
+    if "batch_size" in given:  # a given batch is used as given
+        recipe.pop("dp_noise_to_signal", None)
     for source in ((method_defaults or {}).get(profile, {}), recipe, from_file, explicit):
         for key, value in source.items():
             if key not in known:

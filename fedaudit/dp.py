@@ -21,6 +21,7 @@ are which, and the report prints it beside ε.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import warnings
@@ -188,10 +189,41 @@ class ClientPlan:
     steps_per_round: int
     rounds: int
     noise_multiplier: float
+    batch_size: int | None = None  # the batch size the sampling rate comes from (None: a plan from before the recipe)
+    lr_scale: float = 1.0  # the recipe's step under noise it cannot batch away (choose_batch)
+
+    @property
+    def noise_to_signal(self) -> float:
+        """Per trained parameter: the noise std on the mean clipped gradient, over the clipping norm (σ / expected batch)."""
+        return self.noise_multiplier / (self.sample_rate * self.records)
 
     @property
     def steps(self) -> int:
         return self.steps_per_round * self.rounds
+
+
+def choose_batch(records: int, batch_size: int, epochs: int | None, steps: int | None, rounds: int, epsilon: float,
+                 delta: float, trained: int | None, target: float | None) -> ClientPlan:
+    """A client's DP-SGD plan: ``batch_size`` as given, or with a noise-to-signal ``target``, the smallest of
+    ``batch_size``, 2×, 4×, …, all ``records`` whose noise-to-signal per step σ·√trained / expected batch is
+    at most the target. Larger batches need more noise per step (a higher sampling rate) but divide it among
+    more records; the noise wins below some batch, and this stops above it. When even all the records leave
+    the ratio above the target, the step shrinks by √(target / ratio) (``lr_scale``): the search found the
+    clean step (0.5 per unit of clipping norm, without noise) best at low noise and a fifth of it best at
+    ε = 8 (ratio 13.7), and this is the one-parameter curve through both (scripts/dp_recipe_search.py)."""
+    batch = min(batch_size, records)
+    while True:
+        q = 1.0 / batches_per_epoch(records, batch)
+        per_round = epochs * batches_per_epoch(records, batch) if steps is None else steps
+        plan = ClientPlan(records, q, per_round, rounds, noise_for(epsilon, delta, q, per_round * rounds), batch)
+        if target is None or not trained:
+            return plan
+        ratio = plan.noise_to_signal * math.sqrt(trained)
+        if ratio <= target:
+            return plan
+        if batch >= records:
+            return dataclasses.replace(plan, lr_scale=math.sqrt(target / ratio))
+        batch = min(2 * batch, records)
 
 
 def batches_per_epoch(records: int, batch_size: int) -> int:
@@ -267,6 +299,7 @@ class PrivateTraining:
         self.max_grad_norm = float(cfg.dp_max_grad_norm)
         self.rounds = cfg.rounds
         self.batch_size = cfg.batch_size
+        self.noise_to_signal = cfg.dp_noise_to_signal
         self.records = dict(records)
         for index, n in self.records.items():
             if self.delta >= 1.0 / n:
@@ -275,28 +308,34 @@ class PrivateTraining:
         self.plans: dict[int, ClientPlan] = {}
         self.engines = {i: new_engine() for i in self.records}
 
-    def plan(self, index: int, steps_per_round: int) -> ClientPlan:
-        """The client's plan, fixed at its first local training (the steps per round are known then)."""
+    def plan(self, index: int, epochs: int | None, steps: int | None) -> ClientPlan:
+        """The client's plan, fixed at its first local training (the local steps are known then). With the
+        recipe's noise-to-signal target, its batch is the smallest of --batch-size, doubled, …, all its records
+        whose noise-to-signal per step is at most the target (:func:`choose_batch`)."""
+        n = self.records[index]
         plan = self.plans.get(index)
         if plan is None:
-            n = self.records[index]
-            q = 1.0 / batches_per_epoch(n, self.batch_size)
-            plan = ClientPlan(n, q, steps_per_round, self.rounds, noise_for(self.epsilon, self.delta, q, steps_per_round * self.rounds))
+            plan = choose_batch(n, self.batch_size, epochs, steps, self.rounds, self.epsilon, self.delta,
+                                self.parameters.get("trained_parameters"), self.noise_to_signal)
             self.plans[index] = plan
-        elif plan.steps_per_round != steps_per_round:
-            raise FedauditError(f"a client's local steps changed from {plan.steps_per_round} to {steps_per_round} between rounds; "
-                                "the DP-SGD noise was planned for a fixed number of steps per round")
+        else:
+            batch = plan.batch_size or self.batch_size
+            steps_per_round = epochs * batches_per_epoch(n, batch) if steps is None else steps
+            if plan.steps_per_round != steps_per_round:
+                raise FedauditError(f"a client's local steps changed from {plan.steps_per_round} to {steps_per_round} "
+                                    "between rounds; the DP-SGD noise was planned for a fixed number of steps per round")
         return plan
 
     def train(self, model: nn.Module, optimizer: torch.optim.Optimizer, index: int, epochs: int | None, steps: int | None,
               sampler_seed: int, noise_generator: torch.Generator, run: StepLoop,
               after_privatise: Callable[[], None] | None = None) -> tuple[Tensor, int]:
         """One round of one client's DP-SGD: ``run(optimizer, batches)`` is the engine's step loop."""
-        n = self.records[index]
-        plan = self.plan(index, epochs * batches_per_epoch(n, self.batch_size) if steps is None else steps)
-        return private_steps(model, optimizer, n, self.batch_size, plan.steps_per_round, plan.noise_multiplier,
-                             self.max_grad_norm, self.engines[index], sampler_seed, noise_generator, run, after_privatise,
-                             self.augmentations)
+        plan = self.plan(index, epochs, steps)
+        for group in optimizer.param_groups:  # the recipe's smaller step under noise (1 otherwise), once per optimizer
+            group["lr"] = group.setdefault("lr_before_dp_scale", group["lr"]) * plan.lr_scale
+        return private_steps(model, optimizer, plan.records, plan.batch_size or self.batch_size, plan.steps_per_round,
+                             plan.noise_multiplier, self.max_grad_norm, self.engines[index], sampler_seed,
+                             noise_generator, run, after_privatise, self.augmentations)
 
     # -- record and resume ---------------------------------------------------------
 
@@ -308,14 +347,15 @@ class PrivateTraining:
             trained = self.parameters.get("trained_parameters")
             clients[domains[index]] = {
                 "epsilon_spent": spent_epsilon(history, self.delta), "noise_multiplier": plan.noise_multiplier,
+                "batch_size": plan.batch_size or self.batch_size, "lr_scale": plan.lr_scale,
                 # the noise vector's expected norm over the largest mean clipped gradient (the clipping norm):
                 # σ·√d / expected batch; above 1 the noise outweighs any signal in a single step
-                "noise_to_signal": (plan.noise_multiplier * math.sqrt(trained) / (plan.sample_rate * plan.records)
-                                    if trained else None),
+                "noise_to_signal": plan.noise_to_signal * math.sqrt(trained) if trained else None,
                 "sample_rate": plan.sample_rate, "steps": sum(int(h[2]) for h in history),
                 "planned_steps": plan.steps, "records": plan.records}
         return {"epsilon_target": self.epsilon, "delta": self.delta, "max_grad_norm": self.max_grad_norm,
                 "augmentations": self.augmentations, "trained": self.train_which, **self.parameters,
+                "noise_to_signal_target": self.noise_to_signal,
                 "accountant": ACCOUNTANT, "unit": "one record of one client's training split",
                 "secure_rng": False, "clients": clients}
 

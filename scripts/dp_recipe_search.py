@@ -11,12 +11,22 @@ learning rate here is the recipe's ``DP_LR_TIMES_NORM``.
 
 Stages (at ε = 8, δ = 1e-5):
   batch    — expected Poisson batch size × learning rate, one augmented view per record;
-  epochs   — local epochs per round (fewer epochs: fewer steps to compose, less noise per step);
-  train    — which weights DP-SGD trains (all; the encoder's last stage and the head; the head alone) × lr,
+  lower-lr — a learning rate below the batch stage's lowest (which won it);
+  epochs   — one local epoch per round instead of the quick profile's 3 (fewer steps to compose: less
+             noise per step);
+  train    — which weights DP-SGD trains (the encoder's last stage and the head, or the head alone) × lr,
              the rest frozen at the seed's random initialisation (there are no pretrained digits weights);
-  views    — augmentation multiplicity (views per record averaged before clipping);
-then ``check``: the chosen recipe at ε = 10,000 (almost no noise) beside the same run without DP, which
-shows whether clipping and step scaling alone cost accuracy (issue 20's first acceptance point).
+  views    — augmentation multiplicity (2 or 4 views per record averaged before clipping);
+each stage's table also lists the incumbent (the best of the stages before), which stays a candidate;
+a later stage's value replaces the incumbent only if it beats it by more than one standard error of the
+source-val accuracy (the simpler, earlier choice stands within the noise). Then ``clean``: a control with
+the noise taken out (σ = 0; the DP path's Poisson batches and clipping at norm 1, batch 32) over the
+learning rate, which finds the step clipping needs when noise is no limit. The recipe's step is that clean
+one, shrunk by √(noise-to-signal target / ratio) when the noise cannot be batched below the target —
+the curve through both optima (fedaudit.dp.choose_batch). Then ``check``: fedaudit's
+default recipe (``DP_RECIPE``, set from the stages) at ε = 10,000, 8 and 1, beside the run without DP;
+at ε = 10,000 it shows whether clipping and step scaling alone cost accuracy (issue 20's first acceptance
+point).
 
 Every point is an ordinary run directory (``fedaudit report`` opens it); a second invocation skips the
 points already complete. The table printed at the end is what the README's DP section quotes.
@@ -30,19 +40,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fedaudit.config import OPTIONS
 from fedaudit.grid import Grid, run_grid
 
 BASE: dict[str, Any] = {"method": "fedavg", "dataset": "digits", "model": "cnn", "norm": "gn", "attack": "none",
                         "seed": 0, "dp_max_grad_norm": 1.0}
 EPSILON = 8.0
 # Each stage: the axes it crosses; values not on an axis come from the stages before (or the first value).
+# The incumbent (the best so far) stays a candidate of every later stage, so its value is not run again.
 STAGES: dict[str, dict[str, list[Any]]] = {
     "batch": {"batch_size": [32, 64, 128, 256], "lr": [0.1, 0.5, 2.0]},
-    "epochs": {"local_epochs": [1, 3]},
-    "train": {"dp_train": ["all", "last", "head"], "lr": [0.5, 2.0, 8.0]},
-    "views": {"dp_augmentations": [1, 2, 4]},
+    "lower-lr": {"lr": [0.03]},  # the batch stage's best lr was its lowest
+    "epochs": {"local_epochs": [1]},
+    "train": {"dp_train": ["last", "head"], "lr": [0.1, 0.5, 2.0]},
+    "views": {"dp_augmentations": [2, 4]},
 }
-START: dict[str, Any] = {"local_epochs": 3, "dp_train": "all", "dp_augmentations": 1, "momentum": 0.9}
+START: dict[str, Any] = {"local_epochs": 3, "dp_augmentations": 1, "momentum": 0.9}  # --dp-train: its default, all
+
+
+VAL_RECORDS = 135  # digits' source-val records: 3 source domains × 45 (the 0.1 val share of ~450 per domain)
+
+
+def standard_error(accuracy: float) -> float:
+    """One binomial standard error of a source-val accuracy: a later stage must beat the incumbent by more."""
+    return (accuracy * (1 - accuracy) / VAL_RECORDS) ** 0.5
 
 
 def source_val(run_dir: Path) -> tuple[float, float]:
@@ -78,7 +99,7 @@ def table(rows: list[dict[str, Any]], keys: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/dp-recipe-search")
-    parser.add_argument("--stage", choices=[*STAGES, "check", "all"], default="all")
+    parser.add_argument("--stage", choices=[*STAGES, "clean", "check", "all"], default="all")
     parser.add_argument("--rounds", type=int, default=None, help="rounds per run (default: the quick profile's)")
     parser.add_argument("--jobs", type=int, default=2, help="points at once (2 on a 2-core machine)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per point")
@@ -87,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     base = {**BASE, **({"rounds": args.rounds} if args.rounds else {})}
     chosen = dict(START)
     chosen["lr"], chosen["batch_size"] = STAGES["batch"]["lr"][0], STAGES["batch"]["batch_size"][0]
+    incumbent: dict[str, Any] | None = None
     for name, axes in STAGES.items():
         fixed = {**base, **{k: v for k, v in chosen.items() if k not in axes}, "dp_epsilon": EPSILON}
         if args.stage not in (name, "all") and not (out / name / "sweep.json").is_file():
@@ -94,18 +116,38 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_stage(out, name, fixed, axes, args.jobs, args.threads)
         if not rows:
             return 1
-        best = max(rows, key=lambda r: r["source_val"])
+        candidates = rows + ([{**incumbent, **{k: chosen.get(k, OPTIONS[k].default) for k in axes},
+                                    "stage": "incumbent"}] if incumbent else [])
+        best = max(candidates, key=lambda r: r["source_val"])
+        if incumbent and best["source_val"] - incumbent["source_val"] <= standard_error(incumbent["source_val"]):
+            best = candidates[-1]  # within the noise of the val split: keep what the earlier stages chose
         chosen.update({k: best[k] for k in axes})
+        incumbent = best
         print(f"\n## stage {name} (ε = {EPSILON:g}; fixed: "
               f"{', '.join(f'{k}={v}' for k, v in fixed.items() if k not in BASE)})\n")
-        print(table(rows, list(axes)))
+        print(table(candidates, list(axes)))
         print(f"\nbest: {', '.join(f'{k}={best[k]}' for k in axes)} (source-val {best['source_val']:.3f})")
+    if args.stage in ("clean", "all"):
+        # A control, not a private run: the DP path (Poisson batches, per-record clipping at norm 1) with the
+        # noise taken out, to find the step clipping needs when noise is no limit. In this process only.
+        import fedaudit.dp
+
+        noise_for = fedaudit.dp.noise_for
+        fedaudit.dp.noise_for = lambda *a, **k: 0.0
+        try:
+            clean = run_stage(out, "clean", {**base, "dp_epsilon": 10_000.0, "batch_size": 32, "dp_augmentations": 1},
+                              {"lr": [0.1, 0.5, 2.0]}, 1, args.threads * args.jobs)
+        finally:
+            fedaudit.dp.noise_for = noise_for
+        print("\n## clean: the DP path without noise (σ = 0, a control), batch 32 (the non-private one)\n")
+        print(table(clean, ["lr"]))
     if args.stage in ("check", "all"):
-        check = run_stage(out, "check", {**base, **chosen}, {"dp_epsilon": [10_000.0]}, args.jobs, args.threads)
-        # the same method without DP trains with the non-private defaults, as --dp-sweep's ∞ point does
-        plain = run_stage(out, "check-no-dp", base, {"dp_epsilon": [None]}, args.jobs, args.threads)
-        print("\n## check: the recipe with almost no noise, and without DP\n")
-        print(table([*check, *plain], ["stage", "dp_epsilon"]))
+        # The recipe as fedaudit's defaults now hold it (set DP_RECIPE from the stages above first): no recipe
+        # option is given, so each point trains as `fedaudit evaluate --dp-epsilon E` would.
+        check = run_stage(out, "check", {k: v for k, v in base.items() if k != "dp_max_grad_norm"},
+                          {"dp_epsilon": [10_000.0, EPSILON, 1.0, None]}, args.jobs, args.threads)
+        print("\n## check: the default recipe at ε = 10,000 (little noise), 8 and 1, and the run without DP\n")
+        print(table(check, ["dp_epsilon"]))
     print(f"\nrecipe: {json.dumps(chosen)}")
     return 0
 

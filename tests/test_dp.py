@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from fedaudit import runs
 from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
 from fedaudit.cli import app
-from fedaudit.config import DP_LR_TIMES_NORM, DP_RECIPE, resolve
+from fedaudit.config import DP_LR_TIMES_NORM, DP_NOISE_TO_SIGNAL, DP_RECIPE, resolve
 from fedaudit.data import load_dataset
 from fedaudit.dp import ALPHAS, batches_per_epoch, coverage, noise_for, spent_epsilon
 from fedaudit.membership import lira_online, lira_signal, membership_metrics
@@ -49,10 +49,9 @@ def test_the_issue_command_records_the_accountants_epsilon(tmp_path):
     dp = metrics["privacy"]["dp"]
     assert dp["epsilon_target"] == 8 and dp["delta"] == 1e-5 and dp["accountant"] == "rdp"
     assert set(dp["clients"]) == set(metrics["source_domains"])
-    batch_size = metrics["provenance"]["config"]["batch_size"]
-    assert batch_size == DP_RECIPE["batch_size"]  # the DP recipe's, as no batch size was given
+    assert dp["noise_to_signal_target"] == DP_NOISE_TO_SIGNAL  # the recipe's, as no batch size was given
     for domain, c in dp["clients"].items():
-        per_epoch = batches_per_epoch(c["records"], batch_size)
+        per_epoch = batches_per_epoch(c["records"], c["batch_size"])
         assert c["sample_rate"] == 1 / per_epoch
         assert c["steps"] == c["planned_steps"] == 2 * per_epoch  # 2 rounds × 1 epoch of Poisson batches
         opacus = RDPAccountant()
@@ -191,10 +190,10 @@ def test_dp_sweep_resumes_with_the_accountants_history_and_draws_the_curve(tmp_p
     assert [json.loads((d / "config.json").read_text())["config"]["norm"] for d in dirs] == ["gn", "gn"]
     assert [json.loads((d / "config.json").read_text())["config"]["dp_epsilon"] for d in dirs] == [20.0, None]
     # the private point trains with the DP recipe, the ∞ point with the non-private defaults
-    assert [json.loads((d / "config.json").read_text())["config"]["batch_size"] for d in dirs] == [
-        DP_RECIPE["batch_size"], 32]
+    assert [json.loads((d / "config.json").read_text())["config"]["lr"] for d in dirs] == [DP_LR_TIMES_NORM, 0.01]
     for domain, c in json.loads((dirs[0] / "metrics.json").read_text())["privacy"]["dp"]["clients"].items():
-        assert c["steps"] == c["planned_steps"] == 2 * batches_per_epoch(c["records"], DP_RECIPE["batch_size"]), domain
+        # the batch the recipe chose in round 1 held after the resume: steps are what that batch plans
+        assert c["steps"] == c["planned_steps"] == 2 * batches_per_epoch(c["records"], c["batch_size"]), domain
         expected = spent_epsilon([(c["noise_multiplier"], c["sample_rate"], c["steps"])], 1e-5)
         assert math.isclose(c["epsilon_spent"], expected, rel_tol=1e-12) and 19.5 < expected <= 20.0, domain
     html = (root / "sweep.html").read_text()
@@ -232,6 +231,8 @@ def test_the_dp_recipe_sets_defaults_only_under_dp_and_yields_to_given_options()
     private = resolve({"dp_epsilon": 8})
     assert (plain.lr, plain.batch_size) == (0.01, 32)  # no DP: the non-private defaults
     assert private.lr == DP_LR_TIMES_NORM and all(getattr(private, k) == v for k, v in DP_RECIPE.items())
+    assert private.dp_noise_to_signal == DP_NOISE_TO_SIGNAL and plain.dp_noise_to_signal is None
+    assert resolve({"dp_epsilon": 8, "batch_size": 64}).dp_noise_to_signal is None  # a given batch is used as given
     # the step length is fixed per unit of clipping norm: half the norm, twice the learning rate
     assert resolve({"dp_epsilon": 8, "dp_max_grad_norm": 0.5}).lr == 2 * DP_LR_TIMES_NORM
     # the recipe replaces a method's non-private defaults, but not a config file or an explicit option
@@ -343,3 +344,54 @@ def test_the_privacy_utility_table_puts_the_canary_bound_beside_each_point(tmp_p
     assert rows["ε 8"][1].startswith("clean: ε ≥ 0.000 at 95% confidence")
     assert "ε ≥ 1.250" in rows["ε ∞ (no DP)"][1] and "no DP: nothing claimed" in rows["ε ∞ (no DP)"][1]
     assert rows["ε 1"][1].startswith("no canary audit in this run")
+
+
+def test_the_recipe_doubles_the_batch_until_the_noise_no_longer_outweighs_the_signal():
+    """225 records, the cnn's ~390k parameters, 20 rounds × 3 epochs: at ε = 10,000 the accountant still
+    needs σ ≈ 0.1, which on batches of 32 is a noise vector 2.5× the largest signal; the recipe doubles the
+    batch to 128 (0.43). At ε = 8 no batch gets there, and it takes all the records (one step per epoch)."""
+    from fedaudit.dp import choose_batch
+
+    def plan(eps, target, batch=32):
+        return choose_batch(225, batch, 3, None, 20, eps, 1e-5, 390_000, target)
+
+    def ratio(p):
+        return p.noise_to_signal * math.sqrt(390_000)
+
+    assert plan(10_000, None).batch_size == 32 and ratio(plan(10_000, None)) > 2  # no target: as given
+    chosen = plan(10_000, 0.5)
+    assert chosen.batch_size == 128 and ratio(chosen) <= 0.5 < ratio(plan(10_000, None, batch=64))
+    assert chosen.steps_per_round == 3 * 2 and chosen.sample_rate == 0.5
+    assert plan(8, 0.5).batch_size == 225 and plan(8, 0.5).sample_rate == 1.0 and ratio(plan(8, 0.5)) > 10
+    # where all the records cannot bring the noise down, the step shrinks with it; elsewhere it is the clean one
+    assert chosen.lr_scale == 1.0 and plan(10_000, None).lr_scale == 1.0
+    assert math.isclose(plan(8, 0.5).lr_scale, math.sqrt(0.5 / ratio(plan(8, 0.5))))
+    assert plan(1, 0.5).lr_scale < plan(8, 0.5).lr_scale < 1
+
+
+def test_the_recipes_smaller_step_is_applied_once_per_optimizer():
+    """A method that keeps its optimizer across rounds gets the scaled step every round, not the scale
+    compounded round after round."""
+    from types import SimpleNamespace
+
+    from fedaudit.dp import PrivateTraining
+
+    cfg = SimpleNamespace(dp_augmentations=1, dp_train="all", dp_epsilon=1.0, dp_delta=1e-5, dp_max_grad_norm=1.0,
+                          rounds=2, batch_size=4, dp_noise_to_signal=0.5)
+    model = nn.Linear(4, 2)
+    dp = PrivateTraining(cfg, {0: 8}, {"trained_parameters": 10, "frozen_parameters": 0})
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    x, y = torch.randn(8, 4), torch.arange(8) % 2
+
+    def run(optimizer, batches):
+        for idx in batches:
+            optimizer.zero_grad()
+            if idx.numel():
+                F.cross_entropy(model(x[idx]), y[idx]).backward()
+            optimizer.step()
+        return torch.zeros(()), 1
+
+    for rnd in range(2):
+        dp.train(model, opt, 0, 1, None, rnd, torch.Generator().manual_seed(rnd), run)
+        scale = dp.plans[0].lr_scale
+        assert scale < 1 and math.isclose(opt.param_groups[0]["lr"], 0.5 * scale)
