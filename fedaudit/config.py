@@ -39,7 +39,9 @@ DEFAULT_SPLIT = (0.5, 0.1, 0.4)  # train (members) / val / holdout (non-members)
 # The DP-SGD recipe (issue 20; found by scripts/dp_recipe_search.py on digits' source-val, no target domain):
 # under --dp-epsilon these replace the profile's and the method's defaults, below a config file and explicit
 # options. The learning rate is given per unit of clipping norm (lr = DP_LR_TIMES_NORM / --dp-max-grad-norm):
-# a clipped mean gradient has norm at most the clipping norm, so this keeps the step length fixed.
+# a clipped mean gradient has norm at most the clipping norm, so this keeps the step length fixed. Each
+# client's batch and, under noise no batch can average away, a smaller step follow from DP_NOISE_TO_SIGNAL
+# (fedaudit.dp.choose_batch).
 DP_LR_TIMES_NORM = 0.5
 DP_NOISE_TO_SIGNAL = 0.5
 DP_RECIPE: dict[str, Any] = {"local_epochs": 3, "momentum": 0.9}
@@ -122,9 +124,9 @@ class RunConfig:
     dp_train: str = option("all", "Which weights DP-SGD trains: all, last (the encoder's last stage and the head) or "
                            "head; the rest stay at their public initialisation (--pretrained, or the seed's random "
                            "init): fewer trained parameters, less noise in total.", choices=DP_TRAIN)
-    dp_recipe: bool = option(True, "With --dp-epsilon, train with the DP-SGD recipe's defaults (lr scaled to the "
-                             "clipping norm, batch size, local epochs, momentum; see DP_RECIPE) unless options set "
-                             "them; --no-dp-recipe keeps the non-private defaults.")
+    dp_recipe: bool = option(True, "With --dp-epsilon, train with the DP-SGD recipe's defaults (lr 0.5 per unit of "
+                             "clipping norm, --dp-noise-to-signal 0.5, local epochs 3, momentum 0.9; DP_RECIPE) "
+                             "unless options set them; --no-dp-recipe keeps the non-private defaults.")
     method_options: dict[str, Any] = field(default_factory=dict)
     # {attack family: {option: value}} for the selected attacks (declared on the attack classes).
     attack_options: dict[str, dict[str, Any]] = field(default_factory=dict)
