@@ -118,9 +118,11 @@ class RunConfig:
                                    "--augment).", low=1, high=64)
     dp_noise_to_signal: float | None = option(None, "DP-SGD batch by noise: each client's Poisson batch is the smallest "
                                               "of --batch-size, doubled, …, all its records whose noise-to-signal per "
-                                              "step (σ·√trained parameters / expected batch) is at most this; none: "
-                                              "--batch-size as given (the DP recipe sets it unless --batch-size is "
-                                              "given).", kind=float, nullable=True, low=1e-3, high=1e6)
+                                              "step (σ·√trained parameters / expected batch) is at most this, and "
+                                              "when even all records leave it above, --lr shrinks by √(this / "
+                                              "ratio); none: --batch-size and --lr as given (the DP recipe sets it "
+                                              "unless --batch-size is given).", kind=float, nullable=True, low=1e-3,
+                                              high=1e6)
     dp_train: str = option("all", "Which weights DP-SGD trains: all, last (the encoder's last stage and the head) or "
                            "head; the rest stay at their public initialisation (--pretrained, or the seed's random "
                            "init): fewer trained parameters, less noise in total.", choices=DP_TRAIN)
