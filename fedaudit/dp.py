@@ -127,24 +127,24 @@ def private_config(cfg: RunConfig, method_cls: type, trainable: Iterable[str]) -
     return replace(cfg, norm="gn")
 
 
-def trained_parts(model: nn.Module, which: str) -> dict[str, nn.Module]:
-    """The named parts of ``model`` that DP-SGD trains under ``--dp-train which`` (all, last, head)."""
+def trained_parts(model: nn.Module, which: str) -> list[nn.Module]:
+    """The parts of ``model`` that DP-SGD trains under ``--dp-train which`` (all, last, head)."""
     if which == "all":
-        return {"model": model}
+        return [model]
     head, encoder = getattr(model, "head", None), getattr(model, "encoder", None)
     if not isinstance(head, nn.Module) or not isinstance(encoder, nn.Module):
         raise FedauditError(f"--dp-train {which} needs a model made of an encoder and a head, and this method's "
                             f"{type(model).__name__} is not; use --dp-train all")
-    parts = {"head": head}
+    parts = [head]
     if not isinstance(getattr(encoder, "proj", None), (nn.Identity, type(None))):
-        parts["encoder.proj"] = encoder.proj  # a projection after the backbone belongs to the trained top
+        parts.append(encoder.proj)  # a projection after the backbone belongs to the trained top
     if which == "last":
         blocks = getattr(encoder, "blocks", None)
         backbone = getattr(encoder, "backbone", None)
         if isinstance(blocks, nn.ModuleList):
-            parts[f"encoder.blocks.{len(blocks) - 1}"] = blocks[-1]
+            parts.append(blocks[-1])
         elif backbone is not None and isinstance(getattr(backbone, "layer4", None), nn.Module):
-            parts["encoder.backbone.layer4"] = backbone.layer4
+            parts.append(backbone.layer4)
         else:
             raise FedauditError(f"--dp-train last does not know the last stage of {type(encoder).__name__}; "
                                 "use --dp-train head or all")
@@ -154,7 +154,7 @@ def trained_parts(model: nn.Module, which: str) -> dict[str, nn.Module]:
 def freeze_for_dp(model: nn.Module, which: str) -> dict[str, int]:
     """Freeze every weight outside :func:`trained_parts` (they keep their public initialisation: the seed's
     random init or ``--pretrained``); returns the trained and frozen parameter counts."""
-    keep = {id(p) for part in trained_parts(model, which).values() for p in part.parameters()}
+    keep = {id(p) for part in trained_parts(model, which) for p in part.parameters()}
     counts = {"trained_parameters": 0, "frozen_parameters": 0}
     for p in model.parameters():
         if id(p) not in keep:
@@ -189,13 +189,13 @@ class ClientPlan:
     steps_per_round: int
     rounds: int
     noise_multiplier: float
-    batch_size: int | None = None  # the batch size the sampling rate comes from (None: a plan from before the recipe)
+    batch_size: int  # the batch the sampling rate comes from (restore fills it in for plans saved without it)
     lr_scale: float = 1.0  # the recipe's step under noise it cannot batch away (choose_batch)
 
-    @property
-    def noise_to_signal(self) -> float:
-        """Per trained parameter: the noise std on the mean clipped gradient, over the clipping norm (σ / expected batch)."""
-        return self.noise_multiplier / (self.sample_rate * self.records)
+    def noise_to_signal(self, trained: int) -> float:
+        """The noise vector's expected norm over the largest mean clipped gradient (the clipping norm) for
+        ``trained`` parameters: σ·√trained / expected batch; above 1 noise outweighs any signal in a step."""
+        return self.noise_multiplier * math.sqrt(trained) / (self.sample_rate * self.records)
 
     @property
     def steps(self) -> int:
@@ -214,11 +214,11 @@ def choose_batch(records: int, batch_size: int, epochs: int | None, steps: int |
     batch = min(batch_size, records)
     while True:
         q = 1.0 / batches_per_epoch(records, batch)
-        per_round = epochs * batches_per_epoch(records, batch) if steps is None else steps
+        per_round = steps_per_round(records, batch, epochs, steps)
         plan = ClientPlan(records, q, per_round, rounds, noise_for(epsilon, delta, q, per_round * rounds), batch)
         if target is None or not trained:
             return plan
-        ratio = plan.noise_to_signal * math.sqrt(trained)
+        ratio = plan.noise_to_signal(trained)
         if ratio <= target:
             return plan
         if batch >= records:
@@ -228,6 +228,11 @@ def choose_batch(records: int, batch_size: int, epochs: int | None, steps: int |
 
 def batches_per_epoch(records: int, batch_size: int) -> int:
     return math.ceil(records / min(batch_size, records))
+
+
+def steps_per_round(records: int, batch_size: int, epochs: int | None, steps: int | None) -> int:
+    """A round's local steps: ``steps`` when the method counts steps, else ``epochs`` passes of batches."""
+    return epochs * batches_per_epoch(records, batch_size) if steps is None else steps
 
 
 def noise_for(epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
@@ -299,7 +304,7 @@ class PrivateTraining:
         self.max_grad_norm = float(cfg.dp_max_grad_norm)
         self.rounds = cfg.rounds
         self.batch_size = cfg.batch_size
-        self.noise_to_signal = cfg.dp_noise_to_signal
+        self.noise_to_signal_target = cfg.dp_noise_to_signal
         self.records = dict(records)
         for index, n in self.records.items():
             if self.delta >= 1.0 / n:
@@ -316,14 +321,11 @@ class PrivateTraining:
         plan = self.plans.get(index)
         if plan is None:
             plan = choose_batch(n, self.batch_size, epochs, steps, self.rounds, self.epsilon, self.delta,
-                                self.parameters.get("trained_parameters"), self.noise_to_signal)
+                                self.parameters.get("trained_parameters"), self.noise_to_signal_target)
             self.plans[index] = plan
-        else:
-            batch = plan.batch_size or self.batch_size
-            steps_per_round = epochs * batches_per_epoch(n, batch) if steps is None else steps
-            if plan.steps_per_round != steps_per_round:
-                raise FedauditError(f"a client's local steps changed from {plan.steps_per_round} to {steps_per_round} "
-                                    "between rounds; the DP-SGD noise was planned for a fixed number of steps per round")
+        elif plan.steps_per_round != (now := steps_per_round(n, plan.batch_size, epochs, steps)):
+            raise FedauditError(f"a client's local steps changed from {plan.steps_per_round} to {now} between "
+                                "rounds; the DP-SGD noise was planned for a fixed number of steps per round")
         return plan
 
     def train(self, model: nn.Module, optimizer: torch.optim.Optimizer, index: int, epochs: int | None, steps: int | None,
@@ -333,7 +335,7 @@ class PrivateTraining:
         plan = self.plan(index, epochs, steps)
         for group in optimizer.param_groups:  # the recipe's smaller step under noise (1 otherwise), once per optimizer
             group["lr"] = group.setdefault("lr_before_dp_scale", group["lr"]) * plan.lr_scale
-        return private_steps(model, optimizer, plan.records, plan.batch_size or self.batch_size, plan.steps_per_round,
+        return private_steps(model, optimizer, plan.records, plan.batch_size, plan.steps_per_round,
                              plan.noise_multiplier, self.max_grad_norm, self.engines[index], sampler_seed,
                              noise_generator, run, after_privatise, self.augmentations)
 
@@ -342,20 +344,18 @@ class PrivateTraining:
     def summary(self, domains: dict[int, str]) -> dict[str, Any]:
         """Per client: the planned mechanism and the ε its accountant has spent so far."""
         clients = {}
+        trained = self.parameters.get("trained_parameters")
         for index, plan in sorted(self.plans.items()):
             history = self.engines[index].accountant.history
-            trained = self.parameters.get("trained_parameters")
             clients[domains[index]] = {
                 "epsilon_spent": spent_epsilon(history, self.delta), "noise_multiplier": plan.noise_multiplier,
-                "batch_size": plan.batch_size or self.batch_size, "lr_scale": plan.lr_scale,
-                # the noise vector's expected norm over the largest mean clipped gradient (the clipping norm):
-                # σ·√d / expected batch; above 1 the noise outweighs any signal in a single step
-                "noise_to_signal": plan.noise_to_signal * math.sqrt(trained) if trained else None,
+                "batch_size": plan.batch_size, "lr_scale": plan.lr_scale,
+                "noise_to_signal": plan.noise_to_signal(trained) if trained else None,
                 "sample_rate": plan.sample_rate, "steps": sum(int(h[2]) for h in history),
                 "planned_steps": plan.steps, "records": plan.records}
         return {"epsilon_target": self.epsilon, "delta": self.delta, "max_grad_norm": self.max_grad_norm,
                 "augmentations": self.augmentations, "trained": self.train_which, **self.parameters,
-                "noise_to_signal_target": self.noise_to_signal,
+                "noise_to_signal_target": self.noise_to_signal_target,
                 "accountant": ACCOUNTANT, "unit": "one record of one client's training split",
                 "secure_rng": False, "clients": clients}
 
@@ -366,7 +366,7 @@ class PrivateTraining:
     def restore(self, state: dict[str, Any]) -> None:
         for key, item in state.items():
             index = int(key)
-            self.plans[index] = ClientPlan(**item["plan"])
+            self.plans[index] = ClientPlan(**{"batch_size": self.batch_size, **item["plan"]})  # older plans lack it
             self.engines[index].accountant.history = [tuple(h) for h in item["history"]]
 
 

@@ -174,7 +174,7 @@ class Method:
             return recipe
         # Under DP-SGD the informed attacker trains its reference models with the clients' mechanism too.
         sigma = sum(p.noise_multiplier for p in fed.dp.plans.values()) / len(fed.dp.plans)
-        batches = [p.batch_size or recipe.batch_size for p in fed.dp.plans.values()]
+        batches = [p.batch_size for p in fed.dp.plans.values()]
         scale = sum(p.lr_scale for p in fed.dp.plans.values()) / len(fed.dp.plans)
         # the clients' batch and step, as the recipe chose them for their noise
         recipe = replace(recipe, batch_size=round(sum(batches) / len(batches)), lr=recipe.lr * scale)

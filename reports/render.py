@@ -463,9 +463,8 @@ def _canary_bounds(u: Unit) -> list[tuple[str, str]]:
     for victim, e in (section.items() if isinstance(section, dict) else ()):
         if not isinstance(e, dict):
             continue
-        head = victim
         if "epsilon_lower_bound" not in e:
-            out.append((head, f"{e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}"))
+            out.append((victim, f"{e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}"))
             continue
         conf = e.get("confidence")
         text = (f"ε ≥ {_f3(e.get('epsilon_lower_bound'))} at {conf:.0%} confidence, δ {e.get('delta')}"
@@ -478,7 +477,7 @@ def _canary_bounds(u: Unit) -> list[tuple[str, str]]:
             text += f" · EXCEEDS THE CLAIM: {_text(e.get('warning'))}"
         elif e.get("can_refute_claim") is False:
             text += " · too few canaries to test the claim"
-        out.append((head, text))
+        out.append((victim, text))
     return out
 
 

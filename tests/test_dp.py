@@ -356,7 +356,7 @@ def test_the_recipe_doubles_the_batch_until_the_noise_no_longer_outweighs_the_si
         return choose_batch(225, batch, 3, None, 20, eps, 1e-5, 390_000, target)
 
     def ratio(p):
-        return p.noise_to_signal * math.sqrt(390_000)
+        return p.noise_to_signal(390_000)
 
     assert plan(10_000, None).batch_size == 32 and ratio(plan(10_000, None)) > 2  # no target: as given
     chosen = plan(10_000, 0.5)
