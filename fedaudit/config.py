@@ -40,10 +40,11 @@ DEFAULT_SPLIT = (0.5, 0.1, 0.4)  # train (members) / val / holdout (non-members)
 # under --dp-epsilon these replace the profile's and the method's defaults, below a config file and explicit
 # options. The learning rate is given per unit of clipping norm (lr = DP_LR_TIMES_NORM / --dp-max-grad-norm):
 # a clipped mean gradient has norm at most the clipping norm, so this keeps the step length fixed. Each
-# client's batch and, under noise no batch can average away, a smaller step follow from DP_NOISE_TO_SIGNAL
-# (fedaudit.dp.choose_batch).
+# client's batch follows from DP_NOISE_TO_SIGNAL (the largest noise-to-signal per step a batch may leave), and
+# its step shrinks as √(DP_STEP_NOISE_TO_SIGNAL / the ratio left) above that (fedaudit.dp.choose_batch).
 DP_LR_TIMES_NORM = 0.5
-DP_NOISE_TO_SIGNAL = 0.5
+DP_NOISE_TO_SIGNAL = 1.0
+DP_STEP_NOISE_TO_SIGNAL = 0.5
 DP_RECIPE: dict[str, Any] = {"local_epochs": 3, "momentum": 0.9}
 DP_AUGMENTATIONS = 1
 DP_TRAIN = ("all", "last", "head")  # fedaudit.dp.freeze_for_dp: the weights DP-SGD trains
@@ -119,16 +120,17 @@ class RunConfig:
     dp_noise_to_signal: float | None = option(None, "DP-SGD batch by noise: each client's Poisson batch is the smallest "
                                               "of --batch-size, doubled, …, all its records whose noise-to-signal per "
                                               "step (σ·√trained parameters / expected batch) is at most this, and "
-                                              "when even all records leave it above, --lr shrinks by √(this / "
-                                              "ratio); none: --batch-size and --lr as given (the DP recipe sets it "
-                                              "unless --batch-size is given).", kind=float, nullable=True, low=1e-3,
-                                              high=1e6)
+                                              f"--lr shrinks by √({DP_STEP_NOISE_TO_SIGNAL:g} / the ratio left) where "
+                                              f"that ratio is above {DP_STEP_NOISE_TO_SIGNAL:g}; none: --batch-size and "
+                                              f"--lr as given (the DP recipe sets {DP_NOISE_TO_SIGNAL:g} unless "
+                                              "--batch-size is given).",
+                                              kind=float, nullable=True, low=1e-3, high=1e6)
     dp_train: str = option("all", "Which weights DP-SGD trains: all, last (the encoder's last stage and the head) or "
                            "head; the rest stay at their public initialisation (--pretrained, or the seed's random "
                            "init): fewer trained parameters, less noise in total.", choices=DP_TRAIN)
     dp_recipe: bool = option(True, "With --dp-epsilon, train with the DP-SGD recipe's defaults (lr 0.5 per unit of "
-                             "clipping norm, --dp-noise-to-signal 0.5, local epochs 3, momentum 0.9; DP_RECIPE) "
-                             "unless options set them; --no-dp-recipe keeps the non-private defaults.")
+                             f"clipping norm, --dp-noise-to-signal {DP_NOISE_TO_SIGNAL:g}, local epochs 3, momentum "
+                             "0.9; DP_RECIPE) unless options set them; --no-dp-recipe keeps the non-private defaults.")
     method_options: dict[str, Any] = field(default_factory=dict)
     # {attack family: {option: value}} for the selected attacks (declared on the attack classes).
     attack_options: dict[str, dict[str, Any]] = field(default_factory=dict)

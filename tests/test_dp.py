@@ -348,8 +348,11 @@ def test_the_privacy_utility_table_puts_the_canary_bound_beside_each_point(tmp_p
 
 def test_the_recipe_doubles_the_batch_until_the_noise_no_longer_outweighs_the_signal():
     """225 records, the cnn's ~390k parameters, 20 rounds × 3 epochs: at ε = 10,000 the accountant still
-    needs σ ≈ 0.1, which on batches of 32 is a noise vector 2.5× the largest signal; the recipe doubles the
-    batch to 128 (0.43). At ε = 8 no batch gets there, and it takes all the records (one step per epoch)."""
+    needs σ ≈ 0.07, which on batches of 32 is a noise vector 1.5× the largest signal; with the recipe's
+    target 1 it doubles the batch to 64 (0.76). At ε = 8 no batch gets there, and it takes all the records
+    (one step per epoch). The step follows the chosen batch's ratio: the clean one up to
+    DP_STEP_NOISE_TO_SIGNAL, then shrinking as √(that / ratio)."""
+    from fedaudit.config import DP_NOISE_TO_SIGNAL, DP_STEP_NOISE_TO_SIGNAL
     from fedaudit.dp import choose_batch
 
     def plan(eps, target, batch=32):
@@ -358,15 +361,18 @@ def test_the_recipe_doubles_the_batch_until_the_noise_no_longer_outweighs_the_si
     def ratio(p):
         return p.noise_to_signal(390_000)
 
-    assert plan(10_000, None).batch_size == 32 and ratio(plan(10_000, None)) > 2  # no target: as given
-    chosen = plan(10_000, 0.5)
-    assert chosen.batch_size == 128 and ratio(chosen) <= 0.5 < ratio(plan(10_000, None, batch=64))
-    assert chosen.steps_per_round == 3 * 2 and chosen.sample_rate == 0.5
-    assert plan(8, 0.5).batch_size == 225 and plan(8, 0.5).sample_rate == 1.0 and ratio(plan(8, 0.5)) > 10
-    # where all the records cannot bring the noise down, the step shrinks with it; elsewhere it is the clean one
-    assert chosen.lr_scale == 1.0 and plan(10_000, None).lr_scale == 1.0
-    assert math.isclose(plan(8, 0.5).lr_scale, math.sqrt(0.5 / ratio(plan(8, 0.5))))
-    assert plan(1, 0.5).lr_scale < plan(8, 0.5).lr_scale < 1
+    assert plan(10_000, None).batch_size == 32 and ratio(plan(10_000, None)) > 1  # no target: as given
+    chosen = plan(10_000, DP_NOISE_TO_SIGNAL)
+    assert chosen.batch_size == 64 and ratio(chosen) <= DP_NOISE_TO_SIGNAL < ratio(plan(10_000, None, batch=32))
+    assert chosen.steps_per_round == 3 * 4 and chosen.sample_rate == 0.25
+    assert plan(10_000, 0.5).batch_size == 128  # a stricter target: a bigger batch
+    eight = plan(8, DP_NOISE_TO_SIGNAL)
+    assert eight.batch_size == 225 and eight.sample_rate == 1.0 and ratio(eight) > 10
+    # the step shrinks with the noise the batch leaves; without a target it is the clean one, as given
+    assert plan(10_000, None).lr_scale == 1.0 and plan(10_000, 0.1).lr_scale == 1.0  # all records: 0.16, below 0.5
+    assert math.isclose(chosen.lr_scale, math.sqrt(DP_STEP_NOISE_TO_SIGNAL / ratio(chosen)))
+    assert math.isclose(eight.lr_scale, math.sqrt(DP_STEP_NOISE_TO_SIGNAL / ratio(eight)))
+    assert plan(1, DP_NOISE_TO_SIGNAL).lr_scale < eight.lr_scale < chosen.lr_scale < 1
 
 
 def test_the_recipes_smaller_step_is_applied_once_per_optimizer():
