@@ -372,7 +372,7 @@ def test_the_recipe_doubles_the_batch_until_the_noise_no_longer_outweighs_the_si
     assert plan(10_000, None).lr_scale == 1.0 and plan(10_000, 0.1).lr_scale == 1.0  # all records: 0.16, below 0.5
     assert math.isclose(chosen.lr_scale, math.sqrt(DP_STEP_NOISE_TO_SIGNAL / ratio(chosen)))
     assert math.isclose(eight.lr_scale, math.sqrt(DP_STEP_NOISE_TO_SIGNAL / ratio(eight)))
-    assert plan(1, DP_NOISE_TO_SIGNAL).lr_scale < eight.lr_scale < chosen.lr_scale < 1
+    assert eight.lr_scale < chosen.lr_scale < 1  # more noise, a smaller step
 
 
 def test_the_recipes_smaller_step_is_applied_once_per_optimizer():
