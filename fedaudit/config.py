@@ -41,7 +41,8 @@ DEFAULT_SPLIT = (0.5, 0.1, 0.4)  # train (members) / val / holdout (non-members)
 # options. The learning rate is given per unit of clipping norm (lr = DP_LR_TIMES_NORM / --dp-max-grad-norm):
 # a clipped mean gradient has norm at most the clipping norm, so this keeps the step length fixed. Each
 # client's batch follows from DP_NOISE_TO_SIGNAL (the largest noise-to-signal per step a batch may leave), and
-# its step shrinks as √(DP_STEP_NOISE_TO_SIGNAL / the ratio left) above that (fedaudit.dp.choose_batch).
+# its step shrinks by √(DP_STEP_NOISE_TO_SIGNAL / the ratio left) where that ratio is above
+# DP_STEP_NOISE_TO_SIGNAL (fedaudit.dp.choose_batch).
 DP_LR_TIMES_NORM = 0.5
 DP_NOISE_TO_SIGNAL = 1.0
 DP_STEP_NOISE_TO_SIGNAL = 0.5
