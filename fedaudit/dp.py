@@ -247,7 +247,6 @@ def steps_per_round(records: int, batch_size: int, epochs: int | None, steps: in
 @functools.lru_cache(maxsize=256)  # pure, and seconds per call: clients of one size, and every batch tried, share it
 def noise_for(epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
     """The smallest noise multiplier (to Opacus' tolerance) whose accountant ε after ``steps`` is ≤ ``epsilon``."""
-    from opacus.accountants import create_accountant
     from opacus.accountants.utils import get_noise_multiplier
 
     def search(alphas: list[float]) -> float:
@@ -260,9 +259,7 @@ def noise_for(epsilon: float, delta: float, sample_rate: float, steps: int) -> f
         warnings.filterwarnings("ignore", message=".*Optimal order is the smallest alpha.*")
         try:
             sigma = search(ALPHAS_FROM_1_1)
-            accountant = create_accountant(ACCOUNTANT)
-            accountant.history = [(sigma, sample_rate, steps)]
-            if accountant.get_privacy_spent(delta=delta, alphas=ALPHAS_FROM_1_1)[1] == ALPHAS_FROM_1_1[0]:
+            if privacy_spent([(sigma, sample_rate, steps)], delta, ALPHAS_FROM_1_1)[1] == ALPHAS_FROM_1_1[0]:
                 sigma = search(ALPHAS)  # the best order is at the edge: orders nearer 1 may need less noise
             return sigma
         except ValueError as exc:  # Opacus: the target cannot be met with any noise it tries
@@ -270,13 +267,19 @@ def noise_for(epsilon: float, delta: float, sample_rate: float, steps: int) -> f
                                 f"{sample_rate:.4f} ({exc}); raise --dp-epsilon or train fewer rounds") from None
 
 
-def spent_epsilon(history: list[tuple[float, float, int]], delta: float) -> float:
-    """The accountant's ε for a history of (noise multiplier, sample rate, steps)."""
+def privacy_spent(history: list[tuple[float, float, int]], delta: float,
+                  alphas: list[float] = ALPHAS) -> tuple[float, float]:
+    """The accountant's (ε, best RDP order) for a history of (noise multiplier, sample rate, steps)."""
     from opacus.accountants import create_accountant
 
     accountant = create_accountant(ACCOUNTANT)
     accountant.history = [tuple(h) for h in history]
-    return float(accountant.get_epsilon(delta, alphas=ALPHAS)) if history else 0.0
+    return accountant.get_privacy_spent(delta=delta, alphas=alphas)
+
+
+def spent_epsilon(history: list[tuple[float, float, int]], delta: float) -> float:
+    """The accountant's ε for a history of (noise multiplier, sample rate, steps)."""
+    return float(privacy_spent(history, delta)[0]) if history else 0.0
 
 
 class _PrivateStep:
