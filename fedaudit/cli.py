@@ -115,7 +115,7 @@ PANEL_OF = {
     **dict.fromkeys(("rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "augment",
                      "split"), "training"),
     **dict.fromkeys(("attacker", "victim", "lpips_weights", "judge_steps"), "audit"),
-    **dict.fromkeys(("dp_epsilon", "dp_delta", "dp_max_grad_norm", "dp_augmentations", "dp_noise_to_signal", "dp_train", "dp_recipe", "dp_sweep"), "dp"),
+    **dict.fromkeys(("dp_epsilon", "dp_delta", "dp_max_grad_norm", "dp_augmentations", "dp_noise_to_signal", "dp_max_step_factor", "dp_train", "dp_recipe", "dp_sweep"), "dp"),
 }
 
 

@@ -42,10 +42,12 @@ DEFAULT_SPLIT = (0.5, 0.1, 0.4)  # train (members) / val / holdout (non-members)
 # a clipped mean gradient has norm at most the clipping norm, so this keeps the step length fixed. Each
 # client's batch follows from DP_NOISE_TO_SIGNAL (the largest noise-to-signal per step a batch may leave), and
 # its step shrinks by √(DP_STEP_NOISE_TO_SIGNAL / the ratio left) where that ratio is above
-# DP_STEP_NOISE_TO_SIGNAL (fedaudit.dp.choose_batch).
+# DP_STEP_NOISE_TO_SIGNAL; where a batch meets DP_NOISE_TO_SIGNAL, a client may run up to DP_MAX_STEP_FACTOR ×
+# the method's local steps per round while it still does (fedaudit.dp.choose_batch).
 DP_LR_TIMES_NORM = 0.5
 DP_NOISE_TO_SIGNAL = 1.0
 DP_STEP_NOISE_TO_SIGNAL = 0.5
+DP_MAX_STEP_FACTOR = 2  # at most twice the compute of the method's local epochs
 DP_RECIPE: dict[str, Any] = {"local_epochs": 3, "momentum": 0.9}
 DP_AUGMENTATIONS = 1
 DP_TRAIN = ("all", "last", "head")  # fedaudit.dp.freeze_for_dp: the weights DP-SGD trains
@@ -53,7 +55,7 @@ DP_TRAIN = ("all", "last", "head")  # fedaudit.dp.freeze_for_dp: the weights DP-
 
 def dp_recipe_defaults(max_grad_norm: Any) -> dict[str, Any]:
     """The recipe's option values for a clipping norm (a bad norm is left to :func:`validate`)."""
-    recipe = {**DP_RECIPE, "dp_noise_to_signal": DP_NOISE_TO_SIGNAL}
+    recipe = {**DP_RECIPE, "dp_noise_to_signal": DP_NOISE_TO_SIGNAL, "dp_max_step_factor": DP_MAX_STEP_FACTOR}
     if isinstance(max_grad_norm, (int, float)) and not isinstance(max_grad_norm, bool) and max_grad_norm > 0:
         recipe["lr"] = DP_LR_TIMES_NORM / float(max_grad_norm)
     return recipe
@@ -126,12 +128,18 @@ class RunConfig:
                                               f"--lr as given (the DP recipe sets {DP_NOISE_TO_SIGNAL:g} unless "
                                               "--batch-size is given).",
                                               kind=float, nullable=True, low=1e-3, high=1e6)
+    dp_max_step_factor: int = option(1, "DP-SGD steps where the noise allows: where a client's batch meets "
+                                     "--dp-noise-to-signal, it may run up to this many times the method's local "
+                                     "steps per round (the plan with the most steps still within the target; at "
+                                     "equal steps the larger batch); 1: the method's steps (the DP recipe sets "
+                                     f"{DP_MAX_STEP_FACTOR} unless --batch-size is given).", low=1, high=16)
     dp_train: str = option("all", "Which weights DP-SGD trains: all, last (the encoder's last stage and the head) or "
                            "head; the rest stay at their public initialisation (--pretrained, or the seed's random "
                            "init): fewer trained parameters, less noise in total.", choices=DP_TRAIN)
     dp_recipe: bool = option(True, "With --dp-epsilon, train with the DP-SGD recipe's defaults (lr 0.5 per unit of "
-                             f"clipping norm, --dp-noise-to-signal {DP_NOISE_TO_SIGNAL:g}, local epochs 3, momentum "
-                             "0.9; DP_RECIPE) unless options set them; --no-dp-recipe keeps the non-private defaults.")
+                             f"clipping norm, --dp-noise-to-signal {DP_NOISE_TO_SIGNAL:g}, --dp-max-step-factor "
+                             f"{DP_MAX_STEP_FACTOR}, local epochs 3, momentum 0.9; DP_RECIPE) unless options set them; "
+                             "--no-dp-recipe keeps the non-private defaults.")
     method_options: dict[str, Any] = field(default_factory=dict)
     # {attack family: {option: value}} for the selected attacks (declared on the attack classes).
     attack_options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -159,9 +167,10 @@ OPTIONS: dict[str, Option] = declared(RunConfig)
 FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 
 
-def target_exposure(cfg: RunConfig) -> int:
-    """How many passes the federation made over a member: rounds × local epochs."""
-    return cfg.rounds * cfg.local_epochs
+def target_exposure(cfg: RunConfig, step_factor: float = 1.0) -> int:
+    """How many passes the federation made over a member: rounds × local epochs (× the DP plans' mean
+    ``step_factor`` where the recipe added local steps)."""
+    return round(cfg.rounds * cfg.local_epochs * step_factor)
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -192,7 +201,10 @@ def resolve(
     """
     from_file = from_file or {}
     attack_schema = attack_schema or {}
-    explicit = {k: v for k, v in explicit.items() if v is not None}
+    # None: not given; the word `none` for a nullable option (Option.parse): None, over the file, the recipe and
+    # the method's defaults
+    explicit = {k: None if k in OPTIONS and OPTIONS[k].is_none_word(v) else v for k, v in explicit.items()
+                if v is not None}
     profile = explicit.get("profile", from_file.get("profile", "quick"))
     if profile not in PROFILES:
         raise unknown_choice("profile", profile, PROFILES)
@@ -227,6 +239,8 @@ def resolve(
         if "dp_augmentations" in given:
             raise FedauditError("--dp-augmentations needs augmented views, but --no-augment is set; drop one of them")
         merged["dp_augmentations"] = 1  # without augmentation every view would be the same record
+    if merged["dp_noise_to_signal"] is None and "dp_max_step_factor" not in given:
+        merged["dp_max_step_factor"] = 1  # more steps are taken only within a noise target (a given batch, or none)
     merged["profile"] = profile
     merged["split"] = tuple(float(x) for x in merged.get("split", DEFAULT_SPLIT))
     merged["attack_options"] = {family: {name: attack_schema[family][name].check(name, value)
@@ -242,6 +256,10 @@ def validate(cfg: RunConfig) -> None:
     datasets and models are checked against their registries by the API)."""
     for name, opt in OPTIONS.items():
         opt.check(name, getattr(cfg, name))
+    if cfg.dp_epsilon is not None and cfg.dp_max_step_factor > 1 and cfg.dp_noise_to_signal is None:
+        raise FedauditError(f"--dp-max-step-factor {cfg.dp_max_step_factor} needs --dp-noise-to-signal (more steps "
+                            "are taken only where the noise per step stays within it); give --dp-noise-to-signal 1 "
+                            "or drop --dp-max-step-factor")
     if cfg.dp_epsilon is not None and cfg.precision != "fp32":
         raise FedauditError("--dp-epsilon needs --precision fp32 (per-sample gradients in bf16 clip inexactly); "
                             "drop --precision bf16")

@@ -164,14 +164,14 @@ class Method:
     def reference_recipe(self, fed: Federation) -> TrainOne | None:
         """Public code, handed to attackers in the prior: how a client of this method trains locally, as a
         recipe for membership-inference reference models (:func:`fedaudit.attacks.mia.reference_models.train_reference_models`),
-        at the target's exposure (rounds x local epochs; the attack may cap it). Default: the run's cross-entropy
+        at the target's exposure (rounds x local epochs, x the DP plans' extra steps; the attack may cap it). Default: the run's cross-entropy
         SGD (DP-SGD under ``--dp-epsilon``). Methods with another local loss override this; None means no recipe
         (LiRA and RMIA are then not applicable)."""
         from fedaudit.recipes import DPSGDRecipe, SGDRecipe
 
-        recipe = replace(SGDRecipe.from_config(self.cfg), epochs=target_exposure(self.cfg))
         if fed.dp is None or not fed.dp.plans:
-            return recipe
+            return replace(SGDRecipe.from_config(self.cfg), epochs=target_exposure(self.cfg))
+        recipe = replace(SGDRecipe.from_config(self.cfg), epochs=target_exposure(self.cfg, fed.dp.mean_step_factor()))
         # Under DP-SGD the informed attacker trains its reference models with the clients' mechanism too.
         sigma = sum(p.noise_multiplier for p in fed.dp.plans.values()) / len(fed.dp.plans)
         batches = [p.batch_size for p in fed.dp.plans.values()]

@@ -20,6 +20,12 @@ from typing import Any
 
 from fedaudit.errors import FedauditError, unknown_choice
 
+# A nullable option given as the word `none` on the command line stays that word until
+# fedaudit.config.resolve: unlike an absent flag (None: the config file, the DP recipe or the method's defaults
+# decide), it sets the option to None over all of them, and it survives a grid's or a sweep's JSON.
+NONE_WORDS = ("none", "null")
+
+
 @dataclass(frozen=True)
 class Option:
     """A setting. ``kind`` is its value type (int, float, str or bool); ``nullable`` lets it be None
@@ -38,10 +44,14 @@ class Option:
     def default_for(self, profile: str) -> Any:
         return self.profiles.get(profile, self.default)
 
+    def is_none_word(self, value: Any) -> bool:
+        """``none`` given for a nullable option: None, set explicitly (see NONE_WORDS)."""
+        return self.nullable and isinstance(value, str) and value.lower() in NONE_WORDS
+
     def check(self, name: str, value: Any) -> Any:
         """``value`` if it is valid for this option, else a one-line error naming ``--flag``, the range and the value."""
         flag = flag_of(name)
-        if value is None:
+        if value is None or self.is_none_word(value):
             if self.nullable:
                 return None
             raise FedauditError(f"{flag} needs a value")
@@ -67,8 +77,8 @@ class Option:
 
     def parse(self, name: str, text: str) -> Any:
         """A command-line word as this option's type (errors name the flag)."""
-        if self.nullable and text.lower() in ("none", "null"):
-            return None
+        if self.nullable and text.lower() in NONE_WORDS:
+            return text.lower()  # explicit: resolve turns it into None over every default
         if self.kind is str:
             return text
         try:

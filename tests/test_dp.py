@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from opacus.accountants import RDPAccountant
@@ -25,7 +26,7 @@ from typer.testing import CliRunner
 from fedaudit import runs
 from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
 from fedaudit.cli import app
-from fedaudit.config import DP_LR_TIMES_NORM, DP_NOISE_TO_SIGNAL, DP_RECIPE, resolve
+from fedaudit.config import DP_LR_TIMES_NORM, DP_MAX_STEP_FACTOR, DP_NOISE_TO_SIGNAL, DP_RECIPE, resolve
 from fedaudit.data import load_dataset
 from fedaudit.dp import ALPHAS, batches_per_epoch, coverage, noise_for, spent_epsilon
 from fedaudit.membership import lira_online, lira_signal, membership_metrics
@@ -248,6 +249,27 @@ def test_the_dp_recipe_sets_defaults_only_under_dp_and_yields_to_given_options()
         assert "--no-augment" in str(exc)
     else:
         raise AssertionError("--dp-augmentations 2 with --no-augment was accepted")
+    # more steps only within a noise target: the recipe's factor goes with a given batch; a given one needs a target
+    assert private.dp_max_step_factor == DP_MAX_STEP_FACTOR > 1 and plain.dp_max_step_factor == 1
+    assert resolve({"dp_epsilon": 8, "batch_size": 64}).dp_max_step_factor == 1
+    try:
+        resolve({"dp_epsilon": 8, "batch_size": 64, "dp_max_step_factor": 2})
+    except FedauditError as exc:
+        assert "--dp-noise-to-signal" in str(exc)
+    else:
+        raise AssertionError("--dp-max-step-factor 2 without a noise target was accepted")
+
+
+def test_none_on_the_command_line_turns_a_recipe_option_off():
+    """`--dp-noise-to-signal none` is the documented way to keep --batch-size and --lr as given under the
+    recipe; an absent flag (None) lets the recipe decide, the word `none` must not."""
+    from fedaudit.cli import parsed_options
+
+    given = parsed_options({"dp_epsilon": "8", "dp_noise_to_signal": "none", "lr": None}, None)
+    cfg = resolve(given)
+    assert cfg.dp_epsilon == 8 and cfg.dp_noise_to_signal is None and cfg.dp_max_step_factor == 1
+    assert cfg.lr == DP_LR_TIMES_NORM  # the rest of the recipe stands
+    assert resolve(parsed_options({"dp_epsilon": "none"}, None), {"dp_epsilon": 8}).dp_epsilon is None
 
 
 def test_augmentation_multiplicity_clips_each_records_mean_gradient():
@@ -365,7 +387,6 @@ def test_the_recipe_doubles_the_batch_until_the_noise_no_longer_outweighs_the_si
     chosen = plan(10_000, DP_NOISE_TO_SIGNAL)
     assert chosen.batch_size == 64 and ratio(chosen) <= DP_NOISE_TO_SIGNAL < ratio(plan(10_000, None, batch=32))
     assert chosen.steps_per_round == 3 * 4 and chosen.sample_rate == 0.25
-    assert plan(10_000, 0.5).batch_size == 128  # a stricter target: a bigger batch
     eight = plan(8, DP_NOISE_TO_SIGNAL)
     assert eight.batch_size == 225 and eight.sample_rate == 1.0 and ratio(eight) > 10
     # the step shrinks with the noise the batch leaves; without a target it is the clean one, as given
@@ -373,6 +394,37 @@ def test_the_recipe_doubles_the_batch_until_the_noise_no_longer_outweighs_the_si
     assert math.isclose(chosen.lr_scale, math.sqrt(DP_STEP_NOISE_TO_SIGNAL / ratio(chosen)))
     assert math.isclose(eight.lr_scale, math.sqrt(DP_STEP_NOISE_TO_SIGNAL / ratio(eight)))
     assert eight.lr_scale < chosen.lr_scale < 1  # more noise, a smaller step
+
+
+def test_where_a_batch_meets_the_target_the_plan_takes_more_steps_within_it():
+    """Allowed twice the method's local steps, a plan that meets the noise target looks for more steps still
+    within it: the most steps first, and at equal steps the larger batch (less noise per step). Where no
+    batch meets the target, more steps would only add noise: the plan is the method's steps on all records.
+    (1,000 records, 5 rounds × 1 epoch, ε = 8: small σ-searches; on digits at ε = 10,000 the same rule takes
+    batch 128 over two passes, 0.926 against batch 64's 0.859, README.)"""
+    from fedaudit.dp import choose_batch
+
+    def plan(trained, factor, batch=32, epochs=1, target=1.0):
+        return choose_batch(1000, batch, epochs, None, 5, 8.0, 1e-5, trained, target, factor)
+
+    # 2,000 trained parameters: batch 32 meets the target over 32 steps a round; twice the steps at batch 32
+    # miss it, and batch 64 over two passes is as many steps with less noise per step: the plan takes it
+    one, two = plan(2_000, 1), plan(2_000, 2)
+    assert (one.batch_size, one.steps_per_round, one.step_factor) == (32, 32, 1)
+    assert (two.batch_size, two.steps_per_round, two.step_factor) == (64, 32, 2)
+    assert two.noise_to_signal(2_000) < one.noise_to_signal(2_000) <= 1.0
+    passed_over = plan(2_000, 1, epochs=2, target=None)  # batch 32 over 64 steps, as given
+    assert passed_over.steps_per_round == 64 and passed_over.noise_to_signal(2_000) > 1.0
+    assert two.noise_multiplier > one.noise_multiplier  # more passes cost noise per step, never ε
+    assert plan(2_000, 1, target=0.7).batch_size == 64  # a stricter target: a bigger batch
+    # 5,000: batch 64 meets it over 16 steps, and over 32 too: more steps win
+    five = plan(5_000, 2)
+    assert (plan(5_000, 1).steps_per_round, five.batch_size, five.steps_per_round) == (16, 64, 32)
+    assert five.noise_to_signal(5_000) <= 1.0
+    # 10⁷: even all the records leave noise above the signal: the method's steps, as without the factor
+    ceiling = plan(10_000_000, 2, batch=1000)
+    assert ceiling == plan(10_000_000, 1, batch=1000) and ceiling.noise_to_signal(10_000_000) > 1.0
+    assert (ceiling.step_factor, ceiling.steps_per_round) == (1, 1)
 
 
 def test_the_recipes_smaller_step_is_applied_once_per_optimizer():
@@ -383,7 +435,7 @@ def test_the_recipes_smaller_step_is_applied_once_per_optimizer():
     from fedaudit.dp import PrivateTraining
 
     cfg = SimpleNamespace(dp_augmentations=1, dp_train="all", dp_epsilon=1.0, dp_delta=1e-5, dp_max_grad_norm=1.0,
-                          rounds=2, batch_size=4, dp_noise_to_signal=0.5)
+                          rounds=2, batch_size=4, dp_noise_to_signal=0.5, dp_max_step_factor=1)
     model = nn.Linear(4, 2)
     dp = PrivateTraining(cfg, {0: 8}, {"trained_parameters": 10, "frozen_parameters": 0})
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -401,3 +453,12 @@ def test_the_recipes_smaller_step_is_applied_once_per_optimizer():
         dp.train(model, opt, 0, 1, None, rnd, torch.Generator().manual_seed(rnd), run)
         scale = dp.plans[0].lr_scale
         assert scale < 1 and math.isclose(opt.param_groups[0]["lr"], 0.5 * scale)
+
+
+def test_an_epsilon_no_noise_can_meet_is_a_one_line_error():
+    """Opacus gives up (σ beyond 10⁶) when no noise reaches the target over the steps; the user gets the
+    ε, steps and rate named and what to change, not Opacus' ValueError."""
+    from fedaudit.errors import FedauditError
+
+    with pytest.raises(FedauditError, match=r"--dp-epsilon 0\.0001 cannot be met over 1000 steps .*raise --dp-epsilon"):
+        noise_for(1e-4, 1e-5, 1.0, 1000)

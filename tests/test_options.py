@@ -104,8 +104,10 @@ def test_profile_defaults_come_from_the_declarations():
 
 
 def test_nullable_options_take_none_on_the_command_line():
+    """`none` stays a word until it is checked, so it overrides a default instead of reading as "not given"."""
     opt = Option(10, "cap", kind=int, nullable=True, low=1, high=100)
-    assert opt.parse("reference_epochs", "none") is None and opt.parse("reference_epochs", "7") == 7
+    assert opt.parse("reference_epochs", "none") == "none" and opt.parse("reference_epochs", "7") == 7
+    assert opt.check("reference_epochs", "none") is None and opt.check("reference_epochs", "None") is None
     with pytest.raises(FedauditError, match="--reference-epochs must be an integer"):
         opt.parse("reference_epochs", "seven")
 

@@ -123,13 +123,14 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
     t0 = time.perf_counter()
     outputs = attack.run_batch(fed.wire.view(role), prior, list(victims), fed.device, access)
     result: dict[str, Any] = {}
+    exposure = target_exposure(cfg, fed.dp.mean_step_factor() if fed.dp is not None else 1.0)
     for out in outputs:
         key = out.info["result"]
         if key == "domain":
             result["domain"] = {out.artifact: _domain_rows(out, domain_truth, victims, fed.split.target)}
         else:
             result.setdefault(key, {}).setdefault(out.artifact, {})[out.victim] = _victim_entry(
-                out, truths[out.victim], cfg)
+                out, truths[out.victim], exposure)
     if ARTIFACT in variants and ARTIFACT in result:
         _artifact_controls(attack, result[ARTIFACT], fed.wire.view(role), prior, fed, cfg, challenges, truths)
     trained = (f" ({getattr(attack, 'trained', 0)} reference-model set(s) trained, the rest from the cache)"
@@ -244,7 +245,7 @@ def _bank_rows(view: WireView, victim: str) -> int | None:
     return min(rows) if rows else None
 
 
-def _victim_entry(out: AttackOutput, is_member: Tensor, cfg: RunConfig) -> dict[str, Any]:
+def _victim_entry(out: AttackOutput, is_member: Tensor, exposure: int) -> dict[str, Any]:
     info = {k: v for k, v in out.info.items() if k not in ("result", "status", "signal", "reference", "population")}
     if out.scores is None:
         return {k: v for k, v in out.info.items() if k in ("status", "reason")}
@@ -255,7 +256,7 @@ def _victim_entry(out: AttackOutput, is_member: Tensor, cfg: RunConfig) -> dict[
     entry.update(info)
     if reference is not None:
         if reference:  # how much the reference models saw of a record (epochs), beside how much the target did
-            reference = {**reference, "target_exposure_epochs": target_exposure(cfg)}
+            reference = {**reference, "target_exposure_epochs": exposure}
         entry["reference"] = reference
         if out.signals:  # did the reference models stand in for this target? (the auditor knows who is a member)
             entry["calibration"] = lira_calibration(out.signals["phi"], out.signals["reference_phi"],
