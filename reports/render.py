@@ -345,6 +345,9 @@ def privacy_table(units: Sequence[Unit]) -> Table:
                 out.append((f"ε spent, {domain}", f"{_f3(c.get('epsilon_spent'))} (noise multiplier {_f3(c.get('noise_multiplier'))}, "
                                                    f"sampling rate {_f3(c.get('sample_rate'))}, {_text(c.get('steps'))} steps, "
                                                    f"{_text(c.get('records'))} records"
+                                                   + (f", batch {_text(c['batch_size'])}" if "batch_size" in c else "")
+                                                   + (f", {_text(c['step_factor'])}× the method's local steps"
+                                                      if c.get("step_factor", 1) != 1 else "")
                                                    + (f"; noise-to-signal per step {_f3(ratio)}" if _finite(ratio) else "")
                                                    + ")"))
         for row in privacy.get("coverage") or []:

@@ -54,6 +54,7 @@ def test_the_issue_command_records_the_accountants_epsilon(tmp_path):
     for domain, c in dp["clients"].items():
         per_epoch = batches_per_epoch(c["records"], c["batch_size"])
         assert c["sample_rate"] == 1 / per_epoch
+        assert c["step_factor"] == 1  # ε = 8 on 16-px digits: no batch meets the noise target, no extra steps
         assert c["steps"] == c["planned_steps"] == 2 * per_epoch  # 2 rounds × 1 epoch of Poisson batches
         opacus = RDPAccountant()
         opacus.history = [(c["noise_multiplier"], c["sample_rate"], c["steps"])]
@@ -343,6 +344,35 @@ def test_dp_train_head_trains_only_the_head_and_says_so_in_the_coverage():
     assert full["covered"] and "--dp-train head" in full["why"] and "public initialisation" in full["why"]
 
 
+def test_dp_train_head_on_pretrained_features_keeps_them_through_the_rounds(tiny_run, tmp_path):
+    """The fewer-parameters route (Tramèr & Boneh 2021) from the command's options: `--pretrained` features
+    stay as loaded through every DP-SGD round, only the head moves, and privacy.dp counts the head
+    alone as trained (the noise grows as √ of that)."""
+    from safetensors.torch import save_file
+
+    from fedaudit.models import build_model
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(123)  # "public" weights: not the run's own seeded init
+        public = build_model("cnn", 10, 16, norm="gn").state_dict()
+    backbone = {k: v.contiguous() for k, v in public.items() if k.startswith("encoder.")}
+    save_file(backbone, str(tmp_path / "public.safetensors"))
+    models = {}
+
+    def keep(fed, rnd):
+        models[rnd] = {k: v.detach().clone() for k, v in fed.model.state_dict().items()}
+
+    result = tiny_run("fedavg", rounds=2, local_epochs=1, norm="gn", dp_epsilon=8.0, dp_train="head",
+                      pretrained=str(tmp_path / "public.safetensors"), on_round_end=keep)
+    dp = result.metrics["privacy"]["dp"]
+    assert dp["trained"] == "head"
+    assert dp["trained_parameters"] == sum(v.numel() for k, v in public.items() if k.startswith("head."))
+    assert set(models) == {1, 2}
+    for rnd, state in models.items():  # to the float rounding of averaging identical uploads (~1e-8)
+        assert all(torch.allclose(state[k], v, rtol=0, atol=1e-6) for k, v in backbone.items()), rnd
+    assert (models[1]["head.weight"] - models[2]["head.weight"]).abs().max() > 1e-3
+
+
 def test_the_privacy_utility_table_puts_the_canary_bound_beside_each_point(tmp_path):
     """sweep.html's table: per ε, the accountant's ε (the worst client) beside the canary audit's lower bound
     and the accuracies; a point without a canary audit says so instead of showing nothing."""
@@ -417,6 +447,15 @@ def test_where_a_batch_meets_the_target_the_plan_takes_more_steps_within_it():
     assert passed_over.steps_per_round == 64 and passed_over.noise_to_signal(2_000) > 1.0
     assert two.noise_multiplier > one.noise_multiplier  # more passes cost noise per step, never ε
     assert plan(2_000, 1, target=0.7).batch_size == 64  # a stricter target: a bigger batch
+    # a federation's clients keep that plan round after round (the local steps it checks are the method's × 2)
+    from types import SimpleNamespace
+
+    from fedaudit.dp import PrivateTraining
+
+    cfg = SimpleNamespace(dp_augmentations=1, dp_train="all", dp_epsilon=8.0, dp_delta=1e-5, dp_max_grad_norm=1.0,
+                          rounds=5, batch_size=32, dp_noise_to_signal=1.0, dp_max_step_factor=2)
+    dp = PrivateTraining(cfg, {0: 1000}, {"trained_parameters": 2_000, "frozen_parameters": 0})
+    assert dp.plan(0, 1, None) == two and dp.plan(0, 1, None) == two and dp.mean_step_factor() == 2
     # 5,000: batch 64 meets it over 16 steps, and over 32 too: more steps win
     five = plan(5_000, 2)
     assert (plan(5_000, 1).steps_per_round, five.batch_size, five.steps_per_round) == (16, 64, 32)
