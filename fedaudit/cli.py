@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fedaudit.config import DEFAULT_SPLIT, parse_split
-from fedaudit.errors import FedauditError, unknown_choice
+from fedaudit.errors import FedauditError, PointCrashed, unknown_choice
 from fedaudit.options import Option, flag_of
 
 # Consoles are made when used, so they follow the terminal (and tests' COLUMNS).
@@ -181,6 +181,7 @@ COMMAND_PARAMETERS = [
 ]
 
 GATE_EXIT = 3  # --fail-on: a verdict reached the tier (2 is a user error, 1 a crash)
+CRASH_EXIT = 1  # what an uncaught exception gives; also a DP-sweep point's crash, said in one line
 SWEEP_FAILED_EXIT = 4  # fedaudit sweep: every point ran, and some failed (each with its one-line error)
 GATE_TIERS = ("high", "medium")
 
@@ -227,6 +228,9 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
                               reporter=RichReporter(quiet or json_summary), command=api.command_line(), **options)
     except FedauditError as exc:
         fail(str(exc))
+    except PointCrashed as exc:  # a DP-sweep point crashed: its traceback is in its error.txt
+        err_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(CRASH_EXIT) from None
     except KeyboardInterrupt:
         err_console().print("interrupted; finished rounds are saved — continue with `fedaudit evaluate --resume "
                             "RUN_DIR` (a run stopped before its first round leaves no directory: start it again)",

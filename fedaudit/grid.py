@@ -208,7 +208,7 @@ def run_point(point_dir: str, options: dict[str, Any], threads: int, command: st
         folder.mkdir(parents=True, exist_ok=True)
         runs.write_text(folder / "error.txt", traceback.format_exc())
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc} (traceback in {folder / 'error.txt'})",
-                "seconds": time.perf_counter() - t0}
+                "crashed": True, "seconds": time.perf_counter() - t0}
     # the run's folder name only: the driver joins it to the point's folder as it sees it (on a cluster the
     # worker may see the shared storage under another path)
     return {"status": "complete", "run_dir": Path(result.run_dir).name, "trained": True,
@@ -286,7 +286,8 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
         row["attempts"] += result.pop("attempts", 1)
         run_dir = result.get("run_dir")
         row.update(status=result["status"], error=result.get("error"), seconds=result.get("seconds"), threads=threads,
-                   run_dir=None if run_dir is None else str(Path(POINTS, point.name, run_dir)))
+                   run_dir=None if run_dir is None else str(Path(POINTS, point.name, run_dir)),
+                   crashed=result.get("crashed", False))
         if result["status"] == "failed":
             log.warning("sweep point %s failed: %s", point.name, result["error"])
         else:

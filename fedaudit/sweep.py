@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaudit import runs
-from fedaudit.errors import FedauditError
+from fedaudit.errors import FedauditError, PointCrashed
 
 log = logging.getLogger("fedaudit")
 
@@ -120,7 +120,10 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
     outcome = run_grid(grid, root, resume=resume is not None, threads=torch.get_num_threads(), compare_name=REPORT,
                        hooks=hooks, stop_on_failure=True)
     if outcome.failed:
-        raise FedauditError("; ".join(f"{row['name']}: {row['error']}" for row in outcome.failed
-                                      if row.get("error")) + f" — fix it and continue with --resume {root}")
+        errors = "; ".join(f"{row['name']}: {row['error']}" for row in outcome.failed if row.get("error"))
+        if any(row.get("crashed") for row in outcome.failed):
+            raise PointCrashed(f"{errors} — a bug in fedaudit, not in the input (please report it with that "
+                               f"traceback); the finished points are kept: continue with --resume {root}")
+        raise FedauditError(f"{errors} — fix it and continue with --resume {root}")
     run_dirs = [root / row["run_dir"] for row in outcome.index["points"]]
     return SweepResult(root, run_dirs, root / REPORT, [runs.read_json(d / "metrics.json") for d in run_dirs])

@@ -160,3 +160,22 @@ def test_dp_sweep_from_the_command_line_reaches_its_points(tmp_path):
     run_grid(grid_from({"fixed": {**TINY_FIXED, "rounds": 0}, "grid": {"seed": [0]}}), grid_dir)
     result = CliRunner().invoke(app, ["evaluate", "--resume", str(grid_dir)])
     assert result.exit_code == 2 and "fedaudit sweep --resume" in result.output  # a grid is not a DP sweep
+
+
+def test_a_crash_in_a_dp_sweep_point_exits_1_not_2(tmp_path, monkeypatch):
+    """A point that fails on the user's input is exit 2; one that crashes (a bug) is not a user error: one line
+    naming the point's error.txt, exit 1, the traceback kept in that file, and the sweep resumable."""
+    import fedaudit.api
+    from fedaudit.cli import app
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(fedaudit.api, "evaluate", crash)
+    result = CliRunner().invoke(app, ["evaluate", "--dp-sweep", "1,inf", "--dataset", "digits", "--attack", "none",
+                                      "--device", "cpu", "--quiet", "--out", str(tmp_path / "runs")])
+    assert result.exit_code == 1, result.output
+    assert "RuntimeError: boom" in result.output and "a bug in fedaudit" in result.output
+    assert "--resume" in result.output and "Traceback" not in result.output
+    (error,) = (tmp_path / "runs").glob("*/points/*/error.txt")
+    assert "RuntimeError: boom" in error.read_text() and "Traceback" in error.read_text()
