@@ -62,11 +62,12 @@ class AttackerPrior:
     num_clients: int = 1
     hflip: bool = True
     # The method's public code: its inference path (e.g. FedFD-A's test-time adapter), whether its model is a
-    # label-free encoder (embeddings, no classes), its local training recipe, and its model constructor
-    # initialised from torch's RNG as the caller seeded it (reference models each draw their own init).
+    # label-free encoder (embeddings, no classes), each client's local training recipe by domain (under DP-SGD
+    # with that client's public mechanism: noise, batch, step, passes), and its model constructor initialised
+    # from torch's RNG as the caller seeded it (reference models each draw their own init).
     predict: Predict = plain_forward
     label_free: bool = False
-    train_recipe: TrainOne | None = None
+    train_recipes: Mapping[str, TrainOne] = field(default_factory=dict)
     new_model: Callable[[], nn.Module] | None = None
 
 

@@ -167,10 +167,10 @@ OPTIONS: dict[str, Option] = declared(RunConfig)
 FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 
 
-def target_exposure(cfg: RunConfig, step_factor: float = 1.0) -> int:
-    """How many passes the federation made over a member: rounds × local epochs (× the DP plans' mean
-    ``step_factor`` where the recipe added local steps)."""
-    return round(cfg.rounds * cfg.local_epochs * step_factor)
+def target_exposure(cfg: RunConfig, step_factor: int = 1) -> int:
+    """How many passes a client made over a member: rounds × local epochs (× its DP plan's ``step_factor``
+    where the recipe added local steps)."""
+    return cfg.rounds * cfg.local_epochs * step_factor
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

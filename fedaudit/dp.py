@@ -397,10 +397,6 @@ class PrivateTraining:
                              plan.noise_multiplier, self.max_grad_norm, self.engines[index], sampler_seed,
                              noise_generator, run, after_privatise, self.augmentations)
 
-    def mean_step_factor(self) -> float:
-        """The clients' local steps per round over the method's, on average (1 unless the recipe added steps)."""
-        return sum(p.step_factor for p in self.plans.values()) / len(self.plans) if self.plans else 1.0
-
     # -- record and resume ---------------------------------------------------------
 
     def summary(self, domains: dict[int, str]) -> dict[str, Any]:

@@ -161,24 +161,25 @@ class Method:
         method shares no head or keeps no record of that encoder."""
         return None
 
-    def reference_recipe(self, fed: Federation) -> TrainOne | None:
-        """Public code, handed to attackers in the prior: how a client of this method trains locally, as a
-        recipe for membership-inference reference models (:func:`fedaudit.attacks.mia.reference_models.train_reference_models`),
-        at the target's exposure (rounds x local epochs, x the DP plans' extra steps; the attack may cap it). Default: the run's cross-entropy
-        SGD (DP-SGD under ``--dp-epsilon``). Methods with another local loss override this; None means no recipe
-        (LiRA and RMIA are then not applicable)."""
+    def reference_recipe(self, fed: Federation, client: Client) -> TrainOne | None:
+        """Public code, handed to attackers in the prior: how ``client`` trains locally, as a recipe for
+        membership-inference reference models (:func:`attacks.mia.reference_models.train_reference_models`), at
+        the target's exposure (rounds x local epochs, x the extra passes a DP plan takes; the attack may cap
+        it). Default: the run's cross-entropy SGD; under ``--dp-epsilon`` DP-SGD with that client's mechanism
+        (its noise, batch, step and passes: public, as a DP analysis is), so an informed attacker trains its
+        reference models as that victim trained. Methods with another local loss override this; None means
+        no recipe (LiRA and RMIA are then not applicable)."""
         from fedaudit.recipes import DPSGDRecipe, SGDRecipe
 
-        if fed.dp is None or not fed.dp.plans:
-            return replace(SGDRecipe.from_config(self.cfg), epochs=target_exposure(self.cfg))
-        recipe = replace(SGDRecipe.from_config(self.cfg), epochs=target_exposure(self.cfg, fed.dp.mean_step_factor()))
-        # Under DP-SGD the informed attacker trains its reference models with the clients' mechanism too.
-        sigma = sum(p.noise_multiplier for p in fed.dp.plans.values()) / len(fed.dp.plans)
-        batches = [p.batch_size for p in fed.dp.plans.values()]
-        scale = sum(p.lr_scale for p in fed.dp.plans.values()) / len(fed.dp.plans)
-        # the clients' batch and step, as the recipe chose them for their noise
-        recipe = replace(recipe, batch_size=round(sum(batches) / len(batches)), lr=recipe.lr * scale)
-        return DPSGDRecipe(**vars(recipe), noise_multiplier=sigma, max_grad_norm=fed.dp.max_grad_norm,
+        recipe = SGDRecipe.from_config(self.cfg)
+        if fed.dp is None:
+            return replace(recipe, epochs=target_exposure(self.cfg))
+        plan = fed.dp.plans.get(client.index)
+        if plan is None:  # the client never trained: its mechanism is not known
+            return None
+        recipe = replace(recipe, epochs=target_exposure(self.cfg, plan.step_factor), batch_size=plan.batch_size,
+                         lr=recipe.lr * plan.lr_scale)
+        return DPSGDRecipe(**vars(recipe), noise_multiplier=plan.noise_multiplier, max_grad_norm=fed.dp.max_grad_norm,
                            augmentations=fed.dp.augmentations, trained=fed.dp.train_which)
 
     def declared_shares(self) -> tuple[tuple[ArtifactKind, str], ...]:

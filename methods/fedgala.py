@@ -81,7 +81,7 @@ from torch import Tensor, nn
 from fedaudit.aggregation import load_state_, model_state, weighted_average_
 from fedaudit.augment import SimCLRAugment
 from fedaudit.config import target_exposure
-from fedaudit.federation import ClientContext, Federation
+from fedaudit.federation import Client, ClientContext, Federation
 from fedaudit.losses import nt_xent_loss
 from fedaudit.method import DOWN, UP, Method, Scores
 from fedaudit.probe import extract_features, fit_linear_probe, probe_on_fraction
@@ -192,7 +192,7 @@ class FedGaLA(Method):
         self.check_option("proj_dim", 1, 65_536, integer=True)
         self._ref: list[Tensor] | None = None  # Δ for the client being trained, per trainable parameter
 
-    def reference_recipe(self, fed: Federation) -> SimCLRRecipe:
+    def reference_recipe(self, fed: Federation, client: Client) -> SimCLRRecipe:
         """Reference models for membership inference train with the clients' SimCLR loss."""
         cfg = self.cfg
         return SimCLRRecipe(target_exposure(cfg), cfg.batch_size, cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay,

@@ -455,7 +455,7 @@ def test_where_a_batch_meets_the_target_the_plan_takes_more_steps_within_it():
     cfg = SimpleNamespace(dp_augmentations=1, dp_train="all", dp_epsilon=8.0, dp_delta=1e-5, dp_max_grad_norm=1.0,
                           rounds=5, batch_size=32, dp_noise_to_signal=1.0, dp_max_step_factor=2)
     dp = PrivateTraining(cfg, {0: 1000}, {"trained_parameters": 2_000, "frozen_parameters": 0})
-    assert dp.plan(0, 1, None) == two and dp.plan(0, 1, None) == two and dp.mean_step_factor() == 2
+    assert dp.plan(0, 1, None) == two and dp.plan(0, 1, None) == two
     # 5,000: batch 64 meets it over 16 steps, and over 32 too: more steps win
     five = plan(5_000, 2)
     assert (plan(5_000, 1).steps_per_round, five.batch_size, five.steps_per_round) == (16, 64, 32)
@@ -464,6 +464,28 @@ def test_where_a_batch_meets_the_target_the_plan_takes_more_steps_within_it():
     ceiling = plan(10_000_000, 2, batch=1000)
     assert ceiling == plan(10_000_000, 1, batch=1000) and ceiling.noise_to_signal(10_000_000) > 1.0
     assert (ceiling.step_factor, ceiling.steps_per_round) == (1, 1)
+
+
+def test_each_victims_reference_models_train_with_that_clients_mechanism():
+    """Clients of different sizes get different DP-SGD mechanisms at one ε (their sampling rates differ, so
+    their noise does); the informed attacker's reference models for a victim train with that victim's plan,
+    not an average over the clients (which is no client's mechanism)."""
+    from types import SimpleNamespace
+
+    from fedaudit.dp import PrivateTraining
+    from methods import get_method
+
+    cfg = resolve({"dp_epsilon": 8, "rounds": 2, "local_epochs": 1, "batch_size": 50})
+    small, large = SimpleNamespace(index=0, domain="small"), SimpleNamespace(index=1, domain="large")
+    dp = PrivateTraining(cfg, {0: 100, 1: 400}, {"trained_parameters": 10_000, "frozen_parameters": 0})
+    plans = {c.domain: dp.plan(c.index, 1, None) for c in (small, large)}
+    method, fed = get_method("fedavg")(cfg), SimpleNamespace(dp=dp)
+    recipes = {c.domain: method.reference_recipe(fed, c) for c in (small, large)}
+    assert plans["small"].noise_multiplier != plans["large"].noise_multiplier
+    for domain, recipe in recipes.items():
+        assert isinstance(recipe, DPSGDRecipe) and recipe.noise_multiplier == plans[domain].noise_multiplier
+        assert recipe.batch_size == plans[domain].batch_size and recipe.epochs == 2 * 1  # rounds × local epochs
+    assert method.reference_recipe(fed, SimpleNamespace(index=2, domain="idle")) is None  # never trained: unknown
 
 
 def test_the_recipes_smaller_step_is_applied_once_per_optimizer():

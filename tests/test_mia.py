@@ -145,7 +145,7 @@ def test_a_curious_client_gets_only_the_global_model_target(fedavg_run):
 def test_label_free_fedgala_uses_augmentation_consistency_and_rmia_is_not_applicable(tmp_path_factory):
     run_dir, fed, prior = _train(tmp_path_factory, "fedgala", local_epochs=1,
                                  method_option=["proj_hidden=64", "proj_dim=32"])
-    assert fed.method.label_free and fed.method.reference_recipe(fed).epochs == 1
+    assert fed.method.label_free and fed.method.reference_recipe(fed, fed.clients[0]).epochs == 1
     victim = fed.clients[0].domain
     attack = MembershipInference(2, seed=fed.cfg.seed, variants=["loss", "lira", "rmia", "domain"])
     out = audit_membership(attack, run_dir, fed.cfg, fed.method, fed, prior, role=SERVER, victims=[victim])

@@ -42,9 +42,10 @@ prior's architecture. Anything else is reported as ``{"status": "not
 applicable", "reason": ...}``.
 
 Reference models: N per victim (``reference_models``: 8 ``quick``, 64
-``paper``; the caller's choice), trained with the method's local recipe
-(``AttackerPrior.train_recipe``, the method's public code: cross-entropy SGD for rounds × local
-epochs by default, at most ``--reference-epochs``, see ``fedaudit.method``) on random
+``paper``; the caller's choice), trained with the victim's local recipe
+(``AttackerPrior.train_recipes``, the method's public code: cross-entropy SGD for rounds × local
+epochs by default, under DP-SGD with that client's mechanism; at most ``--reference-epochs``, see
+``fedaudit.method``) on random
 halves of the challenge pool (:func:`fedaudit.attacks.mia.reference_models.inclusion_masks`),
 each from its own initialisation of the method's architecture. Their logits on
 the pool, its flips and the population are cached in the run directory
@@ -247,9 +248,9 @@ class MembershipInference(Attack):
         """Reference models per victim this selection trains (0 for loss, domain and artifact alone)."""
         return self.reference_models if any(v in ("lira", "rmia") for v in self.selected) else 0
 
-    def recipe(self, prior: AttackerPrior) -> TrainOne | None:
-        """The method's public local recipe at the target's exposure, capped at ``reference_epochs``."""
-        recipe = prior.train_recipe
+    def recipe(self, prior: AttackerPrior, victim: str) -> TrainOne | None:
+        """The victim's public local recipe at the target's exposure, capped at ``reference_epochs``."""
+        recipe = prior.train_recipes.get(victim)
         if recipe is None or self.reference_epochs is None or recipe.epochs <= self.reference_epochs:
             return recipe
         return replace(recipe, epochs=self.reference_epochs)
@@ -403,7 +404,7 @@ class MembershipInference(Attack):
     def _reference_signals(self, challenge: MembershipChallenge, prior: AttackerPrior, pre: Preprocess,
                            device: torch.device, cache_dir: Path | None) -> dict[str, Any] | Skipped:
         """Reference signals [N, n] (and RMIA's on the population) with the masks, from the cache or trained."""
-        recipe = self.recipe(prior)
+        recipe = self.recipe(prior, challenge.victim)
         if recipe is None:
             return Skipped("the method gives no local recipe to train reference models with (Method.reference_recipe)")
         if prior.new_model is None:
@@ -444,7 +445,7 @@ class MembershipInference(Attack):
         masks = inclusion_masks(challenge.labels.shape[0], self.reference_models, torch.Generator().manual_seed(seed % 2**63))
         if prior.label_free:
             views = self._consistency_views(challenge, prior)
-            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, self.recipe(prior),
+            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, self.recipe(prior, challenge.victim),
                                          preprocess=pre, population=views, seed=seed, path=self.path, flip=False,
                                          precision=self.precision)
             # Only the consistency per (model, record) is kept: the view embeddings are large and nothing else reads them.
@@ -452,7 +453,7 @@ class MembershipInference(Attack):
                        "masks": ref.masks.to(torch.uint8)}
         else:
             population = challenge.population_images if challenge.population_labels.numel() else None
-            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, self.recipe(prior),
+            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, self.recipe(prior, challenge.victim),
                                          preprocess=pre, population=population, seed=seed, path=self.path,
                                          flip=prior.hflip, precision=self.precision)
             tensors = _tensors_of(ref)
@@ -464,7 +465,7 @@ class MembershipInference(Attack):
             "format": CACHE_FORMAT,
             "victim": challenge.victim,
             "reference_models": self.reference_models,
-            "recipe": repr(self.recipe(prior)),
+            "recipe": repr(self.recipe(prior, challenge.victim)),
             "seed": seed,
             "path": self.path,
             "precision": self.precision,

@@ -123,14 +123,17 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
     t0 = time.perf_counter()
     outputs = attack.run_batch(fed.wire.view(role), prior, list(victims), fed.device, access)
     result: dict[str, Any] = {}
-    exposure = target_exposure(cfg, fed.dp.mean_step_factor() if fed.dp is not None else 1.0)
+    # how many passes each victim's training made over a member (DP plans may add passes)
+    plans = fed.dp.plans if fed.dp is not None else {}
+    exposure = {c.domain: target_exposure(cfg, plans[c.index].step_factor if c.index in plans else 1)
+                for c in fed.clients}
     for out in outputs:
         key = out.info["result"]
         if key == "domain":
             result["domain"] = {out.artifact: _domain_rows(out, domain_truth, victims, fed.split.target)}
         else:
             result.setdefault(key, {}).setdefault(out.artifact, {})[out.victim] = _victim_entry(
-                out, truths[out.victim], exposure)
+                out, truths[out.victim], exposure[out.victim])
     if ARTIFACT in variants and ARTIFACT in result:
         _artifact_controls(attack, result[ARTIFACT], fed.wire.view(role), prior, fed, cfg, challenges, truths)
     trained = (f" ({getattr(attack, 'trained', 0)} reference-model set(s) trained, the rest from the cache)"

@@ -57,7 +57,9 @@ def attacker_prior(cfg: RunConfig, method: Method, fed: Federation, dataset: Mul
                          domains=tuple(dataset.domains), image_size=cfg.image_size, channels=3,
                          mean=tuple(dataset.mean), std=tuple(dataset.std), build_model=build,
                          num_clients=len(fed.clients), hflip=dataset.hflip, predict=method.predict,
-                         label_free=method.label_free, train_recipe=method.reference_recipe(fed),
+                         label_free=method.label_free,
+                         train_recipes={c.domain: r for c in fed.clients
+                                        if (r := method.reference_recipe(fed, c)) is not None},
                          new_model=lambda: method.build_model(fed))
 
 
