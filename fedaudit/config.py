@@ -132,7 +132,8 @@ class RunConfig:
                                      "--dp-noise-to-signal, it may run up to this many times the method's local "
                                      "steps per round (the plan with the most steps still within the target; at "
                                      "equal steps the larger batch); 1: the method's steps (the DP recipe sets "
-                                     f"{DP_MAX_STEP_FACTOR} unless --batch-size is given).", low=1, high=16)
+                                     f"{DP_MAX_STEP_FACTOR} unless --batch-size or --local-epochs is given).",
+                                     low=1, high=16)
     dp_train: str = option("all", "Which weights DP-SGD trains: all, last (the encoder's last stage and the head) or "
                            "head; the rest stay at their public initialisation (--pretrained, or the seed's random "
                            "init): fewer trained parameters, less noise in total.", choices=DP_TRAIN)
@@ -239,8 +240,9 @@ def resolve(
         if "dp_augmentations" in given:
             raise FedauditError("--dp-augmentations needs augmented views, but --no-augment is set; drop one of them")
         merged["dp_augmentations"] = 1  # without augmentation every view would be the same record
-    if merged["dp_noise_to_signal"] is None and "dp_max_step_factor" not in given:
-        merged["dp_max_step_factor"] = 1  # more steps are taken only within a noise target (a given batch, or none)
+    if "dp_max_step_factor" not in given and (merged["dp_noise_to_signal"] is None or "local_epochs" in given):
+        # more steps only within a noise target (not with a given batch, or none), and given epochs are as given
+        merged["dp_max_step_factor"] = 1
     merged["profile"] = profile
     merged["split"] = tuple(float(x) for x in merged.get("split", DEFAULT_SPLIT))
     merged["attack_options"] = {family: {name: attack_schema[family][name].check(name, value)

@@ -253,6 +253,8 @@ def test_the_dp_recipe_sets_defaults_only_under_dp_and_yields_to_given_options()
     # more steps only within a noise target: the recipe's factor goes with a given batch; a given one needs a target
     assert private.dp_max_step_factor == DP_MAX_STEP_FACTOR > 1 and plain.dp_max_step_factor == 1
     assert resolve({"dp_epsilon": 8, "batch_size": 64}).dp_max_step_factor == 1
+    assert resolve({"dp_epsilon": 8, "local_epochs": 6}).dp_max_step_factor == 1  # given epochs are as given
+    assert resolve({"dp_epsilon": 8, "local_epochs": 6, "dp_max_step_factor": 2}).dp_max_step_factor == 2
     try:
         resolve({"dp_epsilon": 8, "batch_size": 64, "dp_max_step_factor": 2})
     except FedauditError as exc:
