@@ -462,6 +462,9 @@ def test_where_a_batch_meets_the_target_the_plan_takes_more_steps_within_it():
     five = plan(5_000, 2)
     assert (plan(5_000, 1).steps_per_round, five.batch_size, five.steps_per_round) == (16, 64, 32)
     assert five.noise_to_signal(5_000) <= 1.0
+    # a method that counts steps (16 a round): more steps at the batch chosen, not a bigger batch (more compute)
+    counted = choose_batch(1000, 32, None, 16, 5, 8.0, 1e-5, 5_000, 1.0, 2)
+    assert (counted.batch_size, counted.steps_per_round, counted.step_factor) == (64, 32, 2)
     # 10⁷: even all the records leave noise above the signal: the method's steps, as without the factor
     ceiling = plan(10_000_000, 2, batch=1000)
     assert ceiling == plan(10_000_000, 1, batch=1000) and ceiling.noise_to_signal(10_000_000) > 1.0
