@@ -133,7 +133,7 @@ class RunConfig:
                                      "steps per round (the plan with the most steps still within the target; at "
                                      "equal steps the larger batch); 1: the method's steps (the DP recipe sets "
                                      f"{DP_MAX_STEP_FACTOR} unless --batch-size or --local-epochs is given).",
-                                     low=1, high=16)
+                                     low=1, high=8)
     dp_train: str = option("all", "Which weights DP-SGD trains: all, last (the encoder's last stage and the head) or "
                            "head; the rest stay at their public initialisation (--pretrained, or the seed's random "
                            "init): fewer trained parameters, less noise in total.", choices=DP_TRAIN)
@@ -200,12 +200,16 @@ def resolve(
     ``attack_options``); ``attack_option_names`` are every registered attack's options, accepted
     (and ignored) when their attack is not selected.
     """
-    from_file = from_file or {}
     attack_schema = attack_schema or {}
-    # None: not given; the word `none` for a nullable option (Option.parse): None, over the file, the recipe and
-    # the method's defaults
-    explicit = {k: None if k in OPTIONS and OPTIONS[k].is_none_word(v) else v for k, v in explicit.items()
-                if v is not None}
+
+    def words_to_none(options: dict[str, Any]) -> dict[str, Any]:
+        # the word `none` for a nullable option (Option.parse; a config file's "none"): None, set on purpose
+        return {k: None if k in OPTIONS and OPTIONS[k].is_none_word(v) else v for k, v in options.items()}
+
+    # An explicit None is "not given"; a `none` given (None from here on) overrides the file, the recipe and the
+    # method's defaults, as a file's does the recipe and the defaults.
+    explicit = words_to_none({k: v for k, v in explicit.items() if v is not None})
+    from_file = words_to_none(from_file or {})
     profile = explicit.get("profile", from_file.get("profile", "quick"))
     if profile not in PROFILES:
         raise unknown_choice("profile", profile, PROFILES)
@@ -240,9 +244,9 @@ def resolve(
         if "dp_augmentations" in given:
             raise FedauditError("--dp-augmentations needs augmented views, but --no-augment is set; drop one of them")
         merged["dp_augmentations"] = 1  # without augmentation every view would be the same record
-    if "dp_max_step_factor" not in given and (merged["dp_noise_to_signal"] is None or "local_epochs" in given):
-        # more steps only within a noise target (not with a given batch, or none), and given epochs are as given
-        merged["dp_max_step_factor"] = 1
+    if "dp_max_step_factor" not in given and (merged["dp_noise_to_signal"] is None or "batch_size" in given
+                                              or "local_epochs" in given):
+        merged["dp_max_step_factor"] = 1  # more steps only within a noise target; a given batch or epochs as given
     merged["profile"] = profile
     merged["split"] = tuple(float(x) for x in merged.get("split", DEFAULT_SPLIT))
     merged["attack_options"] = {family: {name: attack_schema[family][name].check(name, value)

@@ -269,7 +269,7 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
         if done is not None:
             row.update(status="complete", run_dir=str(done.relative_to(root)), error=None)
         else:  # whatever an earlier invocation said of it, it has no finished run now
-            row.update(status="pending", run_dir=None, error=row.get("error"))
+            row.update(status="pending", run_dir=None, error=row.get("error"), crashed=False)
             pending.append((p, root / POINTS / p.name))
     root.mkdir(parents=True, exist_ok=True)
     if pending:

@@ -74,6 +74,7 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
     """
     import torch
 
+    from fedaudit.config import OPTIONS
     from fedaudit.grid import Grid, run_grid
 
     # in-process only: the progress reporter, the round callback, and the command line each point records
@@ -94,7 +95,8 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
         private_eps = [e for e in epsilons if e is not None]
         if not private_eps:
             raise FedauditError("--dp-sweep needs at least one finite ε (e.g. 1,8,inf)")
-        if evaluate_options.get("dp_epsilon") is not None:
+        if evaluate_options.get("dp_epsilon") is not None and not OPTIONS["dp_epsilon"].is_none_word(
+                evaluate_options["dp_epsilon"]):
             raise FedauditError("--dp-sweep and --dp-epsilon exclude each other; drop --dp-epsilon")
         from fedaudit.api import run_config
         from fedaudit.config import load_toml
@@ -121,7 +123,7 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
                        hooks=hooks, stop_on_failure=True)
     if outcome.failed:
         errors = "; ".join(f"{row['name']}: {row['error']}" for row in outcome.failed if row.get("error"))
-        if any(row.get("crashed") for row in outcome.failed):
+        if any(row.get("crashed") for row in outcome.failed if row["status"] == "failed"):  # failed in this call
             raise PointCrashed(f"{errors} — a bug in fedaudit, not in the input (please report it with that "
                                f"traceback); the finished points are kept: continue with --resume {root}")
         raise FedauditError(f"{errors} — fix it and continue with --resume {root}")

@@ -254,6 +254,7 @@ def test_the_dp_recipe_sets_defaults_only_under_dp_and_yields_to_given_options()
     assert private.dp_max_step_factor == DP_MAX_STEP_FACTOR > 1 and plain.dp_max_step_factor == 1
     assert resolve({"dp_epsilon": 8, "batch_size": 64}).dp_max_step_factor == 1
     assert resolve({"dp_epsilon": 8, "local_epochs": 6}).dp_max_step_factor == 1  # given epochs are as given
+    assert resolve({"dp_epsilon": 8, "batch_size": 64, "dp_noise_to_signal": 1.0}).dp_max_step_factor == 1
     assert resolve({"dp_epsilon": 8, "local_epochs": 6, "dp_max_step_factor": 2}).dp_max_step_factor == 2
     try:
         resolve({"dp_epsilon": 8, "batch_size": 64, "dp_max_step_factor": 2})
@@ -273,6 +274,10 @@ def test_none_on_the_command_line_turns_a_recipe_option_off():
     assert cfg.dp_epsilon == 8 and cfg.dp_noise_to_signal is None and cfg.dp_max_step_factor == 1
     assert cfg.lr == DP_LR_TIMES_NORM  # the rest of the recipe stands
     assert resolve(parsed_options({"dp_epsilon": "none"}, None), {"dp_epsilon": 8}).dp_epsilon is None
+    # a config file's "none" is the same word: None over the recipe, not text that fails later
+    from_file = resolve({"dp_epsilon": 8}, {"dp_noise_to_signal": "none"})
+    assert from_file.dp_noise_to_signal is None and from_file.dp_max_step_factor == 1
+    assert resolve({}, {"dp_epsilon": "none"}).dp_epsilon is None
 
 
 def test_augmentation_multiplicity_clips_each_records_mean_gradient():
@@ -472,24 +477,28 @@ def test_where_a_batch_meets_the_target_the_plan_takes_more_steps_within_it():
 
 
 def test_each_victims_reference_models_train_with_that_clients_mechanism():
-    """Clients of different sizes get different DP-SGD mechanisms at one ε (their sampling rates differ, so
-    their noise does); the informed attacker's reference models for a victim train with that victim's plan,
-    not an average over the clients (which is no client's mechanism)."""
+    """Clients of different sizes get different DP-SGD mechanisms at one ε (sampling rate, batch, noise, extra
+    passes); the informed attacker's reference models for a victim train with that victim's plan — its
+    noise, batch, step and passes (the exposure) — not an average over the clients (no client's mechanism)."""
     from types import SimpleNamespace
 
     from fedaudit.dp import PrivateTraining
     from methods import get_method
 
-    cfg = resolve({"dp_epsilon": 8, "rounds": 2, "local_epochs": 1, "batch_size": 50})
-    small, large = SimpleNamespace(index=0, domain="small"), SimpleNamespace(index=1, domain="large")
-    dp = PrivateTraining(cfg, {0: 100, 1: 400}, {"trained_parameters": 10_000, "frozen_parameters": 0})
-    plans = {c.domain: dp.plan(c.index, 1, None) for c in (small, large)}
+    cfg = resolve({"dp_epsilon": 8, "rounds": 5, "local_epochs": 1, "dp_max_step_factor": 2})  # target 1 (recipe)
+    big, small = SimpleNamespace(index=0, domain="big"), SimpleNamespace(index=1, domain="small")
+    dp = PrivateTraining(cfg, {0: 1000, 1: 400}, {"trained_parameters": 2_000, "frozen_parameters": 0})
+    plans = {c.domain: dp.plan(c.index, 1, None) for c in (big, small)}
     method, fed = get_method("fedavg")(cfg), SimpleNamespace(dp=dp)
-    recipes = {c.domain: method.reference_recipe(fed, c) for c in (small, large)}
-    assert plans["small"].noise_multiplier != plans["large"].noise_multiplier
+    recipes = {c.domain: method.reference_recipe(fed, c) for c in (big, small)}
+    assert plans["big"].step_factor == 2 and plans["big"].noise_multiplier != plans["small"].noise_multiplier
     for domain, recipe in recipes.items():
-        assert isinstance(recipe, DPSGDRecipe) and recipe.noise_multiplier == plans[domain].noise_multiplier
-        assert recipe.batch_size == plans[domain].batch_size and recipe.epochs == 2 * 1  # rounds × local epochs
+        plan = plans[domain]
+        assert isinstance(recipe, DPSGDRecipe) and recipe.noise_multiplier == plan.noise_multiplier
+        assert recipe.batch_size == plan.batch_size and recipe.lr == cfg.lr * plan.lr_scale
+        assert recipe.epochs == 5 * 1 * plan.step_factor  # rounds × local epochs × the plan's passes
+        # and the noise is the accountant's for the steps the plan runs
+        assert plan.noise_multiplier == noise_for(8.0, 1e-5, plan.sample_rate, plan.steps)
     assert method.reference_recipe(fed, SimpleNamespace(index=2, domain="idle")) is None  # never trained: unknown
 
 

@@ -406,7 +406,8 @@ class MembershipInference(Attack):
         """Reference signals [N, n] (and RMIA's on the population) with the masks, from the cache or trained."""
         recipe = self.recipe(prior, challenge.victim)
         if recipe is None:
-            return Skipped("the method gives no local recipe to train reference models with (Method.reference_recipe)")
+            return Skipped("no local recipe of this victim to train reference models with (Method.reference_recipe: "
+                           "the method gives none, or the client never trained under DP-SGD)")
         if prior.new_model is None:
             return Skipped("the prior has no architecture constructor to build reference models with")
         n = challenge.labels.shape[0]
