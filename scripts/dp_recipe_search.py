@@ -172,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
                           {"dp_epsilon": [10_000.0, EPSILON, 1.0, None]}, args.jobs, args.threads)
         print("\n## check: the default recipe at ε = 10,000 (little noise), 8 and 1, and the run without DP\n")
         print(table(check, ["dp_epsilon"]))
-    print(f"\nthe ε = {EPSILON:g} stages' choice (the shipped recipe turns it into a rule: fedaudit.dp.choose_batch): "
-          f"{json.dumps(chosen)}")
+    if incumbent is not None:  # an ε = 8 stage ran (or was found finished): what they chose together
+        print(f"\nthe ε = {EPSILON:g} stages' choice (the shipped recipe turns it into a rule: "
+              f"fedaudit.dp.choose_batch): {json.dumps(chosen)}")
     return 0
 
 
