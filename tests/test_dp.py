@@ -530,6 +530,7 @@ def test_the_recipes_smaller_step_is_applied_once_per_optimizer():
         assert scale < 1 and math.isclose(opt.param_groups[0]["lr"], 0.5 * scale)
 
 
+@pytest.mark.filterwarnings("ignore:Optimal order is the largest alpha")  # Opacus, while it doubles σ
 def test_an_epsilon_no_noise_can_meet_is_a_one_line_error():
     """Opacus gives up (σ beyond 10⁶) when no noise reaches the target over the steps; the user gets the
     ε, steps and rate named and what to change, not Opacus' ValueError."""
