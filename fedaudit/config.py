@@ -50,7 +50,11 @@ DP_STEP_NOISE_TO_SIGNAL = 0.5
 DP_MAX_STEP_FACTOR = 2  # at most twice the compute of the method's local epochs
 DP_RECIPE: dict[str, Any] = {"local_epochs": 3, "momentum": 0.9}
 DP_AUGMENTATIONS = 1
-DP_TRAIN = ("all", "last", "head")  # fedaudit.dp.freeze_for_dp: the weights DP-SGD trains
+# --dp-train: the weights DP-SGD trains (fedaudit.dp.trained_parts), said once for the help and the coverage table
+DP_TRAINED_PARTS = {"all": "every weight",
+                    "last": "the encoder's last stage, the head and a projection between them if the model has one",
+                    "head": "the head and a projection before it if the model has one"}
+DP_TRAIN = tuple(DP_TRAINED_PARTS)
 
 
 def dp_recipe_defaults(max_grad_norm: Any) -> dict[str, Any]:
@@ -134,9 +138,9 @@ class RunConfig:
                                      "equal steps the larger batch); 1: the method's steps (the DP recipe sets "
                                      f"{DP_MAX_STEP_FACTOR} unless --batch-size or --local-epochs is given).",
                                      low=1, high=8)
-    dp_train: str = option("all", "Which weights DP-SGD trains: all, last (the encoder's last stage and the head) or "
-                           "head; the rest stay at their public initialisation (--pretrained, or the seed's random "
-                           "init): fewer trained parameters, less noise in total.", choices=DP_TRAIN)
+    dp_train: str = option("all", "Which weights DP-SGD trains: all, last (" + DP_TRAINED_PARTS["last"] + ") or head ("
+                           + DP_TRAINED_PARTS["head"] + "); the rest stay at their public initialisation (--pretrained, "
+                           "or the seed's random init): fewer trained parameters, less noise in total.", choices=DP_TRAIN)
     dp_recipe: bool = option(True, "With --dp-epsilon, train with the DP-SGD recipe's defaults (lr 0.5 per unit of "
                              f"clipping norm, --dp-noise-to-signal {DP_NOISE_TO_SIGNAL:g}, --dp-max-step-factor "
                              f"{DP_MAX_STEP_FACTOR}, local epochs 3, momentum 0.9; DP_RECIPE) unless options set them; "

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from fedaudit.config import DP_STEP_NOISE_TO_SIGNAL
+from fedaudit.config import DP_STEP_NOISE_TO_SIGNAL, DP_TRAINED_PARTS
 from fedaudit.errors import FedauditError
 from fedaudit.wire import ArtifactKind
 
@@ -83,9 +83,6 @@ NOT_COVERED = {
 }
 
 
-FROZEN_NOTE = {"last": "the encoder's last stage and the head", "head": "the head's weights"}
-
-
 def coverage(shares: tuple[tuple[ArtifactKind, str], ...], trained: str = "all") -> list[dict[str, str]]:
     """For each (kind, direction) a method sends: whether the DP-SGD ε covers it, and why
     (``trained``: ``--dp-train``; weights it leaves frozen are covered trivially: no record touched them).
@@ -97,7 +94,7 @@ def coverage(shares: tuple[tuple[ArtifactKind, str], ...], trained: str = "all")
         covered = kind in COVERED
         reason = COVERED.get(kind) or NOT_COVERED.get(kind) or "not DP-SGD output"
         if covered and trained != "all":
-            reason += (f"; with --dp-train {trained} only {FROZEN_NOTE[trained]} train, the other weights stay at "
+            reason += (f"; with --dp-train {trained} only {DP_TRAINED_PARTS[trained]} train, the other weights stay at "
                        "their public initialisation (no record touches them)")
         rows.append({"artifact": kind.value, "direction": direction, "covered": covered, "why": reason})
     return rows
