@@ -393,7 +393,8 @@ def test_the_privacy_utility_table_puts_the_canary_bound_beside_each_point(tmp_p
             "epsilon_lower_bound": bound, "confidence": 0.95, "delta": 1e-5, "correct": 30, "guesses": 32,
             "canaries": 64, "target": "final", "epsilon_max_certifiable": 2.7, "epsilon_spent": eps}}}
         metrics = {"method": "fedavg", "dataset": "digits", "target_domain": "textured", "privacy": {"dp": dp},
-                   "accuracy": {"source_val": {"mean": 0.5}, "unseen_domain": 0.4}, "leakage": leakage}
+                   "accuracy": {"source_val": {"mean": 0.5}, "unseen_domain": 0.4,
+                                "final_round": {"round": 20, "source_val_mean": 0.45}}, "leakage": leakage}
         return Unit(tmp_path / f"eps-{eps}", {}, metrics, [], [])
 
     section = dp_curve_section([unit(None, 1.25), unit(8.0, 0.0), unit(1.0, None)])
@@ -403,6 +404,7 @@ def test_the_privacy_utility_table_puts_the_canary_bound_beside_each_point(tmp_p
     assert rows["ε 8"][1].startswith("clean: ε ≥ 0.000 at 95% confidence")
     assert "ε ≥ 1.250" in rows["ε ∞ (no DP)"][1] and "no DP: nothing claimed" in rows["ε ∞ (no DP)"][1]
     assert rows["ε 1"][1].startswith("no canary audit in this run")
+    assert rows["ε 8"][2:4] == ["0.500", "0.450"]  # the selected round's source-val beside the last round's
 
 
 def test_the_recipe_doubles_the_batch_until_the_noise_no_longer_outweighs_the_signal():
