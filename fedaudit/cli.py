@@ -38,10 +38,10 @@ log = logging.getLogger("fedaudit")
 USER_ERROR = 2
 
 
-def fail(message: str) -> None:
+def fail(message: str, status: int = USER_ERROR) -> None:
     # The message may quote user text (folder and class names): escape it.
     err_console().print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(USER_ERROR)
+    raise typer.Exit(status)
 
 
 class RichReporter:
@@ -229,8 +229,7 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
     except FedauditError as exc:
         fail(str(exc))
     except PointCrashed as exc:  # a DP-sweep point crashed: its traceback is in its error.txt
-        err_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(CRASH_EXIT) from None
+        fail(str(exc), CRASH_EXIT)
     except KeyboardInterrupt:
         err_console().print("interrupted; finished rounds are saved — continue with `fedaudit evaluate --resume "
                             "RUN_DIR` (a run stopped before its first round leaves no directory: start it again)",

@@ -238,21 +238,23 @@ def choose_batch(records: int, batch_size: int, epochs: int | None, steps: int |
         return ClientPlan(records, q, per_round, rounds, noise_for(epsilon, delta, q, per_round * rounds), batch,
                           step_factor=factor)
 
-    batch = min(batch_size, records)
-    plan = plan_for(batch, 1)
+    batches = [min(batch_size, records)]  # the batch, doubled, …, all the records
+    while batches[-1] < records:
+        batches.append(min(2 * batches[-1], records))
+    plan = plan_for(batches[0], 1)
     if target is None or not trained:
         return plan
-    while plan.noise_to_signal(trained) > target and batch < records:
-        batch = min(2 * batch, records)
-        plan = plan_for(batch, 1)
+    chosen = 0
+    while plan.noise_to_signal(trained) > target and chosen + 1 < len(batches):
+        chosen += 1
+        plan = plan_for(batches[chosen], 1)
     if plan.noise_to_signal(trained) <= target:
-        # (a batch below the chosen one misses the target with the method's steps, so with more steps too)
-        larger = [batch]
-        while steps is None and larger[-1] < records:  # (a method counting steps: a bigger batch is more compute)
-            larger.append(min(2 * larger[-1], records))
+        # (a smaller batch misses the target with the method's steps, so with more steps too; a method counting
+        # steps keeps its batch: there a bigger one is more compute, not fewer steps)
+        larger = batches[chosen:] if steps is None else batches[chosen:chosen + 1]
         more = [(factor * steps_per_round(records, b, epochs, steps), b, factor)
                 for b in larger for factor in range(2, max_step_factor + 1)]
-        for per_round, b, factor in sorted(more, key=lambda m: (-m[0], -m[1])):
+        for per_round, b, factor in sorted(more, key=lambda m: (-m[0], -m[1])):  # most steps, then larger batch
             if per_round < plan.steps_per_round:
                 break
             if (candidate := plan_for(b, factor)).noise_to_signal(trained) <= target:

@@ -77,7 +77,7 @@ class Option:
 
     def parse(self, name: str, text: str) -> Any:
         """A command-line word as this option's type (errors name the flag)."""
-        if self.nullable and text.lower() in NONE_WORDS:
+        if self.is_none_word(text):
             return text.lower()  # explicit: resolve turns it into None over every default
         if self.kind is str:
             return text

@@ -414,12 +414,12 @@ class MembershipInference(Attack):
         if n < 4:
             return Skipped(f"the victim's pool has {n} records; reference models need at least 4")
         seed = derive_seed(self.seed, MIA_STREAM, 1, stable_int(challenge.victim))
-        key = self._cache_key(challenge, prior, seed)
+        key = self._cache_key(challenge, prior, seed, recipe)
         paths = _cache_paths(cache_dir, challenge.victim)
         loaded = _load_cache(paths, challenge.victim, key)
         if loaded is None:
             t0 = time.perf_counter()
-            tensors, made = self._train(challenge, prior, pre, seed)
+            tensors, made = self._train(challenge, prior, pre, seed, recipe)
             made["seconds"] = round(time.perf_counter() - t0, 3)
             _save_cache(paths, key, tensors, made)
             self.trained += 1
@@ -440,13 +440,13 @@ class MembershipInference(Attack):
                                    flipped_logits=t.get("population_flipped"))
         return out
 
-    def _train(self, challenge: MembershipChallenge, prior: AttackerPrior, pre: Preprocess,
-               seed: int) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    def _train(self, challenge: MembershipChallenge, prior: AttackerPrior, pre: Preprocess, seed: int,
+               recipe: TrainOne) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """The tensors to cache, and how they were made (training path and why)."""
         masks = inclusion_masks(challenge.labels.shape[0], self.reference_models, torch.Generator().manual_seed(seed % 2**63))
         if prior.label_free:
             views = self._consistency_views(challenge, prior)
-            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, self.recipe(prior, challenge.victim),
+            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, recipe,
                                          preprocess=pre, population=views, seed=seed, path=self.path, flip=False,
                                          precision=self.precision)
             # Only the consistency per (model, record) is kept: the view embeddings are large and nothing else reads them.
@@ -454,19 +454,20 @@ class MembershipInference(Attack):
                        "masks": ref.masks.to(torch.uint8)}
         else:
             population = challenge.population_images if challenge.population_labels.numel() else None
-            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, self.recipe(prior, challenge.victim),
+            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, recipe,
                                          preprocess=pre, population=population, seed=seed, path=self.path,
                                          flip=prior.hflip, precision=self.precision)
             tensors = _tensors_of(ref)
         return tensors, {"path": ref.path, "path_reason": ref.reason}
 
-    def _cache_key(self, challenge: MembershipChallenge, prior: AttackerPrior, seed: int) -> dict[str, Any]:
+    def _cache_key(self, challenge: MembershipChallenge, prior: AttackerPrior, seed: int,
+                   recipe: TrainOne) -> dict[str, Any]:
         shapes = sorted((k, list(v.shape)) for k, v in prior.build_model().state_dict().items())
         return {
             "format": CACHE_FORMAT,
             "victim": challenge.victim,
             "reference_models": self.reference_models,
-            "recipe": repr(self.recipe(prior, challenge.victim)),
+            "recipe": repr(recipe),
             "seed": seed,
             "path": self.path,
             "precision": self.precision,
