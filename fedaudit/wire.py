@@ -152,9 +152,13 @@ class Wire:
         """Record ``artifact`` and return its tensors as the receiver gets them.
 
         The receiver gets a detached copy: the sender keeps mutating its own
-        tensors in place, and what was sent must not change after sending.
+        tensors in place, and what was sent must not change after sending. The
+        copy is contiguous whatever layout the sender trained in (CUDA runs train
+        ``channels_last``): what crosses the wire is the same bytes on every
+        device, and the attacks that stack states under ``vmap`` get a layout it
+        can batch.
         """
-        sent = {k: t.detach().clone() for k, t in artifact.tensors.items()}
+        sent = {k: t.detach().clone(memory_format=torch.contiguous_format) for k, t in artifact.tensors.items()}
         stored = Artifact(artifact.kind, artifact.sender, artifact.receiver, artifact.round, sent, dict(artifact.meta))
         self.ledger.append(
             LedgerEntry(artifact.kind.value, artifact.sender, artifact.receiver, artifact.round, stored.nbytes, len(sent))

@@ -314,7 +314,10 @@ def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int
     n = y.numel()
     template = model.state_dict()
     param_names = {k for k, _ in model.named_parameters()}
-    states = [{k: t.state[k].to(device) if k in t.state else template[k] for k in template} for t in targets]
+    # Contiguous whatever layout a victim arrives in: a CUDA-trained state is channels_last, and cuDNN's
+    # BatchNorm inside vmap asks for a layout vmap cannot answer (issue 38).
+    states = [{k: (t.state[k].to(device) if k in t.state else template[k]).contiguous() for k in template}
+              for t in targets]
     gates = torch.tensor([[t.gates.get(name, 1.0) * weights.get(name, 1.0) for name in names] for t in targets],
                          device=device, dtype=torch.float32)
 

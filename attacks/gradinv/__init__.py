@@ -130,7 +130,8 @@ class GradInv(Attack):
         delta = {k: after.tensors[k].to(device).float() - before.tensors[k].to(device).float() for k in names}
         # A parameter the victim did not move was frozen (or got no gradient): simulating it would
         # only add a direction the target lacks.
-        unchanged = [k for k, d in delta.items() if not bool(d.any())]
+        moved = torch.stack([d.any() for d in delta.values()]).tolist()  # one host read, not one per tensor
+        unchanged = [k for k, m in zip(delta, moved) if not m]
         delta = {k: d for k, d in delta.items() if k not in unchanged}
         try:
             weight, bias = last_linear(model, prior.num_classes)

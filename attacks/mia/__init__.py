@@ -111,6 +111,7 @@ from fedaudit.attacks.mia.reference_models import (
     REFERENCE_PATHS,
     ReferenceLogits,
     TrainOne,
+    choose_path,
     eval_views,
     inclusion_masks,
     train_reference_models,
@@ -414,12 +415,16 @@ class MembershipInference(Attack):
         if n < 4:
             return Skipped(f"the victim's pool has {n} records; reference models need at least 4")
         seed = derive_seed(self.seed, MIA_STREAM, 1, stable_int(challenge.victim))
-        key = self._cache_key(challenge, prior, seed, recipe)
+        masks = inclusion_masks(n, self.reference_models, torch.Generator().manual_seed(seed % 2**63))
+        # The path that will run, not the one asked for: "auto" is vmap on CUDA and sequential on a CPU, and
+        # the two agree to float error only, so a cache made by one is not the other's.
+        path, _ = choose_path(self.path, prior.build_model(), recipe, masks.sum(1).tolist(), device)
         paths = _cache_paths(cache_dir, challenge.victim)
+        key = self._cache_key(challenge, prior, seed, recipe, path, device) if paths is not None else None
         loaded = _load_cache(paths, challenge.victim, key)
         if loaded is None:
             t0 = time.perf_counter()
-            tensors, made = self._train(challenge, prior, pre, seed, recipe)
+            tensors, made = self._train(challenge, prior, pre, seed, recipe, masks, path)
             made["seconds"] = round(time.perf_counter() - t0, 3)
             _save_cache(paths, key, tensors, made)
             self.trained += 1
@@ -441,13 +446,12 @@ class MembershipInference(Attack):
         return out
 
     def _train(self, challenge: MembershipChallenge, prior: AttackerPrior, pre: Preprocess, seed: int,
-               recipe: TrainOne) -> tuple[dict[str, Tensor], dict[str, Any]]:
+               recipe: TrainOne, masks: Tensor, path: str) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """The tensors to cache, and how they were made (training path and why)."""
-        masks = inclusion_masks(challenge.labels.shape[0], self.reference_models, torch.Generator().manual_seed(seed % 2**63))
         if prior.label_free:
             views = self._consistency_views(challenge, prior)
             ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, recipe,
-                                         preprocess=pre, population=views, seed=seed, path=self.path, flip=False,
+                                         preprocess=pre, population=views, seed=seed, path=path, flip=False,
                                          precision=self.precision)
             # Only the consistency per (model, record) is kept: the view embeddings are large and nothing else reads them.
             tensors = {"consistency": consistency(ref.population_logits, self.consistency_pairs).float(),
@@ -455,13 +459,13 @@ class MembershipInference(Attack):
         else:
             population = challenge.population_images if challenge.population_labels.numel() else None
             ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, recipe,
-                                         preprocess=pre, population=population, seed=seed, path=self.path,
+                                         preprocess=pre, population=population, seed=seed, path=path,
                                          flip=prior.hflip, precision=self.precision)
             tensors = _tensors_of(ref)
         return tensors, {"path": ref.path, "path_reason": ref.reason}
 
-    def _cache_key(self, challenge: MembershipChallenge, prior: AttackerPrior, seed: int,
-                   recipe: TrainOne) -> dict[str, Any]:
+    def _cache_key(self, challenge: MembershipChallenge, prior: AttackerPrior, seed: int, recipe: TrainOne,
+                   path: str, device: torch.device) -> dict[str, Any]:
         shapes = sorted((k, list(v.shape)) for k, v in prior.build_model().state_dict().items())
         return {
             "format": CACHE_FORMAT,
@@ -469,7 +473,8 @@ class MembershipInference(Attack):
             "reference_models": self.reference_models,
             "recipe": repr(recipe),
             "seed": seed,
-            "path": self.path,
+            "path": path,
+            "device": device.type,
             "precision": self.precision,
             "signal": f"consistency/{self.consistency_pairs}" if prior.label_free else "logits",
             "flip": bool(prior.hflip),
@@ -624,7 +629,7 @@ def _cache_paths(cache_dir: Path | None, victim: str) -> tuple[Path, Path] | Non
 
 
 def _load_cache(paths: tuple[Path, Path] | None, victim: str,
-                key: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Any]] | None:
+                key: dict[str, Any] | None) -> tuple[dict[str, Tensor], dict[str, Any]] | None:
     """(tensors, how they were made) when the cache holds this key, else None."""
     if paths is None or not all(p.is_file() for p in paths):
         return None
@@ -641,7 +646,7 @@ def _load_cache(paths: tuple[Path, Path] | None, victim: str,
         return None
 
 
-def _save_cache(paths: tuple[Path, Path] | None, key: dict[str, Any], tensors: dict[str, Tensor],
+def _save_cache(paths: tuple[Path, Path] | None, key: dict[str, Any] | None, tensors: dict[str, Tensor],
                 made: dict[str, Any]) -> None:
     if paths is None:
         return
