@@ -31,6 +31,7 @@ from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.dp import private_config
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.federation import Federation
+from fedaudit.numerics import run_numerics
 from fedaudit.reports import write_report_or_warn
 from fedaudit.results import communication, privacy, provenance, summarise_targets
 from fedaudit.wire import Wire
@@ -184,13 +185,19 @@ def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, target
 
 def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: str, device: torch.device,
             reporter: Reporter, on_round_end, command: str, data_seconds: float) -> dict[str, Any]:
-    """Train, attack and write one target's run directory (resuming if it has a checkpoint)."""
+    """Train, attack and write one target's run directory (resuming if it has a checkpoint), under the
+    run's numeric settings (``--deterministic``)."""
+    if runs.is_complete(run_dir):
+        return runs.read_json(run_dir / "metrics.json")
+    with run_numerics(cfg.deterministic) as unpinned:
+        return _run_one(run_dir, cfg, dataset, target, device, reporter, on_round_end, command, data_seconds, unpinned)
+
+
+def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: str, device: torch.device,
+             reporter: Reporter, on_round_end, command: str, data_seconds: float, unpinned: list[str]) -> dict[str, Any]:
     from fedaudit.attacks import get_attacks
     from fedaudit.audit.canary import canary_split
     from fedaudit.methods import get_method
-
-    if runs.is_complete(run_dir):
-        return runs.read_json(run_dir / "metrics.json")
     wall0 = time.perf_counter()
     log.info("run directory %s (target %s)", run_dir, target)
     method = get_method(cfg.method)(cfg)
@@ -235,7 +242,7 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
         "communication": communication(fed),
         "leakage": leakage,
         "privacy": privacy(fed),
-        "provenance": provenance(cfg, dataset, device, command, stages),
+        "provenance": provenance(cfg, dataset, device, command, stages, unpinned),
     }
     # The verdict is computed once, here, from the evidence just stored; the report renders it.
     metrics["verdict"] = judge(metrics, cfg.to_json(), RiskThresholds())
@@ -284,8 +291,9 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
         spec = ",".join(cls.name for cls in selected) or "none"
     cfg = resolve({**base, **explicit, "attack": spec}, None, method_cls.profile_defaults, attack_schema(spec),
                   set(attack_options()))
-    run_dir, metrics = audit(rec, cfg, method_cls(cfg), selected, dataset, split, resolve_device(cfg.device), command,
-                             left_out)
+    with run_numerics(cfg.deterministic) as unpinned:
+        run_dir, metrics = audit(rec, cfg, method_cls(cfg), selected, dataset, split, resolve_device(cfg.device), command,
+                                 left_out, unpinned)
     write_report_or_warn(run_dir)
     return run_dir, metrics
 

@@ -101,6 +101,9 @@ class RunConfig:
     seed: int = option(0, "Seed for split, initialisation and training.", low=0, high=2**63 - 1)
     device: str = option("auto", "Where to train and attack.", choices=DEVICES)
     precision: str = option("fp32", "fp32, or bf16 (autocast).", choices=PRECISIONS)
+    deterministic: bool = option(False, "GPU: deterministic cuDNN and cuBLAS kernels, no TF32, torch's "
+                                 "deterministic algorithms (an op without one still runs and is named in "
+                                 "provenance); slower. A CPU run is deterministic already.")
     out: str = option("runs", "Folder for run directories.")
     cache_mb: float = option(4096.0, "folder: datasets whose decoded images exceed this many MB are streamed from "
                              "disk through a cache of this size (same split and results); smaller ones are decoded "

@@ -46,8 +46,8 @@ log = logging.getLogger("fedaudit")
 
 # The options `fedaudit audit` takes (besides every attack's): who attacks whom, the architecture if the
 # manifest's is to be overridden, and where and how the audit runs. Training options come from the manifest.
-AUDIT_OPTIONS = ("attack", "attacker", "victim", "model", "norm", "image_size", "device", "precision", "out",
-                 "lpips_weights", "judge_steps")
+AUDIT_OPTIONS = ("attack", "attacker", "victim", "model", "norm", "image_size", "device", "precision", "deterministic",
+                 "out", "lpips_weights", "judge_steps")
 RECIPE_KEYS = ("rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "augment")
 
 
@@ -237,7 +237,8 @@ def data_free_attacks(selected: Sequence[type[Attack]], chosen_by_auto: bool) ->
 
 def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[type[Attack]],
           dataset: MultiDomainDataset, split: LODOSplit, device: torch.device,
-          command: str = "", left_out: dict[str, str] | None = None) -> tuple[Path, dict[str, Any]]:
+          command: str = "", left_out: dict[str, str] | None = None,
+          unpinned: list[str] | None = None) -> tuple[Path, dict[str, Any]]:
     """Attack the recording as ``evaluate`` attacks its own wire, score the deployed model, write a run
     directory (no report: the caller renders it); on failure no directory is left. Without the clients'
     records (:data:`NO_DATA`) the attacks run and keep their outputs, and nothing is scored."""
@@ -301,7 +302,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         "privacy": privacy(fed, shares, no_dp="no DP accounting in the recording: whether the clients trained "
                                               "with a privacy mechanism is not known here"),
         "provenance": {**provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
-                                                                    "wall": time.perf_counter() - wall0}),
+                                                                    "wall": time.perf_counter() - wall0}, unpinned),
                        "recording": {"path": str(rec.root.resolve()), "framework": rec.manifest.get("framework"),
                                      "run_id": rec.manifest.get("run_id"), "nodes": {str(k): v for k, v in rec.nodes.items()},
                                      "deployed_model": {"round": deployed.round,

@@ -10,6 +10,7 @@ import torch
 
 from fedaudit import runs
 from fedaudit.dp import coverage
+from fedaudit.numerics import numerics
 from fedaudit.wire import ArtifactKind
 
 if TYPE_CHECKING:
@@ -82,7 +83,9 @@ def privacy(fed: Federation, shares: Shares | None = None, no_dp: str = NO_DP) -
 
 
 def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device, command: str,
-               stages: dict[str, float]) -> dict[str, Any]:
+               stages: dict[str, float], unpinned: list[str] | None = None) -> dict[str, Any]:
+    """Where and how the numbers were made; called while the run's numeric settings are in force
+    (:func:`fedaudit.numerics.run_numerics`, whose ``unpinned`` ops ran without a deterministic kernel)."""
     import numpy
     import sklearn
     import torchvision
@@ -100,6 +103,7 @@ def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device
         "versions": {"fedaudit": __version__, "python": platform.python_version(), "torch": torch.__version__,
                      "torchvision": torchvision.__version__, "numpy": numpy.__version__, "scikit-learn": sklearn.__version__},
         "device": {"type": device.type, "name": device_name, "threads": torch.get_num_threads()},
+        "numerics": {**numerics(device), **({"nondeterministic_ops": list(unpinned)} if cfg.deterministic else {})},
         "seconds": {k: round(v, 3) for k, v in stages.items()},
     }
 

@@ -8,6 +8,10 @@ stores them under ``tests/golden/``; ``--check`` (the default) runs again and
 lists every number that moved. A rule changed on purpose changes its golden
 file in the same commit, with the reason in the message.
 
+The golden numbers are CPU numbers (``device="cpu"`` is part of the recipe): a
+GPU run takes other kernels (cuDNN's algorithms, TF32, atomics) and is not
+expected to match them bit for bit, even with ``--deterministic``.
+
     python scripts/golden.py --write           # before a refactoring
     python scripts/golden.py --check           # after it (tests/test_golden.py, marked slow, does the same)
 """

@@ -255,3 +255,43 @@ def test_channels_last_training_sends_contiguous_tensors_and_the_engine_stacks_c
                     torch.full((3,), 1.0), cpu)
     assert seen and all(seen)
     assert torch.isfinite(result.images).all()
+
+
+# -- GPU numerics on record ------------------------------------------------------------------------------------
+
+def test_deterministic_settings_are_applied_recorded_and_restored():
+    import warnings
+
+    from fedaudit.numerics import numerics, run_numerics
+
+    before = numerics(torch.device("cpu"))
+    with warnings.catch_warnings(record=True) as passed:
+        warnings.simplefilter("always")
+        with run_numerics(True) as unpinned:
+            assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+            assert not torch.backends.cudnn.benchmark and not torch.backends.cudnn.allow_tf32
+            for _ in range(2):  # what torch says when an op has no deterministic CUDA kernel, twice
+                warnings.warn("scatter_add_cuda_kernel does not have a deterministic implementation, but you set "
+                              "'torch.use_deterministic_algorithms(True, warn_only=True)'.", UserWarning)
+            warnings.warn("an unrelated warning", UserWarning)
+    assert unpinned == ["scatter_add_cuda_kernel"]
+    assert [str(w.message) for w in passed] == ["an unrelated warning"]  # other warnings still reach the user
+    assert numerics(torch.device("cpu")) == before and not torch.backends.cudnn.deterministic
+
+
+def test_a_run_records_its_numerics_and_deterministic_runs_name_what_was_not_pinned(tiny_run):
+    plain = tiny_run("fedavg", rounds=1).metrics["provenance"]["numerics"]
+    assert plain["deterministic_algorithms"] is False and "nondeterministic_ops" not in plain
+    pinned = tiny_run("fedavg", rounds=1, deterministic=True).metrics["provenance"]["numerics"]
+    assert pinned["deterministic_algorithms"] is True and pinned["nondeterministic_ops"] == []
+    assert not torch.are_deterministic_algorithms_enabled()  # the next run starts from torch's own settings
+
+
+def test_cuda_numerics_name_the_versions_tf32_and_cudnn_settings(monkeypatch):
+    from fedaudit.numerics import numerics
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    got = numerics(CUDA)
+    assert got["capability"] == "9.0" and got["cuda"] == torch.version.cuda
+    assert {"cudnn", "tf32_matmul", "tf32_cudnn", "cudnn_deterministic", "cudnn_benchmark",
+            "cublas_workspace_config"} <= set(got)

@@ -1,0 +1,88 @@
+"""What a run's floating-point numbers depend on beyond its config, and the switch that pins them down.
+
+On a GPU one config can give different numbers from run to run and card to card: cuDNN picks
+convolution algorithms (benchmark mode times several and keeps the fastest, some of them
+nondeterministic), fp32 convolutions and matmuls may run in TF32 (a 10-bit mantissa) on Ampere and
+later, and some kernels accumulate with atomics in whatever order threads arrive. :func:`numerics`
+records every such setting in a run's provenance; ``--deterministic`` (:func:`run_numerics`) fixes
+them: cuDNN deterministic and not benchmarking, no TF32, torch's deterministic algorithms, cuBLAS's
+fixed workspace. An op that has no deterministic CUDA kernel still runs (warn-only: a run is not
+stopped in its 30th round by a backward pass) and is named in provenance
+(``numerics.nondeterministic_ops``), so a reviewer sees what was and was not pinned.
+
+A CPU run is deterministic for a given build and thread count; the golden numbers (``tests/golden``)
+are CPU numbers and a GPU run is not expected to reproduce them bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+# torch's warning when an op without a deterministic kernel runs under warn-only deterministic algorithms
+_NONDETERMINISTIC = re.compile(r"^(\S+) does not have a deterministic implementation")
+CUBLAS_WORKSPACE = ":4096:8"  # what cuBLAS needs to reduce deterministically (CUDA ≥ 10.2)
+
+
+def numerics(device: torch.device) -> dict[str, Any]:
+    """The settings the run's numbers depend on, as they are now (recorded in provenance)."""
+    out: dict[str, Any] = {
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+    if device.type == "cuda":
+        out.update({
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+            "capability": ".".join(map(str, torch.cuda.get_device_capability(device))),
+            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+            "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+            "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        })
+    return out
+
+
+@contextlib.contextmanager
+def run_numerics(deterministic: bool) -> Iterator[list[str]]:
+    """Within: the run's numeric settings; yields the list of ops that ran without a deterministic kernel
+    (filled only with ``deterministic``). The previous settings come back on exit, so a notebook's next run
+    starts from torch's own."""
+    ops: list[str] = []
+    if not deterministic:
+        yield ops
+        return
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    # Read when cuBLAS makes its handle: in effect unless this process has already run a CUDA matmul.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    show = warnings.showwarning
+
+    def note(message, category, filename, lineno, file=None, line=None):
+        found = _NONDETERMINISTIC.match(str(message))
+        if found:
+            if found.group(1) not in ops:
+                ops.append(found.group(1))
+            return
+        show(message, category, filename, lineno, file, line)
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("always", message=".*does not have a deterministic implementation")
+            warnings.showwarning = note
+            yield ops
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) = saved[2:]
