@@ -6,7 +6,10 @@ the same batch size, normalisation and augmentation, then the sample-weighted
 average, then accuracy on every source val split and the target domain. The
 engine adds what an audit needs — the wire (a cloned copy of every message
 and its ledger row), in-place state swapping, per-round history — and this
-script prints what that costs as a ratio engine/bare (1.00 = free).
+script prints what that costs as a ratio engine/bare (1.00 = free), and what the
+run directory's per-round writes add on top (history, ledger and checkpoint:
+one batched device-to-host copy per round, written off the training thread;
+timed until the last round's files are on disk).
 
     python benchmarks/engine_overhead.py                   # cnn on CPU
     python benchmarks/engine_overhead.py --device cuda --model resnet18
@@ -27,6 +30,7 @@ from fedaudit.api import resolve_device, save_progress
 from fedaudit.config import RunConfig
 from fedaudit.data import load_dataset, lodo_split
 from fedaudit.federation import Federation
+from fedaudit.runs import ProgressWriter
 from fedaudit.seeds import derive_seed
 from fedaudit.methods.fedavg import FedAvg
 from fedaudit.models import build_model
@@ -43,11 +47,14 @@ def run_engine(cfg: RunConfig, ds, split, device, run_dir: Path | None = None) -
     """The federation's round loop; with ``run_dir``, also the per-round
     history, ledger and checkpoint writes that ``fedaudit evaluate`` does."""
     fed = Federation(cfg, FedAvg(cfg), ds, split, device, Wire())
-    after_round = (lambda f, rnd: save_progress(run_dir, f)) if run_dir is not None else None
     sync(device)
     t0 = time.perf_counter()
     fed.setup()
-    fed.run(after_round)
+    if run_dir is None:
+        fed.run()
+    else:
+        with ProgressWriter(run_dir) as writer:  # timed until the last round's files are on disk
+            fed.run(lambda f, rnd: save_progress(writer, f))
     sync(device)
     return time.perf_counter() - t0
 
@@ -102,7 +109,7 @@ def main() -> None:
     ap.add_argument("--dataset", default="shapes")
     ap.add_argument("--image-size", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="rounds of the three sides (3: each side once in each position)")
     ap.add_argument("--device", default="auto")
     args = ap.parse_args()
 
@@ -111,12 +118,16 @@ def main() -> None:
     split = lodo_split(ds, ds.domains[-1], seed=0)
     cfg = RunConfig(model=args.model, dataset=args.dataset, image_size=args.image_size, rounds=args.rounds, device=device.type)
     run_engine(cfg, ds, split, device)  # warm-up: allocator, kernels, caches
-    engine, bare, with_io = [], [], []
+    sides = {"bare": lambda tmp: run_bare(cfg, ds, split, device),
+             "engine": lambda tmp: run_engine(cfg, ds, split, device),
+             "with_io": lambda tmp: run_engine(cfg, ds, split, device, Path(tmp))}
+    times: dict[str, list[float]] = {name: [] for name in sides}
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(args.repeats):  # alternate so drift in machine load hits all sides alike
-            bare.append(run_bare(cfg, ds, split, device))
-            engine.append(run_engine(cfg, ds, split, device))
-            with_io.append(run_engine(cfg, ds, split, device, Path(tmp)))
+        for r in range(args.repeats):  # interleaved, each repeat in a rotated order: drift and order hit all alike
+            names = list(sides)
+            for name in names[r % 3:] + names[:r % 3]:
+                times[name].append(sides[name](tmp))
+    bare, engine, with_io = times["bare"], times["engine"], times["with_io"]
     e, b, w = statistics.median(engine), statistics.median(bare), statistics.median(with_io)
     steps = sum(c.train_y.shape[0] // min(cfg.batch_size, c.train_y.shape[0]) for c in split.sources) * cfg.rounds * cfg.local_epochs
     print(f"device={device.type} model={args.model} dataset={args.dataset} image_size={args.image_size} "

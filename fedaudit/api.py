@@ -214,14 +214,15 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
         fed.setup()
 
     def after_round(fed: Federation, rnd: int) -> None:
-        save_progress(run_dir, fed)
+        save_progress(writer, fed)
         reporter.round_done(target, fed.history[-1])
         if on_round_end is not None:
             on_round_end(fed, rnd)
 
     reporter.start_target(target, cfg.rounds, fed.rounds_done)
     try:
-        fed.run(after_round)
+        with runs.ProgressWriter(run_dir) as writer:  # leaving it waits for the last round's files
+            fed.run(after_round)
     finally:
         reporter.end_target(target)
 
@@ -247,7 +248,8 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
     # The verdict is computed once, here, from the evidence just stored; the report renders it.
     metrics["verdict"] = judge(metrics, cfg.to_json(), RiskThresholds())
     metrics["verdict_thresholds"] = asdict(RiskThresholds())
-    save_progress(run_dir, fed)
+    runs.write_csv(run_dir / "history.csv", fed.history)  # as the last round left them (also when resumed
+    runs.write_jsonl(run_dir / "wire.jsonl", fed.wire.ledger_rows())  # after it); its checkpoint is on disk
     runs.write_json(run_dir / "metrics.json", metrics)
     runs.mark_complete(run_dir, RUN_FILES)
     runs.drop_checkpoint(run_dir)
@@ -298,11 +300,9 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     return run_dir, metrics
 
 
-def save_progress(run_dir: Path, fed: Federation) -> None:
-    """After each round: history, ledger, and a checkpoint to resume from."""
-    runs.write_csv(run_dir / "history.csv", fed.history)
-    runs.write_jsonl(run_dir / "wire.jsonl", fed.wire.ledger_rows())
-    runs.save_checkpoint(run_dir, *fed.checkpoint())
+def save_progress(writer: runs.ProgressWriter, fed: Federation) -> None:
+    """After each round: history, ledger, and a checkpoint to resume from, written off the training thread."""
+    writer.submit(fed.history, fed.wire.ledger_rows(), *fed.checkpoint())
 
 
 # -- for the sweep drivers: the plug-in rooms are looked up here, not in fedaudit.grid -----------------------

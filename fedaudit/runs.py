@@ -21,16 +21,22 @@ import contextlib
 import csv
 import io
 import json
+import logging
+import math
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
+import torch
 from torch import Tensor
 
 from fedaudit.errors import FedauditError
+
+log = logging.getLogger("fedaudit")
 
 SCHEMA_VERSION = 1
 COMPLETE = "COMPLETE"
@@ -61,8 +67,12 @@ def write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def json_text(obj: object) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
+
+
 def write_json(path: Path, obj: object) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    write_text(path, json_text(obj))
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -138,9 +148,9 @@ def mark_complete(run_dir: Path, required: list[str]) -> None:
 # -- checkpoints ------------------------------------------------------------------
 
 
-def save_checkpoint(run_dir: Path, tensors: dict[str, Tensor], state: dict) -> None:
-    """Tensors as safetensors, everything else as JSON; the JSON is written last
-    so a checkpoint is readable only once both halves are on disk."""
+def save_checkpoint(run_dir: Path, tensors: dict[str, Tensor], state: dict | str) -> None:
+    """Tensors as safetensors, everything else as JSON (``state``, or its JSON text); the JSON is written
+    last so a checkpoint is readable only once both halves are on disk."""
     from safetensors.torch import save_file
 
     ckpt = Path(run_dir) / CHECKPOINT
@@ -148,7 +158,103 @@ def save_checkpoint(run_dir: Path, tensors: dict[str, Tensor], state: dict) -> N
     flat = {k: t.detach().cpu().contiguous() for k, t in tensors.items()}
     with atomic_path(ckpt / "tensors.safetensors") as tmp:
         save_file(flat, str(tmp))
-    write_json(ckpt / "state.json", state)
+    if isinstance(state, str):
+        write_text(ckpt / "state.json", state)
+    else:
+        write_json(ckpt / "state.json", state)
+
+
+class HostSnapshot:
+    """Tensors copied to host memory in one batch, so training may go on changing them.
+
+    The tensors are grouped by (device, dtype); each group is flattened into one buffer and moved with
+    one copy — on CUDA a non-blocking copy into pinned memory, so the training thread enqueues it and
+    goes on. :meth:`tensors` (called on the writer thread) waits for the copies and returns every
+    tensor as its own contiguous CPU tensor, in its own shape.
+    """
+
+    def __init__(self, tensors: dict[str, Tensor]) -> None:
+        groups: dict[tuple[torch.device, torch.dtype], list[str]] = {}
+        for k, t in tensors.items():
+            groups.setdefault((t.device, t.dtype), []).append(k)
+        self._shapes = {k: tuple(t.shape) for k, t in tensors.items()}
+        self._groups: list[tuple[list[str], Tensor]] = []
+        self._event = None
+        for (device, dtype), keys in groups.items():
+            flat = torch.cat([tensors[k].detach().reshape(-1) for k in keys])  # a new buffer, in logical order
+            if device.type == "cuda":
+                host = torch.empty(flat.shape, dtype=dtype, pin_memory=True)
+                host.copy_(flat, non_blocking=True)
+                flat = host
+            self._groups.append((keys, flat))
+        if any(device.type == "cuda" for device, _ in groups):
+            self._event = torch.cuda.Event()
+            self._event.record()
+
+    def tensors(self) -> dict[str, Tensor]:
+        if self._event is not None:
+            self._event.synchronize()
+        out: dict[str, Tensor] = {}
+        for keys, flat in self._groups:
+            sizes = [math.prod(self._shapes[k]) for k in keys]
+            # Clones: safetensors refuses tensors that share one buffer.
+            out.update({k: part.view(self._shapes[k]).clone() for k, part in zip(keys, flat.split(sizes))})
+        return {k: out[k] for k in self._shapes}  # in the order given
+
+
+class ProgressWriter:
+    """A run's progress after each round — ``history.csv``, ``wire.jsonl`` and the checkpoint — written off
+    the training thread.
+
+    :meth:`submit` takes a :class:`HostSnapshot` of the round's tensors (one batched device-to-host copy)
+    and the round's rows as JSON text, hands them to one writer thread and returns. At most one round is
+    in flight: ``submit`` first waits for the previous round's files, so the disk is never more than one
+    round behind, and a failed write surfaces at the next ``submit`` or at :meth:`close`. Resume is as
+    before: every file is replaced atomically and ``state.json``, written last, names the round the
+    tensors hold. Use as a context manager: leaving it waits for the last round's files, also when
+    training failed (the rounds before the failure stay resumable).
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedaudit-progress")
+        self._pending: Future | None = None
+
+    def submit(self, history: list[dict], ledger: list[dict], tensors: dict[str, Tensor], state: dict) -> None:
+        self.wait()
+        snapshot = HostSnapshot(tensors)
+        # JSON text now: the engine goes on appending to the history and the timings these dicts hold.
+        state_text = json_text(state)
+        self._pending = self._pool.submit(self._write, list(history), ledger, snapshot, state_text)
+
+    def _write(self, history: list[dict], ledger: list[dict], snapshot: HostSnapshot, state_text: str) -> None:
+        write_csv(self.run_dir / "history.csv", history)
+        write_jsonl(self.run_dir / "wire.jsonl", ledger)
+        save_checkpoint(self.run_dir, snapshot.tensors(), state_text)
+
+    def wait(self) -> None:
+        """Block until the submitted round is on disk; raise its error, if writing it failed."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> ProgressWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # already failing: keep the rounds that were written, and say if the last write failed too
+            self.close()
+        except Exception as write_error:  # noqa: BLE001 - the first error is the one to raise
+            log.warning("could not write the progress of the last round (%s)", write_error)
 
 
 def load_checkpoint(run_dir: Path) -> tuple[dict[str, Tensor], dict] | None:

@@ -64,22 +64,45 @@ def _is_cuda(x: object) -> bool:
 class FakeCudaMode(FakeTensorMode):
     """FakeTensorMode for ops that touch CUDA (a fake tensor, or a "cuda" device argument); every other op
     runs for real. The choice is made for the ops the program issues, not for those the mode issues itself
-    while it fakes one (``_depth``)."""
+    while it fakes one (``_depth``).
+
+    A copy of a CUDA tensor into a real CPU tensor is a device-to-host transfer: it stops faking, or, with
+    ``count_host_copies``, is counted in :attr:`host_copies` (as ``(op, bytes)``) and leaves the CPU tensor as
+    it was. Pinned host memory needs the driver: it is ordinary memory here, and each request is counted
+    in :attr:`pinned`."""
 
     _depth = 0
+
+    def __init__(self, *, count_host_copies: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.count_host_copies = count_host_copies
+        self.host_copies: list[tuple[str, int]] = []
+        self.pinned = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self._depth == 0:
             if not any(_is_cuda(x) for x in pytree.tree_leaves((args, kwargs))):
+                if kwargs.get("pin_memory"):
+                    self.pinned += 1
+                    kwargs = {**kwargs, "pin_memory": False}
                 with _disable_current_modes():
                     return func(*args, **kwargs)
             schema = func._schema.arguments
             written = [a for a, spec in zip(args, schema) if spec.alias_info is not None and spec.alias_info.is_write]
             written += [kwargs[s.name] for s in schema if s.name in kwargs and s.alias_info is not None
                         and s.alias_info.is_write]
-            if any(isinstance(w, torch.Tensor) and not isinstance(w, FakeTensor) for w in written):
-                raise DataDependentOutputException(func)  # a CUDA value written into a real CPU tensor
+            if (self.count_host_copies and func is torch.ops.aten._to_copy.default and isinstance(args[0], FakeTensor)
+                    and torch.device(kwargs.get("device") or args[0].device).type == "cpu"):  # x.cpu()
+                self.host_copies.append((str(func), args[0].numel() * args[0].element_size()))
+                with _disable_current_modes():
+                    return torch.empty(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype)
+            real = [w for w in written if isinstance(w, torch.Tensor) and not isinstance(w, FakeTensor)]
+            if real:  # a CUDA value written into a real CPU tensor
+                if not self.count_host_copies:
+                    raise DataDependentOutputException(func)
+                self.host_copies.append((str(func), sum(w.numel() * w.element_size() for w in real)))
+                return real[0]
         self._depth += 1
         try:
             return super().__torch_dispatch__(func, types, args, kwargs)
@@ -87,9 +110,22 @@ class FakeCudaMode(FakeTensorMode):
             self._depth -= 1
 
 
+class _Event:
+    """``torch.cuda.Event`` without a driver: nothing to record, nothing to wait for."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def record(self, stream=None) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
 @contextlib.contextmanager
-def fake_cuda() -> Iterator[FakeTensorMode]:
-    mode = FakeCudaMode(allow_non_fake_inputs=True)
+def fake_cuda(count_host_copies: bool = False) -> Iterator[FakeCudaMode]:
+    mode = FakeCudaMode(allow_non_fake_inputs=True, count_host_copies=count_host_copies)
     swap = torch.utils.swap_tensors
 
     def swap_forgetting_memo(t1, t2):
@@ -103,6 +139,7 @@ def fake_cuda() -> Iterator[FakeTensorMode]:
         stack.enter_context(mock.patch("torch.cuda.synchronize", lambda *a, **k: None))
         stack.enter_context(mock.patch("torch.cuda.get_device_name", lambda *a, **k: "fake"))
         stack.enter_context(mock.patch("torch.Generator", _CpuGenerator))
+        stack.enter_context(mock.patch("torch.cuda.Event", _Event))
         stack.enter_context(mock.patch("torch.cuda.get_rng_state", lambda *a, **k: torch.get_rng_state()))
         stack.enter_context(mock.patch("torch.cuda.set_rng_state", lambda *a, **k: None))
         stack.enter_context(mock.patch("torch.utils.swap_tensors", swap_forgetting_memo))

@@ -1,0 +1,69 @@
+"""A run's per-round progress: one batched host snapshot of the round's tensors, written off the training
+thread, with the resume semantics of a synchronous write (issue 38, point 4)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedaudit import runs
+from fedaudit.aggregation import model_state
+from fedaudit.models import build_model
+from fedaudit.runs import HostSnapshot, ProgressWriter
+from tests.fake_cuda import CUDA, fake_cuda
+
+
+def _state() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return model_state(build_model("cnn", 10, 16).to(memory_format=torch.channels_last))
+
+
+def test_a_snapshot_holds_the_tensors_as_they_were_contiguous_and_apart():
+    state = _state()
+    assert not all(t.is_contiguous() for t in state.values())
+    before = {k: t.clone() for k, t in state.items()}
+    snap = HostSnapshot(state)
+    for t in state.values():  # training goes on changing the live tensors in place
+        t.add_(1) if t.is_floating_point() else t.add_(7)
+    got = snap.tensors()
+    assert list(got) == list(before)
+    for k, t in got.items():
+        assert t.dtype == before[k].dtype and t.shape == before[k].shape and t.is_contiguous()
+        assert torch.equal(t, before[k]), k
+    pointers = {t.untyped_storage().data_ptr() for t in got.values()}
+    assert len(pointers) == len(got)  # one storage each: safetensors refuses shared ones
+
+
+def test_a_cuda_snapshot_is_one_pinned_device_to_host_copy_per_dtype():
+    """The checkpoint used to copy every tensor to the host one at a time: a synchronisation each."""
+    torch.manual_seed(0)
+    model = build_model("resnet18", 10, 32)
+    with fake_cuda(count_host_copies=True) as mode:
+        state = model_state(model.to(CUDA, memory_format=torch.channels_last))
+        HostSnapshot(state)
+    dtypes = {t.dtype for t in state.values()}
+    assert len(state) > 100 and len(mode.host_copies) == len(dtypes) == mode.pinned
+    assert sum(b for _, b in mode.host_copies) == sum(t.numel() * t.element_size() for t in state.values())
+
+
+def test_progress_is_on_disk_when_the_writer_is_left_and_each_round_replaces_the_last(tmp_path):
+    state = _state()
+    with ProgressWriter(tmp_path) as writer:
+        for rnd in (1, 2):
+            writer.submit([{"round": r} for r in range(1, rnd + 1)], [{"round": rnd}], state, {"rounds_done": rnd})
+    tensors, saved = runs.load_checkpoint(tmp_path)
+    assert saved == {"rounds_done": 2} and set(tensors) == set(state)
+    assert (tmp_path / "history.csv").read_text().splitlines() == ["round", "1", "2"]
+    assert (tmp_path / "wire.jsonl").read_text() == '{"round": 2}\n'
+
+
+def test_a_failed_write_is_raised_not_lost(tmp_path):
+    blocked = tmp_path / "run"
+    blocked.write_text("a file where the run directory should be")
+    writer = ProgressWriter(blocked)
+    writer.submit([], [], _state(), {"rounds_done": 1})
+    with pytest.raises(OSError):
+        writer.submit([], [], _state(), {"rounds_done": 2})  # the previous round's error surfaces here
+    writer.submit([], [], _state(), {"rounds_done": 3})
+    with pytest.raises(OSError):
+        writer.close()
