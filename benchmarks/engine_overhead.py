@@ -34,6 +34,7 @@ from fedaudit.runs import ProgressWriter
 from fedaudit.seeds import derive_seed
 from fedaudit.methods.fedavg import FedAvg
 from fedaudit.models import build_model
+from fedaudit.numerics import numerics
 from fedaudit.training import Preprocess
 from fedaudit.wire import Wire
 
@@ -109,7 +110,8 @@ def main() -> None:
     ap.add_argument("--dataset", default="shapes")
     ap.add_argument("--image-size", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=3, help="rounds of the three sides (3: each side once in each position)")
+    ap.add_argument("--repeats", type=int, default=6, help="rounds of the three sides (a multiple of 3: each side as "
+                    "often in each position)")
     ap.add_argument("--device", default="auto")
     args = ap.parse_args()
 
@@ -127,16 +129,29 @@ def main() -> None:
             names = list(sides)
             for name in names[r % 3:] + names[:r % 3]:
                 times[name].append(sides[name](tmp))
-    bare, engine, with_io = times["bare"], times["engine"], times["with_io"]
-    e, b, w = statistics.median(engine), statistics.median(bare), statistics.median(with_io)
     steps = sum(c.train_y.shape[0] // min(cfg.batch_size, c.train_y.shape[0]) for c in split.sources) * cfg.rounds * cfg.local_epochs
-    print(f"device={device.type} model={args.model} dataset={args.dataset} image_size={args.image_size} "
-          f"clients={len(split.sources)} rounds={cfg.rounds} sgd_steps={steps} repeats={args.repeats} threads={torch.get_num_threads()}")
-    print(f"bare loop                     : median {b:.3f} s  ({', '.join(f'{t:.2f}' for t in bare)})")
-    print(f"engine                        : median {e:.3f} s  ({', '.join(f'{t:.2f}' for t in engine)})")
-    print(f"engine + run-directory writes : median {w:.3f} s  ({', '.join(f'{t:.2f}' for t in with_io)})")
-    print(f"ratio engine/bare = {e / b:.3f}")
-    print(f"ratio (engine + checkpoints)/bare = {w / b:.3f}")
+    print(f"device={device.type} ({device_name(device)}) model={args.model} dataset={args.dataset} "
+          f"image_size={args.image_size} clients={len(split.sources)} rounds={cfg.rounds} sgd_steps={steps} "
+          f"repeats={args.repeats} threads={torch.get_num_threads()} torch={torch.__version__}")
+    print(f"numerics: {numerics(device)}")
+    labels = {"bare": "bare loop", "engine": "engine", "with_io": "engine + run-directory writes"}
+    for name, label in labels.items():
+        t = times[name]
+        print(f"{label:30s}: min {min(t):.3f} s  median {statistics.median(t):.3f} s  ({', '.join(f'{x:.2f}' for x in t)})")
+    # Ratios within each repeat (its three runs are back to back, so a shared machine's drift in speed
+    # cancels), then their median over the repeats.
+    def paired(side: str, base: str) -> float:
+        return statistics.median(t / b for t, b in zip(times[side], times[base]))
+
+    print(f"ratio engine/bare = {paired('engine', 'bare'):.3f}")
+    print(f"ratio (engine + run-directory writes)/bare = {paired('with_io', 'bare'):.3f}")
+    print(f"ratio (engine + run-directory writes)/engine = {paired('with_io', 'engine'):.3f}  (the writes alone)")
+    print("(each: the median over repeats of the ratio within a repeat)")
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
 
 if __name__ == "__main__":
     main()

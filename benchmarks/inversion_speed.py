@@ -29,6 +29,7 @@ from torch import nn
 from fedaudit.attacks.deepinversion.engine import InversionSettings, InversionTarget, invert
 from fedaudit.attacks.image_optim import image_priors, warmup_cosine
 from fedaudit.models import build_model
+from fedaudit.numerics import numerics
 from fedaudit.stats import bn_modules
 
 NUM_CLASSES = 10
@@ -117,6 +118,7 @@ def main() -> None:
     print(f"reference (fp32, one victim per batch): {work / ref_s:10.1f} image-iterations/s")
     print(f"engine ({'bf16' if bf16 else 'fp32'}, victims batched):     {work / eng_s:10.1f} image-iterations/s")
     print(f"ratio engine/reference: {ref_s / eng_s:.2f}x")
+    print(f"numerics: {numerics(device)}")
 
 
 if __name__ == "__main__":

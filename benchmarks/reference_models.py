@@ -29,6 +29,7 @@ import torch
 from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
 from fedaudit.data import load_dataset
 from fedaudit.models import build_model
+from fedaudit.numerics import numerics
 from fedaudit.recipes import SGDRecipe
 from fedaudit.training import Preprocess
 
@@ -88,6 +89,7 @@ def main() -> None:
     print(f"vmap       : {60 * args.models / v:8.1f} models/min  (median {v:.2f} s)")
     print(f"ratio vmap/sequential speed: {s / v:.2f}x")
     print(f"max |logit difference| between the paths: {(seq.logits - fast.logits).abs().max().item():.2e}")
+    print(f"numerics: {numerics(device)}  (TF32 convolutions make fp32 paths differ more)")
 
 
 if __name__ == "__main__":

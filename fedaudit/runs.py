@@ -197,9 +197,17 @@ class HostSnapshot:
         out: dict[str, Tensor] = {}
         for keys, flat in self._groups:
             sizes = [math.prod(self._shapes[k]) for k in keys]
-            # Clones: safetensors refuses tensors that share one buffer.
-            out.update({k: part.view(self._shapes[k]).clone() for k, part in zip(keys, flat.split(sizes))})
+            # Copies (safetensors refuses tensors that share one buffer) made by numpy: a torch op on this
+            # thread would start a second OpenMP team whose spinning threads slow the training thread's.
+            out.update({k: _host_copy(part, self._shapes[k]) for k, part in zip(keys, flat.split(sizes))})
         return {k: out[k] for k in self._shapes}  # in the order given
+
+
+def _host_copy(part: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """A CPU tensor of its own holding ``part`` in ``shape``, copied as bytes (numpy has no bfloat16)."""
+    if part.numel() == 0:
+        return torch.empty(shape, dtype=part.dtype)
+    return torch.from_numpy(part.view(torch.uint8).numpy().copy()).view(part.dtype).view(shape)
 
 
 class ProgressWriter:

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedaudit.data.stream import indexed
 from fedaudit.errors import FedauditError
 
 
@@ -115,13 +116,13 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Ite
     device = images.device
     total = torch.zeros((), device=device)
     steps = 0
-    for idx in batches:
+    for idx, batch in indexed(images, batches):  # images streamed from disk: the next batch is read meanwhile
         if idx.numel() == 0:  # DP-SGD's Poisson sampling can draw an empty batch: a noise-only step
             optimizer.zero_grad(set_to_none=True)
             optimizer.step()
             steps += 1
             continue
-        x = preprocess(images[idx], generator)
+        x = preprocess(batch, generator)
         y = labels[idx]
         with autocast(device, precision):
             loss = loss_fn(model, x, y)
@@ -144,8 +145,10 @@ def forward_chunks(forward: Callable[[Tensor], Tensor], images: Tensor, preproce
     """The one evaluation loop: ``forward`` on ``images`` in chunks, each preprocessed (then
     ``transform``-ed, e.g. flipped) and run under the precision's autocast; yields (start, outputs).
     The caller holds no_grad and the model's eval mode."""
-    for start in range(0, images.shape[0], batch_size):
-        x = preprocess(images[start:start + batch_size])
+    chunks = (slice(start, start + batch_size) for start in range(0, images.shape[0], batch_size))
+    for part, batch in indexed(images, chunks):
+        start = part.start
+        x = preprocess(batch)
         if transform is not None:
             x = transform(x)
         with autocast(images.device, precision):

@@ -68,8 +68,8 @@ class FakeCudaMode(FakeTensorMode):
 
     A copy of a CUDA tensor into a real CPU tensor is a device-to-host transfer: it stops faking, or, with
     ``count_host_copies``, is counted in :attr:`host_copies` (as ``(op, bytes)``) and leaves the CPU tensor as
-    it was. Pinned host memory needs the driver: it is ordinary memory here, and each request is counted
-    in :attr:`pinned`."""
+    it was. Pinned host memory needs the driver: it is ordinary memory here, and each request
+    (``torch.empty(..., pin_memory=True)``, ``x.pin_memory()`` on any thread) is counted in :attr:`pinned`."""
 
     _depth = 0
 
@@ -140,6 +140,12 @@ def fake_cuda(count_host_copies: bool = False) -> Iterator[FakeCudaMode]:
         stack.enter_context(mock.patch("torch.cuda.get_device_name", lambda *a, **k: "fake"))
         stack.enter_context(mock.patch("torch.Generator", _CpuGenerator))
         stack.enter_context(mock.patch("torch.cuda.Event", _Event))
+
+        def pin_memory(tensor, *args, **kwargs):  # patched on the class: worker threads pin too (modes are per thread)
+            mode.pinned += 1
+            return tensor
+
+        stack.enter_context(mock.patch.object(torch.Tensor, "pin_memory", pin_memory))
         stack.enter_context(mock.patch("torch.cuda.get_rng_state", lambda *a, **k: torch.get_rng_state()))
         stack.enter_context(mock.patch("torch.cuda.set_rng_state", lambda *a, **k: None))
         stack.enter_context(mock.patch("torch.utils.swap_tensors", swap_forgetting_memo))

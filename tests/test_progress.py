@@ -34,6 +34,13 @@ def test_a_snapshot_holds_the_tensors_as_they_were_contiguous_and_apart():
     assert len(pointers) == len(got)  # one storage each: safetensors refuses shared ones
 
 
+def test_a_snapshot_keeps_every_dtype_and_shape():
+    odd = {"bf16": torch.arange(5, dtype=torch.bfloat16), "flag": torch.tensor([True, False]), "count": torch.tensor(3),
+           "none": torch.zeros(0, 3), "half": torch.ones(2, 2, dtype=torch.float16)}
+    got = HostSnapshot(odd).tensors()
+    assert all(got[k].dtype == t.dtype and torch.equal(got[k], t) for k, t in odd.items())
+
+
 def test_a_cuda_snapshot_is_one_pinned_device_to_host_copy_per_dtype():
     """The checkpoint used to copy every tensor to the host one at a time: a synchronisation each."""
     torch.manual_seed(0)

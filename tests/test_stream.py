@@ -112,3 +112,22 @@ def test_streamed_peak_memory_does_not_grow_with_the_dataset(tmp_path):
           f"(decoded difference {decoded_difference:.0f} MiB)")
     assert grown_in_memory > 0.6 * decoded_difference, (grown_in_memory, decoded_difference)
     assert grown_streamed < 0.25 * decoded_difference, (grown_streamed, grown_in_memory)
+
+
+def test_batches_are_read_ahead_and_reach_a_cuda_device_through_pinned_memory(tmp_path):
+    from fedaudit.data.stream import indexed
+    from tests.fake_cuda import CUDA, fake_cuda
+
+    write_folder(tmp_path / "data", ["a", "b"], per_class=6)
+    stream = load_dataset(f"folder:{tmp_path / 'data'}", image_size=16, cache_mb=0.001)
+    memory = load_dataset(f"folder:{tmp_path / 'data'}", image_size=16)
+    batches = [torch.tensor([5, 0, 3]), torch.tensor([], dtype=torch.long), slice(2, 9), torch.tensor([[1, 2], [3, 4]])]
+    got = list(indexed(stream.images["b"], batches))
+    assert [i for i, _ in got] == batches
+    for (idx, x), want in zip(got, batches):
+        assert torch.equal(x, memory.images["b"][want])
+    with fake_cuda() as mode:
+        on_gpu = list(indexed(stream.images["b"].to(CUDA), batches))
+    assert [x.device.type for _, x in on_gpu] == ["cuda"] * 4 and [tuple(x.shape) for _, x in on_gpu] == [
+        tuple(x.shape) for _, x in got]
+    assert mode.pinned == 4  # each batch decoded into pinned memory, then copied without blocking

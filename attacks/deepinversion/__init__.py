@@ -64,6 +64,7 @@ from fedaudit.aggregation import load_state_
 from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput
 from fedaudit.attacks.budget import INVERSION_BUDGET
 from fedaudit.attacks.deepinversion.engine import (
+    VICTIM_BATCHING,
     AmplitudeProbe,
     InversionSettings,
     InversionTarget,
@@ -102,6 +103,9 @@ class DeepInversion(Attack):
                                       low=0.0, high=1e6),
         "inversion_l2_weight": Option(InversionSettings.l2_weight, "Weight of the image L2 prior.", kind=float,
                                       low=0.0, high=1e6),
+        "inversion_victims": Option(InversionSettings.victims, "How the victims' inversions are batched: vmap "
+                                    "(stacked, one launch per layer for all), loop (one after the other), or auto "
+                                    "(vmap on CUDA, loop on a CPU).", choices=VICTIM_BATCHING),
     }
 
     @classmethod
@@ -118,6 +122,7 @@ class DeepInversion(Attack):
             l2_weight=o["inversion_l2_weight"],
             flip=prior.hflip,
             precision=cfg.precision,
+            victims=o["inversion_victims"],
             seed=cfg.seed,
         ))
 
@@ -153,7 +158,8 @@ class DeepInversion(Attack):
         result = invert(fresh, [*targets, *controls, *priors], prior.num_classes, prior.image_size, self.settings, lo, hi,
                         device)
         for i, job in enumerate(jobs):
-            info = {**job.info, "ce": job.use_ce, "losses": result.losses[targets[i].name], "seconds_shared": result.seconds}
+            info = {**job.info, "ce": job.use_ce, "losses": result.losses[targets[i].name], "seconds_shared": result.seconds,
+                    "victims_batched": result.batching}
             nulls = {}
             if controls:
                 info.update(control_losses=result.losses[controls[i].name], prior_only_losses=result.losses[priors[i].name])

@@ -260,7 +260,8 @@ class InversionTarget:
 @dataclass
 class InversionResult:
     """``images`` [V, n, C, H, W] in normalised input space; ``labels`` [n];
-    ``losses`` per victim and term at the last step; ``history`` [steps, V, terms]."""
+    ``losses`` per victim and term at the last step; ``history`` [steps, V, terms]; ``batching``: how the
+    victims ran, "vmap" or "loop" (``auto`` resolved)."""
 
     images: Tensor
     labels: Tensor
@@ -268,6 +269,7 @@ class InversionResult:
     losses: dict[str, dict[str, float]]
     history: Tensor
     seconds: float = 0.0
+    batching: str = "loop"
 
 
 def target_labels(num_classes: int, per_class: int, device: torch.device) -> Tensor:
@@ -385,6 +387,7 @@ def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     losses = {t.name: {name: float(final[i, j]) for j, name in enumerate(terms)} for i, t in enumerate(targets)}
-    return InversionResult(x.detach(), y, terms, losses, history, time.perf_counter() - t0)
+    return InversionResult(x.detach(), y, terms, losses, history, time.perf_counter() - t0,
+                           "vmap" if use_vmap else "loop")
 
 

@@ -150,10 +150,11 @@ def power_records(fed: Federation, victim: str, per_class: int, seed: int) -> Te
     x, y = client.data.members()
     g = torch.Generator().manual_seed(derive_seed(seed, CHALLENGE_STREAM, 5, stable_int(victim)) % 2**63)
     order = torch.randperm(y.shape[0], generator=g)
+    labels = y.tolist()  # one host read, not one per record
     taken: dict[int, int] = {}
     picked = []
     for i in order.tolist():
-        label = int(y[i])
+        label = labels[i]
         if taken.get(label, 0) < per_class:
             taken[label] = taken.get(label, 0) + 1
             picked.append(i)

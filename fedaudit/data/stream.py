@@ -17,7 +17,7 @@ import operator
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -164,13 +164,41 @@ class DiskImages:
                                                            and idx.dtype != torch.bool):
             (i,) = self.positions(idx)  # one record: [C, S, S], as a tensor's x[i]
             return self.cache.get_many([self.files[i]])[0].to(self.device)
-        files = [self.files[i] for i in self.positions(idx)]
-        if not files:
-            return torch.empty((0, *self.shape[1:]), dtype=torch.uint8, device=self.device)
-        out = torch.stack(self.cache.get_many(files)).to(self.device)
+        out = self._decode([self.files[i] for i in self.positions(idx)]).to(self.device)
         if isinstance(idx, Tensor) and idx.dtype != torch.bool and idx.ndim > 1:  # x[idx] takes idx's shape
             out = out.reshape(*idx.shape, *self.shape[1:])
         return out
+
+    def prefetched(self, batches: Iterable[Any]) -> Iterator[tuple[Any, Tensor]]:
+        """``(idx, self[idx])`` for each ``idx`` of ``batches``, the next batch read ahead: while the caller
+        trains on one batch, a worker thread decodes the next (through the cache) into pinned memory on
+        CUDA, and it goes to the device without blocking. Which records are read is settled on the calling
+        thread (an index tensor on the GPU is read there, once per batch, as ``self[idx]`` reads it)."""
+        pinned = self.device.type == "cuda"
+
+        def decode(positions: list[int]) -> Tensor:
+            images = self._decode([self.files[i] for i in positions])
+            return images.pin_memory() if pinned else images
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedaudit-prefetch") as pool:
+            upcoming = iter(batches)
+            idx = next(upcoming, None)
+            pending = pool.submit(decode, self.positions(idx)) if idx is not None else None
+            while pending is not None:
+                current, host = idx, pending.result()
+                idx = next(upcoming, None)
+                pending = pool.submit(decode, self.positions(idx)) if idx is not None else None
+                out = host.to(self.device, non_blocking=pinned)
+                if isinstance(current, Tensor) and current.dtype != torch.bool and current.ndim > 1:
+                    out = out.reshape(*current.shape, *self.shape[1:])
+                yield current, out
+
+    def _decode(self, files: list[Path]) -> Tensor:
+        """``files`` decoded (through the cache) into one CPU tensor."""
+        if not files:
+            return torch.empty((0, *self.shape[1:]), dtype=torch.uint8)
+        # numpy's stack: on the prefetch thread a torch op would start a second OpenMP team beside training's
+        return torch.from_numpy(np.stack([x.numpy() for x in self.cache.get_many(files)]))
 
     def chunks(self, size: int = CHUNK) -> Iterator[Tensor]:
         for start in range(0, len(self.files), size):
@@ -222,9 +250,19 @@ def _materialised(values: Sequence[Any]) -> list[Any]:
     return out
 
 
+def indexed(images: Tensor | DiskImages, batches: Iterable[Any]) -> Iterator[tuple[Any, Tensor]]:
+    """``(idx, images[idx])`` for each ``idx`` of ``batches``; images streamed from disk read the next
+    batch ahead (:meth:`DiskImages.prefetched`)."""
+    if isinstance(images, DiskImages):
+        yield from images.prefetched(batches)
+    else:
+        for idx in batches:
+            yield idx, images[idx]
+
+
 def take(x: Tensor | DiskImages, idx: Tensor) -> Tensor | DiskImages:
     """``x[idx]`` that keeps streamed images on disk."""
     return x.take(idx) if isinstance(x, DiskImages) else x[idx]
 
 
-__all__ = ["DecodeCache", "DiskImages", "take"]
+__all__ = ["DecodeCache", "DiskImages", "indexed", "take"]

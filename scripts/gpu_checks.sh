@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The GPU checks (issue 38; the GPU checklist of the developers' brief) as one prepared script, for a session
+# lent a device. On the device (Python with torch, torchvision, scikit-learn, typer, rich, jinja2, matplotlib,
+# safetensors; opacus and lpips carried as wheels) from the repository root:
+#
+#     bash scripts/gpu_checks.sh card      # the card's command, cnn and resnet18 (paper profile, 3 rounds)
+#     bash scripts/gpu_checks.sh methods   # --attack all for every method on digits (2 rounds each)
+#     bash scripts/gpu_checks.sh bench     # the three benchmarks, ResNet-18 (the issue's point 5 targets)
+#     bash scripts/gpu_checks.sh audit REC # fedaudit audit of a recording REC on the GPU
+#
+# A recording for `audit` is made here on the CPU (Flower is not on the device) and carried:
+#     python examples/flower_digits/run.py --rounds 2 --local-epochs 1 --out gpu-recording
+# Each command's exit status, seconds and command line go to $OUT/summary.md (OUT: the device tool's folder,
+# else ./gpu-checks), its output to $OUT/<name>.log, and every run directory's metrics.json to $OUT/runs/.
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH=.
+out=${OUT:-gpu-checks}
+mkdir -p "$out/runs"
+summary="$out/summary.md"
+[ -f "$summary" ] || printf '| check | exit | seconds | command |\n|---|---|---|---|\n' > "$summary"
+python3 -c 'import torch; print("device:", torch.cuda.get_device_name(0), "torch", torch.__version__, "cuda",
+torch.version.cuda, "cudnn", torch.backends.cudnn.version())' | tee -a "$out/device.txt"
+
+check() {  # check NAME LIMIT_SECONDS COMMAND...
+    local name=$1 limit=$2 start rc secs
+    shift 2
+    start=$(date +%s.%N)
+    timeout "$limit" "$@" > "$out/$name.log" 2>&1
+    rc=$?
+    secs=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$start" "$(date +%s.%N)")
+    printf '| %s | %s | %s | `%s` |\n' "$name" "$rc" "$secs" "$*" >> "$summary"
+    tail -n 3 "$out/$name.log"
+}
+
+evaluate() {  # evaluate NAME LIMIT OPTIONS...: fedaudit evaluate into $out/runs/NAME
+    local name=$1 limit=$2
+    shift 2
+    check "$name" "$limit" python3 -m fedaudit.cli evaluate --device cuda --out "$out/runs/$name" "$@"
+}
+
+case "${1:-card}" in
+    card)
+        evaluate card-cnn 300 --method gperxan --attack deepinversion
+        evaluate card-resnet18 300 --method gperxan --attack deepinversion --profile paper --model resnet18 --rounds 3
+        evaluate card-cnn-loop 300 --method gperxan --attack deepinversion --rounds 3 --inversion-victims loop
+        evaluate card-cnn-bf16 300 --method gperxan --attack deepinversion --rounds 3 --precision bf16
+        ;;
+    methods)
+        for method in fedavg fedprox fedsb fedgala gperxan fedfd fedfd_a fedlsi feddg_ga elcfs ccst; do
+            evaluate "all-$method" 240 --method "$method" --dataset digits --attack all --rounds 2
+        done
+        ;;
+    bench)
+        check engine-overhead 300 python3 benchmarks/engine_overhead.py --device cuda --model resnet18
+        check inversion-speed 300 python3 benchmarks/inversion_speed.py --device cuda --model resnet18 --batch 256
+        check reference-models 300 python3 benchmarks/reference_models.py --device cuda --models 64
+        ;;
+    audit)
+        check audit 300 python3 -m fedaudit.cli audit "${2:?give the recording directory}" --device cuda \
+            --out "$out/runs/audit"
+        ;;
+    *)
+        echo "usage: bash scripts/gpu_checks.sh card|methods|bench|audit REC" >&2
+        exit 2
+        ;;
+esac
+find "$out/runs" -name metrics.json -newer "$out/device.txt" -printf '%p\n' | head -50
+cat "$summary"
