@@ -460,3 +460,17 @@ def test_audit_without_the_auditors_data_runs_the_attacks_unscored(example_recor
     (rec_dir / "manifest.json").write_text(json.dumps(manifest))
     result = CliRunner().invoke(app, ["audit", str(rec_dir), "--out", str(tmp_path / "cli")])
     assert result.exit_code == 2 and "prior std must be three numbers" in result.output
+
+
+def test_an_audit_runs_its_cuda_path(example_recording, tmp_path, monkeypatch):
+    """``fedaudit audit REC --device cuda``: the recording's tensors load onto the device, the model takes
+    channels_last and the deployed model is scored there — up to where faking stops (tests/fake_cuda.py):
+    the score's one read on the host, the count of correct predictions."""
+    from fedaudit import api
+    from tests.fake_cuda import CUDA, run_faked
+
+    monkeypatch.setattr(api, "resolve_device", lambda name: CUDA)
+    where = run_faked(lambda: api.audit_recording(example_recording, attack="mia-loss", out=str(tmp_path / "runs"),
+                                                  device="cuda"))
+    assert where == "read training.py:accuracy"
+    assert not list((tmp_path / "runs").glob("*"))  # stopped before the end: no run directory left behind
