@@ -12,7 +12,7 @@ one batched device-to-host copy per round, written off the training thread;
 timed until the last round's files are on disk).
 
     python benchmarks/engine_overhead.py                   # cnn on CPU
-    python benchmarks/engine_overhead.py --device cuda --model resnet18
+    python benchmarks/engine_overhead.py --device cuda --model resnet18 --deterministic
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -34,7 +35,7 @@ from fedaudit.runs import ProgressWriter
 from fedaudit.seeds import derive_seed
 from fedaudit.methods.fedavg import FedAvg
 from fedaudit.models import build_model
-from fedaudit.numerics import numerics
+from fedaudit.numerics import numerics, run_numerics
 from fedaudit.training import Preprocess
 from fedaudit.wire import Wire
 
@@ -58,6 +59,12 @@ def run_engine(cfg: RunConfig, ds, split, device, run_dir: Path | None = None) -
             fed.run(lambda f, rnd: save_progress(writer, f))
     sync(device)
     return time.perf_counter() - t0
+
+
+def run_deterministic(cfg: RunConfig, ds, split, device) -> float:
+    """The engine under ``--deterministic``'s settings (fedaudit.numerics)."""
+    with run_numerics(True):
+        return run_engine(replace(cfg, deterministic=True), ds, split, device)
 
 
 def run_bare(cfg: RunConfig, ds, split, device) -> float:
@@ -110,9 +117,10 @@ def main() -> None:
     ap.add_argument("--dataset", default="shapes")
     ap.add_argument("--image-size", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=6, help="rounds of the three sides (a multiple of 3: each side as "
-                    "often in each position)")
+    ap.add_argument("--repeats", type=int, default=6, help="rounds of the sides (a multiple of their number: each side "
+                    "as often in each position)")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--deterministic", action="store_true", help="also time the engine under --deterministic")
     args = ap.parse_args()
 
     device = resolve_device(args.device)
@@ -123,19 +131,24 @@ def main() -> None:
     sides = {"bare": lambda tmp: run_bare(cfg, ds, split, device),
              "engine": lambda tmp: run_engine(cfg, ds, split, device),
              "with_io": lambda tmp: run_engine(cfg, ds, split, device, Path(tmp))}
+    if args.deterministic:
+        sides["deterministic"] = lambda tmp: run_deterministic(cfg, ds, split, device)
     times: dict[str, list[float]] = {name: [] for name in sides}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):  # interleaved, each repeat in a rotated order: drift and order hit all alike
             names = list(sides)
-            for name in names[r % 3:] + names[:r % 3]:
+            for name in names[r % len(names):] + names[:r % len(names)]:
                 times[name].append(sides[name](tmp))
     steps = sum(c.train_y.shape[0] // min(cfg.batch_size, c.train_y.shape[0]) for c in split.sources) * cfg.rounds * cfg.local_epochs
     print(f"device={device.type} ({device_name(device)}) model={args.model} dataset={args.dataset} "
           f"image_size={args.image_size} clients={len(split.sources)} rounds={cfg.rounds} sgd_steps={steps} "
           f"repeats={args.repeats} threads={torch.get_num_threads()} torch={torch.__version__}")
     print(f"numerics: {numerics(device)}")
-    labels = {"bare": "bare loop", "engine": "engine", "with_io": "engine + run-directory writes"}
+    labels = {"bare": "bare loop", "engine": "engine", "with_io": "engine + run-directory writes",
+              "deterministic": "engine, --deterministic"}
     for name, label in labels.items():
+        if name not in times:
+            continue
         t = times[name]
         print(f"{label:30s}: min {min(t):.3f} s  median {statistics.median(t):.3f} s  ({', '.join(f'{x:.2f}' for x in t)})")
     # Ratios within each repeat (its three runs are back to back, so a shared machine's drift in speed
@@ -146,6 +159,8 @@ def main() -> None:
     print(f"ratio engine/bare = {paired('engine', 'bare'):.3f}")
     print(f"ratio (engine + run-directory writes)/bare = {paired('with_io', 'bare'):.3f}")
     print(f"ratio (engine + run-directory writes)/engine = {paired('with_io', 'engine'):.3f}  (the writes alone)")
+    if args.deterministic:
+        print(f"ratio (engine, --deterministic)/engine = {paired('deterministic', 'engine'):.3f}  (its cost)")
     print("(each: the median over repeats of the ratio within a repeat)")
 
 

@@ -9,13 +9,13 @@ accumulated on the device and read once per round.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedaudit.data.stream import indexed
 from fedaudit.errors import FedauditError
 
 
@@ -86,6 +86,18 @@ def index_batches(n: int, batch_size: int, generator: torch.Generator, device: t
         passes += 1
         if epochs is not None and passes >= epochs:
             return
+
+
+def indexed(images: Tensor, batches: Iterable[Any]) -> Iterator[tuple[Any, Tensor]]:
+    """``(idx, images[idx])`` for each ``idx`` of ``batches``. Images that read ahead — a folder streamed
+    from disk (:meth:`fedaudit.data.stream.DiskImages.prefetched`) — decode the next batch meanwhile.
+    (Found by duck typing: the training mechanics do not import the data room.)"""
+    read_ahead = getattr(images, "prefetched", None)
+    if read_ahead is not None:
+        yield from read_ahead(batches)
+    else:
+        for idx in batches:
+            yield idx, images[idx]
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:

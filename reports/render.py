@@ -814,6 +814,8 @@ def provenance_table(units: Sequence[Unit]) -> Table:
                ("seed", _text(p.get("seed"))), ("metrics schema version", _text(u.metrics.get("schema_version")))]
         dev = p.get("device") or {}
         out.append(("device", f"{dev.get('type', '?')} · {dev.get('name', '?')} · {dev.get('threads', '?')} threads"))
+        for k, v in (p.get("numerics") or {}).items():  # what the numbers depend on beyond the config (docs/gpu.md)
+            out.append((f"numerics: {k}", _text(", ".join(map(str, v)) or "none" if isinstance(v, list) else v)))
         recording = p.get("recording")
         if recording:  # `fedaudit audit`: nothing was trained here; the wire is a recorded federation's
             framework = recording.get("framework") or {}

@@ -52,7 +52,7 @@ case "${1:-card}" in
         done
         ;;
     bench)
-        check engine-overhead 300 python3 benchmarks/engine_overhead.py --device cuda --model resnet18
+        check engine-overhead 400 python3 benchmarks/engine_overhead.py --device cuda --model resnet18 --deterministic --repeats 4
         check inversion-speed 300 python3 benchmarks/inversion_speed.py --device cuda --model resnet18 --batch 256
         check reference-models 300 python3 benchmarks/reference_models.py --device cuda --models 64
         ;;

@@ -91,6 +91,7 @@ def test_evaluate_writes_a_report_with_every_section_in_order(run_dir):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert f"{metrics['accuracy']['unseen_domain']:.3f}" in page.text["side-by-side"]
     assert metrics["provenance"]["config_hash"] in page.text["provenance"]
+    assert "numerics: deterministic_algorithms" in page.text["provenance"]  # what the numbers depend on
     assert "round 1" in page.text["wire"] and "full_model" in page.text["wire"]
 
 

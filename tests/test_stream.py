@@ -115,7 +115,7 @@ def test_streamed_peak_memory_does_not_grow_with_the_dataset(tmp_path):
 
 
 def test_batches_are_read_ahead_and_reach_a_cuda_device_through_pinned_memory(tmp_path):
-    from fedaudit.data.stream import indexed
+    from fedaudit.training import indexed
     from tests.fake_cuda import CUDA, fake_cuda
 
     write_folder(tmp_path / "data", ["a", "b"], per_class=6)

@@ -250,19 +250,10 @@ def _materialised(values: Sequence[Any]) -> list[Any]:
     return out
 
 
-def indexed(images: Tensor | DiskImages, batches: Iterable[Any]) -> Iterator[tuple[Any, Tensor]]:
-    """``(idx, images[idx])`` for each ``idx`` of ``batches``; images streamed from disk read the next
-    batch ahead (:meth:`DiskImages.prefetched`)."""
-    if isinstance(images, DiskImages):
-        yield from images.prefetched(batches)
-    else:
-        for idx in batches:
-            yield idx, images[idx]
-
 
 def take(x: Tensor | DiskImages, idx: Tensor) -> Tensor | DiskImages:
     """``x[idx]`` that keeps streamed images on disk."""
     return x.take(idx) if isinstance(x, DiskImages) else x[idx]
 
 
-__all__ = ["DecodeCache", "DiskImages", "indexed", "take"]
+__all__ = ["DecodeCache", "DiskImages", "take"]
