@@ -171,11 +171,11 @@ class Wire:
     def _persist(self, artifact: Artifact, index: int) -> None:
         from safetensors.torch import save_file
 
-        from fedaudit.runs import atomic_path
+        from fedaudit.runs import HostSnapshot, atomic_path
 
         self.artifact_dir.mkdir(parents=True, exist_ok=True)
         name = f"{index:06d}-r{artifact.round:03d}-{artifact.kind.value}-{safe_name(artifact.sender)}-{safe_name(artifact.receiver)}.safetensors"
-        tensors = {k: t.detach().cpu().contiguous() for k, t in artifact.tensors.items()}
+        tensors = HostSnapshot(artifact.tensors).tensors()  # one copy to the host per dtype, not one per tensor
         with atomic_path(self.artifact_dir / name) as tmp:
             save_file(tensors, str(tmp), metadata={"meta": json.dumps(artifact.meta, default=str)})
 
@@ -223,7 +223,7 @@ class Wire:
         for i, a in enumerate(self.retained.values()):
             keys = []
             for k, t in a.tensors.items():
-                tensors[f"{i}/{k}"] = t.detach().cpu().contiguous()
+                tensors[f"{i}/{k}"] = t.detach()  # on its device: the checkpoint's HostSnapshot moves them in one copy
                 keys.append(k)
             index.append(
                 {"kind": a.kind.value, "sender": a.sender, "receiver": a.receiver, "round": a.round, "keys": keys, "meta": a.meta}

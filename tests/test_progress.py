@@ -74,3 +74,25 @@ def test_a_failed_write_is_raised_not_lost(tmp_path):
     writer.submit([], [], _state(), {"rounds_done": 3})
     with pytest.raises(OSError):
         writer.close()
+
+
+def test_a_cuda_rounds_checkpoint_reaches_the_host_in_one_copy_per_dtype():
+    """The whole checkpoint of a CUDA federation — model, wire, client state — not only one model state."""
+    from fedaudit.api import run_config
+    from fedaudit.data import load_dataset, lodo_split
+    from fedaudit.federation import Federation
+    from fedaudit.methods import get_method
+    from fedaudit.wire import SERVER, Artifact, ArtifactKind, Wire
+
+    ds = load_dataset("digits", 16)
+    split = lodo_split(ds, ds.domains[-1], seed=0)
+    cfg, _ = run_config("fedavg", None, None, None, {"dataset": "digits", "image_size": 16, "device": "cuda"})
+    with fake_cuda(count_host_copies=True) as mode:
+        fed = Federation(cfg, get_method("fedavg")(cfg), ds, split, CUDA, Wire())
+        fed.setup()
+        for client in fed.clients:  # the uploads of a round (its training stops faking: tests/fake_cuda.py)
+            fed.send(Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, 1, model_state(fed.model)))
+        tensors, _ = fed.checkpoint()
+        HostSnapshot(tensors)
+    assert len(tensors) > 60
+    assert len(mode.host_copies) == len({t.dtype for t in tensors.values()})

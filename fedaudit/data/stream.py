@@ -250,7 +250,6 @@ def _materialised(values: Sequence[Any]) -> list[Any]:
     return out
 
 
-
 def take(x: Tensor | DiskImages, idx: Tensor) -> Tensor | DiskImages:
     """``x[idx]`` that keeps streamed images on disk."""
     return x.take(idx) if isinstance(x, DiskImages) else x[idx]
