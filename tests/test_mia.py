@@ -111,6 +111,8 @@ def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_
     key = json.loads((run_dir / "mia" / f"{victims[0]}-reference-logits.json").read_text())["key"]
     assert (key["victim"], key["reference_models"], key["seed"] > 0) == (victims[0], 4, True)
     assert "SGDRecipe(epochs=2" in key["recipe"]  # rounds x local epochs = 1 x 2
+    # the path that ran and where, not "auto": a CPU cache (sequential) is not a GPU run's (vmap)
+    assert (key["path"], key["device"]) == ("sequential", "cpu")
     assert (run_dir / "mia" / f"{victims[0]}-reference-logits.safetensors").is_file()
 
     second = audit_membership(MembershipInference(4, seed=fed.cfg.seed), run_dir, fed.cfg, fed.method, fed, prior,
