@@ -88,16 +88,30 @@ def index_batches(n: int, batch_size: int, generator: torch.Generator, device: t
             return
 
 
-def indexed(images: Tensor, batches: Iterable[Any]) -> Iterator[tuple[Any, Tensor]]:
-    """``(idx, images[idx])`` for each ``idx`` of ``batches``. Images that read ahead — a folder streamed
-    from disk (:meth:`fedaudit.data.stream.DiskImages.prefetched`) — decode the next batch meanwhile.
-    (Found by duck typing: the training mechanics do not import the data room.)"""
-    read_ahead = getattr(images, "prefetched", None)
-    if read_ahead is not None:
-        yield from read_ahead(batches)
-    else:
-        for idx in batches:
-            yield idx, images[idx]
+class Indexed:
+    """``(idx, images[idx])`` for each ``idx`` of ``batches``, iterated inside ``with``. Images that read
+    ahead — a folder streamed from disk (:meth:`fedaudit.data.stream.DiskImages.read_ahead`) — decode the
+    next batch once the loop calls :meth:`ahead` (after its random draws for this batch); in memory
+    ``ahead`` does nothing. (Found by duck typing: the training mechanics do not import the data room.)"""
+
+    def __init__(self, images: Tensor, batches: Iterable[Any]) -> None:
+        read_ahead = getattr(images, "read_ahead", None)
+        self._reader = read_ahead(batches) if read_ahead is not None else None
+        self._plain = ((idx, images[idx]) for idx in batches) if self._reader is None else None
+
+    def ahead(self) -> None:
+        if self._reader is not None:
+            self._reader.ahead()
+
+    def __iter__(self) -> Iterator[tuple[Any, Tensor]]:
+        return iter(self._reader if self._reader is not None else self._plain)
+
+    def __enter__(self) -> Indexed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._reader is not None:
+            self._reader.__exit__(*exc)
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -128,23 +142,26 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Ite
     device = images.device
     total = torch.zeros((), device=device)
     steps = 0
-    for idx, batch in indexed(images, batches):  # images streamed from disk: the next batch is read meanwhile
-        if idx.numel() == 0:  # DP-SGD's Poisson sampling can draw an empty batch: a noise-only step
+    with Indexed(images, batches) as batched:
+        for idx, batch in batched:
+            if idx.numel() == 0:  # DP-SGD's Poisson sampling can draw an empty batch: a noise-only step
+                batched.ahead()
+                optimizer.zero_grad(set_to_none=True)
+                optimizer.step()
+                steps += 1
+                continue
+            x = preprocess(batch, generator)
+            batched.ahead()  # after this batch's augmentation: streamed images decode the next one meanwhile
+            y = labels[idx]
+            with autocast(device, precision):
+                loss = loss_fn(model, x, y)
             optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if after_backward is not None:
+                after_backward()
             optimizer.step()
+            total += loss.detach().float()
             steps += 1
-            continue
-        x = preprocess(batch, generator)
-        y = labels[idx]
-        with autocast(device, precision):
-            loss = loss_fn(model, x, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if after_backward is not None:
-            after_backward()
-        optimizer.step()
-        total += loss.detach().float()
-        steps += 1
     return total, steps
 
 
@@ -158,14 +175,15 @@ def forward_chunks(forward: Callable[[Tensor], Tensor], images: Tensor, preproce
     ``transform``-ed, e.g. flipped) and run under the precision's autocast; yields (start, outputs).
     The caller holds no_grad and the model's eval mode."""
     chunks = (slice(start, start + batch_size) for start in range(0, images.shape[0], batch_size))
-    for part, batch in indexed(images, chunks):
-        start = part.start
-        x = preprocess(batch)
-        if transform is not None:
-            x = transform(x)
-        with autocast(images.device, precision):
-            out = forward(x)
-        yield start, out
+    with Indexed(images, chunks) as batched:
+        for part, batch in batched:
+            batched.ahead()  # no random draws here: streamed images decode the next chunk during the forward pass
+            x = preprocess(batch)
+            if transform is not None:
+                x = transform(x)
+            with autocast(images.device, precision):
+                out = forward(x)
+            yield part.start, out
 
 
 @torch.no_grad()

@@ -67,7 +67,8 @@ def test_a_streamed_run_gives_the_in_memory_runs_metrics(tmp_path, caplog):
     from fedaudit.api import evaluate
 
     write_folder(tmp_path / "data", ["a", "b", "c"], per_class=12)
-    opts = dict(dataset=f"folder:{tmp_path / 'data'}", image_size=16, rounds=1, local_epochs=1, batch_size=8,
+    # two local epochs: the second pass's order is drawn between two batches' augmentations, from their generator
+    opts = dict(dataset=f"folder:{tmp_path / 'data'}", image_size=16, rounds=1, local_epochs=2, batch_size=8,
                 attack="deepinversion", victim="a", inversion_iters=3, inversion_batch=3, judge_steps=5, device="cpu")
     memory = evaluate("fedavg", out=str(tmp_path / "memory"), **opts).metrics
     stream = evaluate("fedavg", out=str(tmp_path / "stream"), cache_mb=0.05, **opts).metrics  # 68 of 108 images
@@ -115,19 +116,40 @@ def test_streamed_peak_memory_does_not_grow_with_the_dataset(tmp_path):
 
 
 def test_batches_are_read_ahead_and_reach_a_cuda_device_through_pinned_memory(tmp_path):
-    from fedaudit.training import indexed
+    from fedaudit.training import Indexed, index_batches
     from tests.fake_cuda import CUDA, fake_cuda
 
     write_folder(tmp_path / "data", ["a", "b"], per_class=6)
     stream = load_dataset(f"folder:{tmp_path / 'data'}", image_size=16, cache_mb=0.001)
     memory = load_dataset(f"folder:{tmp_path / 'data'}", image_size=16)
+    disk, ram = stream.images["b"], memory.images["b"]
+
+    def train_order(images):
+        """What a training loop sees when batch order and augmentation share one generator (two passes, so
+        the second pass's permutation is drawn between two batches' augmentations)."""
+        g = torch.Generator().manual_seed(0)
+        seen = []
+        with Indexed(images, index_batches(len(ram), 5, g, torch.device("cpu"), epochs=2)) as batched:
+            for idx, x in batched:
+                seen.append((idx.tolist(), x.clone(), torch.rand(1, generator=g).item()))  # the augmentation's draw
+                before = len(asked)
+                batched.ahead()
+                ahead.append(len(asked) - before)
+        return seen
+
+    asked: list[object] = []  # the batches whose records the streamed images were asked to read
+    positions = disk.positions
+    disk.positions = lambda idx: asked.append(idx) or positions(idx)
+    ahead: list[int] = []
+    want, got = train_order(ram), train_order(disk)
+    assert [(i, a) for i, _, a in got] == [(i, a) for i, _, a in want] and len(got) == 6  # 18 records, batch 5
+    assert all(torch.equal(x, y) for (_, x, _), (_, y, _) in zip(got, want))
+    # streamed, ahead() started reading the next batch before the loop asked for it (all but the last)
+    assert ahead == [0] * 6 + [1, 1, 1, 1, 1, 0]
+
     batches = [torch.tensor([5, 0, 3]), torch.tensor([], dtype=torch.long), slice(2, 9), torch.tensor([[1, 2], [3, 4]])]
-    got = list(indexed(stream.images["b"], batches))
-    assert [i for i, _ in got] == batches
-    for (idx, x), want in zip(got, batches):
-        assert torch.equal(x, memory.images["b"][want])
-    with fake_cuda() as mode:
-        on_gpu = list(indexed(stream.images["b"].to(CUDA), batches))
-    assert [x.device.type for _, x in on_gpu] == ["cuda"] * 4 and [tuple(x.shape) for _, x in on_gpu] == [
-        tuple(x.shape) for _, x in got]
+    with fake_cuda() as mode, Indexed(disk.to(CUDA), batches) as batched:
+        on_gpu = list(batched)
+    assert [x.device.type for _, x in on_gpu] == ["cuda"] * 4
+    assert [tuple(x.shape) for _, x in on_gpu] == [tuple(ram[b].shape) for b in batches]
     assert mode.pinned == 4  # each batch decoded into pinned memory, then copied without blocking

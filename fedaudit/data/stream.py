@@ -169,29 +169,10 @@ class DiskImages:
             out = out.reshape(*idx.shape, *self.shape[1:])
         return out
 
-    def prefetched(self, batches: Iterable[Any]) -> Iterator[tuple[Any, Tensor]]:
-        """``(idx, self[idx])`` for each ``idx`` of ``batches``, the next batch read ahead: while the caller
-        trains on one batch, a worker thread decodes the next (through the cache) into pinned memory on
-        CUDA, and it goes to the device without blocking. Which records are read is settled on the calling
-        thread (an index tensor on the GPU is read there, once per batch, as ``self[idx]`` reads it)."""
-        pinned = self.device.type == "cuda"
-
-        def decode(positions: list[int]) -> Tensor:
-            images = self._decode([self.files[i] for i in positions])
-            return images.pin_memory() if pinned else images
-
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedaudit-prefetch") as pool:
-            upcoming = iter(batches)
-            idx = next(upcoming, None)
-            pending = pool.submit(decode, self.positions(idx)) if idx is not None else None
-            while pending is not None:
-                current, host = idx, pending.result()
-                idx = next(upcoming, None)
-                pending = pool.submit(decode, self.positions(idx)) if idx is not None else None
-                out = host.to(self.device, non_blocking=pinned)
-                if isinstance(current, Tensor) and current.dtype != torch.bool and current.ndim > 1:
-                    out = out.reshape(*current.shape, *self.shape[1:])
-                yield current, out
+    def read_ahead(self, batches: Iterable[Any]) -> ReadAhead:
+        """``(idx, self[idx])`` for each ``idx`` of ``batches``, able to decode the next batch while the
+        caller trains on this one (:class:`ReadAhead`)."""
+        return ReadAhead(self, batches)
 
     def _decode(self, files: list[Path]) -> Tensor:
         """``files`` decoded (through the cache) into one CPU tensor."""
@@ -250,9 +231,62 @@ def _materialised(values: Sequence[Any]) -> list[Any]:
     return out
 
 
+class ReadAhead:
+    """Batches of a :class:`DiskImages`, each decoded on a worker thread — into pinned memory on CUDA, then
+    copied to the device without blocking — and the next one started when the caller says so.
+
+    Iterating gives ``(idx, images)``. :meth:`ahead` draws the next ``idx`` from ``batches`` and starts
+    decoding it; the caller calls it once the current batch's own random draws are done (its
+    augmentation), because batch order and augmentation may share one generator (fedaudit's
+    ``index_batches`` draws each pass's permutation from the generator that augments): drawn in the order
+    an in-memory run draws them, a streamed run trains on the same batches with the same augmentation.
+    Without :meth:`ahead` a batch is drawn and decoded when asked for. Which records to read is settled
+    on the calling thread (an index on the GPU is read there, once per batch). Use as a context manager:
+    leaving it stops the worker.
+    """
+
+    def __init__(self, images: DiskImages, batches: Iterable[Any]) -> None:
+        self.images = images
+        self._batches = iter(batches)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedaudit-read-ahead")
+        self._next: tuple[Any, Any] | None = None
+        self._done = False
+
+    def ahead(self) -> None:
+        if self._next is not None or self._done:
+            return
+        idx = next(self._batches, None)
+        if idx is None:
+            self._done = True
+            return
+        files = [self.images.files[i] for i in self.images.positions(idx)]
+        self._next = (idx, self._pool.submit(self._decode, files))
+
+    def _decode(self, files: list[Path]) -> Tensor:
+        images = self.images._decode(files)
+        return images.pin_memory() if self.images.device.type == "cuda" else images
+
+    def __iter__(self) -> Iterator[tuple[Any, Tensor]]:
+        while True:
+            self.ahead()  # a no-op when the caller already called it
+            if self._next is None:
+                return
+            (idx, pending), self._next = self._next, None
+            out = pending.result().to(self.images.device, non_blocking=self.images.device.type == "cuda")
+            if isinstance(idx, Tensor) and idx.dtype != torch.bool and idx.ndim > 1:  # x[idx] takes idx's shape
+                out = out.reshape(*idx.shape, *self.images.shape[1:])
+            yield idx, out
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def take(x: Tensor | DiskImages, idx: Tensor) -> Tensor | DiskImages:
     """``x[idx]`` that keeps streamed images on disk."""
     return x.take(idx) if isinstance(x, DiskImages) else x[idx]
 
 
-__all__ = ["DecodeCache", "DiskImages", "take"]
+__all__ = ["DecodeCache", "DiskImages", "ReadAhead", "take"]
