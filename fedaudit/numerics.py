@@ -30,21 +30,45 @@ _NONDETERMINISTIC = re.compile(r"^(\S+) does not have a deterministic implementa
 CUBLAS_WORKSPACE = ":4096:8"  # what cuBLAS needs to reduce deterministically (CUDA ≥ 10.2)
 
 
+def _has_precision_api() -> bool:
+    """Whether this torch sets TF32 through ``fp32_precision`` (2.9 and later). Once that API is used, the
+    legacy ``allow_tf32`` flags and ``get_float32_matmul_precision`` raise ("mix of the legacy and new
+    APIs"), so fedaudit reads and sets TF32 through it where it exists."""
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(torch.backends.cudnn, "conv")
+
+
+def _tf32() -> dict[str, Any]:
+    """TF32 for CUDA matmuls and cuDNN convolutions, as this torch names it."""
+    if _has_precision_api():
+        return {"matmul_fp32_precision": torch.backends.cuda.matmul.fp32_precision,
+                "cudnn_conv_fp32_precision": torch.backends.cudnn.conv.fp32_precision}
+    return {"tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "tf32_cudnn": torch.backends.cudnn.allow_tf32}
+
+
+def _set_tf32(settings: dict[str, Any]) -> None:
+    if _has_precision_api():
+        torch.backends.cuda.matmul.fp32_precision = settings["matmul_fp32_precision"]
+        torch.backends.cudnn.conv.fp32_precision = settings["cudnn_conv_fp32_precision"]
+    else:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = settings["tf32_matmul"], settings["tf32_cudnn"]
+
+
+NO_TF32 = ({"matmul_fp32_precision": "ieee", "cudnn_conv_fp32_precision": "ieee"},
+           {"tf32_matmul": False, "tf32_cudnn": False})
+
+
 def numerics(device: torch.device) -> dict[str, Any]:
     """The settings the run's numbers depend on, as they are now (recorded in provenance)."""
-    out: dict[str, Any] = {
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-    }
+    out: dict[str, Any] = {"deterministic_algorithms": torch.are_deterministic_algorithms_enabled()}
     if device.type == "cuda":
         out.update({
             "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version(),
             "capability": ".".join(map(str, torch.cuda.get_device_capability(device))),
-            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-            "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+            **_tf32(),
             "cudnn_deterministic": torch.backends.cudnn.deterministic,
             "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            # read by cuBLAS when it makes its handle: in effect only if set before the process's first CUDA matmul
             "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         })
     return out
@@ -53,20 +77,19 @@ def numerics(device: torch.device) -> dict[str, Any]:
 @contextlib.contextmanager
 def run_numerics(deterministic: bool) -> Iterator[list[str]]:
     """Within: the run's numeric settings; yields the list of ops that ran without a deterministic kernel
-    (filled only with ``deterministic``). The previous settings come back on exit, so a notebook's next run
-    starts from torch's own."""
+    (filled only with ``deterministic``). Every setting, ``CUBLAS_WORKSPACE_CONFIG`` included, comes back on
+    exit, so a notebook's next run starts from its own."""
     ops: list[str] = []
     if not deterministic:
         yield ops
         return
     saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
-             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    # Read when cuBLAS makes its handle: in effect unless this process has already run a CUDA matmul.
+             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark, _tf32(),
+             os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    _set_tf32(NO_TF32[0] if _has_precision_api() else NO_TF32[1])
     show = warnings.showwarning
 
     def note(message, category, filename, lineno, file=None, line=None):
@@ -84,5 +107,9 @@ def run_numerics(deterministic: bool) -> Iterator[list[str]]:
             yield ops
     finally:
         torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
-        (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
-         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) = saved[2:]
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[2], saved[3]
+        _set_tf32(saved[4])
+        if saved[5] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = saved[5]

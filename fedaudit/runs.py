@@ -148,59 +148,94 @@ def mark_complete(run_dir: Path, required: list[str]) -> None:
 # -- checkpoints ------------------------------------------------------------------
 
 
-def save_checkpoint(run_dir: Path, tensors: dict[str, Tensor], state: dict | str) -> None:
-    """Tensors as safetensors, everything else as JSON (``state``, or its JSON text); the JSON is written
-    last so a checkpoint is readable only once both halves are on disk."""
+TENSORS_FILE = "tensors"  # the state.json key naming the tensors file it goes with
+
+
+def tensors_file(state: dict) -> str:
+    """The checkpoint tensors' file name for ``state``: one per round, so a state never names a file that a
+    later round's write has half replaced."""
+    return f"tensors-r{int(state.get('rounds_done', 0)):06d}.safetensors"
+
+
+def save_checkpoint(run_dir: Path, tensors: dict[str, Tensor], state: dict, state_text: str | None = None) -> None:
+    """Tensors as safetensors in the file :func:`tensors_file` names, then ``state`` as JSON naming that file
+    (``state_text`` when the caller serialised it already, with the name in it). A process killed at any
+    point leaves a state.json whose tensors file is whole: the old pair, or the new one. Older tensors
+    files are removed last."""
     from safetensors.torch import save_file
 
     ckpt = Path(run_dir) / CHECKPOINT
     ckpt.mkdir(parents=True, exist_ok=True)
+    name = state.get(TENSORS_FILE) or tensors_file(state)
     flat = {k: t.detach().cpu().contiguous() for k, t in tensors.items()}
-    with atomic_path(ckpt / "tensors.safetensors") as tmp:
+    with atomic_path(ckpt / name) as tmp:
         save_file(flat, str(tmp))
-    if isinstance(state, str):
-        write_text(ckpt / "state.json", state)
-    else:
-        write_json(ckpt / "state.json", state)
+    write_text(ckpt / "state.json", state_text if state_text is not None else json_text({**state, TENSORS_FILE: name}))
+    for old in ckpt.glob("tensors*.safetensors"):
+        if old.name != name:
+            old.unlink(missing_ok=True)
+
+
+SNAPSHOT_CHUNK_BYTES = 256 * 2**20  # the most extra device memory a snapshot's batched copy takes at once
 
 
 class HostSnapshot:
-    """Tensors copied to host memory in one batch, so training may go on changing them.
+    """Tensors copied to host memory, so training may go on changing them.
 
-    The tensors are grouped by (device, dtype); each group is flattened into one buffer and moved with
-    one copy — on CUDA a non-blocking copy into pinned memory, so the training thread enqueues it and
-    goes on. :meth:`tensors` (called on the writer thread) waits for the copies and returns every
-    tensor as its own contiguous CPU tensor, in its own shape.
+    On CUDA the tensors are grouped by dtype and flattened into buffers of at most
+    :data:`SNAPSHOT_CHUNK_BYTES` (one for a small model; the bound keeps a large checkpoint from needing
+    its own size again on the device), and each buffer moves with one non-blocking copy into pinned
+    memory: the training thread enqueues the copies and goes on, with no synchronisation per tensor. CPU
+    tensors are cloned. :meth:`tensors` (called on the writer thread) waits for the copies and returns
+    every tensor as its own contiguous CPU tensor, in its own shape, in the order given.
     """
 
     def __init__(self, tensors: dict[str, Tensor]) -> None:
-        groups: dict[tuple[torch.device, torch.dtype], list[str]] = {}
-        for k, t in tensors.items():
-            groups.setdefault((t.device, t.dtype), []).append(k)
         self._shapes = {k: tuple(t.shape) for k, t in tensors.items()}
+        self._ready: dict[str, Tensor] = {}
         self._groups: list[tuple[list[str], Tensor]] = []
         self._event = None
-        for (device, dtype), keys in groups.items():
-            flat = torch.cat([tensors[k].detach().reshape(-1) for k in keys])  # a new buffer, in logical order
-            if device.type == "cuda":
+        groups: dict[torch.dtype, list[str]] = {}
+        for k, t in tensors.items():
+            if t.device.type == "cuda":
+                groups.setdefault(t.dtype, []).append(k)
+            else:
+                self._ready[k] = t.detach().clone(memory_format=torch.contiguous_format)
+        for dtype, keys in groups.items():
+            for chunk in _chunks(keys, lambda k: tensors[k].numel() * tensors[k].element_size()):
+                flat = torch.cat([tensors[k].detach().reshape(-1) for k in chunk])  # in logical order
                 host = torch.empty(flat.shape, dtype=dtype, pin_memory=True)
                 host.copy_(flat, non_blocking=True)
-                flat = host
-            self._groups.append((keys, flat))
-        if any(device.type == "cuda" for device, _ in groups):
+                self._groups.append((chunk, host))
+        if self._groups:
             self._event = torch.cuda.Event()
-            self._event.record()
+            self._event.record()  # on the stream the copies were enqueued on
 
     def tensors(self) -> dict[str, Tensor]:
         if self._event is not None:
             self._event.synchronize()
-        out: dict[str, Tensor] = {}
+        out = dict(self._ready)
         for keys, flat in self._groups:
             sizes = [math.prod(self._shapes[k]) for k in keys]
             # Copies (safetensors refuses tensors that share one buffer) made by numpy: a torch op on this
             # thread would start a second OpenMP team whose spinning threads slow the training thread's.
             out.update({k: _host_copy(part, self._shapes[k]) for k, part in zip(keys, flat.split(sizes))})
-        return {k: out[k] for k in self._shapes}  # in the order given
+        return {k: out[k] for k in self._shapes}
+
+
+def _chunks(keys: list[str], nbytes) -> Iterator[list[str]]:
+    """``keys`` in order, cut into runs of at most :data:`SNAPSHOT_CHUNK_BYTES` (a larger tensor alone)."""
+    limit = SNAPSHOT_CHUNK_BYTES
+    chunk: list[str] = []
+    size = 0
+    for k in keys:
+        if chunk and size + nbytes(k) > limit:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(k)
+        size += nbytes(k)
+    if chunk:
+        yield chunk
 
 
 def _host_copy(part: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -232,13 +267,14 @@ class ProgressWriter:
         self.wait()
         snapshot = HostSnapshot(tensors)
         # JSON text now: the engine goes on appending to the history and the timings these dicts hold.
-        state_text = json_text(state)
-        self._pending = self._pool.submit(self._write, list(history), ledger, snapshot, state_text)
+        state = {**state, TENSORS_FILE: tensors_file(state)}
+        self._pending = self._pool.submit(self._write, list(history), ledger, snapshot, state, json_text(state))
 
-    def _write(self, history: list[dict], ledger: list[dict], snapshot: HostSnapshot, state_text: str) -> None:
+    def _write(self, history: list[dict], ledger: list[dict], snapshot: HostSnapshot, state: dict,
+               state_text: str) -> None:
         write_csv(self.run_dir / "history.csv", history)
         write_jsonl(self.run_dir / "wire.jsonl", ledger)
-        save_checkpoint(self.run_dir, snapshot.tensors(), state_text)
+        save_checkpoint(self.run_dir, snapshot.tensors(), state, state_text)
 
     def wait(self) -> None:
         """Block until the submitted round is on disk; raise its error, if writing it failed."""
@@ -266,12 +302,17 @@ class ProgressWriter:
 
 
 def load_checkpoint(run_dir: Path) -> tuple[dict[str, Tensor], dict] | None:
+    """(tensors, state) of the last round written whole, or None when there is none."""
     from safetensors.torch import load_file
 
     ckpt = Path(run_dir) / CHECKPOINT
-    if not (ckpt / "state.json").exists() or not (ckpt / "tensors.safetensors").exists():
+    if not (ckpt / "state.json").exists():
         return None
-    return load_file(str(ckpt / "tensors.safetensors")), read_json(ckpt / "state.json")
+    state = read_json(ckpt / "state.json")
+    name = Path(str(state.pop(TENSORS_FILE, "tensors.safetensors"))).name  # a bare name, inside the checkpoint
+    if not (ckpt / name).exists():
+        return None
+    return load_file(str(ckpt / name)), state
 
 
 def drop_checkpoint(run_dir: Path) -> None:

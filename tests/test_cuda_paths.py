@@ -12,6 +12,7 @@ channels_last on the CPU with real numbers and checks what crosses the wire and 
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 from pathlib import Path
 
@@ -264,19 +265,27 @@ def test_deterministic_settings_are_applied_recorded_and_restored():
 
     from fedaudit.numerics import numerics, run_numerics
 
-    before = numerics(torch.device("cpu"))
-    with warnings.catch_warnings(record=True) as passed:
-        warnings.simplefilter("always")
-        with run_numerics(True) as unpinned:
-            assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
-            assert not torch.backends.cudnn.benchmark and not torch.backends.cudnn.allow_tf32
-            for _ in range(2):  # what torch says when an op has no deterministic CUDA kernel, twice
-                warnings.warn("scatter_add_cuda_kernel does not have a deterministic implementation, but you set "
-                              "'torch.use_deterministic_algorithms(True, warn_only=True)'.", UserWarning)
-            warnings.warn("an unrelated warning", UserWarning)
-    assert unpinned == ["scatter_add_cuda_kernel"]
+    torch.set_float32_matmul_precision("high")  # TF32 asked for through the API that locks out the legacy flags
+    try:
+        before = numerics(torch.device("cpu")), torch.backends.cuda.matmul.fp32_precision
+        with warnings.catch_warnings(record=True) as passed:
+            warnings.simplefilter("always")
+            with run_numerics(True) as unpinned:
+                assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+                assert not torch.backends.cudnn.benchmark and torch.backends.cudnn.conv.fp32_precision == "ieee"
+                assert torch.backends.cuda.matmul.fp32_precision == "ieee" and os.environ["CUBLAS_WORKSPACE_CONFIG"]
+                pinned = numerics(torch.device("cpu"))
+                for _ in range(2):  # what torch says when an op has no deterministic CUDA kernel, twice
+                    warnings.warn("scatter_add_cuda_kernel does not have a deterministic implementation, but you set "
+                                  "'torch.use_deterministic_algorithms(True, warn_only=True)'.", UserWarning)
+                warnings.warn("an unrelated warning", UserWarning)
+        after = numerics(torch.device("cpu")), torch.backends.cuda.matmul.fp32_precision
+    finally:
+        torch.set_float32_matmul_precision("highest")  # torch's default, for the tests after this one
+    assert unpinned == ["scatter_add_cuda_kernel"] and pinned["deterministic_algorithms"]
     assert [str(w.message) for w in passed] == ["an unrelated warning"]  # other warnings still reach the user
-    assert numerics(torch.device("cpu")) == before and not torch.backends.cudnn.deterministic
+    assert after == before and before[1] == "tf32" and not torch.backends.cudnn.deterministic
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 
 
 def test_a_run_records_its_numerics_and_deterministic_runs_name_what_was_not_pinned(tiny_run):
@@ -293,5 +302,5 @@ def test_cuda_numerics_name_the_versions_tf32_and_cudnn_settings(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     got = numerics(CUDA)
     assert got["capability"] == "9.0" and got["cuda"] == torch.version.cuda
-    assert {"cudnn", "tf32_matmul", "tf32_cudnn", "cudnn_deterministic", "cudnn_benchmark",
+    assert {"cudnn", "matmul_fp32_precision", "cudnn_conv_fp32_precision", "cudnn_deterministic", "cudnn_benchmark",
             "cublas_workspace_config"} <= set(got)

@@ -418,13 +418,14 @@ class MembershipInference(Attack):
         masks = inclusion_masks(n, self.reference_models, torch.Generator().manual_seed(seed % 2**63))
         # The path that will run, not the one asked for: "auto" is vmap on CUDA and sequential on a CPU, and
         # the two agree to float error only, so a cache made by one is not the other's.
-        path, _ = choose_path(self.path, prior.build_model(), recipe, masks.sum(1).tolist(), device)
+        path, reason = choose_path(self.path, prior.build_model(), recipe, masks.sum(1).tolist(), device)
         paths = _cache_paths(cache_dir, challenge.victim)
         key = self._cache_key(challenge, prior, seed, recipe, path, device) if paths is not None else None
         loaded = _load_cache(paths, challenge.victim, key)
         if loaded is None:
             t0 = time.perf_counter()
             tensors, made = self._train(challenge, prior, pre, seed, recipe, masks, path)
+            made["path_reason"] = reason  # why this path (training it again reports only "asked for")
             made["seconds"] = round(time.perf_counter() - t0, 3)
             _save_cache(paths, key, tensors, made)
             self.trained += 1

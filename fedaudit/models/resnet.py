@@ -52,6 +52,4 @@ class ResNetEncoder(nn.Module):
         if self.mixstyle is not None:
             x = self.mixstyle(x)
         x = n.layer4(n.layer3(x))
-        # The mean, not torchvision's AdaptiveAvgPool2d: same numbers, and its CUDA backward is deterministic
-        # (adaptive pooling's is not, so --deterministic would have to leave it unpinned).
-        return self.proj(x.mean(dim=(2, 3)))
+        return self.proj(torch.flatten(n.avgpool(x), 1))
