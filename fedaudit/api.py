@@ -248,8 +248,6 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
     # The verdict is computed once, here, from the evidence just stored; the report renders it.
     metrics["verdict"] = judge(metrics, cfg.to_json(), RiskThresholds())
     metrics["verdict_thresholds"] = asdict(RiskThresholds())
-    runs.write_csv(run_dir / "history.csv", fed.history)  # as the last round left them (also when resumed
-    runs.write_jsonl(run_dir / "wire.jsonl", fed.wire.ledger_rows())  # after it); its checkpoint is on disk
     runs.write_json(run_dir / "metrics.json", metrics)
     runs.mark_complete(run_dir, RUN_FILES)
     runs.drop_checkpoint(run_dir)

@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 # torch's warning when an op without a deterministic kernel runs under warn-only deterministic algorithms
-_NONDETERMINISTIC = re.compile(r"^(\S+) does not have a deterministic implementation")
+NONDETERMINISTIC_WARNING = "does not have a deterministic implementation"
+_NONDETERMINISTIC = re.compile(rf"^(\S+) {NONDETERMINISTIC_WARNING}")
 CUBLAS_WORKSPACE = ":4096:8"  # what cuBLAS needs to reduce deterministically (CUDA ≥ 10.2)
 
 
@@ -45,16 +46,17 @@ def _tf32() -> dict[str, Any]:
     return {"tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "tf32_cudnn": torch.backends.cudnn.allow_tf32}
 
 
+# Full fp32 under either API's names (torch's "ieee"; the legacy flags off)
+NO_TF32 = {"matmul_fp32_precision": "ieee", "cudnn_conv_fp32_precision": "ieee", "tf32_matmul": False, "tf32_cudnn": False}
+
+
 def _set_tf32(settings: dict[str, Any]) -> None:
+    """Set TF32 from ``settings`` (as :func:`_tf32` names them; extra keys are ignored)."""
     if _has_precision_api():
         torch.backends.cuda.matmul.fp32_precision = settings["matmul_fp32_precision"]
         torch.backends.cudnn.conv.fp32_precision = settings["cudnn_conv_fp32_precision"]
     else:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = settings["tf32_matmul"], settings["tf32_cudnn"]
-
-
-NO_TF32 = ({"matmul_fp32_precision": "ieee", "cudnn_conv_fp32_precision": "ieee"},
-           {"tf32_matmul": False, "tf32_cudnn": False})
 
 
 def numerics(device: torch.device) -> dict[str, Any]:
@@ -89,7 +91,7 @@ def run_numerics(deterministic: bool) -> Iterator[list[str]]:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-    _set_tf32(NO_TF32[0] if _has_precision_api() else NO_TF32[1])
+    _set_tf32(NO_TF32)
     show = warnings.showwarning
 
     def note(message, category, filename, lineno, file=None, line=None):
@@ -102,7 +104,7 @@ def run_numerics(deterministic: bool) -> Iterator[list[str]]:
 
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("always", message=".*does not have a deterministic implementation")
+            warnings.filterwarnings("always", message=f".*{NONDETERMINISTIC_WARNING}")
             warnings.showwarning = note
             yield ops
     finally:

@@ -157,20 +157,19 @@ def tensors_file(state: dict) -> str:
     return f"tensors-r{int(state.get('rounds_done', 0)):06d}.safetensors"
 
 
-def save_checkpoint(run_dir: Path, tensors: dict[str, Tensor], state: dict, state_text: str | None = None) -> None:
-    """Tensors as safetensors in the file :func:`tensors_file` names, then ``state`` as JSON naming that file
-    (``state_text`` when the caller serialised it already, with the name in it). A process killed at any
-    point leaves a state.json whose tensors file is whole: the old pair, or the new one. Older tensors
-    files are removed last."""
+def save_checkpoint(run_dir: Path, tensors: dict[str, Tensor], state: dict) -> None:
+    """Tensors as safetensors in the file :func:`tensors_file` names, then ``state`` as JSON naming that
+    file. A process killed at any point leaves a state.json whose tensors file is whole: the old pair, or
+    the new one. Older tensors files are removed last."""
     from safetensors.torch import save_file
 
     ckpt = Path(run_dir) / CHECKPOINT
     ckpt.mkdir(parents=True, exist_ok=True)
-    name = state.get(TENSORS_FILE) or tensors_file(state)
+    name = tensors_file(state)
     flat = {k: t.detach().cpu().contiguous() for k, t in tensors.items()}
     with atomic_path(ckpt / name) as tmp:
         save_file(flat, str(tmp))
-    write_text(ckpt / "state.json", state_text if state_text is not None else json_text({**state, TENSORS_FILE: name}))
+    write_json(ckpt / "state.json", {**state, TENSORS_FILE: name})
     for old in ckpt.glob("tensors*.safetensors"):
         if old.name != name:
             old.unlink(missing_ok=True)
@@ -249,8 +248,8 @@ class ProgressWriter:
     """A run's progress after each round — ``history.csv``, ``wire.jsonl`` and the checkpoint — written off
     the training thread.
 
-    :meth:`submit` takes a :class:`HostSnapshot` of the round's tensors (one batched device-to-host copy)
-    and the round's rows as JSON text, hands them to one writer thread and returns. At most one round is
+    :meth:`submit` takes a :class:`HostSnapshot` of the round's tensors (batched device-to-host copies)
+    and a plain copy of the round's state, hands them to one writer thread and returns. At most one round is
     in flight: ``submit`` first waits for the previous round's files, so the disk is never more than one
     round behind, and a failed write surfaces at the next ``submit`` or at :meth:`close`. Resume is as
     before: every file is replaced atomically and ``state.json``, written last, names the round the
@@ -266,15 +265,14 @@ class ProgressWriter:
     def submit(self, history: list[dict], ledger: list[dict], tensors: dict[str, Tensor], state: dict) -> None:
         self.wait()
         snapshot = HostSnapshot(tensors)
-        # JSON text now: the engine goes on appending to the history and the timings these dicts hold.
-        state = {**state, TENSORS_FILE: tensors_file(state)}
-        self._pending = self._pool.submit(self._write, list(history), ledger, snapshot, state, json_text(state))
+        # A plain copy now (through JSON): the engine goes on appending to the history and timings it holds.
+        frozen = json.loads(json_text(state))
+        self._pending = self._pool.submit(self._write, list(history), ledger, snapshot, frozen)
 
-    def _write(self, history: list[dict], ledger: list[dict], snapshot: HostSnapshot, state: dict,
-               state_text: str) -> None:
+    def _write(self, history: list[dict], ledger: list[dict], snapshot: HostSnapshot, state: dict) -> None:
         write_csv(self.run_dir / "history.csv", history)
         write_jsonl(self.run_dir / "wire.jsonl", ledger)
-        save_checkpoint(self.run_dir, snapshot.tensors(), state, state_text)
+        save_checkpoint(self.run_dir, snapshot.tensors(), state)
 
     def wait(self) -> None:
         """Block until the submitted round is on disk; raise its error, if writing it failed."""
@@ -292,12 +290,12 @@ class ProgressWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
+        try:
             self.close()
-            return
-        try:  # already failing: keep the rounds that were written, and say if the last write failed too
-            self.close()
-        except Exception as write_error:  # noqa: BLE001 - the first error is the one to raise
+        except Exception as write_error:
+            if exc_type is None:
+                raise
+            # already failing: that error is the one to raise; the rounds written before stay resumable
             log.warning("could not write the progress of the last round (%s)", write_error)
 
 

@@ -143,13 +143,11 @@ def test_reference_models_train_batched_under_vmap_on_cuda(digits):
     ds, _ = digits
     images, labels = ds.images["clean"][:64], ds.labels["clean"][:64]
     masks = inclusion_masks(64, 4, torch.Generator().manual_seed(0))
-    paths = {}
 
     def train():
-        out = train_reference_models(lambda: build_model("cnn", 10, SIZE, norm="gn"), images.to(CUDA), labels.to(CUDA),
+        train_reference_models(lambda: build_model("cnn", 10, SIZE, norm="gn"), images.to(CUDA), labels.to(CUDA),
                                      masks, SGDRecipe(epochs=1, batch_size=16), path="vmap",
                                      preprocess=Preprocess(ds.mean, ds.std, CUDA, hflip=ds.hflip))
-        paths["path"] = out.path
 
     # vmap(grad(...)): the stacked forward runs; its backward is where faking stops.
     assert run_faked(train) == "backward reference_models.py:_train_vmap"
@@ -214,14 +212,13 @@ def test_every_attack_takes_its_inputs_on_the_cuda_device(name, digits, monkeypa
         run_attacks([cls], Path(tmp), cfg, method, fed, ds, torch.device("cpu"))
     monkeypatch.undo()
     attack, view, prior, victims, access = calls[0]
-    replay = {}
 
     def run_on_cuda():
         granted = dataclasses.replace(access or Access(), cache_dir=None)  # no reference-logit cache to key
         if granted.query is not None:
             deployed = method.global_model(fed).to(CUDA, memory_format=torch.channels_last).eval()
             granted = dataclasses.replace(granted, query=lambda x: method.predict(deployed, x))
-        replay["out"] = attack.run_batch(_to_cuda(view), prior, victims, CUDA, _to_cuda(granted))
+        attack.run_batch(_to_cuda(view), prior, victims, CUDA, _to_cuda(granted))
 
     assert run_faked(run_on_cuda) == ATTACK_STOPS[name]
 

@@ -473,4 +473,3 @@ def test_an_audit_runs_its_cuda_path(example_recording, tmp_path, monkeypatch):
     where = run_faked(lambda: api.audit_recording(example_recording, attack="mia-loss", out=str(tmp_path / "runs"),
                                                   device="cuda"))
     assert where == "read training.py:accuracy"
-    assert not list((tmp_path / "runs").glob("*"))  # stopped before the end: no run directory left behind

@@ -164,10 +164,13 @@ class DiskImages:
                                                            and idx.dtype != torch.bool):
             (i,) = self.positions(idx)  # one record: [C, S, S], as a tensor's x[i]
             return self.cache.get_many([self.files[i]])[0].to(self.device)
-        out = self._decode([self.files[i] for i in self.positions(idx)]).to(self.device)
-        if isinstance(idx, Tensor) and idx.dtype != torch.bool and idx.ndim > 1:  # x[idx] takes idx's shape
-            out = out.reshape(*idx.shape, *self.shape[1:])
-        return out
+        return self._shaped(self._decode([self.files[i] for i in self.positions(idx)]).to(self.device), idx)
+
+    def _shaped(self, images: Tensor, idx: Any) -> Tensor:
+        """``images`` read for ``idx``, in the shape ``x[idx]`` has: an index tensor's shape, then one image's."""
+        if isinstance(idx, Tensor) and idx.dtype != torch.bool and idx.ndim > 1:
+            return images.reshape(*idx.shape, *self.shape[1:])
+        return images
 
     def read_ahead(self, batches: Iterable[Any]) -> ReadAhead:
         """``(idx, self[idx])`` for each ``idx`` of ``batches``, able to decode the next batch while the
@@ -273,9 +276,7 @@ class ReadAhead:
                 return
             (idx, pending), self._next = self._next, None
             out = pending.result().to(self.images.device, non_blocking=self.images.device.type == "cuda")
-            if isinstance(idx, Tensor) and idx.dtype != torch.bool and idx.ndim > 1:  # x[idx] takes idx's shape
-                out = out.reshape(*idx.shape, *self.images.shape[1:])
-            yield idx, out
+            yield idx, self.images._shaped(out, idx)
 
     def __enter__(self) -> ReadAhead:
         return self
