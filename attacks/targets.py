@@ -31,11 +31,13 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.attack import AttackerPrior
+from fedaudit.models.classifier import head_layer
 from fedaudit.stats import MEAN, VAR, bn_stat_keys
 from fedaudit.views import count_sources, latest_weights, overlay_state
 from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 
 DIFFERENCING = "differencing"
+NO_BN_STATISTICS = "the model carries no batch-normalisation statistics"
 
 STATS_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.BN_STATS_ALL_LAYERS, ArtifactKind.PARTIAL_MODEL,
                ArtifactKind.GLOBAL_STATS)
@@ -142,7 +144,8 @@ def find_targets(view: WireView, prior: AttackerPrior, victims: list[str], devic
     fresh = prior.build_model()
     keys = bn_stat_keys(fresh)
     base = {k: v.detach().to(device) for k, v in fresh.state_dict().items()}
-    ctx = _Context(view, prior, base, keys, [k for k in base if k.startswith("head.")], device)
+    head = head_layer(fresh)  # fedaudit's `head`, or a model's last nn.Linear
+    ctx = _Context(view, prior, base, keys, [k for k in base if head and k.startswith(f"{head}.")], device)
     out = Targets([], [], [], [], fresh, base, keys)
     if view.role == SERVER:
         _server_targets(ctx, victims, out)
@@ -237,7 +240,7 @@ class _Context:
         if art.kind not in STATS_KINDS:
             return "not yet supported", f"no matcher for artifact kind {art.kind.value}"
         if not self.keys:
-            return "not applicable", "the architecture has no BatchNorm running statistics"
+            return "not applicable", NO_BN_STATISTICS
         if not any(k in art.tensors for k in self.keys):
             if art.kind == ArtifactKind.PARTIAL_MODEL:
                 return "not applicable", "this partial model carries no BatchNorm running statistics"

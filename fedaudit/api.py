@@ -31,6 +31,7 @@ from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.dp import private_config
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.federation import Federation
+from fedaudit.models.factory import is_factory
 from fedaudit.numerics import run_numerics
 from fedaudit.reports import write_report_or_warn
 from fedaudit.results import communication, privacy, provenance, summarise_targets
@@ -80,7 +81,7 @@ def evaluate(
     reporter = reporter or Reporter()
     command = command or "fedaudit.evaluate(" + ", ".join(f"{k}={v!r}" for k, v in {"method": method, **options}.items() if v is not None) + ")"
     if resume is not None:
-        return _resume(Path(resume), reporter, on_round_end)
+        return _resume(Path(resume), reporter, on_round_end, options.get("model"))
 
     cfg, auto_note = run_config(method, config, method_option, method_flags, options)
     device = resolve_device(cfg.device)
@@ -120,6 +121,9 @@ def run_config(method: str | None, config: str | Path | None, method_option: lis
     if method is not None:
         explicit["method"] = method
     file_opts = load_toml(config) if config is not None else {}
+    if is_factory(file_opts.get("model")) and explicit.get("model") != file_opts["model"]:
+        raise FedauditError(f"{config} names the model factory {file_opts['model']}; fedaudit imports code only when "
+                            f"the command names it: pass --model {file_opts['model']}")
     method_cls = get_method(explicit.get("method") or file_opts.get("method") or RunConfig.method)
     pairs = list(method_option or [])
     for owner, pair in method_flags or []:
@@ -145,7 +149,7 @@ def run_config(method: str | None, config: str | Path | None, method_option: lis
     return cfg, auto_note
 
 
-def _resume(path: Path, reporter: Reporter, on_round_end) -> EvaluateResult:
+def _resume(path: Path, reporter: Reporter, on_round_end, model: str | None = None) -> EvaluateResult:
     from fedaudit.attacks import attack_schema
 
     root = runs.resolve_resume(path)
@@ -154,6 +158,9 @@ def _resume(path: Path, reporter: Reporter, on_round_end) -> EvaluateResult:
     if runs.is_complete(root):
         log.info("run %s is already complete; nothing to resume", root)
         return EvaluateResult(root, runs.read_json(root / "metrics.json"))
+    if is_factory(cfg.model) and model != cfg.model:  # a run directory is a file: it never makes fedaudit import code
+        raise FedauditError(f"run {root} trains the model factory {cfg.model}; fedaudit imports code only when the "
+                            f"command names it: add --model {cfg.model} to --resume")
     check_names(cfg)
     device = resolve_device(cfg.device)
     t0 = time.perf_counter()
@@ -243,7 +250,7 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
         "communication": communication(fed),
         "leakage": leakage,
         "privacy": privacy(fed),
-        "provenance": provenance(cfg, dataset, device, command, stages, unpinned),
+        "provenance": provenance(cfg, dataset, device, command, stages, unpinned, fed.model),
     }
     # The verdict is computed once, here, from the evidence just stored; the report renders it.
     metrics["verdict"] = judge(metrics, cfg.to_json(), RiskThresholds())
@@ -259,14 +266,14 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     :mod:`fedaudit.recorded`); returns (run directory, metrics)."""
     from fedaudit.attacks import AUTO, attack_options, attack_schema, auto_attacks, get_attacks
     from fedaudit.methods import get_method
-    from fedaudit.recorded import (NO_DATA, audit, auditor_data, check_audit_options, data_free_attacks,
+    from fedaudit.recorded import (NO_DATA, audit, audited_model, auditor_data, check_audit_options, data_free_attacks,
                                    name_model_records, recorded_config, recorded_shares)
     from fedaudit.recording import read_recording
 
     rec = read_recording(recording)
-    base = recorded_config(rec)
     explicit = {k: v for k, v in explicit.items() if v is not None}
     check_audit_options(explicit, set(attack_options()))
+    base = audited_model(rec, recorded_config(rec), explicit)
     method_cls = get_method(base["method"])
     # First the options without attacks: the data and the architecture say what the recorded records are,
     # and those say what `--attack auto` runs.
@@ -340,16 +347,17 @@ def write_comparison(run_dirs: list[Path], out: Path) -> Path:
 def check_names(cfg: RunConfig) -> None:
     """Names checked against the registries before any data is loaded."""
     from fedaudit.attacks import AUTO, get_attacks
-    from fedaudit.models import ARCHITECTURES, NORM_LAYERS
+    from fedaudit.models import ARCHITECTURES, NORM_LAYERS, is_factory
     from fedaudit.methods import get_method
 
     get_method(cfg.method)
     if cfg.attack != AUTO:  # auto is resolved per method by evaluate, before the run's config is final
         get_attacks(cfg.attack)
-    if cfg.model not in ARCHITECTURES:
-        raise unknown_choice("model", cfg.model, ARCHITECTURES)
-    if cfg.norm not in NORM_LAYERS:
-        raise unknown_choice("norm layer", cfg.norm, NORM_LAYERS)
+    if not is_factory(cfg.model):
+        if cfg.model not in ARCHITECTURES:
+            raise unknown_choice("model", cfg.model, [*ARCHITECTURES, "PKG.MODULE:CALLABLE (your own model)"])
+        if cfg.norm not in NORM_LAYERS:
+            raise unknown_choice("norm layer", cfg.norm, NORM_LAYERS)
     if cfg.lpips_weights is not None and not Path(cfg.lpips_weights).expanduser().is_file():
         raise FedauditError(f"LPIPS weights file {cfg.lpips_weights} does not exist; give torchvision's AlexNet "
                             "state_dict (alexnet-owt-7be5be79.pth) or drop --lpips-weights")

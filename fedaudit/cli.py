@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fedaudit.config import DEFAULT_SPLIT, parse_split
+from fedaudit.models.factory import parse_model_args
 from fedaudit.errors import FedauditError, PointCrashed, unknown_choice
 from fedaudit.options import Option, flag_of
 
@@ -169,6 +170,9 @@ COMMAND_PARAMETERS = [
     ("method_option", Optional[list[str]], typer.Option(
         None, help="Method-specific NAME=VALUE (repeatable); each also has its own flag --<method>-<name> VALUE, "
                    "e.g. --ccst-style single --ccst-k 3 (see `fedaudit list methods`).")),
+    ("model_arg", Optional[list[str]], typer.Option(
+        None, help="KEY=VALUE keyword argument of a --model factory (repeatable; VALUE a JSON scalar or a word).",
+        rich_help_panel=PANELS["run"])),
     ("config", Optional[Path], typer.Option(None, help="TOML file of options (keys are the option names); explicit "
                                             "options win.")),
     ("resume", Optional[Path], typer.Option(None, help="Continue an interrupted run directory from its last round.")),
@@ -211,10 +215,13 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
     quiet, split, dp_sweep = given.pop("quiet"), given.pop("split"), given.pop("dp_sweep")
     json_summary, fail_on = given.pop("json_summary"), given.pop("fail_on")
     method_option, config, resume, method = given.pop("method_option"), given.pop("config"), given.pop("resume"), given.pop("method")
+    model_arg = given.pop("model_arg")
     _setup_logging(quiet)
     try:
         options = parsed_options(given, fail_on)
         options["split"] = parse_split(split)
+        if model_arg:
+            options["model_args"] = parse_model_args(model_arg)
         flags = method_flags(ctx.args)
         if dp_sweep is not None or (resume is not None and sweep.is_sweep(resume)):
             swept = sweep.sweep_dp(None if dp_sweep is None else sweep.parse_epsilons(dp_sweep), method, resume=resume,
@@ -244,26 +251,31 @@ def audit_signature() -> inspect.Signature:
     from fedaudit.recorded import AUDIT_OPTIONS
 
     params = [inspect.Parameter("recording", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Path,
-                                default=typer.Argument(..., help="A recording directory (written by fedaudit.flower's "
-                                                                 "recording mod and RecordingGrid)."))]
+                                default=typer.Argument(..., help="A recording directory (written by fedaudit's Recorder, "
+                                                                 "or fedaudit.flower's recording mod and RecordingGrid)."))]
     params += [_parameter(name, opt, panel) for name, (opt, panel) in declared_options().items()
                if name in AUDIT_OPTIONS or panel == "attack"]
     params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
-               for name, annotation, info in COMMAND_PARAMETERS if name in ("quiet", "json_summary", "fail_on")]
+               for name, annotation, info in COMMAND_PARAMETERS if name in ("model_arg", "quiet", "json_summary", "fail_on")]
     return inspect.Signature(params)
 
 
 def audit(recording: Path, **given: Any) -> None:
     """Attack a recorded federation (e.g. a Flower run) as evaluate attacks its own: same controls, verdict and report.
 
-    RECORDING is a directory written by fedaudit.flower's recording mod and RecordingGrid.
+    RECORDING is a directory written by fedaudit's Recorder (any training loop) or fedaudit.flower's recording mod
+    and RecordingGrid. A recording may name its model's factory; fedaudit imports it only when you pass --model.
     """
     from fedaudit import api
 
     quiet, json_summary, fail_on = given.pop("quiet"), given.pop("json_summary"), given.pop("fail_on")
+    model_arg = given.pop("model_arg")
     _setup_logging(quiet)
     try:
-        run_dir, metrics = api.audit_recording(recording, command=api.command_line(), **parsed_options(given, fail_on))
+        options = parsed_options(given, fail_on)
+        if model_arg:
+            options["model_args"] = parse_model_args(model_arg)
+        run_dir, metrics = api.audit_recording(recording, command=api.command_line(), **options)
     except FedauditError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaudit.errors import FedauditError, unknown_choice
+from fedaudit.models.factory import OWN_NORM, is_factory
 from fedaudit.options import Option, declared, option
 
 PROFILES = ("quick", "paper")
@@ -83,8 +84,11 @@ class RunConfig:
     image_size: int = option(32, "Image side in pixels.", low=16, high=256, profiles={"paper": 64})
     target_domain: str | None = option(None, "Unseen domain (default: the dataset's last), or 'all' to hold out "
                                        "each in turn.", kind=str, nullable=True)
-    model: str = option("cnn", "cnn, resnet18 or resnet50.", profiles={"paper": "resnet18"})
-    norm: str = option("bn", "Norm layers: bn, in, gn, xan (gPerXAN).")
+    model: str = option("cnn", "cnn, resnet18, resnet50, or your own model: PKG.MODULE:CALLABLE, a callable returning "
+                        "an nn.Module (given num_classes= when it takes it, and --model-arg pairs).",
+                        profiles={"paper": "resnet18"})
+    norm: str = option("bn", "Norm layers of fedaudit's architectures: bn, in, gn, xan (gPerXAN); a --model factory's "
+                       "model keeps its own (recorded as 'own').")
     pretrained: str | None = option(None, "Local state_dict for the backbone (.pt/.pth/.safetensors).", kind=str,
                                     nullable=True)
     # -- local training (the method's defaults per profile override these) -------------------------------
@@ -149,6 +153,8 @@ class RunConfig:
                              f"{DP_MAX_STEP_FACTOR}, local epochs 3, momentum 0.9; DP_RECIPE) unless options set them; "
                              "--no-dp-recipe keeps the non-private defaults.")
     method_options: dict[str, Any] = field(default_factory=dict)
+    # keyword arguments of a --model factory (--model-arg KEY=VALUE, a [model_args] table)
+    model_args: dict[str, Any] = field(default_factory=dict)
     # {attack family: {option: value}} for the selected attacks (declared on the attack classes).
     attack_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     profile: str = option("quick", "quick (CPU, minutes) or paper (the seeds' settings, GPU).", choices=PROFILES)
@@ -240,8 +246,8 @@ def resolve(
                 hint = "a [method_options] table" if source is from_file else "method_options"
                 raise FedauditError(f"unknown option {key!r}; valid options: {', '.join(sorted(known))} "
                                     f"(method-specific ones go in {hint})")
-            if key == "method_options":
-                merged["method_options"] = {**merged.get("method_options", {}), **value}
+            if key in ("method_options", "model_args"):
+                merged[key] = {**merged.get(key, {}), **value}
             elif key in owners:
                 for family in owners[key]:
                     attack_values[family][key] = value
@@ -254,6 +260,14 @@ def resolve(
     if "dp_max_step_factor" not in given and (merged["dp_noise_to_signal"] is None or "batch_size" in given
                                               or "local_epochs" in given):
         merged["dp_max_step_factor"] = 1  # more steps only within a noise target; a given batch or epochs as given
+    if is_factory(merged["model"]):  # the factory's model has the norm layers it was built with
+        if "norm" in given and given["norm"] != OWN_NORM:
+            raise FedauditError(f"--norm {given['norm']} applies to fedaudit's architectures; --model {merged['model']} "
+                                "builds its own normalisation layers: drop --norm")
+        merged["norm"] = OWN_NORM
+    elif merged.get("model_args"):
+        raise FedauditError(f"--model-arg is for a --model factory (PKG.MODULE:CALLABLE); --model {merged['model']} "
+                            "takes none: drop --model-arg")
     merged["profile"] = profile
     merged["split"] = tuple(float(x) for x in merged.get("split", DEFAULT_SPLIT))
     merged["attack_options"] = {family: {name: attack_schema[family][name].check(name, value)
@@ -281,8 +295,9 @@ def validate(cfg: RunConfig) -> None:
         raise FedauditError(f"--victim must be a source domain or 'all', got {cfg.victim!r}")
     if len(cfg.split) != 3 or any(f <= 0 for f in cfg.split) or abs(sum(cfg.split) - 1) > 1e-6:
         raise FedauditError(f"--split must be three positive fractions train,val,holdout summing to 1, got {cfg.split}")
-    if not isinstance(cfg.method_options, dict):
-        raise FedauditError("method_options must be a table of name = value pairs")
+    for table in ("method_options", "model_args"):
+        if not isinstance(getattr(cfg, table), dict):
+            raise FedauditError(f"{table} must be a table of name = value pairs")
 
 
 def check_attacker(attacker: object) -> None:

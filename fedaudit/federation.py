@@ -137,7 +137,8 @@ class Federation:
         from fedaudit.models import build_model
 
         return build_model(self.cfg.model, len(self.dataset.classes), self.cfg.image_size, norm=norm or self.cfg.norm,
-                           head=head, feature_dim=feature_dim, pretrained=self.cfg.pretrained, mixstyle=mixstyle)
+                           head=head, feature_dim=feature_dim, pretrained=self.cfg.pretrained, mixstyle=mixstyle,
+                           model_args=self.cfg.model_args)
 
     def generator(self, rnd: int, client: Client | None = None, stream: int = 0) -> torch.Generator:
         """A generator private to (round, client, stream): batch order and augmentation."""

@@ -2,7 +2,8 @@
 
 An optional extra (``pip install -e ".[flower]"``); nothing else in fedaudit imports this module.
 
-* :func:`start_recording` writes the recording's manifest: the Flower version, the model the user
+* :func:`start_recording` writes the recording's manifest (:func:`fedaudit.recording.start_recording`, the
+  framework-neutral recorder this module is built on): the Flower version and run id, the model the user
   declares (its state_dict shapes decide what a record is), record names mapped to artifact kinds,
   and the auditor's data per client.
 * :func:`recording_mod` is a client mod. List it **first** in ``ClientApp(mods=[...])``: the first
@@ -25,36 +26,20 @@ import flwr
 from flwr.app import Context, Message
 from flwr.clientapp.typing import ClientAppCallable, Mod
 from flwr.serverapp import Grid
-from torch import nn
 
-from fedaudit.recording import SERVER_NODE_ID, RecordingWriter, check_kinds, write_manifest
+from fedaudit.recording import SERVER_NODE_ID, RecordingWriter
+from fedaudit.recording import start_recording as core_start_recording
 from fedaudit.wire import SERVER, client_role
 
 ROUND_KEY = "server-round"  # where Flower's strategies put the round (configure_train / configure_evaluate)
 
 
-def start_recording(root: str | Path, *, model: nn.Module | None = None, architecture: Mapping[str, Any] | None = None,
-                    record_kinds: Mapping[str, str] | None = None, data: Mapping[str, Any] | None = None,
-                    recipe: Mapping[str, Any] | None = None, prior: Mapping[str, Any] | None = None,
-                    nodes: Mapping[int, str] | None = None, run_id: int | None = None) -> Path:
-    """Create ``root`` with its manifest, before the run. ``architecture`` is what ``fedaudit audit``
-    rebuilds the model from (``{"model": "cnn", "norm": "bn", "num_classes": 10, "image_size": 32}``);
-    ``model`` (that architecture, built) gives the state_dict shapes that tell a whole model from a
-    part of one; ``record_kinds`` maps custom array records to kinds (``{"styles": "style_bank"}``);
-    ``data`` is the auditor's data (``{"dataset": "digits", "seed": 0, "target_domain": "textured"}``, or
-    ``{"records": PATH, "seed": 0}`` for a deployment's own records; README, "What fedaudit audit does");
-    ``recipe`` is the clients' public training recipe (lr, momentum, weight_decay, batch_size, local_epochs,
-    augment), which the auditor's counterfactuals and an informed attacker's reference models follow;
-    ``prior`` is what is public about the inputs when the auditor holds no data (``{"classes": [...],
-    "mean": [...], "std": [...], "hflip": False}``): the attacks then still run, unscored."""
-    state = {k: list(v.shape) for k, v in model.state_dict().items()} if model is not None else None
-    return write_manifest(Path(root), {
-        "framework": {"name": "flower", "version": flwr.__version__},
-        "run_id": run_id, "model": dict(architecture) if architecture else None, "model_state": state,
-        "record_kinds": check_kinds(record_kinds or {}), "data": dict(data) if data else None,
-        "recipe": dict(recipe) if recipe else None, "prior": dict(prior) if prior else None,
-        "nodes": {str(k): v for k, v in nodes.items()} if nodes else None, "server_node_id": SERVER_NODE_ID,
-    })
+def start_recording(root: str | Path, *, run_id: int | None = None, **manifest: Any) -> Path:
+    """Create ``root`` with its manifest, before the run: :func:`fedaudit.recording.start_recording` with
+    Flower's name and version, and ``run_id``, Flower's id of the run (``grid.run.run_id``), which every
+    recorded message is then held to: a second ``flwr run`` into the same directory is refused."""
+    return core_start_recording(root, framework={"name": "flower", "version": flwr.__version__},
+                                framework_run_id=run_id, **manifest)
 
 
 def message_round(msg: Message, fallback: int = -1) -> int:
@@ -96,13 +81,13 @@ def recording_mod(root: str | Path, name: Callable[[Context], str] = default_nod
             writer.message(src_node_id=msg.metadata.src_node_id, dst_node_id=context.node_id,
                            sender=SERVER if msg.metadata.src_node_id == SERVER_NODE_ID else None,
                            receiver=client_role(me), round=rnd, message_type=msg.metadata.message_type,
-                           message_id=msg.metadata.message_id, **contents(msg))
+                           message_id=msg.metadata.message_id, framework_run_id=context.run_id, **contents(msg))
         reply = call_next(msg, context)
         if reply.has_content():
             writer.message(src_node_id=context.node_id, dst_node_id=msg.metadata.src_node_id, sender=client_role(me),
                            receiver=SERVER if msg.metadata.src_node_id == SERVER_NODE_ID else None, round=rnd,
                            message_type=reply.metadata.message_type, message_id=reply.metadata.message_id,
-                           **contents(reply))
+                           framework_run_id=context.run_id, **contents(reply))
         return reply
 
     return record_messages
@@ -167,7 +152,7 @@ class RecordingGrid(Grid):
         if msg.has_content():
             self.writer.message(src_node_id=SERVER_NODE_ID, dst_node_id=msg.metadata.dst_node_id, sender=SERVER,
                                 receiver=None, round=rnd, message_type=msg.metadata.message_type,
-                                message_id=message_id or "", **contents(msg))
+                                message_id=message_id or "", framework_run_id=msg.metadata.run_id, **contents(msg))
         return rnd
 
     def _record_reply(self, reply: Message, rnd: int | None = None) -> None:
@@ -176,7 +161,8 @@ class RecordingGrid(Grid):
         rnd = rnd if rnd is not None else self._round_of.get(reply.metadata.reply_to_message_id, message_round(reply))
         self.writer.message(src_node_id=reply.metadata.src_node_id, dst_node_id=SERVER_NODE_ID, sender=None,
                             receiver=SERVER, round=rnd, message_type=reply.metadata.message_type,
-                            message_id=reply.metadata.message_id, **contents(reply))
+                            message_id=reply.metadata.message_id, framework_run_id=reply.metadata.run_id,
+                            **contents(reply))
 
 
 def telemetry_off() -> None:

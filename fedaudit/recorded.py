@@ -36,7 +36,7 @@ from fedaudit.data.split import stratified_split
 from fedaudit.errors import FedauditError
 from fedaudit.federation import Federation
 from fedaudit.method import Method
-from fedaudit.models import build_model
+from fedaudit.models import build_model, is_factory
 from fedaudit.recording import Recording
 from fedaudit.results import communication, privacy, provenance
 from fedaudit.seeds import derive_seed
@@ -46,8 +46,8 @@ log = logging.getLogger("fedaudit")
 
 # The options `fedaudit audit` takes (besides every attack's): who attacks whom, the architecture if the
 # manifest's is to be overridden, and where and how the audit runs. Training options come from the manifest.
-AUDIT_OPTIONS = ("attack", "attacker", "victim", "model", "norm", "image_size", "device", "precision", "deterministic",
-                 "out", "lpips_weights", "judge_steps")
+AUDIT_OPTIONS = ("attack", "attacker", "victim", "model", "model_args", "norm", "image_size", "device", "precision",
+                 "deterministic", "out", "lpips_weights", "judge_steps")
 RECIPE_KEYS = ("rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "augment")
 
 
@@ -61,6 +61,8 @@ def recorded_config(rec: Recording) -> dict[str, Any]:
         if key in data:
             options[key] = data[key]
     options.update({k: model[k] for k in ("model", "norm", "image_size") if k in model})
+    if isinstance(model.get("args"), dict) and model["args"]:
+        options["model_args"] = dict(model["args"])
     options.update({k: recipe[k] for k in RECIPE_KEYS if k in recipe})
     if "records" in data:
         options["dataset"] = f"records:{data['records']}"
@@ -81,6 +83,22 @@ def check_audit_options(explicit: dict[str, Any], attack_option_names: set[str])
     if unknown:
         raise FedauditError(f"fedaudit audit takes no option {sorted(unknown)[0]!r}; training options come from the "
                             "recording's manifest")
+
+
+def audited_model(rec: Recording, base: dict[str, Any], explicit: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's options with the architecture the user chose. A manifest may *name* a model factory, but
+    only ``--model`` on the command line makes fedaudit import code: the manifest's suggestion is refused until
+    the user passes it. A factory's model keeps its own norm layers (the manifest's ``norm`` is dropped)."""
+    suggested = base.get("model")
+    if is_factory(suggested) and "model" not in explicit:
+        raise FedauditError(f"{rec.root}/manifest.json names the model factory {suggested}; fedaudit imports code only "
+                            f"when you name it: check that it is the code the clients ran, then pass --model {suggested}")
+    out = dict(base)
+    if "model" in explicit and explicit["model"] != suggested:
+        out.pop("model_args", None)  # the manifest's arguments belong to its own model
+    if is_factory(explicit.get("model", suggested)):
+        out.pop("norm", None)
+    return out
 
 
 NO_DATA = "no-data"  # the dataset of an audit whose auditor holds none of the clients' records: attacks run unscored
@@ -148,14 +166,7 @@ def public_data(rec: Recording, image_size: int) -> tuple[MultiDomainDataset, LO
     if declared is not None and declared != len(classes):
         raise FedauditError(f"{where} names {len(classes)} classes but the model declares num_classes {declared}; "
                             "give one name per output of the model")
-    norm = {}
-    for key in ("mean", "std"):
-        v = prior.get(key)
-        if (not isinstance(v, list) or len(v) != 3 or not all(isinstance(x, (int, float)) for x in v)
-                or (key == "std" and min(v) <= 0)):
-            raise FedauditError(f"{where} {key} must be three numbers (one per RGB channel{', each > 0' if key == 'std' else ''}),"
-                                f" got {v!r}; give {PRIOR_KEYS}")
-        norm[key] = tuple(float(x) for x in v)
+    norm = prior_normalisation(rec)
     clients = recorded_clients(rec)
     target = next(t for t in ("unknown", *(f"unknown-{i}" for i in range(1, len(clients) + 2))) if t not in clients)
     # ^ no unseen domain's records either: a name only, never a client's
@@ -165,8 +176,24 @@ def public_data(rec: Recording, image_size: int) -> tuple[MultiDomainDataset, LO
                           holdout_y=none, train_idx=none, val_idx=none, holdout_idx=none) for d in clients]
     dataset = MultiDomainDataset(name=NO_DATA, classes=list(classes), domains=[*clients, target],
                                  images={d: empty for d in [*clients, target]}, labels={d: none for d in [*clients, target]},
-                                 mean=norm["mean"], std=norm["std"], hflip=bool(prior.get("hflip", False)))
+                                 mean=norm["mean"], std=norm["std"], hflip=norm["hflip"])
     return dataset, LODOSplit(target=target, sources=sources, target_x=empty, target_y=none)
+
+
+def prior_normalisation(rec: Recording) -> dict[str, Any]:
+    """What the manifest's ``prior`` says about the clients' inputs: normalisation ``(x/255 - mean) / std`` and
+    whether flips keep labels (each checked, one line naming the problem)."""
+    prior = rec.manifest.get("prior") or {}
+    where = f"{rec.root}/manifest.json prior"
+    norm: dict[str, Any] = {"hflip": bool(prior.get("hflip", False))}
+    for key in ("mean", "std"):
+        v = prior.get(key)
+        if (not isinstance(v, list) or len(v) != 3 or not all(isinstance(x, (int, float)) for x in v)
+                or (key == "std" and min(v) <= 0)):
+            raise FedauditError(f"{where} {key} must be three numbers (one per RGB channel{', each > 0' if key == 'std' else ''}),"
+                                f" got {v!r}; give {PRIOR_KEYS}")
+        norm[key] = tuple(float(x) for x in v)
+    return norm
 
 
 def recorded_clients(rec: Recording) -> list[str]:
@@ -180,7 +207,11 @@ def auditor_data(cfg: RunConfig, data_seed: int, rec: Recording | None = None) -
     if cfg.dataset == NO_DATA and rec is not None:
         return public_data(rec, cfg.image_size)
     if cfg.dataset.startswith("records:"):
-        return load_records(cfg.dataset[len("records:"):], cfg.image_size, cfg.seed)
+        dataset, split = load_records(cfg.dataset[len("records:"):], cfg.image_size, cfg.seed)
+        if rec is not None and rec.manifest.get("prior"):  # the deployment's own preprocessing, where it said it
+            norm = prior_normalisation(rec)
+            dataset.mean, dataset.std, dataset.hflip = norm["mean"], norm["std"], norm["hflip"]
+        return dataset, split
     dataset = load_dataset(cfg.dataset, cfg.image_size, seed=data_seed, cache_mb=cfg.cache_mb)
     target = cfg.target_domain or dataset.domains[-1]
     return dataset, lodo_split(dataset, target, cfg.split, seed=cfg.seed)
@@ -188,8 +219,8 @@ def auditor_data(cfg: RunConfig, data_seed: int, rec: Recording | None = None) -
 
 def name_model_records(rec: Recording, cfg: RunConfig, num_classes: int) -> None:
     """Records of a recording made without a declared model, named as the audited architecture's state."""
-    state = {k: tuple(v.shape) for k, v in build_model(cfg.model, num_classes, cfg.image_size,
-                                                        cfg.norm).state_dict().items()}
+    state = {k: tuple(v.shape) for k, v in build_model(cfg.model, num_classes, cfg.image_size, cfg.norm,
+                                                        model_args=cfg.model_args).state_dict().items()}
     if rec.reclassify(state):
         log.info("records named as the %s model's state from its shapes (the recording declared no model)", cfg.model)
 
@@ -206,14 +237,15 @@ def check_architecture(model: torch.nn.Module, wire: Wire, cfg: RunConfig) -> No
         if art.kind not in (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL):
             continue
         for name, tensor in art.tensors.items():
-            hint = ("give the architecture the clients trained (--model, --norm, --image-size) or fix the "
-                    "manifest's model")
+            hint = ("give the model the clients trained: --model cnn/resnet18/resnet50 with --norm and --image-size, or "
+                    "their own as --model PKG.MODULE:CALLABLE (with --model-arg KEY=VALUE)")
+            given = f"--model {cfg.model}" + (f" (norm {cfg.norm})" if not is_factory(cfg.model) else "")
             if name not in state:
                 raise FedauditError(f"recorded {art.kind.value} from {art.sender} holds tensor {name!r}, which "
-                                    f"--model {cfg.model} (norm {cfg.norm}) does not have; {hint}")
+                                    f"{given} does not have; {hint}")
             if tuple(state[name].shape) != tuple(tensor.shape):
                 raise FedauditError(f"recorded {art.kind.value} tensor {name!r} has shape {tuple(tensor.shape)}, but "
-                                    f"--model {cfg.model} (norm {cfg.norm}) has {tuple(state[name].shape)}; {hint}")
+                                    f"{given} has {tuple(state[name].shape)}; {hint}")
 
 
 def data_free_attacks(selected: Sequence[type[Attack]], chosen_by_auto: bool) -> tuple[list[type[Attack]], dict[str, str]]:
@@ -302,7 +334,8 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         "privacy": privacy(fed, shares, no_dp="no DP accounting in the recording: whether the clients trained "
                                               "with a privacy mechanism is not known here"),
         "provenance": {**provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
-                                                                    "wall": time.perf_counter() - wall0}, unpinned),
+                                                                    "wall": time.perf_counter() - wall0}, unpinned,
+                                   fed.model),
                        "recording": {"path": str(rec.root.resolve()), "framework": rec.manifest.get("framework"),
                                      "run_id": rec.manifest.get("run_id"), "nodes": {str(k): v for k, v in rec.nodes.items()},
                                      "deployed_model": {"round": deployed.round,
@@ -317,6 +350,6 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
     return run_dir, metrics
 
 
-__all__ = ["AUDIT_OPTIONS", "NO_DATA", "audit", "auditor_data", "check_architecture", "check_audit_options",
+__all__ = ["AUDIT_OPTIONS", "NO_DATA", "audit", "audited_model", "auditor_data", "check_architecture", "check_audit_options",
            "data_free_attacks", "name_model_records", "public_data", "recorded_clients", "recorded_config",
            "recorded_shares"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
 from fedaudit.runs import atomic_path, safe_name
@@ -81,18 +81,76 @@ def check_kinds(declared: Mapping[str, str]) -> dict[str, str]:
 # -- writing ---------------------------------------------------------------------------------------------
 
 
-def write_manifest(root: Path, manifest: dict[str, Any]) -> Path:
-    """Create the recording directory and its manifest (``format`` is added); an existing manifest is
-    merged, so the client and server sides can each add what they know."""
+def start_recording(root: str | Path, *, model: nn.Module | None = None,
+                    architecture: Mapping[str, Any] | None = None, record_kinds: Mapping[str, str] | None = None,
+                    data: Mapping[str, Any] | None = None, recipe: Mapping[str, Any] | None = None,
+                    prior: Mapping[str, Any] | None = None, nodes: Mapping[int, str] | None = None,
+                    dp: Mapping[str, Any] | None = None, framework: Mapping[str, Any] | None = None,
+                    framework_run_id: int | str | None = None, append: bool = False) -> Path:
+    """Create ``root`` with its manifest, before the run (any framework, or none: :class:`Recorder`).
+
+    ``architecture`` is what ``fedaudit audit`` rebuilds the model from: fedaudit's own
+    (``{"model": "cnn", "norm": "bn", "num_classes": 10, "image_size": 32}``) or a factory the audit may be
+    told to import (``{"model": "mypkg.nets:Net", "args": {"width": 32}, "num_classes": 10, "image_size": 32}``;
+    fedaudit imports it only when the user passes ``--model`` to ``fedaudit audit``); ``model`` (that
+    architecture, built) gives the state_dict shapes that tell a whole model from a part of one;
+    ``record_kinds`` maps custom array records to kinds (``{"styles": "style_bank"}``); ``data`` is the
+    auditor's data (``{"dataset": "digits", "seed": 0, "target_domain": "textured"}``, or
+    ``{"records": PATH, "seed": 0}`` for a deployment's own records; README, "What fedaudit audit does");
+    ``recipe`` is the clients' public training recipe (lr, momentum, weight_decay, batch_size, local_epochs,
+    augment), which the auditor's counterfactuals and an informed attacker's reference models follow;
+    ``prior`` is what is public about the inputs when the auditor holds no data (``{"classes": [...],
+    "mean": [...], "std": [...], "hflip": False}``): the attacks then still run, unscored; ``dp`` the privacy
+    mechanism the deployment ran (:func:`fedaudit.recorded_dp.check_dp`). ``framework_run_id`` is the
+    framework's own id of the run (Flower's ``run_id``).
+
+    A recording is one run: a directory that already holds another run's messages (or a manifest naming
+    another framework run) is refused; ``append=True`` continues the run recorded there (a deployment
+    resumed), keeping its run id."""
+    state = {k: list(v.shape) for k, v in model.state_dict().items()} if model is not None else None
+    return write_manifest(Path(root), {
+        "framework": dict(framework) if framework else {"name": "none"},
+        "framework_run_id": framework_run_id, "model": dict(architecture) if architecture else None,
+        "model_state": state, "record_kinds": check_kinds(record_kinds or {}), "data": dict(data) if data else None,
+        "recipe": dict(recipe) if recipe else None, "prior": dict(prior) if prior else None,
+        "nodes": {str(k): v for k, v in nodes.items()} if nodes else None, "server_node_id": SERVER_NODE_ID,
+        "dp": dict(dp) if dp else None,
+    }, mode="append" if append else "start")
+
+
+def write_manifest(root: Path, manifest: dict[str, Any], *, mode: str = "start") -> Path:
+    """Create the recording directory and its manifest (``format`` and a ``run_id`` are added); an existing
+    manifest of the same run is merged, so the client and server sides can each add what they know. ``mode``:
+    ``start`` refuses another run's directory (see :func:`start_recording`), ``append`` continues the run
+    recorded there, ``join`` is a side adding what it knows to the run being recorded."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     path = root / MANIFEST
     with _locked(root):
         old = json.loads(path.read_text()) if path.exists() else {}
+        if mode == "start":
+            _refuse_another_run(root, old, manifest.get("framework_run_id"))
         merged = {**old, **{k: v for k, v in manifest.items() if v is not None}, "format": FORMAT}
+        merged["run_id"] = old.get("run_id") or uuid.uuid4().hex
+        if old.get("framework_run_id") is not None:  # the run this directory recorded first stays its run
+            merged["framework_run_id"] = old["framework_run_id"]
+        if mode == "append":
+            merged["appended"] = True
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def _refuse_another_run(root: Path, old: Mapping[str, Any], framework_run_id: Any) -> None:
+    earlier = old.get("framework_run_id")
+    if framework_run_id is not None and earlier is not None and str(earlier) != str(framework_run_id):
+        raise FedauditError(f"{root} already holds the recording of another run ({old.get('framework', {}).get('name')} "
+                            f"run {earlier}, not {framework_run_id}); record into a new directory, or pass "
+                            "append=True to continue that run")
+    ledger = root / LEDGER
+    if ledger.is_file() and ledger.stat().st_size and not (framework_run_id is not None and earlier is not None):
+        raise FedauditError(f"{root} already holds a recorded run (run id {old.get('run_id')}, messages in {LEDGER}); "
+                            "record into a new directory, or pass append=True to continue that run")
 
 
 class RecordingWriter:
@@ -105,6 +163,7 @@ class RecordingWriter:
         self.recorded_by = recorded_by
         self._manifest: dict[str, Any] | None = None
         self._named: set[int] = set()
+        self._checked_runs: set[str] = set()
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -126,13 +185,36 @@ class RecordingWriter:
                 tmp.write_text(json.dumps({"node_id": int(node_id), "name": name}) + "\n")
         self._named.add(node_id)
 
+    def _join_run(self, framework_run_id: Any) -> None:
+        """Make sure the directory is this run's: a manifest exists (a side may record before anyone started the
+        recording), and the framework's run id, when known, is the one the directory records."""
+        key = str(framework_run_id)
+        if key in self._checked_runs and self._manifest:
+            return
+        manifest = self.manifest
+        if not manifest:
+            write_manifest(self.root, {"server_node_id": SERVER_NODE_ID, "framework_run_id": framework_run_id}, mode="join")
+        elif framework_run_id is not None:
+            earlier = manifest.get("framework_run_id")
+            if earlier is None:
+                write_manifest(self.root, {"framework_run_id": framework_run_id}, mode="join")
+            elif str(earlier) != key and not manifest.get("appended"):
+                raise FedauditError(f"{self.root} records run {earlier}, and this message belongs to run {key}; "
+                                    "record each run into a new directory (or start_recording(append=True) to "
+                                    "continue one)")
+        self._manifest = None  # read again: the run id may have just been written
+        self._checked_runs.add(key)
+
     def message(self, *, src_node_id: int, dst_node_id: int, sender: str | None, receiver: str | None, round: int,
                 message_type: str, message_id: str, arrays: Mapping[str, Mapping[str, Any]],
                 metrics: Mapping[str, Mapping[str, Any]] | None = None,
-                configs: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+                configs: Mapping[str, Mapping[str, Any]] | None = None,
+                framework_run_id: int | str | None = None) -> list[dict[str, Any]]:
         """Record one message: its arrays (record → key → array), metrics and configs. ``sender`` and
         ``receiver`` are roles (``server``, ``client:<name>``) where this side knows them, else None
-        (the reader names nodes from ``nodes/``). Returns the ledger rows written."""
+        (the reader names nodes from ``nodes/``); ``framework_run_id`` the framework's run the message belongs
+        to, where known. Returns the ledger rows written."""
+        self._join_run(framework_run_id)
         metrics, configs = metrics or {}, configs or {}
         tensors: dict[str, Tensor] = {}
         shapes: dict[str, dict[str, tuple[int, ...]]] = {}
@@ -156,7 +238,9 @@ class RecordingWriter:
         sent_up = dst_node_id == self.manifest.get("server_node_id", SERVER_NODE_ID)
         base = {"sender": sender, "receiver": receiver, "src_node_id": int(src_node_id), "dst_node_id": int(dst_node_id),
                 "round": int(round), "direction": "up" if sent_up else "down", "message_type": message_type,
-                "message_id": message_id, "recorded_by": self.recorded_by, "file": file, "time": time.time()}
+                "message_id": message_id, "recorded_by": self.recorded_by, "file": file, "time": time.time(),
+                "run_id": self.manifest.get("run_id"),
+                **({"framework_run_id": framework_run_id} if framework_run_id is not None else {})}
         state = {k: tuple(v) for k, v in (self.manifest.get("model_state") or {}).items()}
         declared = self.manifest.get("record_kinds") or {}
         rows = []
@@ -181,6 +265,76 @@ class RecordingWriter:
 
 
 SERVER_NODE_ID = 1  # Flower's ServerApp speaks as the SuperLink's node (flwr.common.constant.SUPERLINK_NODE_ID)
+
+
+class Recorder:
+    """Record a federation from any training loop: call :meth:`send` once per message.
+
+    ::
+
+        recorder = Recorder("runs/my-federation", model=model, architecture={"model": "mypkg.nets:Net",
+                            "num_classes": 10, "image_size": 32}, data={"records": "auditor-records"})
+        for rnd in range(1, rounds + 1):
+            for name in clients:
+                recorder.send(rnd, "server", name, global_model.state_dict())
+                ...  # the client trains
+                recorder.send(rnd, name, "server", local_model.state_dict())
+                recorder.send(rnd, name, "server", {"num_samples": n}, kind="scalars")
+
+    ``sender`` and ``receiver`` are ``"server"`` or a client's name (the auditor's data names its records by it);
+    ``tensors`` a state_dict or any mapping of names to arrays; ``kind`` (optional) an artifact kind, else the
+    declared model's state_dict shapes decide (whole model, a part of it, BN statistics). The keyword arguments
+    of the constructor are :func:`start_recording`'s; it refuses a directory that holds another run."""
+
+    def __init__(self, root: str | Path, **manifest: Any):
+        manifest.setdefault("framework", {"name": "none"})
+        self.root = Path(start_recording(root, **manifest)).parent
+        self._writer = RecordingWriter(self.root, "server")
+        self._nodes: dict[str, int] = {}
+
+    def send(self, round: int, sender: str, receiver: str, tensors: Mapping[str, Any], *, kind: str | None = None,
+             record: str | None = None, message_type: str = "train") -> list[dict[str, Any]]:
+        """Record one message of ``round``; ``record`` names it in the ledger (default: the kind, or ``arrays``).
+        ``message_type`` ``evaluate`` marks a model sent to be scored, not trained from."""
+        if not isinstance(round, int) or isinstance(round, bool) or round < 0:
+            raise FedauditError(f"Recorder.send: round must be an integer >= 0, got {round!r}")
+        if SERVER not in (sender, receiver) or sender == receiver:
+            raise FedauditError(f"Recorder.send: a message goes between the server and a client, got {sender!r} → "
+                                f"{receiver!r}; name one side \"server\"")
+        name = record or kind or "arrays"
+        if kind is not None:
+            check_kinds({name: kind})
+            declared = dict(self._writer.manifest.get("record_kinds") or {})
+            if declared.get(name) != kind:
+                declared[name] = kind
+                write_manifest(self.root, {"record_kinds": declared}, mode="join")
+                self._writer._manifest = None
+        ids = {role: SERVER_NODE_ID if role == SERVER else self._node(role) for role in (sender, receiver)}
+        roles = {role: SERVER if role == SERVER else client_role(role) for role in (sender, receiver)}
+        arrays, metrics = {}, {}
+        if kind == ArtifactKind.SCALARS.value:
+            metrics[name] = {k: _scalar(k, v) for k, v in tensors.items()}
+        else:
+            arrays[name] = dict(tensors)
+        return self._writer.message(src_node_id=ids[sender], dst_node_id=ids[receiver], sender=roles[sender],
+                                    receiver=roles[receiver], round=round, message_type=message_type,
+                                    message_id=uuid.uuid4().hex, arrays=arrays, metrics=metrics)
+
+    def _node(self, name: str) -> int:
+        if not isinstance(name, str) or not name or name.startswith("client:"):
+            raise FedauditError(f"Recorder.send: a client's name must be a plain non-empty string (as the auditor's "
+                                f"data names it), got {name!r}")
+        if name not in self._nodes:
+            self._nodes[name] = SERVER_NODE_ID + 1 + len(self._nodes)
+            self._writer.name_node(self._nodes[name], name)
+        return self._nodes[name]
+
+
+def _scalar(key: str, value: Any) -> float | int | list[float] | list[int]:
+    v = value.tolist() if hasattr(value, "tolist") else value
+    if isinstance(v, bool) or not isinstance(v, (int, float, list)):
+        raise FedauditError(f"Recorder.send: scalars {key!r} must be a number or a list of numbers, got {value!r}")
+    return v
 
 
 def _has_float(value: Any) -> bool:
@@ -337,10 +491,37 @@ def read_recording(root: str | Path) -> Recording:
             raw.append(json.loads(line))
         except json.JSONDecodeError:
             raise FedauditError(f"{ledger} line {n} is not a JSON row (truncated?); record the run again") from None
+    _one_run(raw, manifest, ledger)
     server_node = manifest.get("server_node_id", SERVER_NODE_ID)
     rows = [_named(r, nodes, server_node, ledger) for r in _one_recorder_per_message(raw)]
     rows.sort(key=lambda r: (r["round"], r["time"]))
+    _no_repeats(rows, ledger)
     return Recording(root, manifest, nodes, rows)
+
+
+def _one_run(rows: list[dict[str, Any]], manifest: Mapping[str, Any], ledger: Path) -> None:
+    """A recording is one run: every row carries the manifest's run id, and one framework run id unless the
+    run was continued (``append``)."""
+    for n, row in enumerate(rows, 1):
+        if row.get("run_id") not in (None, manifest.get("run_id")):
+            raise FedauditError(f"{ledger} line {n} belongs to run {row['run_id']}, the manifest to run "
+                                f"{manifest.get('run_id')}: the recording mixes runs; record each run into its own directory")
+    runs = sorted({str(r["framework_run_id"]) for r in rows if r.get("framework_run_id") is not None})
+    if len(runs) > 1 and not manifest.get("appended"):
+        raise FedauditError(f"{ledger} holds messages of {len(runs)} framework runs ({', '.join(runs[:3])}): the "
+                            "recording mixes runs; record each run into its own directory")
+
+
+def _no_repeats(rows: list[dict[str, Any]], ledger: Path) -> None:
+    """Each (round, sender, receiver, record, message type) once: a repeat means two runs, or a round recorded twice."""
+    seen: set[tuple[Any, ...]] = set()
+    for row in rows:
+        key = (row["round"], row["sender"], row["receiver"], row["record"], row["message_type"])
+        if key in seen:
+            raise FedauditError(f"{ledger} records {row['record']!r} from {row['sender']} to {row['receiver']} in "
+                                f"round {row['round']} ({row['message_type']}) twice: the recording mixes runs or "
+                                "repeats a round; record each run into its own directory")
+        seen.add(key)
 
 
 def _one_recorder_per_message(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -375,5 +556,5 @@ def _named(row: dict[str, Any], nodes: dict[int, str], server_node: int, ledger:
     return out
 
 
-__all__ = ["FORMAT", "Recording", "RecordingWriter", "classify_record", "check_kinds", "load_message",
+__all__ = ["FORMAT", "Recorder", "Recording", "RecordingWriter", "start_recording", "classify_record", "check_kinds", "load_message",
            "read_recording", "write_manifest"]

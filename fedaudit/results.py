@@ -83,7 +83,8 @@ def privacy(fed: Federation, shares: Shares | None = None, no_dp: str = NO_DP) -
 
 
 def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device, command: str,
-               stages: dict[str, float], unpinned: list[str] | None = None) -> dict[str, Any]:
+               stages: dict[str, float], unpinned: list[str] | None = None,
+               model: torch.nn.Module | None = None) -> dict[str, Any]:
     """Where and how the numbers were made; called while the run's numeric settings are in force
     (:func:`fedaudit.numerics.run_numerics`, whose ``unpinned`` ops ran without a deterministic kernel)."""
     import numpy
@@ -105,7 +106,19 @@ def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device
         "device": {"type": device.type, "name": device_name, "threads": torch.get_num_threads()},
         "numerics": {**numerics(device), **({"nondeterministic_ops": list(unpinned)} if cfg.deterministic else {})},
         "seconds": {k: round(v, 3) for k, v in stages.items()},
+        **({"model": model_provenance(cfg, model)} if model is not None else {}),
     }
 
 
-__all__ = ["communication", "privacy", "provenance", "summarise_targets"]
+def model_provenance(cfg: RunConfig, model: torch.nn.Module) -> dict[str, Any]:
+    """The model the run trained or audited: fedaudit's architecture, or the factory (import path, arguments, module
+    file and sha256); its parameter count and the layer the attacks took as the classifier head."""
+    from fedaudit.models import ModelFactory, head_layer, is_factory
+
+    built = (ModelFactory(cfg.model, cfg.model_args).provenance() if is_factory(cfg.model) else
+             {"architecture": cfg.model, "norm": cfg.norm})
+    return {**built, "class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters()),
+            "head_layer": head_layer(model)}
+
+
+__all__ = ["communication", "model_provenance", "privacy", "provenance", "summarise_targets"]

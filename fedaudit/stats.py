@@ -18,7 +18,6 @@ from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
-from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedaudit.aggregation import StateDict, model_state, weighted_average_
 from fedaudit.models.classifier import bn_layers
@@ -26,15 +25,15 @@ from fedaudit.models.classifier import bn_layers
 MEAN, VAR = "running_mean", "running_var"
 
 
-def bn_modules(model: nn.Module) -> list[_BatchNorm]:
-    """BatchNorm layers that keep running statistics, in registration (= forward) order."""
-    return [m for _, m in bn_layers(model) if m.track_running_stats]
+def bn_modules(model: nn.Module) -> list[nn.Module]:
+    """Batch-norm layers that keep running statistics, in registration (= forward) order."""
+    return [m for _, m in bn_layers(model)]
 
 
 def bn_stat_keys(model: nn.Module) -> list[str]:
     """``<layer>.running_mean`` and ``<layer>.running_var`` of every BN layer
     that tracks running statistics, in forward order."""
-    return [f"{name}.{kind}" for name, m in bn_layers(model) if m.track_running_stats for kind in (MEAN, VAR)]
+    return [f"{name}.{kind}" for name, _ in bn_layers(model) for kind in (MEAN, VAR)]
 
 
 def gather_bn_stats(model: nn.Module) -> StateDict:

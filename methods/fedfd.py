@@ -98,6 +98,7 @@ class FedFD(Method):
     name = "fedfd"
     summary = "SiloBN + feature diversification with instance/global BN statistics mixing"
     paper = "Yang et al., ECCV 2024"
+    needs_architecture = "an encoder and head split with BatchNorm layers it converts to mixed instance/global statistics (fedaudit's cnn and resnets)"
     dp_incompatible = "its feature decomposition mixes BatchNorm statistics across the records of a batch"
     shares = (
         (ArtifactKind.PARTIAL_MODEL, DOWN),

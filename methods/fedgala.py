@@ -172,6 +172,7 @@ class FedGaLA(Method):
     name = "fedgala"
     summary = "unsupervised SimCLR with local (per-layer gradient) and global (update) alignment; linear-probe accuracy"
     paper = "Pourpanah, Molahasani, Soltany et al., FedGaLA (thesis ch. 3; AAAI 2025)"
+    needs_architecture = "an encoder whose head it replaces with a SimCLR projection (fedaudit's cnn and resnets)"
     dp_incompatible = "its SimCLR loss contrasts the records of a batch with each other, so per-record gradients do not exist"
     shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP))
     label_free = True  # model(x) is the SimCLR embedding: membership attacks use augmentation consistency

@@ -126,6 +126,7 @@ class FedLSI(Method):
     name = "fedlsi"
     summary = "classifier-head latent inversion, latent StarGAN translator, importance-weighted aggregation"
     paper = "Palakkadavath et al., Federated Domain Generalization with Latent Space Inversion"
+    needs_architecture = "a BatchNorm1d → Linear head on a latent projection (fedaudit builds it on its cnn and resnets)"
     dp_incompatible = "its shared head is BatchNorm1d, whose statistics are what the method shares and which DP-SGD cannot train"
     shares = (
         (ArtifactKind.CLASSIFIER_HEAD, UP),

@@ -63,6 +63,7 @@ class FedSB(FedAvg):
     name = "fedsb"
     summary = "label smoothing + equal per-round step budget per client + MixStyle, uniform averaging"
     paper = "Soltany et al., FedSB (thesis ch. 4; ICASSP 2025 submission)"
+    needs_architecture = "MixStyle after the encoder's first two blocks (fedaudit inserts it into its cnn and resnets)"
     dp_incompatible = "its MixStyle layers mix feature statistics across the records of a batch, so per-record gradients do not exist"
     shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP))
     options = {"epsilon": 0.1, "budget": 45}

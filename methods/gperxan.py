@@ -122,6 +122,7 @@ class GPerXAN(Method):
     name = "gperxan"
     summary = "XAN norm layers with personalised BN sides + frozen-global-head guidance"
     paper = "Le et al., CVPR 2024"
+    needs_architecture = "XAN norm layers in place of the encoder's BatchNorm (fedaudit builds them into its cnn and resnets)"
     dp_incompatible = "its XAN layers contain BatchNorm, whose batch statistics are the method and which DP-SGD cannot train"
     # The default (`upload=full`, the paper's) protocol; declared_shares() gives the configured one.
     shares = _FULL_SHARES

@@ -46,7 +46,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
-from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.hooks import RemovableHandle
 
 from fedaudit.attacks.image_optim import DEFAULT_ITERS, DEFAULT_LR, image_priors, warmup_cosine
@@ -138,14 +137,14 @@ class BNStatMatcher(Matcher):
         return handles
 
     def _hook(self, mult: float):
-        def hook(module: _BatchNorm, inputs: tuple[Tensor, ...], output: Tensor) -> None:
+        def hook(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> None:
             x = inputs[0].float()
             dims = [d for d in range(x.dim()) if d != 1]
             mu = x.mean(dim=dims)
             var = x.var(dim=dims, unbiased=False)
             term = torch.linalg.vector_norm(module.running_mean.float() - mu) + torch.linalg.vector_norm(
                 module.running_var.float() - var)
-            seen = module.num_batches_tracked
+            seen = getattr(module, "num_batches_tracked", None)  # torchvision's FrozenBatchNorm2d has none
             self._terms.append(term * mult)
             self._seen.append(seen > 0 if seen is not None else torch.ones((), dtype=torch.bool, device=term.device))
 

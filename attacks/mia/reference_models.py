@@ -69,10 +69,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, stack_module_state, vmap
-from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.seeds import derive_seed
+from fedaudit.stats import bn_modules
 from fedaudit.recipes import SGDRecipe, TrainOne
 from fedaudit.training import Preprocess, autocast, forward_chunks, make_optimizer
 
@@ -129,7 +129,7 @@ class ReferenceLogits:
 
 
 def has_batch_norm(model: nn.Module) -> bool:
-    return any(isinstance(m, _BatchNorm) for m in model.modules())
+    return bool(bn_modules(model))
 
 
 def _build(build_model: Callable[[], nn.Module], seed: int, device: torch.device) -> nn.Module:

@@ -1,14 +1,17 @@
-"""Classifier = encoder (x -> z) + head (z -> logits), and ``build_model``."""
+"""Classifier = encoder (x -> z) + head (z -> logits), ``build_model``, and the parts found in any model."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
 
 from torch import Tensor, nn
-from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
 
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.models.cnn import CNNEncoder
+from fedaudit.models.factory import OWN_NORM, ModelFactory, check_logits, is_factory
 from fedaudit.models.norms import NORM_LAYERS
 from fedaudit.models.resnet import ResNetEncoder
 
@@ -66,14 +69,30 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
+
+
 def build_model(arch: str, num_classes: int, image_size: int = 32, norm: str = "bn", head: str = "linear",
                 feature_dim: int | None = None, pretrained: str | None = None,
-                mixstyle: nn.Module | None = None) -> Classifier:
-    """Build a randomly initialised Classifier (then load ``pretrained``, a local state_dict, if given).
+                mixstyle: nn.Module | None = None, model_args: Mapping[str, Any] | None = None) -> nn.Module:
+    """Build a randomly initialised Classifier (then load ``pretrained``, a local state_dict, if given),
+    or the model of a factory ``arch`` (``PKG.MODULE:CALLABLE``, called with ``model_args``).
 
     ``feature_dim`` appends Linear(backbone_dim, feature_dim) to the encoder
     (FedLSI uses p = 512). ``mixstyle`` is applied after the first two blocks.
     """
+    if is_factory(arch):
+        changed = [what for what, off in (("--norm " + str(norm), norm in (OWN_NORM, "bn")), (f"a {head} head", head == "linear"),
+                                          ("a feature projection", feature_dim is None), ("MixStyle", mixstyle is None)) if not off]
+        if changed:
+            raise FedauditError(f"--model {arch} builds its own layers; fedaudit cannot give it {changed[0]}: choose "
+                                "--model cnn, resnet18 or resnet50 for that")
+        model = ModelFactory(arch, dict(model_args or {})).build(_positive_int("num_classes", num_classes))
+        check_logits(model, arch, num_classes, _positive_int("image_size", image_size))
+        if pretrained is not None:
+            from fedaudit.models.pretrained import load_whole_state  # late import: pretrained imports this module
+
+            load_whole_state(model, pretrained)
+        return model
     # Validate every choice up front so the user sees the real mistake, not a torchvision traceback.
     if arch not in ARCHITECTURES:
         raise unknown_choice("architecture", arch, ARCHITECTURES)
@@ -104,6 +123,20 @@ def build_model(arch: str, num_classes: int, image_size: int = 32, norm: str = "
     return model
 
 
-def bn_layers(model: nn.Module) -> list[tuple[str, _BatchNorm]]:
-    """Every BatchNorm layer as (qualified name, module), in registration (= forward) order."""
-    return [(name, m) for name, m in model.named_modules() if isinstance(m, _BatchNorm)]
+def bn_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Every batch-normalisation layer as (qualified name, module), in registration (= forward) order: found by
+    its ``running_mean`` and ``running_var`` buffers, whatever its class (BatchNorm, SyncBatchNorm, torchvision's
+    FrozenBatchNorm2d, a user's own). Instance norms are left out: their statistics average per-image
+    normalisations, not the batch's moments that a reconstruction matches."""
+    return [(name, m) for name, m in model.named_modules()
+            if isinstance(getattr(m, "running_mean", None), Tensor) and isinstance(getattr(m, "running_var", None), Tensor)
+            and not isinstance(m, _InstanceNorm)]
+
+
+def head_layer(model: nn.Module) -> str | None:
+    """The qualified name of the model's classifier head: ``head`` for fedaudit's Classifier, else the last
+    ``nn.Linear`` (the layer whose weights map features to logits); None when the model has no linear layer."""
+    if isinstance(model, Classifier):
+        return "head"
+    linears = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    return linears[-1] if linears else None

@@ -160,3 +160,24 @@ def load_pretrained(model: nn.Module, path: str) -> None:
             warnings.warn(f"the head in {path} does not fit this model's head (other classes or head kind); "
                           "keeping a freshly initialised head", stacklevel=2)
     model.load_state_dict(mapped, strict=False)
+
+
+def load_whole_state(model: nn.Module, path: str) -> None:
+    """Load the local state_dict at ``path`` into a factory's model, whole and shape-exact (a ``module.`` prefix
+    is unwrapped); the first key that does not fit is named."""
+    source = read_state_dict(path)
+    if source and all(k.startswith("module.") for k in source):
+        source = {k[len("module."):]: v for k, v in source.items()}
+    target = model.state_dict()
+    for key, value in source.items():
+        if key not in target:
+            raise FedauditError(f"pretrained weight {key!r} in {path} has no place in this model (expected keys like "
+                                f"{_some(list(target))}); was it saved for another model?")
+        if tuple(value.shape) != tuple(target[key].shape):
+            raise FedauditError(f"pretrained weight {key!r} in {path} has shape {tuple(value.shape)} but the model has "
+                                f"{tuple(target[key].shape)}")
+    missing = [k for k in target if k not in source and not k.endswith("num_batches_tracked")]
+    if missing:
+        raise FedauditError(f"{path} lacks {len(missing)} of the model's tensors, e.g. {_some(missing)}; give its "
+                            "whole state_dict")
+    model.load_state_dict(source, strict=False)

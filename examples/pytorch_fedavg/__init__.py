@@ -1,0 +1,1 @@
+"""A plain-PyTorch FedAvg loop recorded for `fedaudit audit` (see run.py)."""
