@@ -94,6 +94,10 @@ def evaluate(
         for target in targets:  # a bad --attacker/--victim fails now, not after training
             attack_role_and_victims(cfg, [d for d in dataset.domains if d != target])
 
+    if is_factory(cfg.model):  # the user's factory imports, builds and answers logits before a directory exists
+        from fedaudit.models import build_model
+
+        build_model(cfg.model, len(dataset.classes), cfg.image_size, model_args=cfg.model_args)
     if auto_note:  # said once the options are known to be good
         log.info(auto_note)
     root = runs.new_run_dir(Path(cfg.out).expanduser(), cfg.method, cfg.dataset, "all" if len(targets) > 1 else targets[0])

@@ -27,6 +27,7 @@ from flwr.app import Context, Message
 from flwr.clientapp.typing import ClientAppCallable, Mod
 from flwr.serverapp import Grid
 
+from fedaudit.errors import FedauditError
 from fedaudit.recording import SERVER_NODE_ID, RecordingWriter
 from fedaudit.recording import start_recording as core_start_recording
 from fedaudit.wire import SERVER, client_role
@@ -34,12 +35,41 @@ from fedaudit.wire import SERVER, client_role
 ROUND_KEY = "server-round"  # where Flower's strategies put the round (configure_train / configure_evaluate)
 
 
-def start_recording(root: str | Path, *, run_id: int | None = None, **manifest: Any) -> Path:
+def start_recording(root: str | Path, *, run_id: int | None = None, strategy: Any = None, dp_delta: float = 1e-5,
+                    **manifest: Any) -> Path:
     """Create ``root`` with its manifest, before the run: :func:`fedaudit.recording.start_recording` with
     Flower's name and version, and ``run_id``, Flower's id of the run (``grid.run.run_id``), which every
-    recorded message is then held to: a second ``flwr run`` into the same directory is refused."""
+    recorded message is then held to: a second ``flwr run`` into the same directory is refused. ``strategy``,
+    the strategy the ServerApp runs, records the parameters of Flower's DP wrapper around it, if any (the audit
+    reports their ε at ``dp_delta``)."""
+    dp = dp_parameters(strategy, dp_delta) if strategy is not None else None
+    if dp is not None:
+        manifest["dp"] = dp
     return core_start_recording(root, framework={"name": "flower", "version": flwr.__version__},
                                 framework_run_id=run_id, **manifest)
+
+
+def dp_parameters(strategy: Any, delta: float = 1e-5) -> dict[str, Any] | None:
+    """The parameters of Flower's fixed-clipping DP wrapper (client- or server-side) the strategy is, or wraps;
+    None when it runs without one. Adaptive clipping is refused: its ε is not accounted here."""
+    from flwr.serverapp import strategy as flower
+
+    mechanisms = {flower.DifferentialPrivacyClientSideFixedClipping: "central-dp-client-side-fixed-clipping",
+                  flower.DifferentialPrivacyServerSideFixedClipping: "central-dp-server-side-fixed-clipping"}
+    adaptive = (flower.DifferentialPrivacyClientSideAdaptiveClipping, flower.DifferentialPrivacyServerSideAdaptiveClipping)
+    seen = strategy
+    for _ in range(8):  # a wrapper holds the strategy it wraps as .strategy
+        if isinstance(seen, adaptive):
+            raise FedauditError(f"{type(seen).__name__}: adaptive clipping's ε is not accounted by fedaudit; record "
+                                "with a fixed-clipping DP wrapper, or without strategy= (the audit then claims no DP)")
+        if type(seen) in mechanisms:
+            return {"mechanism": mechanisms[type(seen)], "noise_multiplier": float(seen.noise_multiplier),
+                    "clipping_norm": float(seen.clipping_norm), "num_sampled_clients": int(seen.num_sampled_clients),
+                    "delta": float(delta), "source": f"Flower {flwr.__version__} {type(seen).__name__}"}
+        seen = getattr(seen, "strategy", None)
+        if seen is None:
+            return None
+    return None
 
 
 def message_round(msg: Message, fallback: int = -1) -> int:
@@ -170,5 +200,5 @@ def telemetry_off() -> None:
     os.environ["FLWR_TELEMETRY_ENABLED"] = "0"
 
 
-__all__ = ["RecordingGrid", "contents", "default_node_name", "message_round", "recording_mod", "start_recording",
+__all__ = ["RecordingGrid", "contents", "dp_parameters", "default_node_name", "message_round", "recording_mod", "start_recording",
            "telemetry_off"]

@@ -432,7 +432,8 @@ def _scores(values: ArrayLike, what: str) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64).reshape(-1)
     if arr.size == 0:
         raise FedauditError(f"membership metrics need at least one {what} score; the victim has no {what} records — "
-                            "give a larger train/holdout fraction in --split")
+                            "give it records of both kinds (evaluate: a larger train/holdout "
+                            "fraction in --split; audit: more records in the recording's data)")
     bad = int((~np.isfinite(arr)).sum())
     if bad:
         raise FedauditError(f"{bad} {what} score(s) are NaN or infinite; check the target and reference logits")

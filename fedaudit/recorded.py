@@ -37,6 +37,7 @@ from fedaudit.errors import FedauditError
 from fedaudit.federation import Federation
 from fedaudit.method import Method
 from fedaudit.models import build_model, is_factory
+from fedaudit.recorded_dp import recorded_privacy
 from fedaudit.recording import Recording
 from fedaudit.results import communication, privacy, provenance
 from fedaudit.seeds import derive_seed
@@ -331,8 +332,9 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         "accuracy": accuracy,
         "communication": communication(fed, shares),
         "leakage": leakage,
-        "privacy": privacy(fed, shares, no_dp="no DP accounting in the recording: whether the clients trained "
-                                              "with a privacy mechanism is not known here"),
+        "privacy": recorded_privacy(rec, shares) or privacy(
+            fed, shares, no_dp="no DP mechanism in the recording's manifest: whether the clients trained with one is "
+                               "not known here (start_recording(dp=...) declares it)"),
         "provenance": {**provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
                                                                     "wall": time.perf_counter() - wall0}, unpinned,
                                    fed.model),

@@ -107,7 +107,11 @@ def start_recording(root: str | Path, *, model: nn.Module | None = None,
     A recording is one run: a directory that already holds another run's messages (or a manifest naming
     another framework run) is refused; ``append=True`` continues the run recorded there (a deployment
     resumed), keeping its run id."""
+    from fedaudit.recorded_dp import check_dp
+
     state = {k: list(v.shape) for k, v in model.state_dict().items()} if model is not None else None
+    if dp:
+        dp = check_dp(dp, "start_recording")
     return write_manifest(Path(root), {
         "framework": dict(framework) if framework else {"name": "none"},
         "framework_run_id": framework_run_id, "model": dict(architecture) if architecture else None,
@@ -432,6 +436,8 @@ class Recording:
         tensors = load_message(self.root / row["file"])
         prefix = f"{row['record']}/"
         mine = {k[len(prefix):]: t.to(device) for k, t in tensors.items() if k.startswith(prefix)}
+        order = list(row.get("shapes") or {})  # the order they were sent in (the file's is alphabetical)
+        mine = {k: mine[k] for k in order if k in mine} | mine
         return Artifact(ArtifactKind(row["kind"]), row["sender"], row["receiver"], row["round"], mine,
                         {"record": row["record"], "message_type": row["message_type"]})
 

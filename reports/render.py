@@ -34,8 +34,8 @@ from fedaudit import runs
 from fedaudit.errors import FedauditError
 from fedaudit.reports import plots
 from fedaudit.reports.load import Run, Unit, load_run
-from fedaudit.audit.verdict import (ARTIFACT, BOOKKEEPING, CANARY, MIA, NOT_ASSESSED, NOT_RECONSTRUCTIONS, RiskThresholds, judge,
-                                    load_thresholds, mia_level)
+from fedaudit.audit.verdict import (ARTIFACT, BOOKKEEPING, CANARY, MIA, NOT_ASSESSED, NOT_RECONSTRUCTIONS, RiskThresholds, advice,
+                                    judge, load_thresholds, mia_level)
 
 log = logging.getLogger("fedaudit")
 
@@ -190,7 +190,9 @@ def _label_units(units: list[Unit], compare: bool) -> None:
     any_dp = any(_dp(u) for u in units)
     for i, u in enumerate(units, 1):
         # with DP in any run, every label says its ε: the runs may differ only in it
-        eps = f" · ε {(_dp(u) or {}).get('epsilon_target', '?'):g}" if _dp(u) else (" · no DP" if any_dp else "")
+        dp = _dp(u) or {}
+        value = dp.get("epsilon_target", dp.get("epsilon"))  # a recorded deployment's ε is accounted, not targeted
+        eps = (f" · ε {value:.3g}" if isinstance(value, (int, float)) else " · ε ?") if dp else (" · no DP" if any_dp else "")
         if compare:
             u.label = f"{i}. {u.method} · {u.dataset} · target {u.target}{eps}"
         else:
@@ -331,6 +333,23 @@ def privacy_table(units: Sequence[Unit]) -> Table:
         dp = privacy.get("dp")
         if not dp:
             out = [("defense", "none: clients train with plain SGD; no artifact is covered by a privacy guarantee")]
+        elif dp.get("recorded"):  # the deployment's own mechanism, read from its recording
+            out = [("defense", f"{_text(dp.get('mechanism'))} ({_text(dp.get('source'))}): {_text(dp.get('clipping'))}, "
+                               f"the server adds Gaussian noise of std {_num_text(dp.get('noise_std_on_sum'))} to the sum "
+                               f"of {_text(dp.get('num_sampled_clients'))} sampled updates (noise multiplier "
+                               f"{_num_text(dp.get('noise_multiplier'))}, clipping norm {_num_text(dp.get('clipping_norm'))}); "
+                               f"unit: {_text(dp.get('unit'))}"),
+                   ("ε", f"{_f3(dp.get('epsilon'))} at δ {_num_text(dp.get('delta'))} over {_text(dp.get('rounds'))} "
+                         f"rounds ({_text(dp.get('accountant')).upper()} accountant; {_text(dp.get('sampling'))})")]
+            check = dp.get("clipping_check") or {}
+            if check.get("status") in ("held", "violated"):
+                out.append(("clipping on the wire", f"{check['status']}: {_text(check.get('over_norm'))} of "
+                                                    f"{_text(check.get('updates'))} recorded updates over the clipping "
+                                                    f"norm; largest {_f3(check.get('max_ratio'))}× it ({_text(check.get('worst'))})"))
+            else:
+                out.append(("clipping on the wire", f"{_text(check.get('status'))}: {_text(check.get('why'))}"))
+            if dp.get("claim"):
+                out.append(("claim", _text(dp["claim"])))
         else:
             out = [("defense", f"DP-SGD (Opacus), target ε {_num_text(dp.get('epsilon_target'))} per client over all rounds, "
                                f"δ {_num_text(dp.get('delta'))}, clipping norm {_num_text(dp.get('max_grad_norm'))}, "
@@ -754,7 +773,8 @@ def membership(u: Unit) -> dict[str, Any]:
                               f"{ref['target_exposure_epochs']} times" if ref.get("epochs") and ref.get("target_exposure_epochs")
                               else "")
                     warnings.append(f"{label}: the reference models do not stand in for the target{epochs}; read this "
-                                    "variant's numbers as a miscalibrated attack's (--reference-epochs, --profile paper)")
+                                    "variant's numbers as a miscalibrated attack's "
+                                    f"({advice(u.metrics, 'calibrated_references')})")
             if variant == ARTIFACT:
                 refs = _artifact_controls(e)
             cells += [f"{mia_count(e, 'members')} / {mia_count(e, 'nonmembers')}", refs]

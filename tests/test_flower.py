@@ -473,3 +473,106 @@ def test_an_audit_runs_its_cuda_path(example_recording, tmp_path, monkeypatch):
     where = run_faked(lambda: api.audit_recording(example_recording, attack="mia-loss", out=str(tmp_path / "runs"),
                                                   device="cuda"))
     assert where == "read training.py:accuracy"
+
+
+# -- a model fedaudit does not ship, and Flower's own DP -----------------------------------------------------
+
+PLAIN = "tests.user_models:PlainCNN"
+
+
+def plain_client_app(root: Path, *mods, scale: float = 1.0) -> ClientApp:
+    """Clients training the test tree's PlainCNN (16 px digits-shaped inputs); ``scale`` multiplies the update."""
+    from tests.user_models import PlainCNN
+
+    app = ClientApp(mods=[recording_mod(root), *mods])
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        model = PlainCNN(10)
+        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        start = {k: v.clone() for k, v in model.state_dict().items()}
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loss = torch.nn.functional.cross_entropy(model(torch.randn(8, 3, 16, 16)), torch.randint(0, 10, (8,)))
+        loss.backward()
+        opt.step()
+        state = {k: start[k] + scale * (v - start[k]) for k, v in model.state_dict().items()}
+        return Message(RecordDict({"arrays": ArrayRecord(state),
+                                   "metrics": MetricRecord({"num-examples": 10})}), reply_to=msg)
+
+    return app
+
+
+def run_plain(root: Path, strategy_of=lambda s: s, mods=(), rounds: int = 2, scale: float = 1.0) -> None:
+    from tests.user_models import PlainCNN
+
+    torch.manual_seed(0)
+    model = PlainCNN(10)
+    strategy = strategy_of(FedAvg(fraction_evaluate=0.0, min_available_nodes=2))
+    start_recording(root, model=model, architecture={"model": PLAIN, "num_classes": 10, "image_size": 16},
+                    data={"dataset": "digits", "target_domain": "textured", "seed": 0}, run_id=7, strategy=strategy)
+    grid = FakeGrid({node: plain_client_app(root, *mods, scale=scale) for node in NAMES})
+    strategy.start(grid=RecordingGrid(grid, root), initial_arrays=ArrayRecord(model.state_dict()), num_rounds=rounds,
+                   train_config=ConfigRecord({"lr": 0.1}))
+
+
+def test_flower_recording_of_an_own_model_is_audited(tmp_path):
+    """Flower's path with a model fedaudit does not ship (no normalisation layers): recorded by the mod and the
+    grid, audited with --model: deepinversion not applicable and why, the membership rows, the report."""
+    from fedaudit.api import audit_recording
+
+    run_plain(tmp_path / "rec")
+    run_dir, metrics = audit_recording(tmp_path / "rec", model=PLAIN, attack="deepinversion,mia-loss",
+                                       out=str(tmp_path / "runs"), device="cpu", inversion_iters=4,
+                                       inversion_batch=10, judge_steps=5)
+    rows = {r["row"]: r for r in metrics["verdict"]}
+    assert "the model carries no batch-normalisation statistics" in rows["full_model↑"]["reason"]
+    assert "membership:global_model" in rows and PLAIN in (run_dir / "report.html").read_text()
+
+
+def test_a_second_flower_run_into_the_same_directory_is_refused(tmp_path):
+    run_plain(tmp_path / "rec", rounds=1)
+    with pytest.raises(FedauditError, match="already holds the recording of another run .*run 7, not 8"):
+        start_recording(tmp_path / "rec", run_id=8)
+    with pytest.raises(FedauditError, match="records run 7, and this message belongs to run 8"):
+        RecordingWriter(tmp_path / "rec", "client").message(
+            src_node_id=1, dst_node_id=101, sender="server", receiver="client:clean", round=1, message_type="train",
+            message_id="m", arrays={"arrays": {"w": torch.ones(1)}}, framework_run_id=8)
+
+
+@pytest.mark.slow
+def test_flowers_client_side_fixed_clipping_is_recorded_accounted_and_checked(tmp_path):
+    """Flower's DifferentialPrivacyClientSideFixedClipping with fixedclipping_mod: the recording holds the
+    mechanism's parameters, the audit's privacy section gives its ε at the recorded δ beside the noise, and the
+    recorded updates are measured against the clipping norm — held when the clients clip, refuted when they do not."""
+    from flwr.clientapp.mod import fixedclipping_mod
+    from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping
+
+    from fedaudit.api import audit_recording
+    from fedaudit.dp import spent_epsilon
+
+    def dp(strategy):
+        return DifferentialPrivacyClientSideFixedClipping(strategy, noise_multiplier=1.1, clipping_norm=0.05,
+                                                          num_sampled_clients=2)
+
+    run_plain(tmp_path / "clipped", dp, mods=(fixedclipping_mod,), rounds=3)
+    manifest = json.loads((tmp_path / "clipped" / "manifest.json").read_text())
+    assert manifest["dp"] | {"source": None} == {
+        "mechanism": "central-dp-client-side-fixed-clipping", "noise_multiplier": 1.1, "clipping_norm": 0.05,
+        "num_sampled_clients": 2, "delta": 1e-5, "source": None}
+    run_dir, metrics = audit_recording(tmp_path / "clipped", model=PLAIN, attack="mia-loss", out=str(tmp_path / "runs"),
+                                       device="cpu")
+    summary = metrics["privacy"]["dp"]
+    assert summary["epsilon"] == pytest.approx(spent_epsilon([(1.1, 1.0, 3)], 1e-5)) and summary["rounds"] == 3
+    assert summary["clipping_check"]["status"] == "held" and summary["clipping_check"]["updates"] == 6
+    assert summary["clipping_check"]["max_ratio"] <= 1.001
+    covered = {(c["artifact"], c["direction"]): c["covered"] for c in metrics["privacy"]["coverage"]}
+    assert covered[("full_model", "down")] and not covered[("full_model", "up")]
+    report = (run_dir / "report.html").read_text()
+    assert f"{summary['epsilon']:.3f} at δ 1e-05 over 3 rounds" in report and "noise multiplier 1.1" in report
+
+    run_plain(tmp_path / "unclipped", dp, rounds=2, scale=50.0)  # the clients forgot the mod: nothing clips
+    _, metrics = audit_recording(tmp_path / "unclipped", model=PLAIN, attack="mia-loss", out=str(tmp_path / "runs"),
+                                 device="cpu")
+    check = metrics["privacy"]["dp"]["clipping_check"]
+    assert check["status"] == "violated" and check["over_norm"] == 4
+    assert metrics["privacy"]["dp"]["claim"].startswith("refuted: 4 of 4 recorded updates exceed the clipping norm")

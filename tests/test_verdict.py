@@ -8,6 +8,8 @@ an attack of a few steps reads INCONCLUSIVE, not LOW.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -238,3 +240,24 @@ def test_a_bank_holding_members_verbatim_never_reads_low():
     assert row["tier"] == MEDIUM and "3 of a's members" in row["reason"]
     (row,) = judge(_artifact_metrics({**entry, "exact_matches": {"members": 0, "nonmembers": 0}}), SERVER)
     assert row["tier"] == LOW
+
+
+def test_advice_names_only_what_the_command_that_made_the_run_takes():
+    """An audit of a recording takes no --profile, --split or --dataset: its INCONCLUSIVE rows say what it does take;
+    evaluate's rows keep evaluate's options."""
+    from fedaudit.audit.verdict import ADVICE
+
+    nothing = _ident(0.5, (0.34, 0.66), 0.5, control=0.5, prior_only=0.5, twin=0.5)
+    no_signal = membership_metrics(np.linspace(0, 1, 225), np.linspace(0, 1, 180))
+    for made_by, provenance in (("evaluate", {}), ("audit", {"recording": {"path": "rec"}})):
+        inversion = _row({**_metrics({"clean": _entry(nothing, power_reached=False)}), "provenance": provenance})
+        (membership,) = judge({"communication": {"declared": []}, "provenance": provenance,
+                               "leakage": {"mia": {"loss": {"global_model": {"a": no_signal}}}}}, SERVER)
+        assert inversion["tier"] == membership["tier"] == INCONCLUSIVE
+        assert ADVICE[made_by]["stronger_inversion"] in inversion["reason"]
+        assert ADVICE[made_by]["more_records"] in membership["reason"]
+        flags = set(re.findall(r"--[a-z][a-z-]+", inversion["reason"] + membership["reason"]))
+        if made_by == "audit":
+            assert flags <= {"--inversion-iters", "--inversion-batch", "--device"}, flags
+        else:
+            assert {"--profile", "--split", "--dataset"} <= flags

@@ -92,7 +92,8 @@ def inclusion_masks(n_records: int, n_models: int, generator: torch.Generator) -
     """
     if n_records < 4:
         raise FedauditError(f"reference models need a pool of at least 4 records, got {n_records}; "
-                            "give the victim more train/holdout records in --split")
+                            "give the victim more records it trained on and did not (evaluate: a larger --split share; "
+                            "audit: more records in the recording's data)")
     if n_models < 1:
         raise FedauditError(f"the number of reference models must be >= 1, got {n_models}; use 8 (quick) or 64 (paper)")
     masks = torch.zeros(n_models, n_records, dtype=torch.bool)

@@ -198,6 +198,35 @@ def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThres
     return rows
 
 
+# What to do next, in the words of the command that made the run: `fedaudit audit` takes no training or data option
+# (they come from the recording), so its advice names what it does take or how to record differently.
+ADVICE = {
+    "evaluate": {
+        "stronger_inversion": "Raise --inversion-iters or --inversion-batch, or run --profile paper on a GPU, and "
+                              "audit again.",
+        "more_records": "use more records per victim (--dataset shapes:375, a folder dataset, or a larger holdout "
+                        "share in --split)",
+        "calibrated_references": "--reference-epochs, --profile paper",
+    },
+    "audit": {
+        "stronger_inversion": "Raise --inversion-iters or --inversion-batch (on a GPU, --device cuda) and audit the "
+                              "recording again.",
+        "more_records": "give the auditor more of each client's records (a larger holdout/<client>/ in the "
+                        "manifest's data.records, or a dataset whose clients hold more)",
+        "calibrated_references": "--reference-epochs",
+    },
+}
+
+
+def made_by(metrics: dict[str, Any]) -> str:
+    """Which command made the run: ``audit`` (a recording's) or ``evaluate``."""
+    return "audit" if "recording" in (metrics.get("provenance") or {}) else "evaluate"
+
+
+def advice(metrics: dict[str, Any], what: str) -> str:
+    return ADVICE[made_by(metrics)][what]
+
+
 def _row(row: str, title: str, tier: str, reason: str, evidence: list[Evidence], t: RiskThresholds) -> dict[str, Any]:
     return {"row": row, "title": title, "tier": tier, "reason": reason,
             "correction": f"{CORRECTION} over {len(evidence)} test(s) at family-wise alpha {_num(t.alpha)}" if evidence else None,
@@ -283,8 +312,7 @@ def artifact_row(kind_dir: str, metrics: dict[str, Any], config: dict[str, Any],
     if why and not any(p.get("status") == "measured" for _, p in powers):
         budget = f"no positive control ran ({'; '.join(why)})"
     return _row(kind_dir, title, INCONCLUSIVE, f"no test beat its strongest null ({notes}), but {budget}: a low reading "
-                "cannot be told from a weak attack. Raise --inversion-iters or --inversion-batch, or run --profile paper "
-                "on a GPU, and audit again.", evidence, t)
+                f"cannot be told from a weak attack. {advice(metrics, 'stronger_inversion')}", evidence, t)
 
 
 def _note(e: Evidence) -> str:
@@ -517,8 +545,7 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
         return _row(key, title, INCONCLUSIVE, (
             f"no membership test was significant for {what} after {CORRECTION} correction ({summary}), but at these "
             f"counts an advantage below {detectable:.2f} could not have been detected across {m} tests (the medium "
-            f"threshold is {t.mia_advantage_medium:g}): use more records per victim (--dataset shapes:375, a folder "
-            f"dataset, or a larger holdout share in --split).{caveat}{verbatim}"), evidence, t)
+            f"threshold is {t.mia_advantage_medium:g}): {advice(metrics, 'more_records')}.{caveat}{verbatim}"), evidence, t)
     return _row(key, title, LOW, (f"no membership test was significant for {what} after {CORRECTION} correction "
                                   f"({summary}); an advantage of {detectable:.2f} or more would have been detected."
                                   f"{caveat}{verbatim}"), evidence, t)

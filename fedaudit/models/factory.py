@@ -70,9 +70,7 @@ class ModelFactory:
     def build(self, num_classes: int) -> nn.Module:
         """A fresh model: the callable called with ``num_classes`` (when it takes it) and the arguments."""
         fn = self.callable()
-        kwargs = dict(self.args)
-        if _takes(fn, "num_classes") and "num_classes" not in kwargs:
-            kwargs["num_classes"] = num_classes
+        kwargs = ({"num_classes": num_classes} if _takes(fn, "num_classes") else {}) | dict(self.args)
         try:
             model = fn(**kwargs)
         except TypeError as exc:
@@ -85,8 +83,10 @@ class ModelFactory:
 
     def provenance(self) -> dict[str, Any]:
         """What a reader needs to rebuild the model: the import path, the arguments, the module's file and its sha256."""
-        module = sys.modules.get(self.spec.partition(SEPARATOR)[0])
-        file = getattr(module, "__file__", None)
+        try:  # the file that defines the callable (torchvision.models:… lives in torchvision/models/mobilenetv3.py)
+            file: str | None = inspect.getsourcefile(self.callable())
+        except TypeError:  # a built-in or C extension: the module's own file
+            file = getattr(sys.modules.get(self.spec.partition(SEPARATOR)[0]), "__file__", None)
         digest = hashlib.sha256(Path(file).read_bytes()).hexdigest() if file and Path(file).is_file() else None
         return {"factory": self.spec, "args": dict(self.args), "module_file": file, "sha256": digest}
 

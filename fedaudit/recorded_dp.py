@@ -1,0 +1,120 @@
+"""A recorded federation's own differential privacy: the mechanism the deployment ran, its ε, and what the wire
+says about the claim.
+
+A deployment declares its mechanism in the recording's manifest (``start_recording(dp=...)``; the Flower
+recorder reads it off Flower's DP strategy wrappers). Central DP with fixed clipping — each client's model
+update clipped to norm C, Gaussian noise of standard deviation z·C added by the server to the sum of the m
+sampled updates — is client-level DP: the unit is everything one client contributes. Its ε over R rounds is
+the accountant's for R Gaussian mechanisms of noise multiplier z. No amplification by sampling is claimed:
+Flower samples a fixed number of clients without replacement, not the Poisson sampling the amplification
+theorems assume (Flower's own accountant makes the same choice), so the ε is an upper bound.
+
+The server adds the noise, so it sees every update un-noised: the ε covers what leaves the server (the
+broadcasts, the deployed model) against everyone but the server, and no upload. Where the clients clip, the
+recording shows whether they did: every recorded update's norm is measured against C.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from fedaudit.dp import ACCOUNTANT, spent_epsilon
+from fedaudit.errors import FedauditError
+from fedaudit.wire import SERVER, ArtifactKind
+
+if TYPE_CHECKING:
+    from fedaudit.recording import Recording
+
+# mechanism name → who clips (the server always adds the noise)
+MECHANISMS = {
+    "central-dp-client-side-fixed-clipping": "the clients clip their updates (Flower's fixedclipping_mod)",
+    "central-dp-server-side-fixed-clipping": "the server clips each update on arrival",
+}
+UNIT = "everything one client contributes (client-level DP)"
+NO_AMPLIFICATION = ("no amplification by sampling is claimed: the clients are sampled as a fixed number without "
+                    "replacement, not by Poisson sampling, so ε is an upper bound")
+CLIP_TOLERANCE = 1e-3  # relative: float32 rounding of a clipped update's norm
+DEFAULT_DELTA = 1e-5
+
+
+def check_dp(dp: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The manifest's ``dp`` block, each field checked (one line naming the field and what it must be)."""
+    out = dict(dp)
+    if out.get("mechanism") not in MECHANISMS:
+        raise FedauditError(f"{where} dp.mechanism {out.get('mechanism')!r} is not one fedaudit can account; known: "
+                            f"{', '.join(MECHANISMS)}")
+    for key, low in (("noise_multiplier", 0.0), ("clipping_norm", 0.0)):
+        v = out.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= low:
+            raise FedauditError(f"{where} dp.{key} must be a positive number, got {v!r}")
+    m = out.get("num_sampled_clients")
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise FedauditError(f"{where} dp.num_sampled_clients must be a positive integer, got {m!r}")
+    delta = out.setdefault("delta", DEFAULT_DELTA)
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+        raise FedauditError(f"{where} dp.delta must lie strictly between 0 and 1, got {delta!r}")
+    return out
+
+
+def recorded_privacy(rec: Recording, shares: tuple[tuple[ArtifactKind, str], ...]) -> dict[str, Any] | None:
+    """The privacy section of an audit whose recording declares its DP mechanism (None when it declares none)."""
+    declared = rec.manifest.get("dp")
+    if not declared:
+        return None
+    dp = check_dp(declared, f"{rec.root}/manifest.json")
+    rounds = max((r["round"] for r in rec.rows if r["direction"] == "up"), default=0)
+    epsilon = spent_epsilon([(float(dp["noise_multiplier"]), 1.0, rounds)], float(dp["delta"])) if rounds else 0.0
+    summary = {
+        "recorded": True, "mechanism": dp["mechanism"], "clipping": MECHANISMS[dp["mechanism"]],
+        "source": dp.get("source", "the recording's manifest"), "noise_multiplier": dp["noise_multiplier"],
+        "clipping_norm": dp["clipping_norm"], "num_sampled_clients": dp["num_sampled_clients"], "rounds": rounds,
+        "delta": dp["delta"], "epsilon": epsilon, "accountant": ACCOUNTANT, "sampling": NO_AMPLIFICATION, "unit": UNIT,
+        "noise_std_on_sum": float(dp["noise_multiplier"]) * float(dp["clipping_norm"]),
+        "clipping_check": clipping_check(rec, float(dp["clipping_norm"]))
+        if dp["mechanism"] == "central-dp-client-side-fixed-clipping" else
+        {"status": "not visible", "why": "the server clips after it receives the updates: the wire carries them unclipped"},
+    }
+    if summary["clipping_check"]["status"] == "violated":
+        c = summary["clipping_check"]
+        summary["claim"] = (f"refuted: {c['over_norm']} of {c['updates']} recorded updates exceed the clipping norm "
+                            f"(largest {c['max_ratio']:.3g}× it, {c['worst']}); the ε above assumes every update was clipped")
+    return {"dp": summary, "coverage": [_covered(kind, direction) for kind, direction in shares]}
+
+
+def _covered(kind: ArtifactKind, direction: str) -> dict[str, Any]:
+    if direction == "down" and kind in (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL):
+        return {"artifact": kind.value, "direction": direction, "covered": True,
+                "why": "the server's noised aggregate (against anyone who receives it, not the server that noised it)"}
+    why = ("the server adds the noise after it receives this, and sees each client's update un-noised: central DP "
+           "trusts the server" if direction == "up" else "not the noised aggregate")
+    return {"artifact": kind.value, "direction": direction, "covered": False, "why": why}
+
+
+def clipping_check(rec: Recording, clipping_norm: float) -> dict[str, Any]:
+    """Every recorded training upload against the broadcast it started from: the update's L2 norm (all arrays, as
+    Flower clips them) must be at most the clipping norm. The ε holds only if it is."""
+    sent = {(r["receiver"], r["round"]): r for r in rec.rows
+            if r["sender"] == SERVER and r["kind"] == ArtifactKind.FULL_MODEL.value and r["message_type"] == "train"}
+    norms: list[tuple[float, str, int]] = []
+    for row in rec.rows:
+        if row["receiver"] != SERVER or row["kind"] != ArtifactKind.FULL_MODEL.value:
+            continue
+        start = sent.get((row["sender"], row["round"]))
+        if start is None:
+            continue
+        new, old = rec.artifact(row).tensors, rec.artifact(start).tensors
+        if set(new) != set(old):
+            continue
+        norm = math.sqrt(sum(float((new[k].double() - old[k].double()).square().sum()) for k in new))
+        norms.append((norm, row["sender"], row["round"]))
+    if not norms:
+        return {"status": "not measured", "why": "no upload was recorded beside the broadcast it started from"}
+    worst = max(norms)
+    over = [n for n in norms if n[0] > clipping_norm * (1 + CLIP_TOLERANCE)]
+    return {"status": "violated" if over else "held", "updates": len(norms), "over_norm": len(over),
+            "max_norm": worst[0], "max_ratio": worst[0] / clipping_norm, "worst": f"{worst[1]} round {worst[2]}"}
+
+
+__all__ = ["MECHANISMS", "check_dp", "clipping_check", "recorded_privacy"]
