@@ -122,9 +122,15 @@ def private_config(cfg: RunConfig, method_cls: type, trainable: Iterable[str]) -
     if cfg.dp_epsilon is None:
         return cfg
     check_supported(cfg, method_cls, trainable)
-    bad = unsupported_layers(build_model(cfg.model, 2, cfg.image_size, norm=cfg.norm))
+    from fedaudit.models import is_factory
+
+    bad = unsupported_layers(build_model(cfg.model, 2, cfg.image_size, norm=cfg.norm, model_args=cfg.model_args))
     if not bad:
         return cfg
+    if is_factory(cfg.model):  # its layers are the factory's: fedaudit cannot swap them
+        raise FedauditError(f"DP-SGD cannot train {describe_layers(bad)} of --model {cfg.model}; give a factory whose "
+                            "model has none (GroupNorm instead of BatchNorm: Opacus' ModuleValidator.fix does that), or "
+                            "drop --dp-epsilon")
     if cfg.norm == "gn":
         raise FedauditError(f"DP-SGD cannot train {describe_layers(bad)} of --model {cfg.model}; choose another --model")
     log.warning("DP-SGD cannot train --norm %s (Opacus' validator rejects %s): training with --norm gn instead",

@@ -40,6 +40,7 @@ from typing import Any
 
 from fedaudit import runs
 from fedaudit.errors import FedauditError, unknown_choice
+from fedaudit.models.factory import is_factory
 
 log = logging.getLogger("fedaudit")
 
@@ -146,6 +147,11 @@ def grid_from(data: dict[str, Any], where: str = "the grid") -> Grid:
         raise FedauditError(f"{where}: {sorted(both)[0]!r} is both fixed and in the grid; keep one")
     check_option_names([*fixed, *axes], where)
     check_names(fixed, axes)
+    factories = [m for m in axes.get("model", [fixed.get("model")]) if is_factory(m)]
+    if factories:  # a file never makes fedaudit import code (README, "fedaudit imports code only when the command names it")
+        raise FedauditError(f"{where} names the model factory {factories[0]}; fedaudit imports code only when the command "
+                            f"names it, so a sweep cannot train it yet: run fedaudit evaluate --model {factories[0]} "
+                            "per point")
     grid = Grid(fixed, axes, where)
     grid.points()  # folder names checked now: a grid error is the user's, before anything runs
     return grid

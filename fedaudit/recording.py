@@ -12,11 +12,15 @@ A recording directory holds
                     (``record/key``) and every metric (``metrics:record/key``); config records ride
                     in the file's metadata
 
-The writer is framework-free (``fedaudit.flower`` feeds it from Flower messages) and safe when
-several processes record into one directory: message files are written to a temporary name and
-renamed, ledger rows are appended under an exclusive lock, node files are written once each.
-Reading a recording turns it into a :class:`~fedaudit.wire.Wire`: the same ledger and views the
-attacks get from fedaudit's own simulation.
+The writer is framework-free: a hand-written loop records with :class:`Recorder` (one ``send`` per
+message), and ``fedaudit.flower`` feeds the same writer from Flower messages. It is safe when several
+processes record into one directory: message files are written to a temporary name and renamed, ledger
+rows are appended under an exclusive lock, node files are written once each.
+
+A recording is one run: the manifest's ``run_id`` is on every ledger row (with the framework's own run
+id where there is one), a directory holding another run is refused when recording starts, and reading
+refuses rows of two runs or a message recorded twice. Reading a recording turns it into a
+:class:`~fedaudit.wire.Wire`: the same ledger and views the attacks get from fedaudit's own simulation.
 """
 
 from __future__ import annotations
@@ -306,7 +310,7 @@ class Recorder:
             raise FedauditError(f"Recorder.send: a message goes between the server and a client, got {sender!r} → "
                                 f"{receiver!r}; name one side \"server\"")
         name = record or kind or "arrays"
-        if kind is not None:
+        if kind is not None and kind != ArtifactKind.SCALARS.value:  # scalars ride as metrics, named by the writer
             check_kinds({name: kind})
             declared = dict(self._writer.manifest.get("record_kinds") or {})
             if declared.get(name) != kind:

@@ -836,13 +836,23 @@ def provenance_table(units: Sequence[Unit]) -> Table:
         out.append(("device", f"{dev.get('type', '?')} · {dev.get('name', '?')} · {dev.get('threads', '?')} threads"))
         for k, v in (p.get("numerics") or {}).items():  # what the numbers depend on beyond the config (docs/gpu.md)
             out.append((f"numerics: {k}", _text(", ".join(map(str, v)) or "none" if isinstance(v, list) else v)))
+        model = p.get("model")
+        if isinstance(model, dict):  # the model trained or audited: fedaudit's architecture or the user's factory
+            built = (f"{model['factory']}({', '.join(f'{k}={v!r}' for k, v in (model.get('args') or {}).items())}), "
+                     f"defined in {model.get('module_file')} (sha256 {model.get('sha256')})" if model.get("factory") else
+                     f"fedaudit's {model.get('architecture')} (norm {model.get('norm')})")
+            out += [("model", _text(f"{built}; {model.get('class')}, {model.get('parameters'):,} parameters"
+                                    if isinstance(model.get("parameters"), int) else built)),
+                    ("classifier head (for the attacks)", _text(model.get("head_layer") or "none found"))]
         recording = p.get("recording")
         if recording:  # `fedaudit audit`: nothing was trained here; the wire is a recorded federation's
             framework = recording.get("framework") or {}
             deployed = recording.get("deployed_model") or {}
             out += [("audited recording", _text(recording.get("path"))),
-                    ("recorded with", _text(f"{framework.get('name', '?')} {framework.get('version', '?')}, run id "
-                                            f"{recording.get('run_id')}")),
+                    ("recorded with", _text(f"{framework.get('name', '?')} {framework.get('version', '')}, run id "
+                                            f"{recording.get('run_id')}"
+                                            + (f" ({framework.get('name')} run {recording['framework_run_id']})"
+                                               if recording.get("framework_run_id") is not None else ""))),
                     ("recorded nodes", _text(", ".join(f"{k} = {v}" for k, v in (recording.get("nodes") or {}).items()))),
                     ("deployed model", _text(f"the server's {deployed.get('message_type', '?')} broadcast of round "
                                              f"{deployed.get('round', '?')}"))]

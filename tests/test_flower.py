@@ -480,19 +480,20 @@ def test_an_audit_runs_its_cuda_path(example_recording, tmp_path, monkeypatch):
 PLAIN = "tests.user_models:PlainCNN"
 
 
-def plain_client_app(root: Path, *mods, scale: float = 1.0) -> ClientApp:
-    """Clients training the test tree's PlainCNN (16 px digits-shaped inputs); ``scale`` multiplies the update."""
-    from tests.user_models import PlainCNN
+def plain_client_app(root: Path, *mods, scale: float = 1.0, spec: str = PLAIN, size: int = 16) -> ClientApp:
+    """Clients training a model fedaudit does not ship (``size`` px digits-shaped inputs); ``scale`` multiplies
+    the update."""
+    from fedaudit.models import build_model
 
     app = ClientApp(mods=[recording_mod(root), *mods])
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        model = PlainCNN(10)
+        model = build_model(spec, 10, size)
         model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
         start = {k: v.clone() for k, v in model.state_dict().items()}
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        loss = torch.nn.functional.cross_entropy(model(torch.randn(8, 3, 16, 16)), torch.randint(0, 10, (8,)))
+        loss = torch.nn.functional.cross_entropy(model(torch.randn(8, 3, size, size)), torch.randint(0, 10, (8,)))
         loss.backward()
         opt.step()
         state = {k: start[k] + scale * (v - start[k]) for k, v in model.state_dict().items()}
@@ -502,15 +503,16 @@ def plain_client_app(root: Path, *mods, scale: float = 1.0) -> ClientApp:
     return app
 
 
-def run_plain(root: Path, strategy_of=lambda s: s, mods=(), rounds: int = 2, scale: float = 1.0) -> None:
-    from tests.user_models import PlainCNN
+def run_plain(root: Path, strategy_of=lambda s: s, mods=(), rounds: int = 2, scale: float = 1.0, spec: str = PLAIN,
+              size: int = 16) -> None:
+    from fedaudit.models import build_model
 
     torch.manual_seed(0)
-    model = PlainCNN(10)
+    model = build_model(spec, 10, size)
     strategy = strategy_of(FedAvg(fraction_evaluate=0.0, min_available_nodes=2))
-    start_recording(root, model=model, architecture={"model": PLAIN, "num_classes": 10, "image_size": 16},
+    start_recording(root, model=model, architecture={"model": spec, "num_classes": 10, "image_size": size},
                     data={"dataset": "digits", "target_domain": "textured", "seed": 0}, run_id=7, strategy=strategy)
-    grid = FakeGrid({node: plain_client_app(root, *mods, scale=scale) for node in NAMES})
+    grid = FakeGrid({node: plain_client_app(root, *mods, scale=scale, spec=spec, size=size) for node in NAMES})
     strategy.start(grid=RecordingGrid(grid, root), initial_arrays=ArrayRecord(model.state_dict()), num_rounds=rounds,
                    train_config=ConfigRecord({"lr": 0.1}))
 
@@ -540,6 +542,18 @@ def test_a_second_flower_run_into_the_same_directory_is_refused(tmp_path):
 
 
 @pytest.mark.slow
+def test_flower_recording_of_mobilenet_is_inverted_with_every_control(tmp_path):
+    """Flower's path with torchvision's MobileNetV3 (batch norm throughout): deepinversion with its nulls, twin and
+    positive control."""
+    from fedaudit.api import audit_recording
+    from tests.test_own_model import MOBILENET, SMALL_AUDIT, _assert_inverted_with_controls
+
+    run_plain(tmp_path / "rec", spec=MOBILENET, size=32)
+    run_dir, metrics = audit_recording(tmp_path / "rec", model=MOBILENET, attack="deepinversion,mia-loss",
+                                       out=str(tmp_path / "runs"), **SMALL_AUDIT)
+    _assert_inverted_with_controls(metrics, run_dir)
+
+
 def test_flowers_client_side_fixed_clipping_is_recorded_accounted_and_checked(tmp_path):
     """Flower's DifferentialPrivacyClientSideFixedClipping with fixedclipping_mod: the recording holds the
     mechanism's parameters, the audit's privacy section gives its ε at the recorded δ beside the noise, and the
