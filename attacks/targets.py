@@ -144,7 +144,7 @@ def find_targets(view: WireView, prior: AttackerPrior, victims: list[str], devic
     fresh = prior.build_model()
     keys = bn_stat_keys(fresh)
     base = {k: v.detach().to(device) for k, v in fresh.state_dict().items()}
-    head = head_layer(fresh)  # fedaudit's `head`, or a model's last nn.Linear
+    head = head_layer(fresh, prior.num_classes)  # fedaudit's `head`, or a model's last nn.Linear to the logits
     ctx = _Context(view, prior, base, keys, [k for k in base if head and k.startswith(f"{head}.")], device)
     out = Targets([], [], [], [], fresh, base, keys)
     if view.role == SERVER:

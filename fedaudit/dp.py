@@ -124,7 +124,8 @@ def private_config(cfg: RunConfig, method_cls: type, trainable: Iterable[str]) -
     check_supported(cfg, method_cls, trainable)
     from fedaudit.models import is_factory
 
-    bad = unsupported_layers(build_model(cfg.model, 2, cfg.image_size, norm=cfg.norm, model_args=cfg.model_args))
+    bad = unsupported_layers(build_model(cfg.model, 2, cfg.image_size, norm=cfg.norm, model_args=cfg.model_args,
+                                         validate=False))  # its layers only: the classes come with the data
     if not bad:
         return cfg
     if is_factory(cfg.model):  # its layers are the factory's: fedaudit cannot swap them

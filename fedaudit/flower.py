@@ -63,9 +63,13 @@ def dp_parameters(strategy: Any, delta: float = 1e-5) -> dict[str, Any] | None:
             raise FedauditError(f"{type(seen).__name__}: adaptive clipping's ε is not accounted by fedaudit; record "
                                 "with a fixed-clipping DP wrapper, or without strategy= (the audit then claims no DP)")
         if type(seen) in mechanisms:
+            accountant = getattr(seen, "accountant", None)  # Flower's own accountant, where one was given its δ
+            target = getattr(getattr(accountant, "config", None), "target_delta", None)
             return {"mechanism": mechanisms[type(seen)], "noise_multiplier": float(seen.noise_multiplier),
                     "clipping_norm": float(seen.clipping_norm), "num_sampled_clients": int(seen.num_sampled_clients),
-                    "delta": float(delta), "source": f"Flower {flwr.__version__} {type(seen).__name__}"}
+                    "delta": float(target if isinstance(target, (int, float)) else delta),
+                    "weighted_by_key": getattr(seen.strategy, "weighted_by_key", None),
+                    "source": f"Flower {flwr.__version__} {type(seen).__name__}"}
         seen = getattr(seen, "strategy", None)
         if seen is None:
             return None

@@ -206,7 +206,8 @@ def run_point(point_dir: str, options: dict[str, Any], threads: int, command: st
     t0 = time.perf_counter()
     try:
         started = started_runs(folder)
-        result = (evaluate(resume=started[0], **hooks) if started else
+        # a factory in the point's options was checked against the command's --model (same_grid)
+        result = (evaluate(resume=started[0], model=options.get("model"), **hooks) if started else
                   evaluate(**options, out=str(folder), command=command or None, **hooks))
     except FedauditError as exc:
         return {"status": "failed", "error": str(exc), "seconds": time.perf_counter() - t0}
@@ -241,10 +242,11 @@ Dispatch = Callable[[list[tuple[Point, Path]], int], Iterator[tuple[Point, dict[
 
 def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs: int = 1, threads: int | None = None,
              address: str | None = None, resume: bool = False, compare_name: str = COMPARE,
-             hooks: dict[str, Any] | None = None, stop_on_failure: bool = False) -> SweepOutcome:
+             hooks: dict[str, Any] | None = None, stop_on_failure: bool = False, model: str | None = None) -> SweepOutcome:
     """Run every point of ``grid`` not yet COMPLETE under ``out`` (or, with ``resume``, the grid ``out`` holds),
     then write ``compare_name``; ``hooks`` go to ``evaluate`` (one point after another, in this process);
-    ``stop_on_failure``: no point starts after one has failed (the rest stay pending)."""
+    ``stop_on_failure``: no point starts after one has failed (the rest stay pending); ``model``: the command's
+    ``--model``, which a resumed sweep's model factory must be."""
     if backend not in BACKENDS:
         raise unknown_choice("backend", backend, BACKENDS)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -257,7 +259,7 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
         raise FedauditError("--jobs is the local backend's; on Ray every point is a task and the cluster's CPUs "
                             "set how many run at once (drop --jobs)")
     root = Path(out).expanduser().resolve()
-    grid = same_grid(root, grid, resume)
+    grid = same_grid(root, grid, resume, model)
     threads = threads or default_threads(backend, jobs)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise FedauditError(f"--threads must be a positive integer, got {threads!r}")
@@ -313,14 +315,19 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
     return SweepOutcome(root, index, compare, failed)
 
 
-def same_grid(root: Path, grid: Grid | None, resume: bool) -> Grid:
-    """The grid to run in ``root``: a new folder takes ``grid``; a folder with a sweep must hold the same one."""
+def same_grid(root: Path, grid: Grid | None, resume: bool, model: str | None = None) -> Grid:
+    """The grid to run in ``root``: a new folder takes ``grid``; a folder with a sweep must hold the same one.
+    A stored model factory is imported only when the command names it (``model``, its ``--model``)."""
     stored = runs.read_json(root / SWEEP_FILE) if (root / SWEEP_FILE).is_file() else None
     if resume:
         if stored is None:
             raise FedauditError(f"{root} holds no sweep ({SWEEP_FILE}); give the folder a sweep wrote, or a grid file")
+        fixed, axes = stored["grid"]["fixed"], stored["grid"]["grid"]
+        for factory in [m for m in axes.get("model", [fixed.get("model")]) if is_factory(m) and m != model]:
+            raise FedauditError(f"{root} trains the model factory {factory}; fedaudit imports code only when the "
+                                f"command names it: add --model {factory} to --resume")
         # checked when it was written (a --dp-sweep's holds evaluate's own arguments, config and method flags)
-        return Grid(stored["grid"]["fixed"], stored["grid"]["grid"], stored.get("source") or str(root / SWEEP_FILE))
+        return Grid(fixed, axes, stored.get("source") or str(root / SWEEP_FILE))
     if grid is None:
         raise FedauditError("give a grid file (fedaudit sweep GRID.toml) or --resume SWEEP_DIR")
     # compared as text: the order of the [grid] keys names the points, so it counts

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedaudit.dp import ACCOUNTANT, spent_epsilon
 from fedaudit.errors import FedauditError
+from fedaudit.recording import load_message
 from fedaudit.wire import SERVER, ArtifactKind
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ MECHANISMS = {
     "central-dp-server-side-fixed-clipping": "the server clips each update on arrival",
 }
 UNIT = "everything one client contributes (client-level DP)"
+NEIGHBOURS = "add or remove one client (under replace-one, the same noise gives a larger ε)"
 NO_AMPLIFICATION = ("no amplification by sampling is claimed: the clients are sampled as a fixed number without "
                     "replacement, not by Poisson sampling, so ε is an upper bound")
 CLIP_TOLERANCE = 1e-3  # relative: float32 rounding of a clipped update's norm
@@ -45,16 +47,19 @@ def check_dp(dp: Mapping[str, Any], where: str) -> dict[str, Any]:
     if out.get("mechanism") not in MECHANISMS:
         raise FedauditError(f"{where} dp.mechanism {out.get('mechanism')!r} is not one fedaudit can account; known: "
                             f"{', '.join(MECHANISMS)}")
-    for key, low in (("noise_multiplier", 0.0), ("clipping_norm", 0.0)):
+    for key, low in (("noise_multiplier", 0.0), ("clipping_norm", 1e-300)):
         v = out.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= low:
-            raise FedauditError(f"{where} dp.{key} must be a positive number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low:
+            raise FedauditError(f"{where} dp.{key} must be a {'positive' if low else 'non-negative'} number, got {v!r}")
     m = out.get("num_sampled_clients")
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
         raise FedauditError(f"{where} dp.num_sampled_clients must be a positive integer, got {m!r}")
     delta = out.setdefault("delta", DEFAULT_DELTA)
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
         raise FedauditError(f"{where} dp.delta must lie strictly between 0 and 1, got {delta!r}")
+    key = out.setdefault("weighted_by_key", None)
+    if key is not None and not isinstance(key, str):
+        raise FedauditError(f"{where} dp.weighted_by_key must be the name of the metric the aggregate weights by, got {key!r}")
     return out
 
 
@@ -64,23 +69,66 @@ def recorded_privacy(rec: Recording, shares: tuple[tuple[ArtifactKind, str], ...
     if not declared:
         return None
     dp = check_dp(declared, f"{rec.root}/manifest.json")
-    rounds = max((r["round"] for r in rec.rows if r["direction"] == "up"), default=0)
-    epsilon = spent_epsilon([(float(dp["noise_multiplier"]), 1.0, rounds)], float(dp["delta"])) if rounds else 0.0
+    z, c, m = float(dp["noise_multiplier"]), float(dp["clipping_norm"]), int(dp["num_sampled_clients"])
+    rounds = effective_noise(rec, z, m, dp["weighted_by_key"])
+    history = [(r["noise_multiplier"], 1.0, 1) for r in rounds]
+    epsilon = (math.inf if any(r["noise_multiplier"] == 0 for r in rounds) else
+               spent_epsilon(history, float(dp["delta"])) if history else 0.0)
+    weaker = [r for r in rounds if r["noise_multiplier"] < z * (1 - 1e-9)]
     summary = {
         "recorded": True, "mechanism": dp["mechanism"], "clipping": MECHANISMS[dp["mechanism"]],
-        "source": dp.get("source", "the recording's manifest"), "noise_multiplier": dp["noise_multiplier"],
-        "clipping_norm": dp["clipping_norm"], "num_sampled_clients": dp["num_sampled_clients"], "rounds": rounds,
-        "delta": dp["delta"], "epsilon": epsilon, "accountant": ACCOUNTANT, "sampling": NO_AMPLIFICATION, "unit": UNIT,
-        "noise_std_on_sum": float(dp["noise_multiplier"]) * float(dp["clipping_norm"]),
-        "clipping_check": clipping_check(rec, float(dp["clipping_norm"]))
-        if dp["mechanism"] == "central-dp-client-side-fixed-clipping" else
+        "source": dp.get("source", "the recording's manifest"), "noise_multiplier": z, "clipping_norm": c,
+        "num_sampled_clients": m, "rounds": len(rounds), "delta": dp["delta"], "epsilon": epsilon,
+        "accountant": ACCOUNTANT, "sampling": NO_AMPLIFICATION, "unit": UNIT, "neighbours": NEIGHBOURS,
+        "noise_std_on_sum": z * c, "per_round": rounds,
+        "clipping_check": clipping_check(rec, c) if dp["mechanism"] == "central-dp-client-side-fixed-clipping" else
         {"status": "not visible", "why": "the server clips after it receives the updates: the wire carries them unclipped"},
     }
+    if weaker:
+        summary["weaker_rounds"] = (f"in {len(weaker)} of {len(rounds)} rounds one client weighed more than 1/{m} of the "
+                                    f"average (unequal weights, or fewer than {m} replies), so the noise protected it "
+                                    f"with a multiplier down to {min(r['noise_multiplier'] for r in weaker):.3g}, not "
+                                    f"{z:g}; ε is accounted with the recorded multipliers")
+    if z == 0:
+        summary["claim"] = "no noise (noise multiplier 0): the mechanism gives no differential privacy"
     if summary["clipping_check"]["status"] == "violated":
-        c = summary["clipping_check"]
-        summary["claim"] = (f"refuted: {c['over_norm']} of {c['updates']} recorded updates exceed the clipping norm "
-                            f"(largest {c['max_ratio']:.3g}× it, {c['worst']}); the ε above assumes every update was clipped")
+        chk = summary["clipping_check"]
+        summary["claim"] = (f"refuted: {chk['over_norm']} of {chk['updates']} recorded updates exceed the clipping norm "
+                            f"(largest {chk['max_ratio']:.3g}× it, {chk['worst']}); the ε above assumes every update was clipped")
     return {"dp": summary, "coverage": [_covered(kind, direction) for kind, direction in shares]}
+
+
+def effective_noise(rec: Recording, z: float, m: int, weighted_by: str | None) -> list[dict[str, Any]]:
+    """Per training round: the noise multiplier that protected the most exposed client. The server adds noise of
+    std z·C/m to the weighted average; a client whose weight share is w moves it by at most w·C, so its multiplier
+    is z / (m·w) — z when the m sampled clients weigh equally, less with unequal weights or missing replies."""
+    out = []
+    for rnd in sorted({r["round"] for r in _uploads(rec)}):
+        senders = sorted({r["sender"] for r in _uploads(rec) if r["round"] == rnd})
+        weights = {s: _weight(rec, rnd, s, weighted_by) for s in senders}
+        known = all(w is not None and w > 0 for w in weights.values())
+        share = max(weights.values()) / sum(weights.values()) if known else 1 / len(senders)
+        out.append({"round": rnd, "replies": len(senders), "largest_share": share,
+                    "weights": "recorded" if known and weighted_by else "equal (none recorded)",
+                    "noise_multiplier": z / (m * share)})
+    return out
+
+
+def _uploads(rec: Recording) -> list[dict[str, Any]]:
+    return [r for r in rec.rows if r["receiver"] == SERVER and r["message_type"] == "train"
+            and r["kind"] in (ArtifactKind.FULL_MODEL.value, ArtifactKind.PARTIAL_MODEL.value)]
+
+
+def _weight(rec: Recording, rnd: int, sender: str, key: str | None) -> float | None:
+    if key is None:
+        return None
+    for row in rec.rows:
+        if row["round"] == rnd and row["sender"] == sender and row["kind"] == ArtifactKind.SCALARS.value:
+            tensors = load_message(rec.root / row["file"])
+            value = tensors.get(f"{row['record']}/{key}")
+            if value is not None and value.numel() == 1:
+                return float(value)
+    return None
 
 
 def _covered(kind: ArtifactKind, direction: str) -> dict[str, Any]:
@@ -93,28 +141,28 @@ def _covered(kind: ArtifactKind, direction: str) -> dict[str, Any]:
 
 
 def clipping_check(rec: Recording, clipping_norm: float) -> dict[str, Any]:
-    """Every recorded training upload against the broadcast it started from: the update's L2 norm (all arrays, as
-    Flower clips them) must be at most the clipping norm. The ε holds only if it is."""
-    sent = {(r["receiver"], r["round"]): r for r in rec.rows
-            if r["sender"] == SERVER and r["kind"] == ArtifactKind.FULL_MODEL.value and r["message_type"] == "train"}
+    """Every recorded training upload against the broadcast it started from: the update's L2 norm over the arrays
+    both carry (all of them, as Flower clips them) must be at most the clipping norm. The ε holds only if it is."""
+    sent = {(r["receiver"], r["round"]): r for r in rec.rows if r["sender"] == SERVER and r["message_type"] == "train"
+            and r["kind"] in (ArtifactKind.FULL_MODEL.value, ArtifactKind.PARTIAL_MODEL.value)}
     norms: list[tuple[float, str, int]] = []
-    for row in rec.rows:
-        if row["receiver"] != SERVER or row["kind"] != ArtifactKind.FULL_MODEL.value:
-            continue
+    skipped = 0
+    for row in _uploads(rec):
         start = sent.get((row["sender"], row["round"]))
-        if start is None:
-            continue
-        new, old = rec.artifact(row).tensors, rec.artifact(start).tensors
-        if set(new) != set(old):
+        new = rec.artifact(row).tensors
+        old = rec.artifact(start).tensors if start is not None else {}
+        if not new or not set(new) <= set(old):
+            skipped += 1  # no broadcast this upload started from, or arrays the broadcast did not carry
             continue
         norm = math.sqrt(sum(float((new[k].double() - old[k].double()).square().sum()) for k in new))
         norms.append((norm, row["sender"], row["round"]))
     if not norms:
-        return {"status": "not measured", "why": "no upload was recorded beside the broadcast it started from"}
+        return {"status": "not measured", "skipped": skipped,
+                "why": f"none of the {skipped} recorded uploads came with the broadcast it started from"}
     worst = max(norms)
     over = [n for n in norms if n[0] > clipping_norm * (1 + CLIP_TOLERANCE)]
-    return {"status": "violated" if over else "held", "updates": len(norms), "over_norm": len(over),
+    return {"status": "violated" if over else "held", "updates": len(norms), "over_norm": len(over), "skipped": skipped,
             "max_norm": worst[0], "max_ratio": worst[0] / clipping_norm, "worst": f"{worst[1]} round {worst[2]}"}
 
 
-__all__ = ["MECHANISMS", "check_dp", "clipping_check", "recorded_privacy"]
+__all__ = ["MECHANISMS", "check_dp", "clipping_check", "effective_noise", "recorded_privacy"]

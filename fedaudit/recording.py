@@ -138,6 +138,9 @@ def write_manifest(root: Path, manifest: dict[str, Any], *, mode: str = "start")
         old = json.loads(path.read_text()) if path.exists() else {}
         if mode == "start":
             _refuse_another_run(root, old, manifest.get("framework_run_id"))
+            earlier = old.get("framework_run_id")
+            if earlier is None or str(earlier) != str(manifest.get("framework_run_id")):
+                old = {}  # a new run: nothing of an earlier, unused manifest (a run that never sent) carries over
         merged = {**old, **{k: v for k, v in manifest.items() if v is not None}, "format": FORMAT}
         merged["run_id"] = old.get("run_id") or uuid.uuid4().hex
         if old.get("framework_run_id") is not None:  # the run this directory recorded first stays its run
@@ -153,12 +156,13 @@ def _refuse_another_run(root: Path, old: Mapping[str, Any], framework_run_id: An
     earlier = old.get("framework_run_id")
     if framework_run_id is not None and earlier is not None and str(earlier) != str(framework_run_id):
         raise FedauditError(f"{root} already holds the recording of another run ({old.get('framework', {}).get('name')} "
-                            f"run {earlier}, not {framework_run_id}); record into a new directory, or pass "
-                            "append=True to continue that run")
+                            f"run {earlier}, not {framework_run_id}); record into a new directory, or, to continue "
+                            "that run with its rounds numbered on, pass append=True")
     ledger = root / LEDGER
     if ledger.is_file() and ledger.stat().st_size and not (framework_run_id is not None and earlier is not None):
         raise FedauditError(f"{root} already holds a recorded run (run id {old.get('run_id')}, messages in {LEDGER}); "
-                            "record into a new directory, or pass append=True to continue that run")
+                            "record into a new directory, or, to continue that run with its rounds numbered on, pass "
+                            "append=True")
 
 
 class RecordingWriter:
@@ -199,6 +203,7 @@ class RecordingWriter:
         key = str(framework_run_id)
         if key in self._checked_runs and self._manifest:
             return
+        self._manifest, self._named = None, set()  # a long-lived process may record a new run into a new directory
         manifest = self.manifest
         if not manifest:
             write_manifest(self.root, {"server_node_id": SERVER_NODE_ID, "framework_run_id": framework_run_id}, mode="join")

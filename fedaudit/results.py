@@ -106,11 +106,11 @@ def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device
         "device": {"type": device.type, "name": device_name, "threads": torch.get_num_threads()},
         "numerics": {**numerics(device), **({"nondeterministic_ops": list(unpinned)} if cfg.deterministic else {})},
         "seconds": {k: round(v, 3) for k, v in stages.items()},
-        **({"model": model_provenance(cfg, model)} if model is not None else {}),
+        **({"model": model_provenance(cfg, model, len(dataset.classes))} if model is not None else {}),
     }
 
 
-def model_provenance(cfg: RunConfig, model: torch.nn.Module) -> dict[str, Any]:
+def model_provenance(cfg: RunConfig, model: torch.nn.Module, num_classes: int | None = None) -> dict[str, Any]:
     """The model the run trained or audited: fedaudit's architecture, or the factory (import path, arguments, module
     file and sha256); its parameter count and the layer the attacks took as the classifier head."""
     from fedaudit.models import ModelFactory, head_layer, is_factory
@@ -118,7 +118,7 @@ def model_provenance(cfg: RunConfig, model: torch.nn.Module) -> dict[str, Any]:
     built = (ModelFactory(cfg.model, cfg.model_args).provenance() if is_factory(cfg.model) else
              {"architecture": cfg.model, "norm": cfg.norm})
     return {**built, "class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters()),
-            "head_layer": head_layer(model)}
+            "head_layer": head_layer(model, num_classes)}
 
 
 __all__ = ["communication", "model_provenance", "privacy", "provenance", "summarise_targets"]

@@ -120,6 +120,7 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
                     source=DP_SWEEP)
     # the first failure ends a DP sweep, as it ends a single run: its curve needs every point
     outcome = run_grid(grid, root, resume=resume is not None, threads=torch.get_num_threads(), compare_name=REPORT,
+                       model=evaluate_options.get("model"),
                        hooks=hooks, stop_on_failure=True)
     if outcome.failed:
         errors = "; ".join(f"{row['name']}: {row['error']}" for row in outcome.failed if row.get("error"))

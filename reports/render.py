@@ -338,9 +338,11 @@ def privacy_table(units: Sequence[Unit]) -> Table:
                                f"the server adds Gaussian noise of std {_num_text(dp.get('noise_std_on_sum'))} to the sum "
                                f"of {_text(dp.get('num_sampled_clients'))} sampled updates (noise multiplier "
                                f"{_num_text(dp.get('noise_multiplier'))}, clipping norm {_num_text(dp.get('clipping_norm'))}); "
-                               f"unit: {_text(dp.get('unit'))}"),
+                               f"unit: {_text(dp.get('unit'))}; neighbours: {_text(dp.get('neighbours'))}"),
                    ("ε", f"{_f3(dp.get('epsilon'))} at δ {_num_text(dp.get('delta'))} over {_text(dp.get('rounds'))} "
                          f"rounds ({_text(dp.get('accountant')).upper()} accountant; {_text(dp.get('sampling'))})")]
+            if dp.get("weaker_rounds"):
+                out.append(("noise per client", _text(dp["weaker_rounds"])))
             check = dp.get("clipping_check") or {}
             if check.get("status") in ("held", "violated"):
                 out.append(("clipping on the wire", f"{check['status']}: {_text(check.get('over_norm'))} of "

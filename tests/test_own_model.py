@@ -69,8 +69,10 @@ def test_parts_are_found_in_any_model():
     mobilenet = build_model(MOBILENET, 10, 32)
     assert len(bn_layers(mobilenet)) == sum(isinstance(m, torch.nn.BatchNorm2d) for m in mobilenet.modules()) > 0
     assert head_layer(mobilenet) == "classifier.3"
-    frozen = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), FrozenBatchNorm2d(4), torch.nn.InstanceNorm2d(4, track_running_stats=True))
-    assert [name for name, _ in bn_layers(frozen)] == ["1"]  # instance norms' statistics are not the batch's
+    mixed = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), FrozenBatchNorm2d(4), torch.nn.SyncBatchNorm(4),
+                                torch.nn.InstanceNorm2d(4, track_running_stats=True))
+    # pretrained statistics that never update, and instance norms' per-image ones, are not the clients' batches
+    assert [name for name, _ in bn_layers(mixed)] == ["2"]
     plain = build_model(PLAIN, 10, 16)
     assert bn_layers(plain) == [] and head_layer(plain) == "classify"
     assert head_layer(build_model("cnn", 10, 16)) == "head"
@@ -132,8 +134,9 @@ def test_evaluate_trains_a_factory_model_and_records_where_it_came_from(tmp_path
 
 
 def test_a_file_never_makes_fedaudit_import_a_factory(tmp_path, monkeypatch):
-    """A recording's manifest, a TOML file and a run directory may name a factory; fedaudit imports it only when
-    the command names it (the module's import writes a marker: it must not appear)."""
+    """A recording's manifest, a TOML file, a run directory being resumed, a sweep's folder and a grid file may name
+    a factory; fedaudit imports it only when the command names it (the module's import writes a marker: it must not
+    appear)."""
     marker = tmp_path / "imported.marker"
     monkeypatch.setenv("FEDAUDIT_TEST_MARKER", str(marker))
     spec = "tests.side_effect_model:build"
@@ -147,6 +150,20 @@ def test_a_file_never_makes_fedaudit_import_a_factory(tmp_path, monkeypatch):
     config.write_text(f'model = "{spec}"\n')
     result = runner.invoke(app, ["evaluate", "--config", str(config), "--out", str(tmp_path / "runs"), *FAST_CLI])
     assert result.exit_code == 2 and f"pass --model {spec}" in result.output, result.output
+    run_dir = tmp_path / "runs" / "interrupted"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"config": {"model": spec, "dataset": "digits"}, "targets": ["textured"],
+                                                     "command": "x", "config_hash": "x"}))
+    with pytest.raises(FedauditError, match=f"trains the model factory {spec}; .*add --model {spec} to --resume"):
+        evaluate(resume=run_dir)
+    from fedaudit.grid import run_grid
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(json.dumps({"grid": {"fixed": {"model": spec, "dataset": "digits"},
+                                                           "grid": {"seed": [0]}}, "points": []}))
+    with pytest.raises(FedauditError, match=f"trains the model factory {spec}; .*add --model {spec} to --resume"):
+        run_grid(None, sweep, resume=True)
     grid = tmp_path / "grid.toml"
     grid.write_text(f'[fixed]\nmodel = "{spec}"\n[grid]\nseed = [0, 1]\n')
     result = runner.invoke(app, ["sweep", str(grid), "--out", str(tmp_path / "sweep")])
@@ -161,8 +178,8 @@ def test_a_recording_directory_holds_one_run(tmp_path):
     root = tmp_path / "rec"
     first = Recorder(root)
     first.send(1, "server", "clean", {"w": torch.ones(2)})
-    with pytest.raises(FedauditError, match="already holds a recorded run .*record into a new directory, or pass "
-                                            "append=True"):
+    with pytest.raises(FedauditError, match="already holds a recorded run .*record into a new directory, or, to "
+                                            "continue that run with its rounds numbered on, pass append=True"):
         Recorder(root)
     Recorder(root, append=True).send(2, "server", "clean", {"w": torch.ones(2)})  # a resumed deployment continues it
     assert [r["round"] for r in read_recording(root).rows] == [1, 2]
@@ -239,9 +256,11 @@ def _assert_inverted_with_controls(metrics: dict, run_dir: Path) -> None:
     uploads = metrics["leakage"]["deepinversion"]["full_model"]
     assert uploads and all(e["status"] == "attacked" for e in uploads.values()), uploads
     assert all(e["twin"]["status"] == "scored" and e["power"]["status"] == "measured" for e in uploads.values())
+    for e in uploads.values():  # every score beside its nulls: the untrained model, the prior alone, the twin
+        assert {"attack", "control", "prior_only", "twin"} <= set(e["metrics"]["class_fidelity"]), e["metrics"]
     row = next(r for r in metrics["verdict"] if r["row"] == "full_model↑")
-    baselines = {(e["test"], e["baseline_name"]) for e in row["evidence"]}
-    assert {("identifiability", "untrained-model control"), ("domain_attribution", "chance")} <= baselines, baselines
+    assert {e["test"] for e in row["evidence"]} >= {"identifiability", "class_fidelity", "domain_attribution"}
+    assert all(e["baseline_name"] for e in row["evidence"])
     assert MOBILENET in (run_dir / "report.html").read_text()
 
 
@@ -278,3 +297,28 @@ def test_the_plain_pytorch_example_records_and_audits_offline(tmp_path, monkeypa
     assert metrics["auditor_data"]["status"] == "held" and metrics["provenance"]["model"]["head_layer"] == "fc2"
     assert {r["row"] for r in metrics["verdict"]} >= {"full_model↑", "membership:global_model"}
     assert (run_dir / "report.html").exists()
+
+
+def test_a_loop_recordings_declared_dp_counts_its_rounds_and_the_weight_of_each_client(tmp_path):
+    """Central DP declared by a hand-written loop: ε over the rounds recorded (numbered from 0 here), and a client
+    whose weight exceeds 1/m of the average is protected by a smaller multiplier, which the accountant is given."""
+    from fedaudit.recorded_dp import recorded_privacy
+    from fedaudit.wire import ArtifactKind
+
+    dp = {"mechanism": "central-dp-client-side-fixed-clipping", "noise_multiplier": 1.1, "clipping_norm": 10.0,
+          "num_sampled_clients": 2, "delta": 1e-5, "weighted_by_key": "num_samples"}
+    shares = ((ArtifactKind.FULL_MODEL, "up"), (ArtifactKind.FULL_MODEL, "down"))
+    for name, sizes, expected in (("equal", (10, 10), 8.0385), ("unequal", (30, 10), None)):
+        recorder = Recorder(tmp_path / name, dp=dp)
+        for rnd in range(3):  # rounds 0, 1, 2
+            for client, n in zip(("clean", "colour"), sizes):
+                recorder.send(rnd, "server", client, {"w": torch.zeros(3)}, kind="full_model")
+                recorder.send(rnd, client, "server", {"w": torch.ones(3)}, kind="full_model")
+                recorder.send(rnd, client, "server", {"num_samples": n}, kind="scalars")
+        summary = recorded_privacy(read_recording(tmp_path / name), shares)["dp"]
+        assert summary["rounds"] == 3 and summary["clipping_check"]["status"] == "held"
+        if expected is not None:  # the Gaussian mechanism's RDP, 3 rounds at z = 1.1, δ = 1e-5 (computed by hand)
+            assert summary["epsilon"] == pytest.approx(expected, rel=2e-3) and "weaker_rounds" not in summary
+        else:  # the larger client weighs 3/4: z / (2 · 0.75)
+            assert [r["noise_multiplier"] for r in summary["per_round"]] == pytest.approx([1.1 / 1.5] * 3)
+            assert summary["epsilon"] > 8.04 * 1.5 and "in 3 of 3 rounds one client weighed more" in summary["weaker_rounds"]

@@ -105,9 +105,13 @@ def make_client_app(out: Path, seed: int) -> ClientApp:
 def run_server(grid: Grid, out: Path, rounds: int, local_epochs: int, seed: int) -> None:
     """Flower's FedAvg on a recording grid: every round trains on every node, then evaluates the new global
     model on every node (so the deployed model crosses the wire once more, as it does in a deployment)."""
-    start_recording(out, run_id=grid.run.run_id)
     strategy = FedAvg(fraction_train=1.0, fraction_evaluate=1.0, min_available_nodes=3, min_train_nodes=3,
                       min_evaluate_nodes=3)
+    # the recording's manifest, once per run: Flower's run id, the model, the auditor's data (fedaudit's own
+    # split), the public recipe, and the strategy (a DP wrapper's parameters, had it one)
+    start_recording(out, run_id=grid.run.run_id, strategy=strategy, model=new_model(seed), architecture=ARCHITECTURE,
+                    data={"dataset": DATASET, "target_domain": TARGET, "seed": seed},
+                    recipe={**RECIPE, "local_epochs": local_epochs, "rounds": rounds})
     strategy.start(grid=RecordingGrid(grid, out), initial_arrays=ArrayRecord(new_model(seed).state_dict()),
                    num_rounds=rounds, train_config=ConfigRecord({"lr": RECIPE["lr"], "local-epochs": local_epochs}))
 
@@ -122,13 +126,6 @@ def make_server_app(out: Path, rounds: int, local_epochs: int, seed: int) -> Ser
     return app
 
 
-def start(out: Path, rounds: int, local_epochs: int, seed: int) -> None:
-    """The recording's manifest: the model, the auditor's data (fedaudit's own split) and the public recipe."""
-    start_recording(out, model=new_model(seed), architecture=ARCHITECTURE,
-                    data={"dataset": DATASET, "target_domain": TARGET, "seed": seed},
-                    recipe={**RECIPE, "local_epochs": local_epochs, "rounds": rounds})
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="recording directory (created)")
@@ -139,7 +136,6 @@ def main() -> None:
     out = args.out.resolve()
     if (out / "wire.jsonl").exists():
         parser.error(f"{out} already holds a recording; give a new --out")
-    start(out, args.rounds, args.local_epochs, args.seed)
     run_simulation(server_app=make_server_app(out, args.rounds, args.local_epochs, args.seed),
                    client_app=make_client_app(out, args.seed), num_supernodes=len(source_domains()),
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},

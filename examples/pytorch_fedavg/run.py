@@ -104,12 +104,17 @@ def write_digits(root: Path, seed: int) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="recording directory (created; must not hold a run)")
-    parser.add_argument("--data", type=Path, help="the clients' records (default: built-in digits, written next to --out)")
+    parser.add_argument("--data", type=Path, help="the clients' records (default: built-in digits, written next to --out "
+                                                  "as <out>-data-seed<seed>)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--local-epochs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    data = args.data or write_digits(args.out.with_name(args.out.name + "-data"), args.seed)
+    data = args.data
+    if data is None:  # written once per seed, never over the records an existing recording was made from
+        data = args.out.with_name(f"{args.out.name}-data-seed{args.seed}")
+        if not data.is_dir():
+            write_digits(data, args.seed)
     try:
         fedavg(data, args.out, args.rounds, args.local_epochs, args.seed)
     except FedauditError as exc:  # e.g. --out already holds a recorded run

@@ -211,8 +211,9 @@ ADVICE = {
     "audit": {
         "stronger_inversion": "Raise --inversion-iters or --inversion-batch (on a GPU, --device cuda) and audit the "
                               "recording again.",
-        "more_records": "give the auditor more of each client's records (a larger holdout/<client>/ in the "
-                        "manifest's data.records, or a dataset whose clients hold more)",
+        "more_records": "give the auditor more of each client's records, those it trained on and those it did not "
+                        "(members/<client>/ and holdout/<client>/ in the manifest's data.records, or a dataset whose "
+                        "clients hold more)",
         "calibrated_references": "--reference-epochs",
     },
 }

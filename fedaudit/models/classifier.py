@@ -73,9 +73,11 @@ def _positive_int(name: str, value: object) -> int:
 
 def build_model(arch: str, num_classes: int, image_size: int = 32, norm: str = "bn", head: str = "linear",
                 feature_dim: int | None = None, pretrained: str | None = None,
-                mixstyle: nn.Module | None = None, model_args: Mapping[str, Any] | None = None) -> nn.Module:
+                mixstyle: nn.Module | None = None, model_args: Mapping[str, Any] | None = None,
+                validate: bool = True) -> nn.Module:
     """Build a randomly initialised Classifier (then load ``pretrained``, a local state_dict, if given),
-    or the model of a factory ``arch`` (``PKG.MODULE:CALLABLE``, called with ``model_args``).
+    or the model of a factory ``arch`` (``PKG.MODULE:CALLABLE``, called with ``model_args``; its logits are
+    checked unless ``validate`` is False).
 
     ``feature_dim`` appends Linear(backbone_dim, feature_dim) to the encoder
     (FedLSI uses p = 512). ``mixstyle`` is applied after the first two blocks.
@@ -87,7 +89,8 @@ def build_model(arch: str, num_classes: int, image_size: int = 32, norm: str = "
             raise FedauditError(f"--model {arch} builds its own layers; fedaudit cannot give it {changed[0]}: choose "
                                 "--model cnn, resnet18 or resnet50 for that")
         model = ModelFactory(arch, dict(model_args or {})).build(_positive_int("num_classes", num_classes))
-        check_logits(model, arch, num_classes, _positive_int("image_size", image_size))
+        if validate:
+            check_logits(model, arch, num_classes, _positive_int("image_size", image_size))
         if pretrained is not None:
             from fedaudit.models.pretrained import load_whole_state  # late import: pretrained imports this module
 
@@ -125,18 +128,21 @@ def build_model(arch: str, num_classes: int, image_size: int = 32, norm: str = "
 
 def bn_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """Every batch-normalisation layer as (qualified name, module), in registration (= forward) order: found by
-    its ``running_mean`` and ``running_var`` buffers, whatever its class (BatchNorm, SyncBatchNorm, torchvision's
-    FrozenBatchNorm2d, a user's own). Instance norms are left out: their statistics average per-image
-    normalisations, not the batch's moments that a reconstruction matches."""
+    its ``running_mean``, ``running_var`` and ``num_batches_tracked`` buffers, whatever its class (BatchNorm,
+    SyncBatchNorm, a user's own): statistics that training updates from the clients' batches. Left out:
+    torchvision's FrozenBatchNorm2d (no counter: its statistics are pretrained, never the clients'), and instance
+    norms (their statistics average per-image normalisations, not the batch moments a reconstruction matches)."""
     return [(name, m) for name, m in model.named_modules()
-            if isinstance(getattr(m, "running_mean", None), Tensor) and isinstance(getattr(m, "running_var", None), Tensor)
+            if all(isinstance(getattr(m, b, None), Tensor) for b in ("running_mean", "running_var", "num_batches_tracked"))
             and not isinstance(m, _InstanceNorm)]
 
 
-def head_layer(model: nn.Module) -> str | None:
+def head_layer(model: nn.Module, num_classes: int | None = None) -> str | None:
     """The qualified name of the model's classifier head: ``head`` for fedaudit's Classifier, else the last
-    ``nn.Linear`` (the layer whose weights map features to logits); None when the model has no linear layer."""
+    ``nn.Linear`` with ``num_classes`` outputs (the layer whose weights map features to logits), or the last
+    ``nn.Linear`` when none has; None when the model has no linear layer."""
     if isinstance(model, Classifier):
         return "head"
-    linears = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    return linears[-1] if linears else None
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    to_logits = [name for name, m in linears if m.out_features == num_classes]
+    return (to_logits or [name for name, _ in linears] or [None])[-1]

@@ -76,6 +76,9 @@ class ModelFactory:
         except TypeError as exc:
             raise FedauditError(f"--model {self.spec} could not be called with {_show(kwargs)} ({exc}); pass the "
                                 "arguments it needs with --model-arg KEY=VALUE") from None
+        except Exception as exc:  # noqa: BLE001 - the user's factory failed; say so in one line
+            raise FedauditError(f"--model {self.spec} raised {type(exc).__name__} when called with {_show(kwargs)}: "
+                                f"{exc}") from None
         if not isinstance(model, nn.Module):
             raise FedauditError(f"--model {self.spec} returned a {type(model).__name__}, not a torch nn.Module; "
                                 "name a callable that builds the model")
@@ -84,7 +87,7 @@ class ModelFactory:
     def provenance(self) -> dict[str, Any]:
         """What a reader needs to rebuild the model: the import path, the arguments, the module's file and its sha256."""
         try:  # the file that defines the callable (torchvision.models:… lives in torchvision/models/mobilenetv3.py)
-            file: str | None = inspect.getsourcefile(self.callable())
+            file: str | None = inspect.getsourcefile(inspect.unwrap(self.callable()))
         except TypeError:  # a built-in or C extension: the module's own file
             file = getattr(sys.modules.get(self.spec.partition(SEPARATOR)[0]), "__file__", None)
         digest = hashlib.sha256(Path(file).read_bytes()).hexdigest() if file and Path(file).is_file() else None
@@ -101,7 +104,7 @@ def _import(module_name: str, spec: str) -> Any:
     except ImportError as exc:
         raise FedauditError(f"--model {spec}: cannot import {module_name} ({exc}); install the package or run from "
                             "the folder that holds it") from None
-    except Exception as exc:  # noqa: BLE001 - the user's module failed while it was imported; say so in one line
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module failed while imported: one line
         raise FedauditError(f"--model {spec}: importing {module_name} raised {type(exc).__name__}: {exc}") from None
     finally:
         if added:
