@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from fedaudit.dp import ACCOUNTANT, spent_epsilon
 from fedaudit.errors import FedauditError
-from fedaudit.recording import load_message
 from fedaudit.wire import SERVER, ArtifactKind
 
 if TYPE_CHECKING:
@@ -94,7 +93,8 @@ def recorded_privacy(rec: Recording, shares: tuple[tuple[ArtifactKind, str], ...
     if summary["clipping_check"]["status"] == "violated":
         chk = summary["clipping_check"]
         summary["claim"] = (f"refuted: {chk['over_norm']} of {chk['updates']} recorded updates exceed the clipping norm "
-                            f"(largest {chk['max_ratio']:.3g}× it, {chk['worst']}); the ε above assumes every update was clipped")
+                            f"(largest {chk['max_ratio']:.3g}× it, {chk['worst']}, most of it in {chk['largest_tensor']}); "
+                            "the ε above assumes every update was clipped")
     return {"dp": summary, "coverage": [_covered(kind, direction) for kind, direction in shares]}
 
 
@@ -124,8 +124,7 @@ def _weight(rec: Recording, rnd: int, sender: str, key: str | None) -> float | N
         return None
     for row in rec.rows:
         if row["round"] == rnd and row["sender"] == sender and row["kind"] == ArtifactKind.SCALARS.value:
-            tensors = load_message(rec.root / row["file"])
-            value = tensors.get(f"{row['record']}/{key}")
+            value = rec.artifact(row).tensors.get(key)
             if value is not None and value.numel() == 1:
                 return float(value)
     return None
@@ -145,7 +144,7 @@ def clipping_check(rec: Recording, clipping_norm: float) -> dict[str, Any]:
     both carry (all of them, as Flower clips them) must be at most the clipping norm. The ε holds only if it is."""
     sent = {(r["receiver"], r["round"]): r for r in rec.rows if r["sender"] == SERVER and r["message_type"] == "train"
             and r["kind"] in (ArtifactKind.FULL_MODEL.value, ArtifactKind.PARTIAL_MODEL.value)}
-    norms: list[tuple[float, str, int]] = []
+    norms: list[tuple[float, str, int, str]] = []
     skipped = 0
     for row in _uploads(rec):
         start = sent.get((row["sender"], row["round"]))
@@ -154,15 +153,16 @@ def clipping_check(rec: Recording, clipping_norm: float) -> dict[str, Any]:
         if not new or not set(new) <= set(old):
             skipped += 1  # no broadcast this upload started from, or arrays the broadcast did not carry
             continue
-        norm = math.sqrt(sum(float((new[k].double() - old[k].double()).square().sum()) for k in new))
-        norms.append((norm, row["sender"], row["round"]))
+        squares = {k: float((new[k].double() - old[k].double()).square().sum()) for k in new}
+        norms.append((math.sqrt(sum(squares.values())), row["sender"], row["round"], max(squares, key=squares.get)))
     if not norms:
         return {"status": "not measured", "skipped": skipped,
                 "why": f"none of the {skipped} recorded uploads came with the broadcast it started from"}
     worst = max(norms)
     over = [n for n in norms if n[0] > clipping_norm * (1 + CLIP_TOLERANCE)]
     return {"status": "violated" if over else "held", "updates": len(norms), "over_norm": len(over), "skipped": skipped,
-            "max_norm": worst[0], "max_ratio": worst[0] / clipping_norm, "worst": f"{worst[1]} round {worst[2]}"}
+            "max_norm": worst[0], "max_ratio": worst[0] / clipping_norm, "worst": f"{worst[1]} round {worst[2]}",
+            "largest_tensor": worst[3]}  # where most of the largest update's norm sits (e.g. a counter left unclipped)
 
 
 __all__ = ["MECHANISMS", "check_dp", "clipping_check", "effective_noise", "recorded_privacy"]

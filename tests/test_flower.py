@@ -589,3 +589,29 @@ def test_flowers_client_side_fixed_clipping_is_recorded_accounted_and_checked(tm
     check = metrics["privacy"]["dp"]["clipping_check"]
     assert check["status"] == "violated" and check["over_norm"] == 4
     assert metrics["privacy"]["dp"]["claim"].startswith("refuted: 4 of 4 recorded updates exceed the clipping norm")
+
+
+@pytest.mark.slow
+def test_the_example_in_flowers_simulation_with_its_dp_is_accounted_and_its_clipping_measured(tmp_path):
+    """The example through Flower's simulation engine with Flower's central DP (client-side fixed clipping): the
+    audit's report gives ε beside the recorded noise, and measures the recorded updates against the clipping norm —
+    Flower's fixedclipping_mod leaves BatchNorm's integer step counters unclipped, which the check names."""
+    import subprocess
+    import sys
+
+    from fedaudit.api import audit_recording
+
+    out = tmp_path / "rec"
+    script = Path(__file__).resolve().parent.parent / "examples" / "flower_digits" / "run.py"
+    done = subprocess.run([sys.executable, str(script), "--out", str(out), "--rounds", "2", "--local-epochs", "1",
+                           "--dp", "0.01", "1.0"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "manifest.json").read_text())["dp"]["noise_multiplier"] == 0.01
+    run_dir, metrics = audit_recording(out, attack="mia-loss", out=str(tmp_path / "runs"), device="cpu")
+    dp = metrics["privacy"]["dp"]
+    assert dp["rounds"] == 2 and dp["noise_std_on_sum"] == pytest.approx(0.01) and dp["epsilon"] > 1000
+    check = dp["clipping_check"]
+    assert check["status"] == "violated" and check["updates"] == 6 and check["largest_tensor"].endswith("num_batches_tracked")
+    report = (run_dir / "report.html").read_text()
+    assert f"{dp['epsilon']:.3f} at δ 1e-05 over 2 rounds" in report and "noise multiplier 0.01" in report
+    assert "refuted" in report

@@ -7,7 +7,7 @@ training fedaudit's ``cnn`` on its split of the data with the same recipe as
 strategy aggregates. fedaudit's recording mod is the ClientApp's first mod, and the strategy runs on
 a :class:`~fedaudit.flower.RecordingGrid`, so ``--out DIR`` receives the recording from both sides.
 
-    python examples/flower_digits/run.py --out runs/flower-digits [--rounds 20] [--local-epochs 3]
+    python examples/flower_digits/run.py --out runs/flower-digits [--rounds 20] [--local-epochs 3] [--dp 1.1 1.0]
     fedaudit audit runs/flower-digits --attack deepinversion,mia
 
 Runs offline on CPU through Flower's simulation engine (Ray); telemetry is off.
@@ -25,7 +25,8 @@ import torch  # noqa: E402
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
-from flwr.serverapp.strategy import FedAvg  # noqa: E402
+from flwr.clientapp.mod import fixedclipping_mod  # noqa: E402
+from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg  # noqa: E402
 from flwr.simulation import run_simulation  # noqa: E402
 
 from fedaudit.data import load_dataset  # noqa: E402
@@ -65,8 +66,9 @@ def node_name(context: Context) -> str:
     return source_domains()[int(context.node_config["partition-id"])]
 
 
-def make_client_app(out: Path, seed: int) -> ClientApp:
-    app = ClientApp(mods=[recording_mod(out, name=node_name)])  # first: it sees what finally leaves the client
+def make_client_app(out: Path, seed: int, dp: tuple[float, float] | None = None) -> ClientApp:
+    # the recording mod first: it sees what finally leaves the client, after Flower's clipping mod under DP
+    app = ClientApp(mods=[recording_mod(out, name=node_name), *([fixedclipping_mod] if dp else [])])
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
@@ -102,11 +104,16 @@ def make_client_app(out: Path, seed: int) -> ClientApp:
     return app
 
 
-def run_server(grid: Grid, out: Path, rounds: int, local_epochs: int, seed: int) -> None:
+def run_server(grid: Grid, out: Path, rounds: int, local_epochs: int, seed: int,
+               dp: tuple[float, float] | None = None) -> None:
     """Flower's FedAvg on a recording grid: every round trains on every node, then evaluates the new global
-    model on every node (so the deployed model crosses the wire once more, as it does in a deployment)."""
+    model on every node (so the deployed model crosses the wire once more, as it does in a deployment). With
+    ``dp`` (noise multiplier, clipping norm), Flower's central DP with client-side fixed clipping."""
     strategy = FedAvg(fraction_train=1.0, fraction_evaluate=1.0, min_available_nodes=3, min_train_nodes=3,
                       min_evaluate_nodes=3)
+    if dp is not None:
+        strategy = DifferentialPrivacyClientSideFixedClipping(strategy, noise_multiplier=dp[0], clipping_norm=dp[1],
+                                                              num_sampled_clients=len(source_domains()))
     # the recording's manifest, once per run: Flower's run id, the model, the auditor's data (fedaudit's own
     # split), the public recipe, and the strategy (a DP wrapper's parameters, had it one)
     start_recording(out, run_id=grid.run.run_id, strategy=strategy, model=new_model(seed), architecture=ARCHITECTURE,
@@ -116,12 +123,13 @@ def run_server(grid: Grid, out: Path, rounds: int, local_epochs: int, seed: int)
                    num_rounds=rounds, train_config=ConfigRecord({"lr": RECIPE["lr"], "local-epochs": local_epochs}))
 
 
-def make_server_app(out: Path, rounds: int, local_epochs: int, seed: int) -> ServerApp:
+def make_server_app(out: Path, rounds: int, local_epochs: int, seed: int,
+                    dp: tuple[float, float] | None = None) -> ServerApp:
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        run_server(grid, out, rounds, local_epochs, seed)
+        run_server(grid, out, rounds, local_epochs, seed, dp)
 
     return app
 
@@ -132,12 +140,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--local-epochs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dp", type=float, nargs=2, metavar=("NOISE_MULTIPLIER", "CLIPPING_NORM"),
+                        help="Flower's central DP with client-side fixed clipping (the audit accounts its ε)")
     args = parser.parse_args()
     out = args.out.resolve()
     if (out / "wire.jsonl").exists():
         parser.error(f"{out} already holds a recording; give a new --out")
-    run_simulation(server_app=make_server_app(out, args.rounds, args.local_epochs, args.seed),
-                   client_app=make_client_app(out, args.seed), num_supernodes=len(source_domains()),
+    dp = tuple(args.dp) if args.dp else None
+    run_simulation(server_app=make_server_app(out, args.rounds, args.local_epochs, args.seed, dp),
+                   client_app=make_client_app(out, args.seed, dp), num_supernodes=len(source_domains()),
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                                    "init_args": {"include_dashboard": False, "log_to_driver": False}})
     print(f"recording written to {out}")
