@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fedaudit.audit.verdict import (HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, RiskThresholds, judge,
-                                    load_thresholds)
+                                    load_thresholds, mia_level)
 from fedaudit.membership import membership_metrics
 
 SERVER = {"attacker": "server"}
@@ -222,24 +222,45 @@ def test_an_artifact_finding_names_a_twin_that_also_separates_and_verbatim_recor
     rng = np.random.default_rng(3)
     signal = membership_metrics(rng.normal(0.6, size=225), rng.normal(size=180))
     twin_null = membership_metrics(rng.normal(size=225), rng.normal(size=180))
-    entry = {**signal, "twin": twin_null, "power": signal, "exact_matches": {"members": 3, "nonmembers": 0}}
+    entry = {**signal, "twin": twin_null, "power": signal, "exact_matches": {"members": 0, "nonmembers": 0}}
     (row,) = judge(_artifact_metrics(entry), SERVER)
-    assert row["tier"] == MEDIUM and "twin" not in row["reason"] and "3 of a's members" in row["reason"]
+    assert row["tier"] == MEDIUM and "twin" not in row["reason"] and "verbatim" not in row["reason"]
+    (row,) = judge(_artifact_metrics({**entry, "exact_matches": {"members": 3, "nonmembers": 0}}), SERVER)
+    assert row["tier"] == HIGH and "3 of a's members" in row["reason"]
     # The twin is the artifact's null: a finding its twin shares is not this artifact's.
     (row,) = judge(_artifact_metrics({**entry, "twin": signal, "exact_matches": None}), SERVER)
     assert row["tier"] == INCONCLUSIVE and "so does its holdout twin" in row["reason"]
 
 
-def test_a_bank_holding_members_verbatim_never_reads_low():
-    """Three members' own entries found exactly among 3,000: the membership test cannot tell at these counts,
-    but those records are identified — at least MEDIUM, never LOW."""
+def test_a_bank_holding_members_verbatim_is_high_whatever_the_counts():
+    """Three members' own entries found exactly among 3,000: the membership test cannot tell at these counts, but
+    those records are in the bank verbatim — HIGH, with the count and the tolerance; an exact match of a non-member
+    too (a duplicated record) proves nothing by itself."""
     quiet = membership_metrics(np.linspace(0, 1, 3000), np.linspace(0, 1, 3000))
     power = membership_metrics(np.r_[np.zeros(3) + 5, np.zeros(0)], np.zeros(180))
-    entry = {**quiet, "power": power, "exact_matches": {"members": 3, "nonmembers": 0}}
+    entry = {**quiet, "power": power, "exact_matches": {"members": 3, "nonmembers": 0}, "exact_tolerance": 2e-4}
     (row,) = judge(_artifact_metrics(entry), SERVER)
-    assert row["tier"] == MEDIUM and "3 of a's members" in row["reason"]
+    assert row["tier"] == HIGH and "3 of a's members" in row["reason"] and "tolerance 0.0002" in row["reason"]
+    assert "exact-match rule" in row["reason"]
     (row,) = judge(_artifact_metrics({**entry, "exact_matches": {"members": 0, "nonmembers": 0}}), SERVER)
     assert row["tier"] == LOW
+    (row,) = judge(_artifact_metrics({**entry, "exact_matches": {"members": 3, "nonmembers": 1}}), SERVER)
+    assert row["tier"] != HIGH
+
+
+def test_a_large_significant_membership_advantage_is_high_whatever_the_low_fpr_figures():
+    """Advantage 0.55 on thousands of non-members with TPR at 1% FPR near chance: HIGH by the advantage rule;
+    the same advantage below the threshold (or not significant) is not."""
+    rng = np.random.default_rng(3)
+    # every member scores above 0.55 and none above the non-members' top 1.5%: advantage ≈ 0.55, TPR at 1% FPR ≈ 0
+    members, nonmembers = rng.uniform(0.55, 0.985, 1000), rng.uniform(0, 1, 6000)
+    entry = membership_metrics(members, nonmembers)
+    assert entry["advantage"] >= 0.5 and mia_level(entry, 0.01)["tpr"] < 0.2
+    metrics = {"communication": {"declared": []}, "leakage": {"mia": {"loss": {"last_upload": {"a": entry}}}}}
+    (row,) = judge(metrics, SERVER)
+    assert row["tier"] == HIGH and "advantage rule" in row["reason"]
+    (row,) = judge(metrics, SERVER, RiskThresholds(mia_advantage_high=0.9))
+    assert row["tier"] == MEDIUM
 
 
 def test_advice_names_only_what_the_command_that_made_the_run_takes():

@@ -47,7 +47,10 @@ control (the artifact recomputed from a few members alone) at ``alpha`` for
 every victim. Its holdout twin (the members swapped out) is its null: a
 victim whose twin also separates members significantly cannot raise the row
 (INCONCLUSIVE when that was all). A per-record bank that holds a member's own
-entry exactly (and no non-member's) reads at least MEDIUM.
+entry exactly (and no non-member's) reads HIGH whatever the counts: an exact
+match has no false positives to estimate. A membership advantage that is
+significant and reaches ``mia_advantage_high`` (0.5) reads HIGH whatever the
+low-FPR figures.
 
 Tiers: ``high``, ``medium``, ``low``, ``inconclusive``, ``not_assessed``.
 """
@@ -90,6 +93,7 @@ class RiskThresholds:
     class_fidelity_lift_medium: float = 0.10
     mia_tpr_ci_low: float = 0.01
     mia_advantage_medium: float = 0.10
+    mia_advantage_high: float = 0.50
     canary_epsilon_high: float = 1.0
     alpha: float = 0.05
 
@@ -108,6 +112,9 @@ class RiskThresholds:
             ("class_fidelity_lift_medium", _num(t.class_fidelity_lift_medium), "medium at this lift"),
             ("mia_tpr_ci_low", _num(t.mia_tpr_ci_low),
              "high when TPR at 1% FPR is significant at a resolvable level and its 95% lower bound exceeds this"),
+            ("mia_advantage_high", _num(t.mia_advantage_high),
+             "high when the membership advantage is significant and reaches this, whatever the low-FPR figures "
+             "(an attacker right about membership about three times in four at 0.5)"),
             ("mia_advantage_medium", _num(t.mia_advantage_medium),
              "medium when the membership advantage max(TPR − FPR) is significant and reaches this; a row that "
              "could not detect this advantage reads inconclusive rather than low"),
@@ -492,9 +499,13 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
             text = (f"The {variant} attack on {on} reaches membership advantage {adv:.2f} on {victim} (max TPR − FPR, "
                     f"KS p {_p(p)} at {counts}; no signal gives ≥ {e.get('advantage_null_95', float('nan')):.2f} only 5% "
                     f"of the time{auc}).")
+            tier = HIGH if adv >= t.mia_advantage_high else MEDIUM if adv >= t.mia_advantage_medium else LOW
+            if tier == HIGH:
+                text += (f" HIGH by the advantage rule: significant after {CORRECTION} correction and at least "
+                         f"{t.mia_advantage_high:g}, whatever the low-FPR figures.")
             evidence.append(Evidence("mia_advantage", f"{variant} on {target} / {victim}", float(adv),
                                      e.get("advantage_null_95"), "95% quantile with no signal at these counts", float(p),
-                                     tier=MEDIUM if adv >= t.mia_advantage_medium else LOW, text=text, effect=float(adv)))
+                                     tier=tier, text=text, effect=float(adv)))
     if not evidence:
         return _row(key, title, NOT_ASSESSED, f"no membership result for {what}: {'; '.join(notes) or 'none stored'}", [], t)
     _decide(evidence, t)
@@ -507,12 +518,15 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
         e.tier = LOW
     top = max(evidence, key=lambda e: (TIER_ORDER[e.tier], e.effect or 0.0))
     verbatim = _verbatim(artifact)
+    shipped = [(victim, e) for victim, e in artifact if isinstance(e.get("exact_matches"), dict)
+               and e["exact_matches"].get("members") and not e["exact_matches"].get("nonmembers")]
+    if shipped:
+        # a member's own entry, found exactly (and no non-member's), is identification whatever the counts: an
+        # exact match has no false positives to estimate, so it is HIGH however few the non-members
+        return _row(key, title, HIGH, f"{what[0].upper()}{what[1:]} carries members' records verbatim (HIGH by the "
+                                      f"exact-match rule, whatever the counts): {_matched(shipped)}.", evidence, t)
     if top.tier in (HIGH, MEDIUM):
         return _row(key, title, top.tier, top.text + verbatim, evidence, t)
-    if any(isinstance(e.get("exact_matches"), dict) and e["exact_matches"].get("members")
-           and not e["exact_matches"].get("nonmembers") for _, e in artifact):
-        # a member's own entry, found exactly (and no non-member's), is identification whatever the counts: never LOW
-        return _row(key, title, MEDIUM, f"Members' own entries are in {what}.{verbatim}", evidence, t)
     if discounted:
         return _row(key, title, INCONCLUSIVE, (
             f"the test separates members for {', '.join(sorted(twin_off))}, but so does its holdout twin (the artifact "
@@ -553,14 +567,19 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
 
 
 def _verbatim(artifact: list[tuple[str, dict[str, Any]]]) -> str:
-    """A note naming the records a per-record bank carries verbatim (their own entry, found exactly)."""
-    found = [(victim, e["exact_matches"]) for victim, e in artifact if isinstance(e.get("exact_matches"), dict)
+    """A note naming the records a per-record bank carries verbatim (their own entry, found exactly, within the
+    float error of recomputing it)."""
+    found = [(victim, e) for victim, e in artifact if isinstance(e.get("exact_matches"), dict)
              and e["exact_matches"].get("members")]
-    if not found:
-        return ""
-    return " The bank carries records verbatim: " + "; ".join(
-        f"{m['members']} of {victim}'s members have their own entry in it exactly (non-members: {m.get('nonmembers', 0)})"
-        for victim, m in found) + "."
+    return f" The bank carries records verbatim: {_matched(found)}." if found else ""
+
+
+def _matched(found: list[tuple[str, dict[str, Any]]]) -> str:
+    return "; ".join(
+        f"{e['exact_matches']['members']} of {victim}'s members have their own entry in it exactly (non-members: "
+        f"{e['exact_matches'].get('nonmembers', 0)}"
+        + (f"; tolerance {e['exact_tolerance']:.2g}" if _isnum(e.get("exact_tolerance")) else "") + ")"
+        for victim, e in found)
 
 
 def _twin_separates(artifact: list[tuple[str, dict[str, Any]]], t: RiskThresholds) -> set[str]:
