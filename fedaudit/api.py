@@ -142,15 +142,26 @@ def run_config(method: str | None, config: str | Path | None, method_option: lis
     auto_note = None
     if spec == AUTO:  # the attacks that apply to what this method, so configured, shares; recorded as resolved
         draft = resolve({**explicit, "attack": "none"}, {**file_opts, "attack": "none"}, method_cls.profile_defaults,
-                        {}, set(attack_options()))
+                        {}, attack_options())
         spec = explicit["attack"] = auto_attacks(method_cls(draft).declared_shares(), draft.profile)
         auto_note = f"--attack auto: {spec} (from what {method_cls.name} shares)"
     cfg = resolve(explicit, file_opts, method_cls.profile_defaults, attack_schema(spec) if isinstance(spec, str) else {},
-                  set(attack_options()))
+                  attack_options())
+    warn_unused_attack_options({**file_opts, **explicit}, cfg)
     check_names(cfg)
     method_cls(cfg)  # validates method options before any work is done
     cfg = private_config(cfg, method_cls, [name for name, cls in METHODS.items() if not cls.dp_incompatible])
     return cfg, auto_note
+
+
+def warn_unused_attack_options(given: dict[str, Any], cfg: RunConfig) -> None:
+    """A line for each attack option given that no selected attack takes: it changes nothing in this run."""
+    from fedaudit.attacks import attack_options
+
+    taken = {name for block in cfg.attack_options.values() for name in block}
+    for name in sorted(k for k, v in given.items() if k in attack_options() and k not in taken and v is not None):
+        log.warning("--%s has no effect in this run: none of its attacks (--attack %s) takes it",
+                    name.replace("_", "-"), cfg.attack)
 
 
 def _resume(path: Path, reporter: Reporter, on_round_end, model: str | None = None) -> EvaluateResult:
@@ -281,7 +292,7 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     method_cls = get_method(base["method"])
     # First the options without attacks: the data and the architecture say what the recorded records are,
     # and those say what `--attack auto` runs.
-    draft = resolve({**base, **explicit, "attack": "none"}, None, method_cls.profile_defaults, {}, set(attack_options()))
+    draft = resolve({**base, **explicit, "attack": "none"}, None, method_cls.profile_defaults, {}, attack_options())
     check_names(draft)
     dataset, split = auditor_data(draft, DATA_SEED, rec)
     name_model_records(rec, draft, len(dataset.classes))
@@ -301,7 +312,8 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
             log.warning("--attack %s leaves %s out: %s", explicit.get("attack", AUTO), name, why)
         spec = ",".join(cls.name for cls in selected) or "none"
     cfg = resolve({**base, **explicit, "attack": spec}, None, method_cls.profile_defaults, attack_schema(spec),
-                  set(attack_options()))
+                  attack_options())
+    warn_unused_attack_options(explicit, cfg)
     with run_numerics(cfg.deterministic) as unpinned:
         run_dir, metrics = audit(rec, cfg, method_cls(cfg), selected, dataset, split, resolve_device(cfg.device), command,
                                  left_out, unpinned)

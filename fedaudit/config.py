@@ -205,13 +205,14 @@ def resolve(
     from_file: dict[str, Any] | None = None,
     method_defaults: dict[str, dict[str, Any]] | None = None,
     attack_schema: AttackSchema | None = None,
-    attack_option_names: set[str] | frozenset[str] = frozenset(),
+    attack_option_names: Mapping[str, Option] | set[str] | frozenset[str] = frozenset(),
 ) -> RunConfig:
     """Merge defaults, the config file's options and explicit options (in that order) and validate.
 
     ``attack_schema`` declares the options of the selected attack families (their values land in
     ``attack_options``); ``attack_option_names`` are every registered attack's options, accepted
-    (and ignored) when their attack is not selected.
+    (and ignored) when their attack is not selected — but range-checked even then when given as declarations:
+    a bad value is an error whether or not its attack runs.
     """
     attack_schema = attack_schema or {}
 
@@ -236,6 +237,10 @@ def resolve(
     attack_values = {family: {name: opt.default_for(profile) for name, opt in opts.items()}
                      for family, opts in attack_schema.items()}
     given = {**from_file, **explicit}
+    if isinstance(attack_option_names, Mapping):
+        for key, value in given.items():
+            if key in attack_option_names and key not in owners and value is not None:
+                attack_option_names[key].check(key, value)
     recipe = (dp_recipe_defaults(given.get("dp_max_grad_norm", OPTIONS["dp_max_grad_norm"].default))
               if given.get("dp_epsilon") is not None and given.get("dp_recipe", True) is not False else {})
     if "batch_size" in given:  # a given batch is used as given

@@ -239,3 +239,17 @@ def test_method_options_have_their_own_flags(tmp_path):
 ])
 def test_bad_method_flags_are_user_errors(args, needles):
     _user_error(["evaluate", *FAST, *args], *needles)
+
+
+def test_an_option_of_an_attack_not_selected_is_checked_and_said_to_do_nothing(caplog):
+    """A bad value is an error whether or not its attack runs; a good one that nothing takes says so in a line."""
+    from fedaudit.api import run_config
+
+    _user_error(["evaluate", "--canaries", "-3", *FAST], "--canaries must be between 2 and 100000, got -3")
+    with caplog.at_level("WARNING", logger="fedaudit"):
+        run_config("fedavg", None, None, None, {"attack": "mia-loss", "canaries": 10, "dataset": "digits"})
+    assert "--canaries has no effect in this run: none of its attacks (--attack mia-loss) takes it" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fedaudit"):
+        run_config("fedavg", None, None, None, {"attack": "canary", "canaries": 10, "dataset": "digits"})
+    assert "no effect" not in caplog.text
