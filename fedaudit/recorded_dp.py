@@ -102,10 +102,14 @@ def effective_noise(rec: Recording, z: float, m: int, weighted_by: str | None) -
     """Per training round: the noise multiplier that protected the most exposed client. The server adds noise of
     std z·C/m to the weighted average; a client whose weight share is w moves it by at most w·C, so its multiplier
     is z / (m·w) — z when the m sampled clients weigh equally, less with unequal weights or missing replies."""
+    senders_of: dict[int, set[str]] = {}
+    for row in _uploads(rec):
+        senders_of.setdefault(row["round"], set()).add(row["sender"])
+    scalars = {(r["round"], r["sender"]): r for r in rec.rows  # the training reply's metrics, not an evaluation's
+               if r["kind"] == ArtifactKind.SCALARS.value and r["message_type"] == "train"}
     out = []
-    for rnd in sorted({r["round"] for r in _uploads(rec)}):
-        senders = sorted({r["sender"] for r in _uploads(rec) if r["round"] == rnd})
-        weights = {s: _weight(rec, rnd, s, weighted_by) for s in senders}
+    for rnd, senders in sorted(senders_of.items()):
+        weights = {s: _weight(rec, scalars.get((rnd, s)), weighted_by) for s in senders}
         known = all(w is not None and w > 0 for w in weights.values())
         share = max(weights.values()) / sum(weights.values()) if known else 1 / len(senders)
         out.append({"round": rnd, "replies": len(senders), "largest_share": share,
@@ -119,15 +123,12 @@ def _uploads(rec: Recording) -> list[dict[str, Any]]:
             and r["kind"] in (ArtifactKind.FULL_MODEL.value, ArtifactKind.PARTIAL_MODEL.value)]
 
 
-def _weight(rec: Recording, rnd: int, sender: str, key: str | None) -> float | None:
-    if key is None:
+def _weight(rec: Recording, scalars: dict[str, Any] | None, key: str | None) -> float | None:
+    """The aggregation weight a client's upload carried (its ``key`` metric), or None when not recorded."""
+    if key is None or scalars is None:
         return None
-    for row in rec.rows:
-        if row["round"] == rnd and row["sender"] == sender and row["kind"] == ArtifactKind.SCALARS.value:
-            value = rec.artifact(row).tensors.get(key)
-            if value is not None and value.numel() == 1:
-                return float(value)
-    return None
+    value = rec.artifact(scalars).tensors.get(key)
+    return float(value) if value is not None and value.numel() == 1 else None
 
 
 def _covered(kind: ArtifactKind, direction: str) -> dict[str, Any]:
