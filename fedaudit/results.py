@@ -100,6 +100,7 @@ def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device
         "config": cfg.to_json(),
         "dataset_fingerprint": dataset.fingerprint(),
         "dataset_skipped_files": dataset.skipped,
+        "dataset_empty_class_folders": list(dataset.empty_classes),
         "seed": cfg.seed,
         "versions": {"fedaudit": __version__, "python": platform.python_version(), "torch": torch.__version__,
                      "torchvision": torchvision.__version__, "numpy": numpy.__version__, "scikit-learn": sklearn.__version__},

@@ -833,6 +833,8 @@ def provenance_table(units: Sequence[Unit]) -> Table:
                ("config hash", _text(p.get("config_hash") or u.config.get("config_hash"))),
                ("dataset fingerprint", _text(p.get("dataset_fingerprint"))),
                ("dataset files skipped (unreadable)", _text(p.get("dataset_skipped_files"))),
+               ("dataset class folders without images", _text(", ".join(p.get("dataset_empty_class_folders") or [])
+                                                                or ("none" if "dataset_empty_class_folders" in p else None))),
                ("seed", _text(p.get("seed"))), ("metrics schema version", _text(u.metrics.get("schema_version")))]
         dev = p.get("device") or {}
         out.append(("device", f"{dev.get('type', '?')} · {dev.get('name', '?')} · {dev.get('threads', '?')} threads"))

@@ -110,8 +110,12 @@ def test_folder_with_differing_class_sets_names_the_domains(tmp_path):
 
 
 def test_folder_run_skips_an_unreadable_image_and_counts_it(tmp_path):
+    """An unreadable file is skipped and counted; a class folder left without a readable image is accepted, said in a
+    warning line and named in the provenance (and the report's)."""
     _write_folder(tmp_path, {"art": ["cat", "dog"], "photo": ["cat", "dog"], "sketch": ["cat", "dog"]})
     (tmp_path / "art" / "cat" / "broken.png").write_bytes(b"not an image")
+    for f in (tmp_path / "photo" / "dog").iterdir():
+        f.unlink()
     out = tmp_path / "runs"
     result = runner.invoke(app, ["evaluate", *FAST, "--dataset", f"folder:{tmp_path}", "--batch-size", "4", "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -119,6 +123,9 @@ def test_folder_run_skips_an_unreadable_image_and_counts_it(tmp_path):
     (run_dir,) = out.iterdir()
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["provenance"]["dataset_skipped_files"] == 1
+    assert metrics["provenance"]["dataset_empty_class_folders"] == ["photo/dog"]
+    assert "1 class folder(s)" in result.output and "photo/dog" in result.output, result.output
+    assert "photo/dog" in (run_dir / "report.html").read_text()
 
 
 def test_config_file_is_overridden_by_explicit_options(tmp_path):

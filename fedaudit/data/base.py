@@ -32,6 +32,7 @@ class MultiDomainDataset:
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
     hflip: bool = True  # horizontal flip preserves the label (not for digits)
     skipped: int = 0  # unreadable files skipped while loading (folder datasets)
+    empty_classes: list[str] = field(default_factory=list)  # "<domain>/<class>" folders with no readable image
     # stable per-record identity (e.g. sklearn row index) so tests and audits can
     # check that a record belongs to exactly one domain; None when not meaningful
     source_index: dict[str, torch.Tensor] | None = None

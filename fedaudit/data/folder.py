@@ -129,6 +129,11 @@ def load_folder(path: str, image_size: int = 32, spec: str | None = None, min_do
                 images[dom] = torch.from_numpy(stack).permute(0, 3, 1, 2).contiguous()
             labels[dom] = torch.tensor([lab for _, lab in keep], dtype=torch.int64)
 
+    empty = [f"{dom}/{cls}" for dom in labels for c, cls in enumerate(classes) if not bool((labels[dom] == c).any())]
+    if empty:  # accepted (a domain may lack a class), but said: that class has no members, val or holdout records there
+        more = f" and {len(empty) - SHOW_SKIPPED} more" if len(empty) > SHOW_SKIPPED else ""
+        log.warning("%d class folder(s) in %s hold no readable image: %s%s", len(empty), root,
+                    ", ".join(empty[:SHOW_SKIPPED]), more)
     if skipped:
         shown = ", ".join(str(f.relative_to(root)) for f in skipped[:SHOW_SKIPPED])
         more = f" and {len(skipped) - SHOW_SKIPPED} more" if len(skipped) > SHOW_SKIPPED else ""
@@ -140,4 +145,5 @@ def load_folder(path: str, image_size: int = 32, spec: str | None = None, min_do
         images=images,
         labels=labels,
         skipped=len(skipped),
+        empty_classes=empty,
     )
