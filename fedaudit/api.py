@@ -28,6 +28,7 @@ from fedaudit.audit.session import attack_role_and_victims, run_attacks
 from fedaudit.audit.verdict import RiskThresholds, judge
 from fedaudit.config import RunConfig, from_json, load_toml, parse_method_options, resolve
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
+from fedaudit.data.split import thin_splits
 from fedaudit.dp import private_config
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.federation import Federation
@@ -224,6 +225,9 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
     log.info("run directory %s (target %s)", run_dir, target)
     method = get_method(cfg.method)(cfg)
     split = lodo_split(dataset, target, cfg.split, seed=cfg.seed)
+    thin = thin_splits(split, dataset.classes)
+    for line in thin:
+        log.warning("thin split: %s", line)
     if any(cls.plants_canaries for cls in get_attacks(cfg.attack)):  # before training: canaries change what is trained
         split = canary_split(cfg, split, len(dataset.classes), lambda sources: attack_role_and_victims(cfg, sources)[1])
     wire = Wire(run_dir / "artifacts" if cfg.keep_artifacts else None)
@@ -265,7 +269,7 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
         "communication": communication(fed),
         "leakage": leakage,
         "privacy": privacy(fed),
-        "provenance": provenance(cfg, dataset, device, command, stages, unpinned, fed.model),
+        "provenance": {**provenance(cfg, dataset, device, command, stages, unpinned, fed.model), "data_warnings": thin},
     }
     # The verdict is computed once, here, from the evidence just stored; the report renders it.
     metrics["verdict"] = judge(metrics, cfg.to_json(), RiskThresholds())

@@ -32,7 +32,7 @@ from fedaudit.audit.verdict import RiskThresholds, judge
 from fedaudit.config import RunConfig
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.data.base import ClientData, LODOSplit
-from fedaudit.data.split import stratified_split
+from fedaudit.data.split import stratified_split, thin_splits
 from fedaudit.errors import FedauditError
 from fedaudit.federation import Federation
 from fedaudit.method import Method
@@ -289,6 +289,9 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         if c.domain not in clients:
             log.warning("the auditor's data holds client %r, which the recording never names; it is left out", c.domain)
     split.sources = [c for c in split.sources if c.domain in clients]
+    thin = thin_splits(split, dataset.classes) if scored else []
+    for line in thin:
+        log.warning("thin split: %s", line)
     attack_role_and_victims(cfg, clients)  # a bad --attacker/--victim fails before any work
 
     wire = rec.wire(device)
@@ -335,7 +338,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         "privacy": recorded_privacy(rec, shares) or privacy(
             fed, shares, no_dp="no DP mechanism in the recording's manifest: whether the clients trained with one is "
                                "not known here (start_recording(dp=...) declares it)"),
-        "provenance": {**provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
+        "provenance": {"data_warnings": thin, **provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
                                                                     "wall": time.perf_counter() - wall0}, unpinned,
                                    fed.model),
                        "recording": {"path": str(rec.root.resolve()), "framework": rec.manifest.get("framework"),

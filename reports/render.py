@@ -835,6 +835,7 @@ def provenance_table(units: Sequence[Unit]) -> Table:
                ("dataset files skipped (unreadable)", _text(p.get("dataset_skipped_files"))),
                ("dataset class folders without images", _text(", ".join(p.get("dataset_empty_class_folders") or [])
                                                                 or ("none" if "dataset_empty_class_folders" in p else None))),
+               ("thin splits", _text("; ".join(p.get("data_warnings") or []) or ("none" if "data_warnings" in p else None))),
                ("seed", _text(p.get("seed"))), ("metrics schema version", _text(u.metrics.get("schema_version")))]
         dev = p.get("device") or {}
         out.append(("device", f"{dev.get('type', '?')} · {dev.get('name', '?')} · {dev.get('threads', '?')} threads"))

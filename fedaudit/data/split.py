@@ -114,3 +114,22 @@ def lodo_split(
             )
         )  # fmt: skip
     return LODOSplit(target=target, sources=sources, target_x=ds.images[target], target_y=ds.labels[target])
+
+
+MIN_VAL_RECORDS = 10  # fewer per client: model selection rests on a handful of records
+MIN_HOLDOUT_PER_CLASS = 10  # fewer of a class: nothing about that class's records can read LOW
+
+
+def thin_splits(split: LODOSplit, classes: list[str]) -> list[str]:
+    """What the split leaves too thin to rely on, one sentence each (empty when nothing is)."""
+    out = []
+    for c in split.sources:
+        if int(c.val_y.numel()) < MIN_VAL_RECORDS:
+            out.append(f"client {c.domain} has {int(c.val_y.numel())} validation record(s) (fewer than "
+                       f"{MIN_VAL_RECORDS}): model selection rests on them")
+        counts = torch.bincount(c.holdout_y, minlength=len(classes)).tolist()
+        thin = [f"{classes[k]} ({n})" for k, n in enumerate(counts) if n < MIN_HOLDOUT_PER_CLASS]
+        if thin:
+            out.append(f"client {c.domain} holds fewer than {MIN_HOLDOUT_PER_CLASS} holdout records of "
+                       f"{len(thin)} class(es): {', '.join(thin[:5])}{', …' if len(thin) > 5 else ''}")
+    return out
