@@ -50,7 +50,9 @@ def test_record_level_high_needs_significance_and_an_interval_above_every_null()
     assert ev["baseline_name"] == "prior-only control" and ev["baseline"] == 0.55 and ev["p_adjusted"] <= 0.05
     # the holdout twin recovers about as much: the members add nothing record-level beyond the domain
     assert _row(_metrics({"clean": _entry({**strong, "twin": 0.85})}))["tier"] == LOW
-    assert _row(_metrics({"clean": _entry({**strong, "twin": 0.92})}))["tier"] == LOW
+    # a twin at 92% of 40 images leaves no room: even 40 of 40 could not beat it — too little evidence, not LOW
+    near_bound = _row(_metrics({"clean": _entry({**strong, "twin": 0.92})}))
+    assert near_bound["tier"] == INCONCLUSIVE and "none could have" in near_bound["reason"]
     against = next(e for e in _row(_metrics({"clean": _entry({**strong, "twin": 0.85})}))["evidence"]
                    if e["test"] == "identifiability")["detail"]["p_against"]
     assert against["chance"] == 0.002 and against["twin"] > 0.2  # beating chance is not beating the twin
@@ -282,3 +284,16 @@ def test_advice_names_only_what_the_command_that_made_the_run_takes():
             assert flags <= {"--inversion-iters", "--inversion-batch", "--device"}, flags
         else:
             assert {"--profile", "--split", "--dataset"} <= flags
+
+
+def test_tiny_counts_never_read_low_and_a_saturated_null_is_said():
+    """Four images per test: even a perfect reconstruction could not be significant, so what would be LOW reads
+    INCONCLUSIVE naming the counts; a null already at 100% is said to saturate the test. Without the rule both LOW."""
+    tiny = {**_ident(0.5, (0.1, 0.9), 0.7, control=0.5, prior_only=0.5, twin=0.5), "n": 4, "attack_k": 2}
+    row = _row(_metrics({"clean": _entry(tiny)}))
+    assert row["tier"] == INCONCLUSIVE and "none could have" in row["reason"] and "identifiability on 4" in row["reason"]
+    saturated = {**_ident(1.0, (0.91, 1.0), 0.001, control=1.0, prior_only=1.0, twin=1.0)}
+    row = _row(_metrics({"clean": _entry(saturated)}))
+    assert row["tier"] == INCONCLUSIVE and "saturated: identifiability (" in row["reason"] and "at 100%" in row["reason"]
+    enough = _ident(0.5, (0.34, 0.66), 0.5, control=0.5, prior_only=0.5, twin=0.5)  # 40 images: could have
+    assert _row(_metrics({"clean": _entry(enough)}))["tier"] == LOW

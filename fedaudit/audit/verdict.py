@@ -301,6 +301,19 @@ def artifact_row(kind_dir: str, metrics: dict[str, Any], config: dict[str, Any],
     if top.tier in (HIGH, MEDIUM):
         return _row(kind_dir, title, top.tier, top.text, evidence, t)
     notes = _notes(evidence)
+    if not any(_could_reach_medium(e, len(evidence), t) for e in evidence):
+        # a LOW that no result at these counts could have turned into MEDIUM is not a finding
+        counts = sorted({f"{e.test} on {(e.detail or {}).get('n')}" for e in evidence
+                         if isinstance((e.detail or {}).get("n"), int)})
+        saturated = sorted({f"{e.test} ({e.baseline_name} already at {pct(e.baseline)})" for e in evidence
+                            if _saturated(e)})
+        return _row(kind_dir, title, INCONCLUSIVE, (
+            f"no test beat its strongest null ({notes}), and at these counts none could have: even a perfect result "
+            f"would not reach medium after {CORRECTION} correction over {len(evidence)} test(s) "
+            f"({', '.join(counts) or 'counts not stored'})"
+            + (f"; saturated: {', '.join(saturated)}" if saturated else "")
+            + f". Give each client more records, and {advice(metrics, 'stronger_inversion')[0].lower()}"
+            + advice(metrics, 'stronger_inversion')[1:]), evidence, t)
     # Power, corrected across the row's victims (Holm): a positive control that fires by chance in one of
     # many victims must not turn an uninformative reading into an informative LOW.
     measured = [(src, p) for src, p in powers if p.get("status") == "measured" and _isnum(p.get("p_value"))]
@@ -321,6 +334,31 @@ def artifact_row(kind_dir: str, metrics: dict[str, Any], config: dict[str, Any],
         budget = f"no positive control ran ({'; '.join(why)})"
     return _row(kind_dir, title, INCONCLUSIVE, f"no test beat its strongest null ({notes}), but {budget}: a low reading "
                 f"cannot be told from a weak attack. {advice(metrics, 'stronger_inversion')}", evidence, t)
+
+
+def _could_reach_medium(e: Evidence, m: int, t: RiskThresholds) -> bool:
+    """Whether a perfect result at the test's counts (every image right) would read MEDIUM: significant at
+    alpha / m (Holm's first step, the most a row's strongest test may need) and, for a lift test, a lift of at
+    least the medium threshold. A test whose counts were not stored is given the benefit of the doubt."""
+    detail = e.detail or {}
+    n = detail.get("n")
+    if not isinstance(n, int):
+        return True
+    if n <= 0:
+        return False
+    level = t.alpha / max(m, 1)
+    if e.test == "identifiability":  # the permutation test against chance and one against each measured null
+        chance = detail.get("chance")
+        best = [_lift_p_value([n, n], None, float(chance))] if _isnum(chance) else []
+        best += [_lift_p_value([n, n], [v * n, n], None) for v in (detail.get("measured") or {}).values()]
+        return max(best, default=0.0) <= level
+    return (1.0 - float(e.baseline or 0.0) >= float(detail.get("medium", 0.0)) - 1e-9
+            and _lift_p_value([n, n], detail.get("null_counts"), detail.get("chance")) <= level)
+
+
+def _saturated(e: Evidence) -> bool:
+    """The strongest null is already at a bound the test cannot beat (100%)."""
+    return _isnum(e.baseline) and float(e.baseline) >= 1.0 - 1e-9
 
 
 def _note(e: Evidence) -> str:
@@ -378,7 +416,10 @@ def _reconstruction_evidence(attack: str, key: str, attacker: str, entries: dict
         out.append(Evidence(test, f"{attack} {key} (macro over {len(victims)} victim(s))" if test == "domain_attribution"
                             else f"{attack} {key} (mean over {len(victims)} victim(s))", float(metric["attack"]), base,
                             NULL_NAMES[name], p, nulls={**nulls, **({"twin": metric["twin"]} if _isnum(metric.get("twin")) else {})},
-                            tier=tier, text=text, effect=lift))
+                            tier=tier, text=text, effect=lift,
+                            detail={"n": round(counts["attack"][1]) if _pair(counts.get("attack")) else None,
+                                    "null_counts": counts.get(name), "chance": base if name == "chance" else None,
+                                    "medium": medium}))
     for victim, e in attacked.items():
         ident = e["metrics"]["identifiability"]
         if not _isnum(ident.get("attack")) or not _isnum(ident.get("attack_p_value")):
@@ -407,7 +448,8 @@ def _reconstruction_evidence(attack: str, key: str, attacker: str, entries: dict
                             power=_power_summary(e.get("power")), tier=tier, text=text,
                             effect=(ci[0] - max(measured.values(), default=base)) if _interval(ci) else None,
                             detail={"p_against": p_each, "balanced": ident.get("balanced"),
-                                    "null_q95": ident.get("null_q95")}))
+                                    "null_q95": ident.get("null_q95"), "n": n, "chance": ident.get("chance"),
+                                    "measured": measured}))
     return out
 
 
