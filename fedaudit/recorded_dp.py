@@ -103,7 +103,7 @@ def effective_noise(rec: Recording, z: float, m: int, weighted_by: str | None) -
     std z·C/m to the weighted average; a client whose weight share is w moves it by at most w·C, so its multiplier
     is z / (m·w) — z when the m sampled clients weigh equally, less with unequal weights or missing replies."""
     senders_of: dict[int, set[str]] = {}
-    for row in _uploads(rec):
+    for row in _training_weights(rec, up=True):
         senders_of.setdefault(row["round"], set()).add(row["sender"])
     scalars = {(r["round"], r["sender"]): r for r in rec.rows  # the training reply's metrics, not an evaluation's
                if r["kind"] == ArtifactKind.SCALARS.value and r["message_type"] == "train"}
@@ -113,13 +113,14 @@ def effective_noise(rec: Recording, z: float, m: int, weighted_by: str | None) -
         known = all(w is not None and w > 0 for w in weights.values())
         share = max(weights.values()) / sum(weights.values()) if known else 1 / len(senders)
         out.append({"round": rnd, "replies": len(senders), "largest_share": share,
-                    "weights": "recorded" if known and weighted_by else "equal (none recorded)",
+                    "weights": "recorded" if known else "equal (none recorded)",
                     "noise_multiplier": z / (m * share)})
     return out
 
 
-def _uploads(rec: Recording) -> list[dict[str, Any]]:
-    return [r for r in rec.rows if r["receiver"] == SERVER and r["message_type"] == "train"
+def _training_weights(rec: Recording, up: bool) -> list[dict[str, Any]]:
+    """The ledger rows of model weights sent for training: the uploads (``up``) or the broadcasts."""
+    return [r for r in rec.rows if (r["receiver"] if up else r["sender"]) == SERVER and r["message_type"] == "train"
             and r["kind"] in (ArtifactKind.FULL_MODEL.value, ArtifactKind.PARTIAL_MODEL.value)]
 
 
@@ -143,11 +144,10 @@ def _covered(kind: ArtifactKind, direction: str) -> dict[str, Any]:
 def clipping_check(rec: Recording, clipping_norm: float) -> dict[str, Any]:
     """Every recorded training upload against the broadcast it started from: the update's L2 norm over the arrays
     both carry (all of them, as Flower clips them) must be at most the clipping norm. The ε holds only if it is."""
-    sent = {(r["receiver"], r["round"]): r for r in rec.rows if r["sender"] == SERVER and r["message_type"] == "train"
-            and r["kind"] in (ArtifactKind.FULL_MODEL.value, ArtifactKind.PARTIAL_MODEL.value)}
+    sent = {(r["receiver"], r["round"]): r for r in _training_weights(rec, up=False)}
     norms: list[tuple[float, str, int, str]] = []
     skipped = 0
-    for row in _uploads(rec):
+    for row in _training_weights(rec, up=True):
         start = sent.get((row["sender"], row["round"]))
         new = rec.artifact(row).tensors
         old = rec.artifact(start).tensors if start is not None else {}

@@ -197,6 +197,10 @@ class RecordingWriter:
                 tmp.write_text(json.dumps({"node_id": int(node_id), "name": name}) + "\n")
         self._named.add(node_id)
 
+    def reload(self) -> None:
+        """Read the manifest again at the next use (another writer, or this one, has just changed it)."""
+        self._manifest = None
+
     def _join_run(self, framework_run_id: Any) -> None:
         """Make sure the directory is this run's: a manifest exists (a side may record before anyone started the
         recording), and the framework's run id, when known, is the one the directory records."""
@@ -215,7 +219,7 @@ class RecordingWriter:
                 raise FedauditError(f"{self.root} records run {earlier}, and this message belongs to run {key}; "
                                     "record each run into a new directory (or start_recording(append=True) to "
                                     "continue one)")
-        self._manifest = None  # read again: the run id may have just been written
+        self.reload()  # the run id may have just been written
         self._checked_runs.add(key)
 
     def message(self, *, src_node_id: int, dst_node_id: int, sender: str | None, receiver: str | None, round: int,
@@ -300,7 +304,6 @@ class Recorder:
     of the constructor are :func:`start_recording`'s; it refuses a directory that holds another run."""
 
     def __init__(self, root: str | Path, **manifest: Any):
-        manifest.setdefault("framework", {"name": "none"})
         self.root = Path(start_recording(root, **manifest)).parent
         self._writer = RecordingWriter(self.root, "server")
         self._nodes: dict[str, int] = {}
@@ -321,7 +324,7 @@ class Recorder:
             if declared.get(name) != kind:
                 declared[name] = kind
                 write_manifest(self.root, {"record_kinds": declared}, mode="join")
-                self._writer._manifest = None
+                self._writer.reload()
         ids = {role: SERVER_NODE_ID if role == SERVER else self._node(role) for role in (sender, receiver)}
         roles = {role: SERVER if role == SERVER else client_role(role) for role in (sender, receiver)}
         arrays, metrics = {}, {}

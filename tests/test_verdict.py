@@ -297,3 +297,17 @@ def test_tiny_counts_never_read_low_and_a_saturated_null_is_said():
     assert row["tier"] == INCONCLUSIVE and "saturated: identifiability (" in row["reason"] and "at 100%" in row["reason"]
     enough = _ident(0.5, (0.34, 0.66), 0.5, control=0.5, prior_only=0.5, twin=0.5)  # 40 images: could have
     assert _row(_metrics({"clean": _entry(enough)}))["tier"] == LOW
+
+
+def test_a_lift_test_on_a_handful_of_images_cannot_carry_a_low():
+    """Domain attribution on 3 synthesised images beside an identifiability test on 4: neither could reach
+    MEDIUM after the correction, so no LOW; the same attribution on 40 images could have, and the row reads LOW."""
+    tiny_ident = {**_ident(0.5, (0.1, 0.9), 0.7, control=0.5, prior_only=0.5, twin=0.5), "n": 4, "attack_k": 2}
+
+    def attribution(n: int) -> dict:
+        return {"domain_attribution": {"victims": ["clean"], "counts": {"attack": [round(0.34 * n), n]},
+                                       "macro": {"attack": 0.34, "chance": 0.33, "control": 0.1, "prior_only": 0.1}}}
+
+    row = _row(_metrics({"clean": _entry(tiny_ident)}, attribution(3)))
+    assert row["tier"] == INCONCLUSIVE and "domain_attribution on 3" in row["reason"], row["reason"]
+    assert _row(_metrics({"clean": _entry(tiny_ident)}, attribution(40)))["tier"] == LOW
