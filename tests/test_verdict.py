@@ -248,6 +248,10 @@ def test_a_bank_holding_members_verbatim_is_high_whatever_the_counts():
     assert row["tier"] == LOW
     (row,) = judge(_artifact_metrics({**entry, "exact_matches": {"members": 3, "nonmembers": 1}}), SERVER)
     assert row["tier"] != HIGH
+    # few non-members (5): no low-FPR figure can be resolved, and the bank's 14 verbatim members are still HIGH
+    few = membership_metrics(np.linspace(0, 1, 14), np.linspace(0, 1, 5))  # and the scores alone show nothing
+    (row,) = judge(_artifact_metrics({**few, "power": few, "exact_matches": {"members": 14, "nonmembers": 0}}), SERVER)
+    assert row["tier"] == HIGH and "14 of a's members" in row["reason"], row["reason"]
 
 
 def test_a_large_significant_membership_advantage_is_high_whatever_the_low_fpr_figures():
@@ -297,6 +301,10 @@ def test_tiny_counts_never_read_low_and_a_saturated_null_is_said():
     assert row["tier"] == INCONCLUSIVE and "saturated: identifiability (" in row["reason"] and "at 100%" in row["reason"]
     enough = _ident(0.5, (0.34, 0.66), 0.5, control=0.5, prior_only=0.5, twin=0.5)  # 40 images: could have
     assert _row(_metrics({"clean": _entry(enough)}))["tier"] == LOW
+    # the latent-feature version (a classifier head inverted into features: no image grid) obeys the same rule
+    latent = {k: v for k, v in _entry(tiny).items() if k != "image_grid"}
+    row = _row(_metrics({"clean": latent}))
+    assert row["tier"] == INCONCLUSIVE and "none could have" in row["reason"]
 
 
 def test_a_lift_test_on_a_handful_of_images_cannot_carry_a_low():
@@ -311,3 +319,19 @@ def test_a_lift_test_on_a_handful_of_images_cannot_carry_a_low():
     row = _row(_metrics({"clean": _entry(tiny_ident)}, attribution(3)))
     assert row["tier"] == INCONCLUSIVE and "domain_attribution on 3" in row["reason"], row["reason"]
     assert _row(_metrics({"clean": _entry(tiny_ident)}, attribution(40)))["tier"] == LOW
+
+
+@pytest.mark.slow
+def test_a_model_that_learned_nothing_reads_no_medium_or_high_in_19_of_20_seeds(tiny_run):
+    """The null artifact, end to end: a GroupNorm model (no normalisation statistics to ship) trained at a learning
+    rate too small to move a float32 weight (no update), so every upload equals the broadcast it came from. Whatever
+    every attack that applies to it reports — the membership family on each target, gradient inversion of the
+    uploads, the canary audit — no row may read MEDIUM or HIGH, in at least 19 of 20 seeds (the rules' 5%)."""
+    flagged = []
+    for seed in range(20):
+        result = tiny_run("fedavg", norm="gn", lr=1e-9, seed=seed, attack="mia,gradinv,canary", inversion_iters=10,
+                          reference_models=2)
+        assert result.metrics["accuracy"]["source_val"]["mean"] < 0.3  # it learned nothing
+        rows = [(r["row"], r["tier"]) for r in result.metrics["verdict"] if r["tier"] in (HIGH, MEDIUM)]
+        flagged += [(seed, rows)] if rows else []
+    assert len(flagged) <= 1, flagged

@@ -32,6 +32,14 @@ victims × variants × targets) enters Holm's step-down correction at the
 family-wise level ``alpha`` (default 0.05): with no leakage at all, a row reads
 MEDIUM or HIGH at most 5% of the time whatever the number of tests.
 
+**Enough evidence before LOW.** A reconstruction row that would read LOW
+reads INCONCLUSIVE when no test in it could have reached MEDIUM at its counts:
+a perfect result (every image right) not significant at ``alpha`` / the number
+of the row's tests (Holm's first step), or, for a lift test, a strongest null
+so high that even 100% is a lift below the medium threshold. The reason names
+the counts and any saturated null (one already at 100%). This holds for the
+image and the latent-feature versions alike (same tests, same counts).
+
 **Power before LOW.** A reconstruction row that would read LOW reads
 INCONCLUSIVE unless one of its attacks reached power — revealed the domain or
 class of a handful of member images from their artifact better than its
