@@ -5,7 +5,8 @@ A deployment declares its mechanism in the recording's manifest (``start_recordi
 recorder reads it off Flower's DP strategy wrappers). Central DP with fixed clipping — each client's model
 update clipped to norm C, Gaussian noise of standard deviation z·C added by the server to the sum of the m
 sampled updates — is client-level DP: the unit is everything one client contributes. Its ε over R rounds is
-the accountant's for R Gaussian mechanisms of noise multiplier z. No amplification by sampling is claimed:
+that of R Gaussian mechanisms of noise multiplier z, exactly (they compose into one Gaussian mechanism with
+μ = √(Σ 1/z_r²); RDP's looser bound is recorded beside it). No amplification by sampling is claimed:
 Flower samples a fixed number of clients without replacement, not the Poisson sampling the amplification
 theorems assume (Flower's own accountant makes the same choice), so the ε is an upper bound.
 
@@ -20,7 +21,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from fedaudit.dp import ACCOUNTANT, spent_epsilon
+from fedaudit.dp import accountant_name, rdp_epsilon, spent_epsilon
 from fedaudit.errors import FedauditError
 from fedaudit.wire import SERVER, ArtifactKind
 
@@ -71,14 +72,15 @@ def recorded_privacy(rec: Recording, shares: tuple[tuple[ArtifactKind, str], ...
     z, c, m = float(dp["noise_multiplier"]), float(dp["clipping_norm"]), int(dp["num_sampled_clients"])
     rounds = effective_noise(rec, z, m, dp["weighted_by_key"])
     history = [(r["noise_multiplier"], 1.0, 1) for r in rounds]
-    epsilon = (math.inf if any(r["noise_multiplier"] == 0 for r in rounds) else
-               spent_epsilon(history, float(dp["delta"])) if history else 0.0)
+    noiseless = any(r["noise_multiplier"] == 0 for r in rounds)
+    epsilon = math.inf if noiseless else spent_epsilon(history, float(dp["delta"]))
+    epsilon_rdp = math.inf if noiseless else rdp_epsilon(history, float(dp["delta"]))
     weaker = [r for r in rounds if r["noise_multiplier"] < z * (1 - 1e-9)]
     summary = {
         "recorded": True, "mechanism": dp["mechanism"], "clipping": MECHANISMS[dp["mechanism"]],
         "source": dp.get("source", "the recording's manifest"), "noise_multiplier": z, "clipping_norm": c,
         "num_sampled_clients": m, "rounds": len(rounds), "delta": dp["delta"], "epsilon": epsilon,
-        "accountant": ACCOUNTANT, "sampling": NO_AMPLIFICATION, "unit": UNIT, "neighbours": NEIGHBOURS,
+        "epsilon_rdp": epsilon_rdp, "accountant": accountant_name(history), "sampling": NO_AMPLIFICATION, "unit": UNIT, "neighbours": NEIGHBOURS,
         "noise_std_on_sum": z * c, "per_round": rounds,
         "clipping_check": clipping_check(rec, c) if dp["mechanism"] == "central-dp-client-side-fixed-clipping" else
         {"status": "not visible", "why": "the server clips after it receives the updates: the wire carries them unclipped"},

@@ -324,7 +324,7 @@ def _dp(u: Unit) -> dict[str, Any] | None:
 
 
 def privacy_table(units: Sequence[Unit]) -> Table:
-    """The defense in force: DP-SGD's ε per client (Opacus' accountant), and for every artifact the
+    """The defense in force: DP-SGD's ε per client (the tight accountant's, RDP's beside it), and for every artifact the
     method shares whether that ε covers it — an ε says nothing about what it does not cover."""
     def cells(u: Unit) -> list[tuple[str, str]]:
         privacy = u.metrics.get("privacy")
@@ -340,7 +340,9 @@ def privacy_table(units: Sequence[Unit]) -> Table:
                                f"{_num_text(dp.get('noise_multiplier'))}, clipping norm {_num_text(dp.get('clipping_norm'))}); "
                                f"unit: {_text(dp.get('unit'))}; neighbours: {_text(dp.get('neighbours'))}"),
                    ("ε", f"{_f3(dp.get('epsilon'))} at δ {_num_text(dp.get('delta'))} over {_text(dp.get('rounds'))} "
-                         f"rounds ({_text(dp.get('accountant')).upper()} accountant; {_text(dp.get('sampling'))})")]
+                         f"rounds ({_text(dp.get('accountant'))} accountant"
+                         + (f"; RDP's bound {_f3(dp['epsilon_rdp'])}" if _finite(dp.get("epsilon_rdp")) else "")
+                         + f"; {_text(dp.get('sampling'))})")]
             if dp.get("weaker_rounds"):
                 out.append(("noise per client", _text(dp["weaker_rounds"])))
             check = dp.get("clipping_check") or {}
@@ -355,7 +357,7 @@ def privacy_table(units: Sequence[Unit]) -> Table:
         else:
             out = [("defense", f"DP-SGD (Opacus), target ε {_num_text(dp.get('epsilon_target'))} per client over all rounds, "
                                f"δ {_num_text(dp.get('delta'))}, clipping norm {_num_text(dp.get('max_grad_norm'))}, "
-                               f"{_text(dp.get('accountant')).upper()} accountant; unit: {_text(dp.get('unit'))}"
+                               f"{_text(dp.get('accountant'))} accountant; unit: {_text(dp.get('unit'))}"
                                + ("; noise from torch's PRNG, not a cryptographic one" if dp.get("secure_rng") is False else ""))]
             if "trained_parameters" in dp:  # runs from before the DP recipe did not record it
                 out.append(("DP-SGD recipe", f"{_text(dp.get('augmentations'))} augmented view(s) per record; trains "
@@ -363,14 +365,17 @@ def privacy_table(units: Sequence[Unit]) -> Table:
                                              f"{_text(dp.get('frozen_parameters'))} frozen at their initialisation)"))
             for domain, c in (dp.get("clients") or {}).items():
                 ratio = c.get("noise_to_signal")
-                out.append((f"ε spent, {domain}", f"{_f3(c.get('epsilon_spent'))} (noise multiplier {_f3(c.get('noise_multiplier'))}, "
+                rdp = (f"; RDP's bound on the same noise {_f3(c['epsilon_rdp'])}" if _finite(c.get("epsilon_rdp")) else "")
+                out.append((f"ε spent, {domain}", f"{_f3(c.get('epsilon_spent'))}"
+                                                   + (f" by {_text(c['accountant'])}" if c.get("accountant") else "")
+                                                   + f" (noise multiplier {_f3(c.get('noise_multiplier'))}, "
                                                    f"sampling rate {_f3(c.get('sample_rate'))}, {_text(c.get('steps'))} steps, "
                                                    f"{_text(c.get('records'))} records"
                                                    + (f", batch {_text(c['batch_size'])}" if "batch_size" in c else "")
                                                    + (f", {_text(c['step_factor'])}× the method's local steps"
                                                       if c.get("step_factor", 1) != 1 else "")
                                                    + (f"; noise-to-signal per step {_f3(ratio)}" if _finite(ratio) else "")
-                                                   + ")"))
+                                                   + rdp + ")"))
         for row in privacy.get("coverage") or []:
             arrow = "↑" if row.get("direction") == "up" else "↓"
             verdict = "covered" if row.get("covered") else "NOT covered"

@@ -28,7 +28,8 @@ from fedaudit.attacks.mia.reference_models import inclusion_masks, train_referen
 from fedaudit.cli import app
 from fedaudit.config import DP_LR_TIMES_NORM, DP_MAX_STEP_FACTOR, DP_NOISE_TO_SIGNAL, DP_RECIPE, resolve
 from fedaudit.data import load_dataset
-from fedaudit.dp import ALPHAS, batches_per_epoch, coverage, noise_for, spent_epsilon
+from fedaudit.dp import (ALPHAS, GAUSSIAN, batches_per_epoch, coverage, gaussian_epsilon, noise_for, rdp_epsilon,
+                         spent_epsilon)
 from fedaudit.membership import lira_online, lira_signal, membership_metrics
 from fedaudit.recipes import DPSGDRecipe, SGDRecipe
 from fedaudit.training import Preprocess
@@ -48,7 +49,7 @@ def test_the_issue_command_records_the_accountants_epsilon(tmp_path):
     run_dir = next(tmp_path.iterdir())
     metrics = json.loads((run_dir / "metrics.json").read_text())
     dp = metrics["privacy"]["dp"]
-    assert dp["epsilon_target"] == 8 and dp["delta"] == 1e-5 and dp["accountant"] == "rdp"
+    assert dp["epsilon_target"] == 8 and dp["delta"] == 1e-5 and dp["accountant"] == "tight"
     assert set(dp["clients"]) == set(metrics["source_domains"])
     assert dp["noise_to_signal_target"] == DP_NOISE_TO_SIGNAL  # the recipe's, as no batch size was given
     for domain, c in dp["clients"].items():
@@ -58,10 +59,13 @@ def test_the_issue_command_records_the_accountants_epsilon(tmp_path):
         assert c["steps"] == c["planned_steps"] == 2 * per_epoch  # 2 rounds × 1 epoch of Poisson batches
         opacus = RDPAccountant()
         opacus.history = [(c["noise_multiplier"], c["sample_rate"], c["steps"])]
-        assert math.isclose(c["epsilon_spent"], opacus.get_epsilon(1e-5, alphas=ALPHAS), rel_tol=1e-9), domain
-        assert 7.9 < c["epsilon_spent"] <= 8.0, domain  # the noise is the smallest that meets the target
-        # Opacus' default orders give a looser (larger) ε, never a smaller one.
-        assert opacus.get_epsilon(1e-5) >= c["epsilon_spent"] - 1e-9
+        assert math.isclose(c["epsilon_rdp"], opacus.get_epsilon(1e-5, alphas=ALPHAS), rel_tol=1e-9), domain
+        assert 7.99 < c["epsilon_spent"] <= 8.0, domain  # the noise is the smallest that meets the target
+        # full batches (q = 1): ε is the composed Gaussian's, exactly; RDP's bound on the same σ is looser
+        assert c["sample_rate"] == 1.0 and c["accountant"] == GAUSSIAN
+        mu = math.sqrt(c["steps"]) / c["noise_multiplier"]
+        assert math.isclose(c["epsilon_spent"], gaussian_epsilon(mu, 1e-5), rel_tol=1e-9)
+        assert c["epsilon_rdp"] > 1.05 * c["epsilon_spent"]
     mia = metrics["leakage"]["mia"]
     assert "DPSGDRecipe" in mia["lira_online"]["global_model"]["clean"]["reference"]["recipe"]  # references trained as the victim was
     assert metrics["provenance"]["config"]["norm"] == "gn"
@@ -101,6 +105,30 @@ def test_ccst_under_dp_switches_to_group_norm_and_flags_its_style_bank(tiny_run,
     assert json.loads((result.run_dir / "config.json").read_text())["config"]["norm"] == "gn"
     rows = {(r["artifact"], r["direction"]): r["covered"] for r in result.metrics["privacy"]["coverage"]}
     assert rows[("style_bank", "up")] is False and rows[("full_model", "up")] is True
+
+
+def test_the_tight_accountant_is_exact_where_a_closed_form_exists_and_never_above_rdp():
+    """q = 1: T Gaussian steps at σ are one Gaussian mechanism with μ = √T/σ, whose ε is exact (δ(ε) solved); the
+    PRV accountant must sit above it by no more than twice its stated error, and every tight ε must sit at or below RDP's bound."""
+    from scipy.stats import norm
+
+    from fedaudit.dp import PRV_EPS_ERROR, prv_epsilon
+
+    eps = gaussian_epsilon(3 / 1.913, 1e-5)  # the recipe's σ at ε = 8 under RDP, 9 full-batch steps
+    assert round(eps, 2) == 7.44 and round(rdp_epsilon([(1.913, 1.0, 9)], 1e-5), 2) == 8.00
+    mu = 3 / 1.913
+    assert math.isclose(norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2), 1e-5, rel_tol=1e-6)
+    for sigma, steps in ((1.913, 9), (11.2, 9), (0.8, 30), (5.0, 400)):
+        exact = gaussian_epsilon(math.sqrt(steps) / sigma, 1e-5)
+        assert spent_epsilon([(sigma, 1.0, steps)], 1e-5) == pytest.approx(exact, abs=1e-9)
+        prv = prv_epsilon([(sigma, 1.0, steps)], 1e-5)
+        assert exact - 1e-6 <= prv <= exact + 2 * PRV_EPS_ERROR, (sigma, steps, prv, exact)  # measured +0.010–0.012
+        assert exact < rdp_epsilon([(sigma, 1.0, steps)], 1e-5)
+    for history in ([(1.0, 0.1, 300)], [(0.909, 32 / 225, 42)], [(3.75, 32 / 225, 42), (2.0, 1.0, 3)]):
+        assert spent_epsilon(history, 1e-5) <= rdp_epsilon(history, 1e-5) + 1e-12
+    # σ chosen by the tight accountant: ε = 8 met with 6% less noise than RDP's σ for the same steps
+    sigma = noise_for(8.0, 1e-5, 1.0, 9)
+    assert 7.99 < spent_epsilon([(sigma, 1.0, 9)], 1e-5) <= 8.0 and sigma < 0.95 * 1.9135
 
 
 def test_noise_is_planned_for_every_step_of_every_round():
