@@ -13,17 +13,20 @@ truth and turning guesses into an ε lower bound is the auditor's part:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import Tensor
 
-from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput, Query
+from fedaudit.attack import (GRADIENT_CANARIES as GRADIENT, INPUT_CANARIES as INPUT, NO_ACCESS, Access, Attack, AttackerPrior,
+                             AttackOutput, GradientCanaryChallenge, Query)
 from fedaudit.attacks.mia.reference_models import eval_views
 from fedaudit.errors import FedauditError
 from fedaudit.membership import loss_signal
 from fedaudit.options import Option
-from fedaudit.wire import SERVER, WireView
+from fedaudit.dp_canaries import unit_direction
+from fedaudit.wire import SERVER, ArtifactKind, WireView, client_role
 
 from .mia import GLOBAL, LAST_UPLOAD, NOT_APPLICABLE, Skipped, attacker_preprocess, last_upload
 
@@ -47,9 +50,12 @@ class CanaryAudit(Attack):
     options: ClassVar[dict[str, Option]] = {
         "canaries": Option(64, "--attack canary: mislabelled canaries per victim, drawn from its holdout, each trained "
                            "on with probability 1/2.", kind=int, low=2, high=100_000),
+        "gradient_canaries": Option(0, "--attack canary under --dp-epsilon: white-box gradient canaries per victim, "
+                                    "each a record of its DP-SGD with probability 1/2; 0 chooses the fewest (256 to "
+                                    "4096) whose audit could certify the claimed epsilon.", kind=int, low=0, high=100_000),
     }
     signal: ClassVar[str] = SIGNAL
-    needs: ClassVar[frozenset[str]] = frozenset({"query", "canaries"})
+    needs: ClassVar[frozenset[str]] = frozenset({"query", "canaries", "gradient_canaries"})
 
     def __init__(self, precision: str = "fp32") -> None:
         self.precision = precision
@@ -60,20 +66,36 @@ class CanaryAudit(Attack):
 
     def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
             access: Access = NO_ACCESS) -> list[AttackOutput]:
-        """One output: the victim's canaries scored (``info``: the target and where its weights came from)."""
+        """The victim's input canaries scored (``info``: the target and where its weights came from), and its
+        gradient canaries where the auditor planted them (``info["variant"]``: ``input`` / ``gradient``)."""
+        outputs = [self._input(view, prior, victim, device, access)]
+        if victim in access.gradient_canaries:
+            outputs.append(self._gradient(view, victim, access.gradient_canaries[victim]))
+        return outputs
+
+    def _gradient(self, view: WireView, victim: str, challenge: GradientCanaryChallenge) -> AttackOutput:
+        scores = gradient_scores(view, victim, challenge)
+        if isinstance(scores, Skipped):
+            return AttackOutput(self.name, view.role, victim, "", info={**scores.to_json(), "variant": GRADIENT})
+        values, info = scores
+        return AttackOutput(self.name, view.role, victim, "model updates", scores=values,
+                            info={"status": "attacked", "variant": GRADIENT, **info})
+
+    def _input(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
+               access: Access) -> AttackOutput:
         canaries = access.canaries.get(victim)
         if canaries is None:
-            return [self._skip(view, victim, Skipped("no canaries were planted in this victim's training split"))]
+            return self._skip(view, victim, Skipped("no canaries were planted in this victim's training split"))
         if prior.label_free:
-            return [self._skip(view, victim, Skipped("label-free encoder: the model outputs embeddings, so a canary's "
-                                                     "wrong label carries no membership signal", NOT_APPLICABLE))]
+            return self._skip(view, victim, Skipped("label-free encoder: the model outputs embeddings, so a canary's "
+                                                    "wrong label carries no membership signal", NOT_APPLICABLE))
         query, target = self._target(view, prior, victim, device, access)
         scores = self.score(query, canaries.images, canaries.labels, prior, device)
-        return [AttackOutput(self.name, view.role, victim, target["target"], scores=scores,
-                             info={"status": "attacked", **target})]
+        return AttackOutput(self.name, view.role, victim, target["target"], scores=scores,
+                            info={"status": "attacked", "variant": INPUT, **target})
 
     def _skip(self, view: WireView, victim: str, why: Skipped) -> AttackOutput:
-        return AttackOutput(self.name, view.role, victim, "", info=why.to_json())
+        return AttackOutput(self.name, view.role, victim, "", info={**why.to_json(), "variant": INPUT})
 
     @staticmethod
     def _target(view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
@@ -96,4 +118,39 @@ class CanaryAudit(Attack):
         return loss_signal(logits, labels.cpu())
 
 
-__all__ = ["SIGNAL", "CanaryAudit"]
+# What carries a client's trained weights both ways: the update is the upload minus the broadcast it started from.
+WEIGHT_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL)
+GRADIENT_SIGNAL = ("−⟨Σ over rounds of (upload − broadcast), canary direction⟩: how far the victim's own updates moved "
+                   "the weights against the canary's direction (an included canary adds C × its direction to the "
+                   "gradient sum of the steps that sample it)")
+
+
+def gradient_scores(view: WireView, victim: str, challenge: GradientCanaryChallenge) -> tuple[Tensor, dict] | Skipped:
+    """Per gradient canary, what the server computes from the victim's uploads and the broadcasts they started from:
+    the projection of the victim's summed update onto the canary's direction, sign-flipped (a descent step moves
+    the weights against the gradient). Float64 on the CPU; higher = looks included."""
+    role = client_role(victim)
+    if view.role != SERVER:
+        return Skipped(f"a gradient canary is read from {victim}'s uploads, which only the server sees", NOT_APPLICABLE)
+    ups = {a.round: a for a in view if a.sender == role and a.kind in WEIGHT_KINDS}
+    downs = {a.round: a for a in view if a.receiver == role and a.kind in WEIGHT_KINDS}
+    rounds = sorted(set(ups) & set(downs))
+    names = [name for name, _ in challenge.space]
+    if not rounds:
+        return Skipped(f"no round holds both a broadcast to {victim} and its weight upload (kinds "
+                       f"{', '.join(k.value for k in WEIGHT_KINDS)})", NOT_APPLICABLE)
+    missing = sorted({n for r in rounds for n in names if n not in ups[r].tensors or n not in downs[r].tensors})
+    if missing:
+        return Skipped(f"the canaries live in weights the wire does not carry both ways ({', '.join(missing[:3])}"
+                       f"{' …' if len(missing) > 3 else ''})", NOT_APPLICABLE)
+    total = torch.zeros(sum(math.prod(shape) for _, shape in challenge.space), dtype=torch.float64)
+    for r in rounds:
+        total += torch.cat([(ups[r].tensors[n].double().cpu() - downs[r].tensors[n].double().cpu()).flatten()
+                            for n in names])
+    total32 = total.float()
+    scores = torch.tensor([-float(unit_direction(challenge.seed, i, total.numel()) @ total32)
+                           for i in range(challenge.count)], dtype=torch.float64)
+    return scores, {"target": "model updates", "rounds": len(rounds), "signal": GRADIENT_SIGNAL}
+
+
+__all__ = ["GRADIENT_SIGNAL", "SIGNAL", "CanaryAudit", "gradient_scores"]

@@ -219,7 +219,7 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
 def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: str, device: torch.device,
              reporter: Reporter, on_round_end, command: str, data_seconds: float, unpinned: list[str]) -> dict[str, Any]:
     from fedaudit.attacks import get_attacks
-    from fedaudit.audit.canary import canary_split
+    from fedaudit.audit.canary import canary_split, plant_gradient_canaries
     from fedaudit.methods import get_method
     wall0 = time.perf_counter()
     log.info("run directory %s (target %s)", run_dir, target)
@@ -232,6 +232,8 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
         split = canary_split(cfg, split, len(dataset.classes), lambda sources: attack_role_and_victims(cfg, sources)[1])
     wire = Wire(run_dir / "artifacts" if cfg.keep_artifacts else None)
     fed = Federation(cfg, method, dataset, split, device, wire)
+    if any(cls.plants_canaries for cls in get_attacks(cfg.attack)):  # white-box canaries go into the DP-SGD itself
+        plant_gradient_canaries(cfg, fed, attack_role_and_victims(cfg, [c.domain for c in fed.clients])[1])
     ckpt = runs.load_checkpoint(run_dir)
     if ckpt is not None:
         fed.restore(*ckpt)

@@ -105,18 +105,37 @@ class CanaryChallenge:
     labels: Tensor
 
 
+# The canary audit's two variants, as an attack output's ``info["variant"]``: mislabelled input records scored by
+# the model, and gradient canaries read off the victim's updates.
+INPUT_CANARIES, GRADIENT_CANARIES = "input", "gradient"
+
+
+@dataclass(frozen=True)
+class GradientCanaryChallenge:
+    """One victim's gradient canaries as the auditor hands them to the attacker: their count, the seed their
+    directions come from and the space they live in (trained parameters by name and shape) — never which
+    were included."""
+
+    victim: str
+    count: int
+    seed: int
+    space: tuple[tuple[str, tuple[int, ...]], ...]
+
+
 @dataclass(frozen=True)
 class Access:
     """What the auditor grants an attack beyond the wire view and the prior, and only what the
     attack's :attr:`Attack.needs` names: ``query``, black-box access to the deployed model (any role
     may query it); ``challenges`` per victim and ``domain_challenge`` for membership inference;
-    ``canaries`` per victim for the canary audit; ``cache_dir``, where the attack may keep its own
+    ``canaries`` per victim for the canary audit and ``gradient_canaries`` for its white-box variant (with a
+    view of every round, not only the newest); ``cache_dir``, where the attack may keep its own
     work (reference-model logits) between runs."""
 
     query: Query | None = None
     challenges: Mapping[str, MembershipChallenge] = field(default_factory=dict)
     domain_challenge: DomainChallenge | None = None
     canaries: Mapping[str, CanaryChallenge] = field(default_factory=dict)
+    gradient_canaries: Mapping[str, GradientCanaryChallenge] = field(default_factory=dict)
     cache_dir: Path | None = None
 
 

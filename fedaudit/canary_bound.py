@@ -126,11 +126,51 @@ def epsilon_max_certifiable(m: int, r: int, delta: float, confidence: float = 0.
     return epsilon_lower_bound(m, r, r, delta, confidence)
 
 
-def k_grid(m: int) -> list[int]:
-    """Guesses per side tried by :func:`audit`: m/8, m/4, m/2 (rounded, at least 1, distinct)."""
+def k_grid(m: int, fractions: Sequence[float] = K_FRACTIONS) -> list[int]:
+    """Guesses per side tried by :func:`audit`: m/8, m/4, m/2 by default (rounded, at least 1, distinct)."""
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 2:
         raise ValueError(f"need at least 2 canaries, got {m!r}")
-    return sorted({max(1, min(m // 2, round(m * f))) for f in K_FRACTIONS})
+    return sorted({max(1, min(m // 2, round(m * f))) for f in fractions})
+
+
+def ceiling(m: int, delta: float, confidence: float = 0.95, fractions: Sequence[float] = K_FRACTIONS) -> float:
+    """The most an audit of ``m`` canaries over ``k_grid(m, fractions)`` can certify (every guess right)."""
+    grid = k_grid(m, fractions)
+    per_test = 1.0 - (1.0 - confidence) / len(grid)
+    return max(epsilon_max_certifiable(m, 2 * k, delta, per_test) for k in grid)
+
+
+def p_value_of_claim(m: int, per_k: Sequence[dict[str, Any]], epsilon: float, delta: float) -> float:
+    """The p-value of "the training is (``epsilon``, δ)-DP" from an audit's per-k counts: the smallest over the
+    grid, Bonferroni-corrected for having looked at every k (the same price :func:`audit` pays for its bound)."""
+    return min(1.0, len(per_k) * min(p_value(m, int(row["guesses"]), int(row["correct"]), float(epsilon), delta)
+                                     for row in per_k))
+
+
+def gaussian_fit(scores: Sequence[float] | np.ndarray, included: Sequence[bool] | np.ndarray) -> dict[str, float]:
+    """The one-shot estimate's statistic (Andrew et al., ICLR 2024): the included canaries' mean score above the
+    excluded ones', in units of the pooled standard deviation (μ of the Gaussian pair that fits them). An
+    estimate of the privacy loss of the mechanism as run, not a bound."""
+    s, truth = np.asarray(scores, dtype=np.float64), np.asarray(included, dtype=bool)
+    a, b = s[truth], s[~truth]
+    if a.size < 2 or b.size < 2:
+        raise ValueError("the Gaussian fit needs at least 2 included and 2 excluded canaries")
+    pooled = math.sqrt(((a.size - 1) * a.var(ddof=1) + (b.size - 1) * b.var(ddof=1)) / (a.size + b.size - 2))
+    return {"mu": float((a.mean() - b.mean()) / pooled) if pooled > 0 else math.inf,
+            "mean_included": float(a.mean()), "mean_excluded": float(b.mean()), "pooled_std": pooled}
+
+
+def ideal_bound(included: Sequence[bool] | np.ndarray, mu: float, delta: float, confidence: float = 0.95,
+                fractions: Sequence[float] = K_FRACTIONS, repeats: int = 9, seed: int = 0) -> float:
+    """What this audit certifies, as a median over ``repeats`` draws, when every canary's score is Gaussian and
+    an included one sits ``mu`` standard deviations higher — the scores of a mechanism exactly μ-GDP, i.e. one
+    that spends exactly the claimed ε. The yardstick for a real audit of the same m canaries."""
+    truth = np.asarray(included, dtype=bool)
+    rng = np.random.default_rng(seed)
+    grid = k_grid(int(truth.size), fractions)
+    bounds = [audit(rng.normal(size=truth.size) + mu * truth, truth, delta, confidence, grid)["epsilon_lower_bound"]
+              for _ in range(repeats)]
+    return float(np.median(bounds))
 
 
 def guesses(scores: Sequence[float] | np.ndarray, k: int) -> np.ndarray:
@@ -195,4 +235,5 @@ def audit(scores: Sequence[float] | np.ndarray, included: Sequence[bool] | np.nd
     }
 
 
-__all__ = ["audit", "epsilon_lower_bound", "epsilon_max_certifiable", "guesses", "k_grid", "p_value"]
+__all__ = ["audit", "ceiling", "epsilon_lower_bound", "epsilon_max_certifiable", "gaussian_fit", "guesses",
+           "ideal_bound", "k_grid", "p_value", "p_value_of_claim"]

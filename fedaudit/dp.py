@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from fedaudit.dp_canaries import CanaryGradients, GradientCanaries
 from fedaudit.config import DP_STEP_NOISE_TO_SIGNAL, DP_TRAINED_PARTS
 from fedaudit.errors import FedauditError
 from fedaudit.wire import ArtifactKind
@@ -311,7 +312,7 @@ def noise_for(epsilon: float, delta: float, sample_rate: float, steps: int) -> f
     from scipy.optimize import brentq
 
     def excess(sigma: float) -> float:
-        return _tight_epsilon(((sigma, sample_rate, steps),), delta) - epsilon
+        return _exact_or_prv(((sigma, sample_rate, steps),), delta) - epsilon
 
     lo = sigma_rdp
     while excess(lo) <= 0:  # the tight multiplier is below RDP's: bracket it from beneath
@@ -379,11 +380,18 @@ def accountant_name(history: list[tuple[float, float, int]]) -> str:
 @functools.lru_cache(maxsize=1024)
 def _tight_epsilon(history: tuple[tuple[float, float, int], ...], delta: float) -> float:
     rdp = rdp_epsilon(list(history), delta)
+    return rdp if rdp > TIGHT_MAX_EPSILON else min(rdp, _exact_or_prv(history, delta))
+
+
+@functools.lru_cache(maxsize=1024)
+def _exact_or_prv(history: tuple[tuple[float, float, int], ...], delta: float) -> float:
+    """The composed Gaussian's exact ε where every step is full-batch, else the PRV accountant's (no RDP guard:
+    the noise search calls it many times, and RDP costs as much as PRV here)."""
     if all(float(q) == 1.0 for _, q, _ in history):
         if any(float(sigma) == 0.0 for sigma, _, _ in history):
             return math.inf
-        return min(rdp, gaussian_epsilon(math.sqrt(sum(int(n) / float(sigma) ** 2 for sigma, _, n in history)), delta))
-    return rdp if rdp > TIGHT_MAX_EPSILON else min(rdp, prv_epsilon(list(history), delta))
+        return gaussian_epsilon(math.sqrt(sum(int(n) / float(sigma) ** 2 for sigma, _, n in history)), delta)
+    return prv_epsilon(list(history), delta)
 
 
 def prv_epsilon(history: list[tuple[float, float, int]], delta: float) -> float:
@@ -472,6 +480,9 @@ class PrivateTraining:
                                     "training records (δ ≥ 1/n allows releasing a record outright); use --dp-delta 1e-5")
         self.plans: dict[int, ClientPlan] = {}
         self.engines = {i: new_engine() for i in self.records}
+        # the auditor's white-box canaries, by client index (fedaudit.audit.canary plants them before training)
+        self.canaries: dict[int, GradientCanaries] = {}
+        self.injectors: dict[int, CanaryGradients] = {}
 
     def plan(self, index: int, epochs: int | None, steps: int | None) -> ClientPlan:
         """The client's plan, fixed at its first local training (the local steps are known then). With the
@@ -497,9 +508,16 @@ class PrivateTraining:
         plan = self.plan(index, epochs, steps)
         for group in optimizer.param_groups:  # the recipe's smaller step under noise (1 otherwise), once per optimizer
             group["lr"] = group.setdefault("lr_before_dp_scale", group["lr"]) * plan.lr_scale
+        canaries = None
+        if index in self.canaries:  # one injector per client for the run: at rate 1 its sum is built once
+            canaries = self.injectors.get(index)
+            if canaries is None:
+                canaries = self.injectors[index] = CanaryGradients(self.canaries[index], self.max_grad_norm,
+                                                                   plan.sample_rate, sampler_seed)
+            canaries.reseed(sampler_seed)
         return private_steps(model, optimizer, plan.records, plan.batch_size, plan.steps_per_round,
                              plan.noise_multiplier, self.max_grad_norm, self.engines[index], sampler_seed,
-                             noise_generator, run, after_privatise, self.augmentations)
+                             noise_generator, run, after_privatise, self.augmentations, canaries)
 
     # -- record and resume ---------------------------------------------------------
 
@@ -539,12 +557,14 @@ StepLoop = Callable[[torch.optim.Optimizer, Iterator[Tensor]], tuple[Tensor, int
 def private_steps(model: nn.Module, optimizer: torch.optim.Optimizer, records: int, batch_size: int, steps: int,
                   noise_multiplier: float, max_grad_norm: float, engine, sampler_seed: int,
                   noise_generator: torch.Generator | None, run: StepLoop,
-                  after_privatise: Callable[[], None] | None = None, augmentations: int = 1) -> tuple[Tensor, int]:
+                  after_privatise: Callable[[], None] | None = None, augmentations: int = 1,
+                  canaries: CanaryGradients | None = None) -> tuple[Tensor, int]:
     """``steps`` DP-SGD steps through Opacus' ``engine`` (a PrivacyEngine, whose accountant records them):
     Poisson batches at rate 1 / ceil(records / batch_size), per-sample clipping, Gaussian noise.
     ``run(optimizer, batches)`` is the caller's step loop (:func:`fedaudit.training.train_steps`);
     with ``augmentations`` K each sampled record is in its batch K times (K views under the
-    loop's augmentation), and its K gradients are averaged before clipping."""
+    loop's augmentation), and its K gradients are averaged before clipping. ``canaries`` (the auditor's
+    gradient canaries) go into each step's sum of clipped gradients before the noise."""
     from torch.utils.data import DataLoader, TensorDataset
 
     loader = DataLoader(TensorDataset(torch.arange(records)), batch_size=min(batch_size, records),
@@ -555,12 +575,29 @@ def private_steps(model: nn.Module, optimizer: torch.optim.Optimizer, records: i
         hooks, dp_optimizer, dp_loader = engine.make_private(
             module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=noise_multiplier,
             max_grad_norm=max_grad_norm, poisson_sampling=True, noise_generator=noise_generator, wrap_model=False)
+        if canaries is not None:
+            with_canaries(dp_optimizer, model, canaries)
         try:
             device = next(model.parameters()).device
             return run(_PrivateStep(dp_optimizer, after_privatise, augmentations),
                        _poisson_batches(dp_loader, steps, device, augmentations))
         finally:
             hooks.cleanup()
+
+
+def with_canaries(dp_optimizer, model: nn.Module, canaries: CanaryGradients) -> None:
+    """Make ``dp_optimizer`` add ``canaries``' step sum to its clipped-gradient sum just before its noise
+    (Opacus' ``pre_step``: clip and accumulate, then ``add_noise`` reads ``summed_grad``)."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    params = list(dp_optimizer.params)
+    param_names = [names[id(p)] for p in params]
+    add_noise = dp_optimizer.add_noise
+
+    def add_canaries_then_noise() -> None:
+        canaries.add(params, param_names)
+        add_noise()
+
+    dp_optimizer.add_noise = add_canaries_then_noise
 
 
 def new_engine():

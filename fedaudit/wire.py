@@ -147,6 +147,15 @@ class Wire:
         self.ledger: list[LedgerEntry] = []
         self.retained: dict[tuple[str, str, str], Artifact] = {}
         self.artifact_dir = artifact_dir
+        # every round's messages to or from these roles, on the host (keep_history: an auditor that needs them)
+        self.history_roles: frozenset[str] = frozenset()
+        self.history: list[Artifact] = []
+
+    def keep_history(self, roles: set[str] | frozenset[str]) -> None:
+        """From now on keep every message sent by or to one of ``roles`` (not only the newest), on the host: the
+        gradient canary audit sums a victim's update over all rounds. Set before training (and before a resume
+        restores the checkpoint that holds the rounds already run)."""
+        self.history_roles = frozenset(roles)
 
     def send(self, artifact: Artifact) -> dict[str, Tensor]:
         """Record ``artifact`` and return its tensors as the receiver gets them.
@@ -164,6 +173,9 @@ class Wire:
             LedgerEntry(artifact.kind.value, artifact.sender, artifact.receiver, artifact.round, stored.nbytes, len(sent))
         )
         self.retained[(artifact.kind.value, artifact.sender, artifact.receiver)] = stored
+        if self.history_roles & {artifact.sender, artifact.receiver}:
+            self.history.append(Artifact(stored.kind, stored.sender, stored.receiver, stored.round,
+                                         {k: t.to("cpu", copy=True) for k, t in sent.items()}, dict(stored.meta)))
         if self.artifact_dir is not None:
             self._persist(stored, len(self.ledger) - 1)
         return sent
@@ -186,6 +198,11 @@ class Wire:
             seen = [a for a in self.retained.values() if SERVER in (a.receiver, a.sender)]
         else:
             seen = [a for a in self.retained.values() if a.receiver == role or a.sender == role]
+        return WireView(role, sorted(seen, key=lambda a: (a.round, a.kind.value, a.sender, a.receiver)))
+
+    def history_view(self, role: str) -> WireView:
+        """Every kept round (:meth:`keep_history`) of what an observer in ``role`` saw, oldest first."""
+        seen = [a for a in self.history if role in (a.receiver, a.sender)]
         return WireView(role, sorted(seen, key=lambda a: (a.round, a.kind.value, a.sender, a.receiver)))
 
     # -- communication metrics -------------------------------------------------
@@ -220,28 +237,33 @@ class Wire:
         """Flatten retained artifacts into (tensors, index) for a checkpoint."""
         tensors: dict[str, Tensor] = {}
         index = []
-        for i, a in enumerate(self.retained.values()):
+        kept = [(a, False) for a in self.retained.values()] + [(a, True) for a in self.history]
+        for i, (a, history) in enumerate(kept):
             keys = []
             for k, t in a.tensors.items():
                 tensors[f"{i}/{k}"] = t.detach()  # on its device: the checkpoint's HostSnapshot moves them in one copy
                 keys.append(k)
-            index.append(
-                {"kind": a.kind.value, "sender": a.sender, "receiver": a.receiver, "round": a.round, "keys": keys, "meta": a.meta}
-            )
+            index.append({"kind": a.kind.value, "sender": a.sender, "receiver": a.receiver, "round": a.round,
+                          "keys": keys, "meta": a.meta, **({"history": True} if history else {})})
         return tensors, index
 
     def restore(self, ledger_rows: list[dict], tensors: dict[str, Tensor], index: list[dict], device: torch.device) -> None:
         self.ledger = [LedgerEntry.from_json(r) for r in ledger_rows]
         self.retained = {}
+        self.history = []
         for i, item in enumerate(index):
+            history = bool(item.get("history"))
             a = Artifact(
                 ArtifactKind(item["kind"]),
                 item["sender"],
                 item["receiver"],
                 item["round"],
-                {k: tensors[f"{i}/{k}"].to(device) for k in item["keys"]},
+                {k: tensors[f"{i}/{k}"].to("cpu" if history else device) for k in item["keys"]},
                 item["meta"],
             )
-            self.retained[(a.kind.value, a.sender, a.receiver)] = a
+            if history:
+                self.history.append(a)
+            else:
+                self.retained[(a.kind.value, a.sender, a.receiver)] = a
 
 

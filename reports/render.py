@@ -34,8 +34,8 @@ from fedaudit import runs
 from fedaudit.errors import FedauditError
 from fedaudit.reports import plots
 from fedaudit.reports.load import Run, Unit, load_run
-from fedaudit.audit.verdict import (ARTIFACT, BOOKKEEPING, CANARY, MIA, NOT_ASSESSED, NOT_RECONSTRUCTIONS, RiskThresholds, advice,
-                                    judge, load_thresholds, mia_level)
+from fedaudit.audit.verdict import (ARTIFACT, BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_ASSESSED, NOT_RECONSTRUCTIONS,
+                                    RiskThresholds, advice, judge, load_thresholds, mia_level)
 
 log = logging.getLogger("fedaudit")
 
@@ -409,7 +409,8 @@ def dp_curve_section(units: Sequence[Unit]) -> dict[str, Any] | None:
     for e, u in sorted(zip(eps, units), key=lambda pair: math.inf if pair[0] is None else pair[0]):
         spent = [c.get("epsilon_spent") for c in ((_dp(u) or {}).get("clients") or {}).values()]
         spent_text = "no DP" if e is None else _f3(max(spent)) if spent and all(_finite(x) for x in spent) else MISSING
-        bounds = [f"{victim}: {text}" for victim, text in _canary_bounds(u)]
+        bounds = ([f"{victim}: {text}" for victim, text in _canary_bounds(u)]
+                  + [f"{victim} (gradient canaries): {text}" for victim, text in _gradient_bounds(u)])
         table.rows.append((f"ε {'∞ (no DP)' if e is None else f'{e:g}'}",
                            [spent_text, "; ".join(bounds) or "no canary audit in this run (add canary to --attack)",
                             _f3(_accuracy(u, "source_val")), _f3(_last_round_source_val(u)),
@@ -490,7 +491,39 @@ def leakage_table(units: Sequence[Unit]) -> Table:
 
 
 def _canary_cells(u: Unit) -> list[tuple[str, str]]:
-    return [(f"canary · {victim} · ε lower bound", text) for victim, text in _canary_bounds(u)]
+    return ([(f"canary · {victim} · ε lower bound", text) for victim, text in _canary_bounds(u)]
+            + [(f"gradient canaries · {victim} · ε lower bound", text) for victim, text in _gradient_bounds(u)])
+
+
+def _gradient_bounds(u: Unit) -> list[tuple[str, str]]:
+    """The white-box audit per victim: the bound with its confidence, what a mechanism spending exactly the
+    accountant's ε would give the same canaries, the audit's ceiling, and the one-shot estimate (not a bound)."""
+    out = []
+    section = u.leakage.get(CANARY_GRADIENT)
+    for victim, e in (section.items() if isinstance(section, dict) else ()):
+        if not isinstance(e, dict):
+            continue
+        if "epsilon_lower_bound" not in e:
+            out.append((victim, f"{e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}"))
+            continue
+        conf = e.get("confidence")
+        text = (f"ε ≥ {_f3(e.get('epsilon_lower_bound'))}" + (f" at {conf:.0%} confidence, δ {e.get('delta')}"
+                                                               if _finite(conf) else "")
+                + f" · {_text(e.get('correct'))}/{_text(e.get('guesses'))} correct guesses on {_text(e.get('canaries'))} "
+                  f"gradient canaries over {_text(e.get('rounds'))} rounds of updates")
+        spent = e.get("epsilon_spent")
+        if _finite(spent):
+            text += f" · accountant's ε {_f3(spent)}"
+            if _finite(e.get("ideal_bound")):
+                text += f" · a mechanism spending exactly that would show about ε ≥ {_f3(e['ideal_bound'])} here"
+        text += f" · at most {_f3(e.get('epsilon_max_certifiable'))} certifiable"
+        estimate = (e.get("estimate") or {}).get("epsilon")
+        if _finite(estimate):
+            text += f" · one-shot estimate (not a bound) ε ≈ {_f3(estimate)}"
+        if e.get("exceeds_claimed"):
+            text += " · EXCEEDS THE CLAIM"
+        out.append((victim, text))
+    return out
 
 
 def _canary_bounds(u: Unit) -> list[tuple[str, str]]:

@@ -335,3 +335,27 @@ def test_a_model_that_learned_nothing_reads_no_medium_or_high_in_19_of_20_seeds(
         rows = [(r["row"], r["tier"]) for r in result.metrics["verdict"] if r["tier"] in (HIGH, MEDIUM)]
         flagged += [(seed, rows)] if rows else []
     assert len(flagged) <= 1, flagged
+
+
+def test_a_dp_claim_is_refuted_only_by_a_corrected_test_of_the_claim():
+    """Gradient canaries that give every member away (perfect scores, 2,048 canaries) reject "(1, 1e-5)-DP" far below
+    α: HIGH, "the DP guarantee does not hold". The same counts against a claim of ε = 4 prove more than 0 but do not
+    reject the claim: no refutation. Without the claim test the first row would read HIGH only by the bound's size,
+    and never say the guarantee fails."""
+    from fedaudit.canary_bound import audit
+
+    rng = np.random.default_rng(0)
+    included = rng.random(2048) < 0.5
+    entry = audit(included.astype(float) + rng.normal(0, 0.01, 2048), included, 1e-5, 0.95, [32, 64, 128, 256])
+
+    def row(claim: float) -> dict:
+        metrics = {"communication": {"declared": []},
+                   "leakage": {"canary_gradient": {"clean": {**entry, "epsilon_spent": claim, "rounds": 2}}}}
+        return next(r for r in judge(metrics, SERVER) if r["row"] == "membership:canary")
+
+    assert entry["epsilon_lower_bound"] > 1.0
+    refuted = row(1.0)
+    assert refuted["tier"] == HIGH and "THE DP GUARANTEE DOES NOT HOLD" in refuted["reason"], refuted["reason"]
+    assert "gradient canaries planted in clean's DP-SGD" in refuted["reason"]
+    held = row(entry["epsilon_lower_bound"] + 1.0)
+    assert "DOES NOT HOLD" not in held["reason"] and "within the claimed ε" in held["reason"]

@@ -49,15 +49,25 @@ Choices, with reasons:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedaudit.attack import Access, Attack, AttackerPrior, CanaryChallenge
+from scipy.optimize import brentq
+
+from fedaudit.attack import GRADIENT_CANARIES as GRADIENT
+from fedaudit.attack import INPUT_CANARIES as INPUT
+from fedaudit.attack import Access, Attack, AttackerPrior, CanaryChallenge, GradientCanaryChallenge
 from fedaudit.audit.membership import black_box
 from fedaudit.canary import KIND, plant_canaries
-from fedaudit.canary_bound import audit
+from fedaudit.canary_bound import audit, ceiling, gaussian_fit, ideal_bound, k_grid, p_value_of_claim
+from fedaudit.dp import gaussian_epsilon
+from fedaudit.dp_canaries import GRADIENT_KIND, parameter_space
+from fedaudit.dp_canaries import plant_gradient_canaries as plant_directions
+from fedaudit.errors import FedauditError
+from fedaudit.wire import client_role
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
@@ -68,6 +78,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fedaudit")
 
 CONFIDENCE = 0.95
+GRADIENT_SECTION = "gradient"  # audit_canaries' key for the white-box entries (stored as leakage.canary_gradient)
 
 
 def canary_split(cfg: RunConfig, split: LODOSplit, num_classes: int,
@@ -80,6 +91,45 @@ def canary_split(cfg: RunConfig, split: LODOSplit, num_classes: int,
     log.info("canary audit: %d canaries drawn from the holdout of %s, %s of them in training", m,
              ", ".join(victims), "/".join(str(int(split.canaries[v].included.sum())) for v in victims))
     return split
+
+
+# Guesses per side for gradient canaries, as fractions of m, fixed before any score: a white-box score is
+# strong enough that the best guesses are the few most extreme (Steinke et al. abstain on most canaries), so the
+# grid reaches down to m/64; each k is paid for (Bonferroni).
+GRADIENT_K_FRACTIONS = (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
+GRADIENT_COUNTS = (256, 512, 1024, 2048, 4096)  # the auto choice's ladder; its top bounds the scoring cost
+
+
+def gradient_canary_count(cfg: RunConfig) -> int:
+    """``--gradient-canaries``, or (0, the default) the smallest count of :data:`GRADIENT_COUNTS` whose audit could
+    certify more than the claimed ε (its ceiling), else the largest: at δ = 1e-5 the one-run bound's δ term caps
+    what any count can certify (4096 canaries: about 6.4), so ε = 8 gets 4096."""
+    m = int(cfg.attack_option("canary", "gradient_canaries"))
+    if m:
+        if m < 2:
+            raise FedauditError(f"--gradient-canaries {m}: the audit needs at least 2 (or 0: chosen for the claimed ε)")
+        return m
+    for m in GRADIENT_COUNTS:
+        if ceiling(m, float(cfg.dp_delta), CONFIDENCE, GRADIENT_K_FRACTIONS) > float(cfg.dp_epsilon):
+            return m
+    return GRADIENT_COUNTS[-1]
+
+
+def plant_gradient_canaries(cfg: RunConfig, fed: Federation, victims: Sequence[str]) -> None:
+    """Before training: give every victim's DP-SGD its gradient canaries (each a record with probability ½) and
+    have the wire keep every round of its messages (the statistic sums its updates). Only under DP-SGD: a
+    gradient canary is a record whose clipped gradient is a direction at the clipping norm."""
+    if fed.dp is None:
+        return
+    m = gradient_canary_count(cfg)
+    planted = plant_directions(victims, m, cfg.seed, parameter_space(fed.model))
+    index = {c.domain: c.index for c in fed.clients}
+    for victim, canaries in planted.items():
+        fed.dp.canaries[index[victim]] = canaries
+    fed.wire.keep_history({client_role(v) for v in planted})
+    log.info("canary audit: %d gradient canaries in the DP-SGD of %s (%s of them records), in a space of %d trained "
+             "weights", m, ", ".join(planted), "/".join(str(int(c.included.sum())) for c in planted.values()),
+             next(iter(planted.values())).dim if planted else 0)
 
 
 def epsilon_spent(fed: Federation) -> dict[str, float]:
@@ -95,11 +145,22 @@ def audit_canaries(attack: Attack, cfg: RunConfig, method: Method, fed: Federati
     """The one-run audit of every victim's canaries by ``attack`` (``--attack canary``): ``{victim: entry}``
     (JSON-able; see the module docstring)."""
     planted = {v: fed.split.canaries[v] for v in victims if v in fed.split.canaries}
+    gradient = {} if fed.dp is None else {c.domain: fed.dp.canaries[c.index] for c in fed.clients
+                                           if c.index in fed.dp.canaries and c.domain in victims}
     access = Access(query=black_box(method, fed),
-                    canaries={v: CanaryChallenge(v, c.images, c.labels) for v, c in planted.items()})
-    outputs = {o.victim: o for o in attack.run_batch(fed.wire.view(role), prior, list(victims), fed.device, access)}
+                    canaries={v: CanaryChallenge(v, c.images, c.labels) for v, c in planted.items()},
+                    gradient_canaries={v: GradientCanaryChallenge(v, g.count, g.seed, g.space) for v, g in gradient.items()})
+    # gradient canaries are read off every round's updates; the history holds the newest round too
+    view = fed.wire.history_view(role) if gradient else fed.wire.view(role)
+    answers = attack.run_batch(view, prior, list(victims), fed.device, access)
+    outputs = {o.victim: o for o in answers if o.info.get("variant", INPUT) == INPUT}
     spent = epsilon_spent(fed)
     out: dict[str, Any] = {}
+    for answer in answers:
+        if answer.info.get("variant") == GRADIENT:
+            gradients = out.setdefault(GRADIENT_SECTION, {})
+            gradients[answer.victim] = _gradient_entry(answer, gradient[answer.victim], cfg, spent.get(answer.victim),
+                                                       confidence, _canary_steps(fed, answer.victim))
     for victim in victims:
         answer = outputs[victim]
         if answer.scores is None:
@@ -129,6 +190,51 @@ def audit_canaries(attack: Attack, cfg: RunConfig, method: Method, fed: Federati
     return out
 
 
+def _canary_steps(fed: Federation, domain: str) -> int:
+    """How many (canary, step) pairs went into the victim's noised sums in this process (a resumed run counts
+    from the resume)."""
+    injector = fed.dp.injectors.get(next(c.index for c in fed.clients if c.domain == domain))
+    return injector.added if injector is not None else 0
+
+
+def _gradient_entry(answer: Any, canaries: Any, cfg: RunConfig, eps: float | None, confidence: float,
+                    canary_steps: int) -> dict[str, Any]:
+    """One victim's gradient-canary audit: the one-run bound over the fine k grid, the p-value of the claimed ε,
+    the audit's ceiling, the bound a mechanism spending exactly the claimed ε would give these canaries, and the
+    one-shot Gaussian estimate (an estimate, not a bound)."""
+    if answer.scores is None:
+        return dict(answer.info)
+    scores, included = answer.scores.numpy(), canaries.included.cpu().numpy()
+    delta = float(cfg.dp_delta)
+    m = int(scores.size)
+    grid = k_grid(m, GRADIENT_K_FRACTIONS)
+    entry = audit(scores, included, delta, confidence, grid)
+    fit = gaussian_fit(scores, included)
+    entry.update(variant=GRADIENT, canary_kind=GRADIENT_KIND, signal=answer.info.get("signal", ""),
+                 target=answer.info.get("target"), rounds=answer.info.get("rounds"), auc=_auc(scores, included),
+                 canary_steps=canary_steps, directions_seed=canaries.seed, space_dim=canaries.dim,
+                 k_fractions=[round(f, 6) for f in GRADIENT_K_FRACTIONS],
+                 estimate={"epsilon": gaussian_epsilon(max(fit["mu"], 0.0), delta) if math.isfinite(fit["mu"]) else math.inf,
+                           "kind": "estimate (Gaussian fit of the scores, Andrew et al. 2024), not a bound", **fit},
+                 epsilon_spent=eps)
+    if eps is not None:
+        entry["p_claim"] = p_value_of_claim(m, entry["per_k"], eps, delta)
+        entry["exceeds_claimed"] = entry["epsilon_lower_bound"] > eps
+        claimed_mu = brentq(lambda mu: gaussian_epsilon(mu, delta) - eps, 1e-6, 100.0) if eps > 0 else 0.0
+        entry["ideal_bound"] = ideal_bound(included, claimed_mu, delta, confidence, GRADIENT_K_FRACTIONS)
+        entry["ideal_mu"] = claimed_mu
+        entry["can_refute_claim"] = entry["epsilon_max_certifiable"] > eps
+    log.info("canary audit, %s (gradient canaries, %d): ε ≥ %.3f at %.0f%% (%d/%d right at k=%d; ceiling %.3f%s); "
+             "estimate ε ≈ %.2f", answer.victim, m, entry["epsilon_lower_bound"], 100 * confidence, entry["correct"],
+             entry["guesses"], entry["k"], entry["epsilon_max_certifiable"],
+             "" if eps is None else f"; accountant's ε {eps:.3f}, a mechanism spending it exactly: {entry['ideal_bound']:.3f}",
+             entry["estimate"]["epsilon"])
+    if entry.get("exceeds_claimed"):
+        log.warning("canary audit: PRIVACY CLAIM REFUTED by gradient canaries: ε ≥ %.3f for %s exceeds the accountant's "
+                    "%.3f", entry["epsilon_lower_bound"], answer.victim, eps)
+    return entry
+
+
 def _auc(scores: np.ndarray, included: np.ndarray) -> float | None:
     """Descriptive only (the bound does not use it): AUC of the scores for included vs excluded canaries."""
     if included.all() or not included.any():
@@ -138,4 +244,4 @@ def _auc(scores: np.ndarray, included: np.ndarray) -> float | None:
     return float(roc_auc_score(included, scores))
 
 
-__all__ = ["CONFIDENCE", "audit_canaries", "canary_split"]
+__all__ = ["CONFIDENCE", "audit_canaries", "canary_split", "gradient_canary_count", "plant_gradient_canaries"]

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fedaudit.attack import Attack, AttackerPrior
-from fedaudit.audit.canary import audit_canaries
+from fedaudit.audit.canary import GRADIENT_SECTION, audit_canaries
 from fedaudit.audit.counterfactual import TrainingRecipe, latent_encoders
 from fedaudit.audit.leakage import Auditor, DomainRecords
 from fedaudit.audit.membership import audit_membership
 from fedaudit.audit.reconstruction import audit_reconstruction, unscored_section
+from fedaudit.audit.verdict import CANARY_GRADIENT
 from fedaudit.errors import unknown_choice
 from fedaudit.method import Method
 from fedaudit.seeds import derive_seed
@@ -104,7 +105,11 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
             leakage[attack.name] = audit_membership(attack, run_dir, cfg, method, fed, prior, role=role, victims=victims)
         elif "canaries" in attack.needs:  # the one-run audit: the auditor scores the canaries it planted
             log.info("canary audit %s", against)
-            leakage[attack.name] = audit_canaries(attack, cfg, method, fed, prior, role=role, victims=victims)
+            found = audit_canaries(attack, cfg, method, fed, prior, role=role, victims=victims)
+            gradient = found.pop(GRADIENT_SECTION, None)
+            leakage[attack.name] = found
+            if gradient:
+                leakage[CANARY_GRADIENT] = gradient
         else:
             log.info("attack %s %s (with its nulls, holdout twin and positive control)", attack.name, against)
             auditor = auditor or build_auditor(cfg, fed, dataset, device)  # trains the judges: only when needed

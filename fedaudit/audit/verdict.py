@@ -79,11 +79,12 @@ HIGH, MEDIUM, LOW, INCONCLUSIVE, NOT_ASSESSED = "high", "medium", "low", "inconc
 TIER_ORDER = {HIGH: 4, MEDIUM: 3, LOW: 2, INCONCLUSIVE: 1, NOT_ASSESSED: 0}
 MIA = "mia"
 CANARY = "canary"  # the one-run ε audit: a bound per victim, not a reconstruction section
+CANARY_GRADIENT = "canary_gradient"  # its white-box variant: gradient canaries inside the victim's DP-SGD
 DOMAIN = "domain"  # the domain-level membership variant: its own row
 ARTIFACT = "artifact"  # the artifact-level variant: one row per shared artifact, with its twin and power
 MIA_TARGETS = {"global_model": "the final global model", "last_upload": "the victim's last upload"}
 BOOKKEEPING = ("summary", "auditor", "settings")  # keys of an attack's section that are not results
-NOT_RECONSTRUCTIONS = (MIA, CANARY)  # leakage sections that are not {artifact: {victim: reconstruction scores}}
+NOT_RECONSTRUCTIONS = (MIA, CANARY, CANARY_GRADIENT)  # leakage sections that are not {artifact: {victim: reconstruction scores}}
 NULL_NAMES = {"chance": "chance", "control": "untrained-model control", "prior_only": "prior-only control",
               "twin": "holdout twin"}
 CORRECTION = "Holm"
@@ -202,7 +203,7 @@ def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThres
         rows.append(artifact_row(key, metrics, config, t))
     targets = mia_rows(metrics) or ["global_model"]
     rows += [membership_row(target, metrics, t) for target in targets]
-    if isinstance((metrics.get("leakage") or {}).get(CANARY), dict):
+    if any(isinstance((metrics.get("leakage") or {}).get(k), dict) for k in (CANARY, CANARY_GRADIENT)):
         rows.append(canary_row(metrics, t))
     data = metrics.get("auditor_data") or {}
     if data.get("status") == "none":  # nothing was scored: every row says so first, whatever else it says
@@ -644,54 +645,93 @@ def _twin_readings(artifact: list[tuple[str, dict[str, Any]]], victims: set[str]
 
 
 def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
-    """The one-run canary audit (Steinke, Nasr & Jagielski 2023): a proven ε lower bound per victim.
+    """The one-run canary audit (Steinke, Nasr & Jagielski 2023): a proven ε lower bound per victim and variant
+    (input canaries scored by the model; gradient canaries read off the victim's updates under DP-SGD).
 
-    Each victim's test is "the training is 0-DP for its records" (no privacy loss at all), with the
-    p-value of its correct guesses at ε = 0, Bonferroni-corrected over the audit's k grid; Holm across
-    victims. HIGH when a significant bound reaches ``canary_epsilon_high`` or exceeds the accountant's ε
-    (the DP claim is refuted); MEDIUM when it is significant but smaller; LOW only when the audit could
-    have certified ``canary_epsilon_high`` (its power), else INCONCLUSIVE."""
-    from fedaudit.canary_bound import p_value
+    Each audit's test is "the training is 0-DP for its records" (no privacy loss at all), with the p-value of
+    its correct guesses at ε = 0, Bonferroni-corrected over the audit's k grid; Holm across audits. Where a DP
+    claim exists, a second test per audit is "the training is (claimed ε, δ)-DP", corrected the same way: the
+    claim is refuted only when that test rejects after Holm over every audit of the row. HIGH when the claim is
+    refuted, or a significant bound reaches ``canary_epsilon_high``; MEDIUM when a bound is significant but
+    smaller; LOW only when some audit could have certified ``canary_epsilon_high`` (its ceiling), else
+    INCONCLUSIVE."""
+    from fedaudit.canary_bound import p_value, p_value_of_claim
 
     key, title = "membership:canary", "membership: canary audit (proven ε lower bound)"
-    section = (metrics.get("leakage") or {}).get(CANARY) or {}
+    leakage = metrics.get("leakage") or {}
+    audits = [("input", v, e) for v, e in (leakage.get(CANARY) or {}).items()]
+    audits += [("gradient", v, e) for v, e in (leakage.get(CANARY_GRADIENT) or {}).items()]
     evidence: list[Evidence] = []
     notes: list[str] = []
     powers: list[float] = []
-    for victim, e in section.items():
+    claims: list[float] = []
+    for variant, victim, e in audits:
         if not isinstance(e, dict) or not _isnum(e.get("epsilon_lower_bound")):
-            notes.append(f"{victim}: {(e or {}).get('status', 'not run')} — {(e or {}).get('reason', 'no reason stored')}")
+            notes.append(f"{victim} ({variant} canaries): {(e or {}).get('status', 'not run')} — "
+                         f"{(e or {}).get('reason', 'no reason stored')}")
             continue
         m, r, v = int(e["canaries"]), int(e["guesses"]), int(e["correct"])
+        delta = float(e.get("delta", 1e-5))
         grid = len(e.get("k_grid") or [1])
-        p = min(1.0, grid * p_value(m, r, v, 0.0, float(e.get("delta", 1e-5))))
+        p = min(1.0, grid * p_value(m, r, v, 0.0, delta))
         bound, spent = float(e["epsilon_lower_bound"]), e.get("epsilon_spent")
+        per_k = e.get("per_k") or [{"guesses": r, "correct": v}]
+        p_claim = p_value_of_claim(m, per_k, float(spent), delta) if _isnum(spent) else 1.0
+        claims.append(p_claim)
         powers.append(float(e.get("epsilon_max_certifiable") or 0.0))
-        refuted = bool(e.get("exceeds_claimed"))
-        tier = HIGH if refuted or bound >= t.canary_epsilon_high else MEDIUM if bound > 0 else LOW
-        claim = ("no DP claim" if spent is None else f"the DP accountant claims ε {spent:.2f}"
-                 + (" — the bound EXCEEDS it: the DP implementation, its accounting or the audit is broken" if refuted else ""))
-        text = (f"Of {m} canaries planted in {victim}'s training split, the {e.get('target', '?')} reveals which were "
-                f"trained on well enough to prove ε ≥ {bound:.2f} at {pct(e.get('confidence'))} confidence (δ "
-                f"{e.get('delta')}; {v} of {r} guesses right; {claim}).")
-        evidence.append(Evidence("canary_epsilon", f"canary / {victim}", bound, 0.0, "ε = 0 (no privacy loss)", p,
-                                 tier=tier, text=text, effect=bound,
+        tier = HIGH if bound >= t.canary_epsilon_high else MEDIUM if bound > 0 else LOW
+        evidence.append(Evidence("canary_epsilon", f"{variant} canaries / {victim}", bound, 0.0, "ε = 0 (no privacy loss)",
+                                 p, tier=tier, effect=bound, text=_canary_text(variant, victim, e),
                                  detail={"epsilon_spent": spent, "epsilon_max_certifiable": e.get("epsilon_max_certifiable"),
-                                         "exceeds_claimed": refuted}))
+                                         "p_claim": p_claim, "variant": variant, "ideal_bound": e.get("ideal_bound"),
+                                         "estimate": (e.get("estimate") or {}).get("epsilon")}))
     if not evidence:
         return _row(key, title, NOT_ASSESSED, "; ".join(notes) or "no canary result stored", [], t)
     _decide(evidence, t)
-    top = max(evidence, key=lambda e: (TIER_ORDER[e.tier], e.effect or 0.0))
+    refuted = [ev for ev, adj in zip(evidence, holm(claims)) if adj <= t.alpha]
+    for ev, adj in zip(evidence, holm(claims)):
+        ev.detail["p_claim_adjusted"] = adj
+    if refuted:
+        top = max(refuted, key=lambda ev: ev.value)
+        top.tier = HIGH
+        return _row(key, title, HIGH, (
+            f"THE DP GUARANTEE DOES NOT HOLD: {top.text} The claimed ε {top.detail['epsilon_spent']:.2f} is rejected at "
+            f"p {_p(top.detail['p_claim_adjusted'])} after {CORRECTION} correction over {len(evidence)} audit(s): the "
+            "DP-SGD implementation, its accounting or the audit is broken (or the target carries something ε does "
+            "not cover: see the coverage table)."), evidence, t)
+    top = max(evidence, key=lambda ev: (TIER_ORDER[ev.tier], ev.effect or 0.0))
     if top.tier in (HIGH, MEDIUM):
-        return _row(key, title, top.tier, top.text, evidence, t)
+        within = (f" The bound is within the claimed ε {float(top.detail['epsilon_spent']):.2f} (not rejected, p "
+                  f"{_p(top.detail['p_claim_adjusted'])} after {CORRECTION}): the guarantee holds as far as this audit "
+                  "can tell, and the loss it proves is loss that ε allows." if _isnum(top.detail.get("epsilon_spent")) else "")
+        return _row(key, title, top.tier, top.text + within, evidence, t)
     power = max(powers, default=0.0)
     if power < t.canary_epsilon_high:
         return _row(key, title, INCONCLUSIVE, (
             f"no canary audit proved any privacy loss, but with these canaries it could certify at most ε {power:.2f} "
-            f"(below {t.canary_epsilon_high:g}): plant more canaries (--canaries) or use a dataset with a larger holdout."),
-            evidence, t)
+            f"(below {t.canary_epsilon_high:g}): plant more canaries (--canaries, --gradient-canaries) or use a dataset "
+            "with a larger holdout."), evidence, t)
     return _row(key, title, LOW, (f"no canary audit proved any privacy loss (all bounds 0 after {CORRECTION} correction), "
                                   f"though it could have certified up to ε {power:.2f}."), evidence, t)
+
+
+def _canary_text(variant: str, victim: str, e: dict[str, Any]) -> str:
+    """One audit's sentence: what was planted, what it proves, and the claim beside it."""
+    bound, spent, m = float(e["epsilon_lower_bound"]), e.get("epsilon_spent"), int(e["canaries"])
+    counts = (f"{pct(e.get('confidence'))} confidence, δ {e.get('delta')}; {e['correct']} of {e['guesses']} guesses "
+              "right")
+    claim = "no DP claim" if not _isnum(spent) else f"the accountant claims ε {float(spent):.2f}"
+    if variant == "gradient":
+        ideal = e.get("ideal_bound")
+        estimate = (e.get("estimate") or {}).get("epsilon")
+        return (f"Of {m} gradient canaries planted in {victim}'s DP-SGD, the server's view of its updates proves "
+                f"ε ≥ {bound:.2f} ({counts}; {claim}"
+                + (f"; a mechanism spending exactly that would give these canaries about ε ≥ {float(ideal):.2f}"
+                   if _isnum(ideal) else "")
+                + (f"; the one-shot estimate, not a bound: ε ≈ {float(estimate):.2f}" if _isnum(estimate) else "")
+                + f"; at most ε {float(e.get('epsilon_max_certifiable') or 0):.2f} certifiable).")
+    return (f"Of {m} canaries planted in {victim}'s training split, the {e.get('target', '?')} reveals which were "
+            f"trained on well enough to prove ε ≥ {bound:.2f} ({counts}; {claim}).")
 
 
 def mia_entries(mia: dict[str, Any], row: str) -> list[tuple[str, str, str, dict[str, Any]]]:
