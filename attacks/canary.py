@@ -6,7 +6,10 @@ canary records with their canary labels (a :class:`~fedaudit.attack.CanaryChalle
 −cross-entropy of the target on the record with its (wrong) canary label (the
 loss signal, Yeom et al.; :func:`fedaudit.membership.loss_signal`). Higher =
 looks trained on. The target is the victim's last upload where the attacker
-(a curious server) sees one, else the deployed model. Planting the canaries, holding the inclusion
+(a curious server) sees one, else the deployed model. Where the auditor planted gradient canaries in the
+victim's DP-SGD (white-box; :mod:`fedaudit.dp_canaries`), it also scores each by the victim's summed update
+over every round projected on the canary's direction (:func:`gradient_scores`; only the server sees uploads).
+Planting the canaries, holding the inclusion
 truth and turning guesses into an ε lower bound is the auditor's part:
 :mod:`fedaudit.audit.canary`.
 """

@@ -495,11 +495,10 @@ def _canary_cells(u: Unit) -> list[tuple[str, str]]:
             + [(f"gradient canaries · {victim} · ε lower bound", text) for victim, text in _gradient_bounds(u)])
 
 
-def _gradient_bounds(u: Unit) -> list[tuple[str, str]]:
-    """The white-box audit per victim: the bound with its confidence, what a mechanism spending exactly the
-    accountant's ε would give the same canaries, the audit's ceiling, and the one-shot estimate (not a bound)."""
+def _audits(u: Unit, section_key: str, describe: Callable[[dict[str, Any]], str]) -> list[tuple[str, str]]:
+    """(victim, sentence) for each audit of a canary section: ``describe`` for a bound, else why there is none."""
     out = []
-    section = u.leakage.get(CANARY_GRADIENT)
+    section = u.leakage.get(section_key)
     for victim, e in (section.items() if isinstance(section, dict) else ()):
         if not isinstance(e, dict):
             continue
@@ -507,10 +506,18 @@ def _gradient_bounds(u: Unit) -> list[tuple[str, str]]:
             out.append((victim, f"{e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}"))
             continue
         conf = e.get("confidence")
-        text = (f"ε ≥ {_f3(e.get('epsilon_lower_bound'))}" + (f" at {conf:.0%} confidence, δ {e.get('delta')}"
-                                                               if _finite(conf) else "")
-                + f" · {_text(e.get('correct'))}/{_text(e.get('guesses'))} correct guesses on {_text(e.get('canaries'))} "
-                  f"gradient canaries over {_text(e.get('rounds'))} rounds of updates")
+        bound = (f"ε ≥ {_f3(e.get('epsilon_lower_bound'))}"
+                 + (f" at {conf:.0%} confidence, δ {e.get('delta')}" if _finite(conf) else ""))
+        out.append((victim, bound + describe(e)))
+    return out
+
+
+def _gradient_bounds(u: Unit) -> list[tuple[str, str]]:
+    """The white-box audit per victim: the bound with its confidence, what a mechanism spending exactly the
+    accountant's ε would give the same canaries, the audit's ceiling, and the one-shot estimate (not a bound)."""
+    def describe(e: dict[str, Any]) -> str:
+        text = (f" · {_text(e.get('correct'))}/{_text(e.get('guesses'))} correct guesses on {_text(e.get('canaries'))} "
+                f"gradient canaries over {_text(e.get('rounds'))} rounds of updates")
         spent = e.get("epsilon_spent")
         if _finite(spent):
             text += f" · accountant's ε {_f3(spent)}"
@@ -520,35 +527,25 @@ def _gradient_bounds(u: Unit) -> list[tuple[str, str]]:
         estimate = (e.get("estimate") or {}).get("epsilon")
         if _finite(estimate):
             text += f" · one-shot estimate (not a bound) ε ≈ {_f3(estimate)}"
-        if e.get("exceeds_claimed"):
-            text += " · EXCEEDS THE CLAIM"
-        out.append((victim, text))
-    return out
+        return text + (" · EXCEEDS THE CLAIM" if e.get("exceeds_claimed") else "")
+
+    return _audits(u, CANARY_GRADIENT, describe)
 
 
 def _canary_bounds(u: Unit) -> list[tuple[str, str]]:
     """The one-run audit per victim: the ε lower bound beside its power and the accountant's ε."""
-    out = []
-    section = u.leakage.get(CANARY)
-    for victim, e in (section.items() if isinstance(section, dict) else ()):
-        if not isinstance(e, dict):
-            continue
-        if "epsilon_lower_bound" not in e:
-            out.append((victim, f"{e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}"))
-            continue
-        conf = e.get("confidence")
-        text = (f"ε ≥ {_f3(e.get('epsilon_lower_bound'))} at {conf:.0%} confidence, δ {e.get('delta')}"
-                if _finite(conf) else f"ε ≥ {_f3(e.get('epsilon_lower_bound'))}")
-        text += (f" · {_text(e.get('correct'))}/{_text(e.get('guesses'))} correct guesses on {_text(e.get('canaries'))} "
-                 f"canaries ({_text(e.get('target'))}) · at most {_f3(e.get('epsilon_max_certifiable'))} certifiable")
+    def describe(e: dict[str, Any]) -> str:
+        text = (f" · {_text(e.get('correct'))}/{_text(e.get('guesses'))} correct guesses on {_text(e.get('canaries'))} "
+                f"canaries ({_text(e.get('target'))}) · at most {_f3(e.get('epsilon_max_certifiable'))} certifiable")
         spent = e.get("epsilon_spent")
         text += " · no DP: nothing claimed" if spent is None else f" · accountant's ε {_f3(spent)}"
         if e.get("exceeds_claimed"):
             text += f" · EXCEEDS THE CLAIM: {_text(e.get('warning'))}"
         elif e.get("can_refute_claim") is False:
             text += " · too few canaries to test the claim"
-        out.append((victim, text))
-    return out
+        return text
+
+    return _audits(u, CANARY, describe)
 
 
 def _victim_metrics(e: dict[str, Any]) -> list[tuple[str, str]]:

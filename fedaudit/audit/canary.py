@@ -23,6 +23,15 @@ signal and turns the guesses into an empirical ε lower bound
   (``LODOSplit.canaries``), grants the attack its access, guesses "in" for
   the k highest scores and "out" for the k lowest, and computes the bound.
 
+Under DP-SGD the auditor also plants **gradient canaries** (the white-box variant,
+:mod:`fedaudit.dp_canaries`; :func:`plant_gradient_canaries` before training): per victim, m seeded unit
+directions in the trained weights' space, each a record of its DP-SGD with probability ½. The attacker
+gets their count, seed and space (never the coins) and a view of every round; it scores each canary by the
+victim's summed update projected on it. Stored per victim under ``leakage.canary_gradient.<victim>``: the
+one-run bound over :data:`GRADIENT_K_FRACTIONS`, the ceiling, ``ideal_bound`` (what a mechanism spending
+exactly the claimed ε would show these canaries), ``p_claim`` (the test of the claimed ε) and the one-shot
+``estimate`` (Andrew et al. 2024; an estimate, not a bound).
+
 Stored per victim under ``leakage.canary.<victim>``: the bound
 (``epsilon_lower_bound``) at ``confidence`` and ``delta`` (the run's
 ``--dp-delta``, also without DP), the counts behind it, the k grid and its
