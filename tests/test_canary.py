@@ -210,9 +210,12 @@ def test_a_bound_above_the_accountants_epsilon_is_flagged_loudly(monkeypatch, ca
     assert any("PRIVACY CLAIM REFUTED" in r.message for r in caplog.records)
 
 
-def test_tiny_run_stores_a_finite_bound_with_its_fields(tiny_run):
-    result = tiny_run("fedavg", attack="canary", canaries=32)
+def test_tiny_run_stores_a_finite_bound_with_its_fields(tiny_run, caplog):
+    with caplog.at_level(logging.WARNING, logger="fedaudit"):
+        result = tiny_run("fedavg", attack="canary", canaries=32, gradient_canaries=256)
+    assert "--gradient-canaries has no effect in this run" in caplog.text  # no DP-SGD to plant them in
     m = result.metrics
+    assert "canary_gradient" not in m["leakage"]
     section = m["leakage"]["canary"]
     page = html.unescape((result.run_dir / "report.html").read_text(encoding="utf-8"))
     assert all(f"canary · {v} · ε lower bound" in page for v in section)  # the report shows it, not as a reconstruction
@@ -232,7 +235,7 @@ def test_tiny_run_stores_a_finite_bound_with_its_fields(tiny_run):
 def test_tiny_run_under_dp_sgd_stays_below_the_epsilon_spent(tiny_run, epsilon):
     # ε = 8 is the issue's acceptance setting, where 32 canaries (power ≈ 2) cannot refute the claim whatever
     # happens, and the entry says so; at ε = 1 the power exceeds the claim, so "bound <= ε spent" could fail.
-    m = tiny_run("fedavg", attack="canary", canaries=32, dp_epsilon=epsilon, norm="gn", rounds=1,
+    m = tiny_run("fedavg", attack="canary", canaries=32, dp_epsilon=epsilon, norm="gn", rounds=1, gradient_canaries=256,
                  local_epochs=1, batch_size=64).metrics  # batch 64: half the Opacus steps of the default 32
     spent = m["privacy"]["dp"]["clients"]
     for victim, e in m["leakage"]["canary"].items():
@@ -335,3 +338,19 @@ def test_an_honest_epsilon_1_is_never_exceeded_over_five_seeds(tiny_run):
             assert e["epsilon_lower_bound"] <= e["epsilon_spent"] <= 1.0 + 1e-9, (seed, victim, e["epsilon_lower_bound"])
         row = next(r for r in result.metrics["verdict"] if r["row"] == "membership:canary")
         assert "DOES NOT HOLD" not in row["reason"], (seed, row["reason"])
+
+
+def test_the_default_gradient_canary_count_is_the_fewest_whose_audit_could_certify_the_claim():
+    """0 (the default) takes the fewest of 256 … 4096 whose ceiling exceeds the claimed ε: 256 at ε = 1; at ε = 8 and
+    δ = 1e-5 no count's ceiling does (the δ term caps it near 6.4), so the largest; a count given is kept."""
+    from fedaudit.canary_bound import ceiling
+
+    def cfg(eps: float, m: int = 0) -> SimpleNamespace:
+        return SimpleNamespace(dp_epsilon=eps, dp_delta=1e-5, attack_option=lambda attack, name: m)
+
+    assert canary_audit.gradient_canary_count(cfg(1.0)) == 256
+    assert canary_audit.gradient_canary_count(cfg(8.0)) == 4096
+    assert ceiling(4096, 1e-5, 0.95, canary_audit.GRADIENT_K_FRACTIONS) < 8.0
+    assert canary_audit.gradient_canary_count(cfg(8.0, 300)) == 300
+    with pytest.raises(FedauditError, match="at least 2"):
+        canary_audit.gradient_canary_count(cfg(8.0, 1))

@@ -129,6 +129,9 @@ def plant_gradient_canaries(cfg: RunConfig, fed: Federation, victims: Sequence[s
     have the wire keep every round of its messages (the statistic sums its updates). Only under DP-SGD: a
     gradient canary is a record whose clipped gradient is a direction at the clipping norm."""
     if fed.dp is None:
+        if int(cfg.attack_option("canary", "gradient_canaries")):
+            log.warning("--gradient-canaries has no effect in this run: gradient canaries audit DP-SGD, and this run "
+                        "trains without --dp-epsilon")
         return
     m = gradient_canary_count(cfg)
     planted = plant_directions(victims, m, cfg.seed, parameter_space(fed.model))
