@@ -174,8 +174,10 @@ class Wire:
         )
         self.retained[(artifact.kind.value, artifact.sender, artifact.receiver)] = stored
         if self.history_roles & {artifact.sender, artifact.receiver}:
+            from fedaudit.runs import HostSnapshot  # one batched copy to the host per dtype, not one per tensor
+
             self.history.append(Artifact(stored.kind, stored.sender, stored.receiver, stored.round,
-                                         {k: t.to("cpu", copy=True) for k, t in sent.items()}, dict(stored.meta)))
+                                         HostSnapshot(sent).tensors(), dict(stored.meta)))
         if self.artifact_dir is not None:
             self._persist(stored, len(self.ledger) - 1)
         return sent
