@@ -65,7 +65,7 @@ def parameter_space(model: torch.nn.Module) -> tuple[tuple[str, tuple[int, ...]]
     return tuple((name, tuple(p.shape)) for name, p in model.named_parameters() if p.requires_grad)
 
 
-def plant_gradient_canaries(victims: Sequence[str], m: int, seed: int,
+def draw_gradient_canaries(victims: Sequence[str], m: int, seed: int,
                             space: tuple[tuple[str, tuple[int, ...]], ...]) -> dict[str, GradientCanaries]:
     """``m`` gradient canaries per victim, each included with probability ½ (the coins from the run seed)."""
     if m < 2:
@@ -136,5 +136,5 @@ class CanaryGradients:
             p.summed_grad += vec[begin:begin + size].view_as(p.summed_grad).to(p.summed_grad.device, p.summed_grad.dtype)
 
 
-__all__ = ["GRADIENT_KIND", "CanaryGradients", "GradientCanaries", "parameter_space", "plant_gradient_canaries",
+__all__ = ["GRADIENT_KIND", "CanaryGradients", "GradientCanaries", "parameter_space", "draw_gradient_canaries",
            "unit_direction"]

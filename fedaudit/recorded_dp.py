@@ -80,7 +80,8 @@ def recorded_privacy(rec: Recording, shares: tuple[tuple[ArtifactKind, str], ...
         "recorded": True, "mechanism": dp["mechanism"], "clipping": MECHANISMS[dp["mechanism"]],
         "source": dp.get("source", "the recording's manifest"), "noise_multiplier": z, "clipping_norm": c,
         "num_sampled_clients": m, "rounds": len(rounds), "delta": dp["delta"], "epsilon": epsilon,
-        "epsilon_rdp": epsilon_rdp, "accountant": accountant_name(history), "sampling": NO_AMPLIFICATION, "unit": UNIT, "neighbours": NEIGHBOURS,
+        "epsilon_rdp": epsilon_rdp, "accountant": accountant_name(history, float(dp["delta"])),
+        "sampling": NO_AMPLIFICATION, "unit": UNIT, "neighbours": NEIGHBOURS,
         "noise_std_on_sum": z * c, "per_round": rounds,
         "clipping_check": clipping_check(rec, c) if dp["mechanism"] == "central-dp-client-side-fixed-clipping" else
         {"status": "not visible", "why": "the server clips after it receives the updates: the wire carries them unclipped"},

@@ -79,7 +79,8 @@ def main() -> None:
     text = (f"# The tight accountant against RDP on the DP-SGD recipe\n\nWritten by `python scripts/dp_accountant_table.py` "
             f"({provenance()}). Each row: `{COMMAND.format(eps=0).replace(' 0', ' E')}`, seed 0, σ chosen by the "
             f"accountant named (clients: clean / colour / rotated). One seed: the accuracy differences are within one "
-            f"standard error of the 135 source-val records (±0.037).\n\n{table(rows)}\n")
+            f"standard error of the 135 source-val records (±0.037). Wall times are as they ran, not a benchmark.\n\n"
+            f"{table(rows)}\n")
     args.write.parent.mkdir(parents=True, exist_ok=True)
     args.write.write_text(text)
     print(text)

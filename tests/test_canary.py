@@ -253,10 +253,10 @@ def test_a_gradient_canary_is_a_record_at_the_clipping_norm_and_either_side_rege
     """Each direction has norm 1 and comes back the same from its seed (the attacker holds no matrix); at sampling
     rate 1 every included canary is in every step's sum at norm C, none of the excluded ones; at rate q each
     included canary is in about a q-th of the steps."""
-    from fedaudit.dp_canaries import CanaryGradients, plant_gradient_canaries, unit_direction
+    from fedaudit.dp_canaries import CanaryGradients, draw_gradient_canaries, unit_direction
 
     space = (("a.weight", (4, 5)), ("a.bias", (4,)))
-    (canaries,) = plant_gradient_canaries(["clean"], 40, seed=3, space=space).values()
+    (canaries,) = draw_gradient_canaries(["clean"], 40, seed=3, space=space).values()
     u = canaries.direction(7)
     assert u.shape == (24,) and math.isclose(float(u.norm()), 1.0, rel_tol=1e-6)
     assert torch.equal(u, unit_direction(canaries.seed, 7, 24)) and not torch.equal(u, canaries.direction(8))

@@ -126,6 +126,13 @@ def test_the_tight_accountant_is_exact_where_a_closed_form_exists_and_never_abov
         assert exact < rdp_epsilon([(sigma, 1.0, steps)], 1e-5)
     for history in ([(1.0, 0.1, 300)], [(0.909, 32 / 225, 42)], [(3.75, 32 / 225, 42), (2.0, 1.0, 3)]):
         assert spent_epsilon(history, 1e-5) <= rdp_epsilon(history, 1e-5) + 1e-12
+    # the name stored beside ε says which accountant gave it: PRV for subsampled steps, RDP past the PRV's reach
+    from fedaudit.dp import PRV, RDP, TIGHT_MAX_EPSILON, accountant_name
+
+    assert accountant_name([(0.909, 32 / 225, 42)], 1e-5) == PRV
+    weak = [(0.1656, 32 / 225, 42)]  # ε ≈ 300
+    assert rdp_epsilon(weak, 1e-5) > TIGHT_MAX_EPSILON and accountant_name(weak, 1e-5) == RDP
+    assert spent_epsilon(weak, 1e-5) == rdp_epsilon(weak, 1e-5)
     # σ chosen by the tight accountant: ε = 8 met with 6% less noise than RDP's σ for the same steps
     sigma = noise_for(8.0, 1e-5, 1.0, 9)
     assert 7.99 < spent_epsilon([(sigma, 1.0, 9)], 1e-5) <= 8.0 and sigma < 0.95 * 1.9135

@@ -359,3 +359,22 @@ def test_a_dp_claim_is_refuted_only_by_a_corrected_test_of_the_claim():
     assert "gradient canaries planted in clean's DP-SGD" in refuted["reason"]
     held = row(entry["epsilon_lower_bound"] + 1.0)
     assert "DOES NOT HOLD" not in held["reason"] and "within the claimed ε" in held["reason"]
+
+
+def test_a_small_canary_bound_in_one_audit_of_many_is_not_a_finding_after_correction():
+    """Six victims' input canaries, 42 of 64 guesses right each: every audit alone proves ε ≥ 0.07 (p 0.026 for "no
+    loss at all"), but with six audits in the row Holm needs p ≤ 0.05/6, and none has it — LOW (the audit could have
+    certified more), not MEDIUM. One such victim alone is MEDIUM. Without the correction all six would be MEDIUM."""
+    from fedaudit.canary_bound import epsilon_lower_bound
+
+    entry = {"epsilon_lower_bound": epsilon_lower_bound(64, 64, 42, 1e-5, 1 - 0.05 / 3), "canaries": 64, "guesses": 64,
+             "correct": 42, "k_grid": [8, 16, 32], "per_k": [{"k": 32, "guesses": 64, "correct": 42}] * 3,
+             "delta": 1e-5, "confidence": 0.95, "epsilon_max_certifiable": 2.7, "epsilon_spent": None, "target": "x"}
+    assert entry["epsilon_lower_bound"] > 0
+
+    def row(victims: int) -> dict:
+        metrics = {"communication": {"declared": []}, "leakage": {"canary": {f"v{i}": entry for i in range(victims)}}}
+        return next(r for r in judge(metrics, SERVER) if r["row"] == "membership:canary")
+
+    assert row(1)["tier"] == MEDIUM
+    assert row(6)["tier"] == LOW, row(6)["reason"]

@@ -73,8 +73,7 @@ from fedaudit.audit.membership import black_box
 from fedaudit.canary import KIND, plant_canaries
 from fedaudit.canary_bound import audit, ceiling, gaussian_fit, ideal_bound, k_grid, p_value_of_claim
 from fedaudit.dp import gaussian_epsilon
-from fedaudit.dp_canaries import GRADIENT_KIND, parameter_space
-from fedaudit.dp_canaries import plant_gradient_canaries as plant_directions
+from fedaudit.dp_canaries import GRADIENT_KIND, draw_gradient_canaries, parameter_space
 from fedaudit.errors import FedauditError
 from fedaudit.wire import client_role
 
@@ -134,7 +133,7 @@ def plant_gradient_canaries(cfg: RunConfig, fed: Federation, victims: Sequence[s
                         "trains without --dp-epsilon")
         return
     m = gradient_canary_count(cfg)
-    planted = plant_directions(victims, m, cfg.seed, parameter_space(fed.model))
+    planted = draw_gradient_canaries(victims, m, cfg.seed, parameter_space(fed.model))
     index = {c.domain: c.index for c in fed.clients}
     for victim, canaries in planted.items():
         fed.dp.canaries[index[victim]] = canaries

@@ -648,14 +648,14 @@ def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
     """The one-run canary audit (Steinke, Nasr & Jagielski 2023): a proven ε lower bound per victim and variant
     (input canaries scored by the model; gradient canaries read off the victim's updates under DP-SGD).
 
-    Each audit's test is "the training is 0-DP for its records" (no privacy loss at all), with the p-value of
-    its correct guesses at ε = 0, Bonferroni-corrected over the audit's k grid; Holm across audits. Where a DP
+    Each audit's test is "the training is 0-DP for its records" (no privacy loss at all): the smallest p-value of
+    its correct guesses at ε = 0 over the audit's k grid, Bonferroni-corrected for the grid; Holm across audits. Where a DP
     claim exists, a second test per audit is "the training is (claimed ε, δ)-DP", corrected the same way: the
     claim is refuted only when that test rejects after Holm over every audit of the row. HIGH when the claim is
     refuted, or a significant bound reaches ``canary_epsilon_high``; MEDIUM when a bound is significant but
     smaller; LOW only when some audit could have certified ``canary_epsilon_high`` (its ceiling), else
     INCONCLUSIVE."""
-    from fedaudit.canary_bound import p_value, p_value_of_claim
+    from fedaudit.canary_bound import p_value_of_claim
 
     key, title = "membership:canary", "membership: canary audit (proven ε lower bound)"
     leakage = metrics.get("leakage") or {}
@@ -672,10 +672,9 @@ def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
             continue
         m, r, v = int(e["canaries"]), int(e["guesses"]), int(e["correct"])
         delta = float(e.get("delta", 1e-5))
-        grid = len(e.get("k_grid") or [1])
-        p = min(1.0, grid * p_value(m, r, v, 0.0, delta))
+        per_k = e.get("per_k") or [{"guesses": r, "correct": v}] * len(e.get("k_grid") or [1])
+        p = p_value_of_claim(m, per_k, 0.0, delta)  # "no privacy loss at all" is the claim ε = 0
         bound, spent = float(e["epsilon_lower_bound"]), e.get("epsilon_spent")
-        per_k = e.get("per_k") or [{"guesses": r, "correct": v}]
         p_claim = p_value_of_claim(m, per_k, float(spent), delta) if _isnum(spent) else 1.0
         claims.append(p_claim)
         powers.append(float(e.get("epsilon_max_certifiable") or 0.0))
