@@ -231,7 +231,7 @@ def test_tiny_run_stores_a_finite_bound_with_its_fields(tiny_run, caplog):
     assert m["privacy"]["dp"] is None
 
 
-@pytest.mark.parametrize("epsilon", [8.0, 1.0])
+@pytest.mark.parametrize("epsilon", [pytest.param(8.0, marks=pytest.mark.slow), 1.0])  # suite budget: ε = 8 on demand
 def test_tiny_run_under_dp_sgd_stays_below_the_epsilon_spent(tiny_run, epsilon):
     # ε = 8 is the acceptance setting, where 32 canaries (power ≈ 2) cannot refute the claim whatever
     # happens, and the entry says so; at ε = 1 the power exceeds the claim, so "bound <= ε spent" could fail.
