@@ -56,6 +56,8 @@ class CanaryAudit(Attack):
         "gradient_canaries": Option(0, "--attack canary under --dp-epsilon: white-box gradient canaries per victim, "
                                     "each a record of its DP-SGD with probability 1/2; 0 chooses the fewest (256 to "
                                     "4096) whose audit could certify the claimed epsilon.", kind=int, low=0, high=100_000),
+        "canary_cost": Option(True, "--attack canary: also train the same federation without any canaries and report "
+                              "what planting them cost in accuracy (about doubles the training time).", kind=bool),
     }
     signal: ClassVar[str] = SIGNAL
     needs: ClassVar[frozenset[str]] = frozenset({"query", "canaries", "gradient_canaries"})

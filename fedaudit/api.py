@@ -219,7 +219,7 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
 def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: str, device: torch.device,
              reporter: Reporter, on_round_end, command: str, data_seconds: float, unpinned: list[str]) -> dict[str, Any]:
     from fedaudit.attacks import get_attacks
-    from fedaudit.audit.canary import canary_split, plant_gradient_canaries
+    from fedaudit.audit.canary import accuracy_without_canaries, canary_split, plant_gradient_canaries
     from fedaudit.methods import get_method
     wall0 = time.perf_counter()
     log.info("run directory %s (target %s)", run_dir, target)
@@ -228,11 +228,13 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
     thin = thin_splits(split, dataset.classes)
     for line in thin:
         log.warning("thin split: %s", line)
-    if any(cls.plants_canaries for cls in get_attacks(cfg.attack)):  # before training: canaries change what is trained
+    clean_split = split
+    plants = any(cls.plants_canaries for cls in get_attacks(cfg.attack))
+    if plants:  # before training: canaries change what is trained
         split = canary_split(cfg, split, len(dataset.classes), lambda sources: attack_role_and_victims(cfg, sources)[1])
     wire = Wire(run_dir / "artifacts" if cfg.keep_artifacts else None)
     fed = Federation(cfg, method, dataset, split, device, wire)
-    if any(cls.plants_canaries for cls in get_attacks(cfg.attack)):  # white-box canaries go into the DP-SGD itself
+    if plants:  # white-box canaries go into the DP-SGD itself
         plant_gradient_canaries(cfg, fed, attack_role_and_victims(cfg, [c.domain for c in fed.clients])[1])
     ckpt = runs.load_checkpoint(run_dir)
     if ckpt is not None:
@@ -254,6 +256,11 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
     finally:
         reporter.end_target(target)
 
+    accuracy = fed.results()
+    if plants and cfg.attack_option("canary", "canary_cost"):
+        t0 = time.perf_counter()
+        accuracy["without_canaries"] = accuracy_without_canaries(cfg, method, fed, clean_split)
+        fed.timings["train_without_canaries"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     leakage = run_attacks(get_attacks(cfg.attack), run_dir, cfg, method, fed, dataset, device)
     if device.type == "cuda":
@@ -267,7 +274,7 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
         "dataset": cfg.dataset,
         "target_domain": target,
         "source_domains": [c.domain for c in fed.clients],
-        "accuracy": fed.results(),
+        "accuracy": accuracy,
         "communication": communication(fed),
         "leakage": leakage,
         "privacy": privacy(fed),

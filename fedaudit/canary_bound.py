@@ -40,6 +40,33 @@ exceeds the true ε is at most β, so the reported maximum holds with
 confidence 1 − β. The paper's experiments also sweep the number of guesses;
 this module pays for the sweep instead of reporting an uncorrected maximum.
 
+The f-DP test (Mahloujifar, Melis & Chaudhuri, "Auditing f-Differential
+Privacy in One Run", ICML 2025, arXiv:2410.22235): the same game and guesses,
+judged against a whole trade-off curve instead of one (ε, δ) pair. The
+(ε, δ) analysis above lets δ be spent on every canary, which caps what any m
+can certify near 6.4 at δ = 1e-5; a claim stated as a curve has no such free
+mass. Full-batch DP-SGD claims exactly one (its accountant's curve is μ-GDP,
+μ = √(Σ steps / σ²)), so the test of that claim is as sharp as the mechanism.
+The paper bounds P[≥ v of r guesses right] for an f-DP mechanism by a
+backward recursion over i = v − 1 … 0 from r_v = τ·v/m, h_v = τ·(r − v)/m::
+
+    h_i = max(h_{i+1}, f⁻(r_{i+1}))
+    r_i = r_{i+1} + i / (r − i) · (h_i − h_{i+1})
+
+where f⁻(x) is the smallest type-I error at which a test of one canary's
+inclusion reaches power x under the curve (:func:`gaussian_curve`,
+:func:`dp_curve`). If that probability were τ, then r_0 + h_0 ≤ r/m; so the
+largest τ meeting it bounds the probability, and is the p-value of "the
+mechanism is f-DP" (:func:`curve_p_value`; r_0 + h_0 grows with τ, bisection).
+:func:`gdp_lower_bound` is the largest μ that the guesses reject ("not μ-GDP"),
+the paper's empirical privacy; ε(μ, δ) of it is an ε lower bound only for
+mechanisms whose curve is Gaussian, which the report says. Written from the
+paper's procedure and checked against (numbers, not code) Meta's
+implementation of it (facebookresearch/PrivacyGuard,
+``privacy_guard/analysis/mia/fdp_analysis_node.py``); tests/test_canary.py holds
+it to known truth: simulated μ-GDP canaries are never rejected at their own μ
+more often than the level allows, and a μ four times larger is.
+
 Power: with r guesses the audit can never certify more than
 :func:`epsilon_max_certifiable` (all r correct). At δ = 0 that is
 log(q/(1 − q)) with q = β^(1/r) — about 3 for r = 64 at 95%: certifying
@@ -48,8 +75,9 @@ log(q/(1 − q)) with q = β^(1/r) — about 3 for r = 64 at 95%: certifying
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -147,6 +175,113 @@ def p_value_of_claim(m: int, per_k: Sequence[dict[str, Any]], epsilon: float, de
                                      for row in per_k))
 
 
+# -- the f-DP test ----------------------------------------------------------------------------------------
+
+InversePower = Callable[[np.ndarray], np.ndarray]  # x ↦ the smallest type-I error at which a test reaches power x
+GRID_POINTS = 256  # candidates per pass of the vectorised searches (numpy's per-call cost dominates below ~1,000)
+
+
+def gaussian_curve(mu: float | np.ndarray) -> InversePower:
+    """μ-GDP's inverse power: a test of power x needs type-I error Φ(Φ⁻¹(x) − μ) at least (``mu`` may be an array
+    of candidate curves, evaluated side by side)."""
+    from scipy.special import ndtr, ndtri
+
+    mu = np.asarray(mu, dtype=np.float64)
+    if not np.all(mu >= 0):
+        raise ValueError(f"mu must be >= 0, got {mu!r}")
+    return lambda x: ndtr(ndtri(np.clip(x, 0.0, 1.0)) - mu)
+
+
+def dp_curve(epsilon: float, delta: float) -> InversePower:
+    """(ε, δ)-DP's inverse power: power x needs type-I error max((x − δ)·e^−ε, 1 − δ − e^ε·(1 − x)) at least."""
+    if epsilon < 0 or not 0.0 <= delta <= 1.0:
+        raise ValueError(f"need epsilon >= 0 and delta in [0, 1], got {epsilon!r}, {delta!r}")
+    grow = math.exp(min(epsilon, 700.0))
+
+    def inverse(x: np.ndarray) -> np.ndarray:
+        x = np.clip(x, 0.0, 1.0)
+        return np.clip(np.maximum((x - delta) / grow, 1.0 - delta - grow * (1.0 - x)), 0.0, 1.0)
+    return inverse
+
+
+def curve_of(claim: dict[str, Any]) -> InversePower:
+    """The inverse power of a stored claim: ``{"curve": "gaussian", "mu": μ}`` or ``{"curve": "epsilon_delta",
+    "epsilon": ε, "delta": δ}`` (:func:`fedaudit.dp.claimed_curve` writes them)."""
+    if claim.get("curve") == "gaussian":
+        return gaussian_curve(float(claim["mu"]))
+    if claim.get("curve") == "epsilon_delta":
+        return dp_curve(float(claim["epsilon"]), float(claim["delta"]))
+    raise ValueError(f"unknown privacy curve {claim!r}")
+
+
+def _consistent(inverse: InversePower, m: int, r: int, v: int, tau: float | np.ndarray) -> np.ndarray:
+    """Whether P[≥ v of r right] = ``tau`` is possible for a mechanism with this curve: the recursion's r_0 + h_0
+    stays within r/m. Vectorised over ``tau`` and over the candidate curves ``inverse`` holds; both sums only
+    grow as i falls, so the loop stops once every candidate has exceeded."""
+    limit = r / m
+    tau = np.asarray(tau, dtype=np.float64)
+    right, wrong = tau * v / m, tau * (r - v) / m
+    for i in range(v - 1, -1, -1):
+        grown = np.maximum(wrong, inverse(right))
+        right = right + i / (r - i) * (grown - wrong)
+        wrong = grown
+        if np.all(right + wrong > limit):
+            break
+    return np.asarray(right + wrong <= limit)
+
+
+def _last_rejected(rejects: Callable[[np.ndarray], np.ndarray], lo: float, hi: float, passes: int = 2) -> float:
+    """The bisection :func:`gdp_lower_bound` and :func:`curve_p_value` share, vectorised: ``rejects`` holds at
+    ``lo`` and not at ``hi`` and is monotone between; each pass narrows the bracket :data:`GRID_POINTS`-fold and
+    keeps ``lo`` a point where it holds (so the answer is never past the crossing)."""
+    for _ in range(passes):
+        grid = np.linspace(lo, hi, GRID_POINTS + 2)[1:-1]
+        held = rejects(grid)
+        n = int(np.argmin(held)) if not held.all() else held.size  # first candidate that does not reject
+        lo, hi = (grid[n - 1] if n else lo), (grid[n] if n < held.size else hi)
+    return float(lo)
+
+
+def curve_p_value(m: int, r: int, v: int, inverse: InversePower) -> float:
+    """P-value of "the mechanism is f-DP for this curve" after ``v`` right of ``r`` guesses on ``m`` canaries: the
+    largest probability of that outcome the curve allows (found on log τ, to about 1e-5 relative; the
+    returned value is on the safe side, never below it)."""
+    _check_counts(m, r, v)
+    if v == 0 or _consistent(inverse, m, r, v, 1.0):
+        return 1.0
+    if not _consistent(inverse, m, r, v, 1e-300):
+        return 1e-300
+    # "rejects" here is "τ is still possible": the largest possible τ is the p-value
+    log_tau = _last_rejected(lambda logs: _consistent(inverse, m, r, v, np.exp(logs)), math.log(1e-300), 0.0, passes=3)
+    width = (0.0 - math.log(1e-300)) / GRID_POINTS ** 3  # the bracket left: report its upper end
+    return min(1.0, math.exp(log_tau + width))
+
+
+@functools.lru_cache(maxsize=256)
+def gdp_lower_bound(m: int, r: int, v: int, confidence: float = 0.95) -> float:
+    """The largest μ whose μ-GDP the guesses reject at level 1 − ``confidence`` (0 if none): the f-DP one-run
+    bound in the Gaussian family. A larger μ rejects less (its inverse power is smaller everywhere)."""
+    _check_counts(m, r, v)
+    _check_levels(0.0, confidence)
+    beta = 1.0 - confidence
+    if v == 0 or _consistent(gaussian_curve(0.0), m, r, v, beta):
+        return 0.0
+    hi = 1.0 if v == r else 2.0 * gdp_lower_bound(m, r, r, confidence) + 1e-3  # fewer right rejects less
+    while not _consistent(gaussian_curve(hi), m, r, v, beta):
+        hi *= 2.0
+        if hi > 1e3:
+            raise ArithmeticError(f"no μ up to 1000 is consistent with m={m}, r={r}, v={v}; this cannot happen")
+    return _last_rejected(lambda mus: ~_consistent(gaussian_curve(mus), m, r, v, beta), 0.0, hi)
+
+
+def p_value_of_curve(m: int, per_k: Sequence[dict[str, Any]], claim: dict[str, Any]) -> float:
+    """The f-DP test of a stored claim (:func:`curve_of`) from an audit's per-k counts: the smallest p over the
+    grid, Bonferroni-corrected as :func:`p_value_of_claim`."""
+    inverse = curve_of(claim)
+    return min(1.0, len(per_k) * min(curve_p_value(m, int(row["guesses"]), int(row["correct"]), inverse)
+                                     for row in per_k))
+
+
 def gaussian_fit(scores: Sequence[float] | np.ndarray, included: Sequence[bool] | np.ndarray) -> dict[str, float]:
     """The one-shot estimate's statistic (Andrew et al., ICLR 2024): the included canaries' mean score above the
     excluded ones', in units of the pooled standard deviation (μ of the Gaussian pair that fits them). An
@@ -160,17 +295,18 @@ def gaussian_fit(scores: Sequence[float] | np.ndarray, included: Sequence[bool] 
             "mean_included": float(a.mean()), "mean_excluded": float(b.mean()), "pooled_std": pooled}
 
 
-def ideal_bound(included: Sequence[bool] | np.ndarray, mu: float, delta: float, confidence: float = 0.95,
-                fractions: Sequence[float] = K_FRACTIONS, repeats: int = 9, seed: int = 0) -> float:
-    """What this audit certifies, as a median over ``repeats`` draws, when every canary's score is Gaussian and
-    an included one sits ``mu`` standard deviations higher — the scores of a mechanism exactly μ-GDP, i.e. one
-    that spends exactly the claimed ε. The yardstick for a real audit of the same m canaries."""
+def ideal_bounds(included: Sequence[bool] | np.ndarray, mu: float, delta: float, confidence: float = 0.95,
+                 fractions: Sequence[float] = K_FRACTIONS, repeats: int = 9, seed: int = 0) -> dict[str, float]:
+    """What this audit certifies, as medians over ``repeats`` draws, when every canary's score is Gaussian and an
+    included one sits ``mu`` standard deviations higher — the scores of a mechanism exactly μ-GDP, i.e. one that
+    spends exactly the claimed ε: the (ε, δ) bound and the f-DP μ bound. The yardstick for a real audit of the
+    same m canaries."""
     truth = np.asarray(included, dtype=bool)
     rng = np.random.default_rng(seed)
     grid = k_grid(int(truth.size), fractions)
-    bounds = [audit(rng.normal(size=truth.size) + mu * truth, truth, delta, confidence, grid)["epsilon_lower_bound"]
-              for _ in range(repeats)]
-    return float(np.median(bounds))
+    runs = [audit(rng.normal(size=truth.size) + mu * truth, truth, delta, confidence, grid) for _ in range(repeats)]
+    return {"epsilon_lower_bound": float(np.median([a["epsilon_lower_bound"] for a in runs])),
+            "mu_lower_bound": float(np.median([a["gdp"]["mu_lower_bound"] for a in runs]))}
 
 
 def guesses(scores: Sequence[float] | np.ndarray, k: int) -> np.ndarray:
@@ -216,8 +352,11 @@ def audit(scores: Sequence[float] | np.ndarray, included: Sequence[bool] | np.nd
         v = int(np.count_nonzero((g == 1) & truth) + np.count_nonzero((g == -1) & ~truth))
         rows.append({"k": int(k), "guesses": r, "correct": v,
                      "epsilon_lower_bound": epsilon_lower_bound(m, r, v, delta, per_test),
-                     "epsilon_max_certifiable": epsilon_max_certifiable(m, r, delta, per_test)})
+                     "epsilon_max_certifiable": epsilon_max_certifiable(m, r, delta, per_test),
+                     "mu_lower_bound": gdp_lower_bound(m, r, v, per_test),
+                     "mu_max_certifiable": gdp_lower_bound(m, r, r, per_test)})
     best = max(rows, key=lambda row: (row["epsilon_lower_bound"], row["k"]))
+    gdp = max(rows, key=lambda row: (row["mu_lower_bound"], row["k"]))
     return {
         "epsilon_lower_bound": best["epsilon_lower_bound"],
         "confidence": confidence,
@@ -231,9 +370,23 @@ def audit(scores: Sequence[float] | np.ndarray, included: Sequence[bool] | np.nd
         "correction": CORRECTION,
         "confidence_per_k": per_test,
         "epsilon_max_certifiable": max(row["epsilon_max_certifiable"] for row in rows),
+        "gdp": _gdp_summary(gdp, rows, delta),
         "per_k": rows,
     }
 
 
-__all__ = ["audit", "ceiling", "epsilon_lower_bound", "epsilon_max_certifiable", "gaussian_fit", "guesses",
-           "ideal_bound", "k_grid", "p_value", "p_value_of_claim"]
+def _gdp_summary(best: dict[str, Any], rows: list[dict[str, Any]], delta: float) -> dict[str, Any]:
+    """The f-DP bound's best k, its μ and what that μ means as ε at the run's δ (for a Gaussian curve only)."""
+    from fedaudit.dp import gaussian_epsilon
+
+    mu, ceiling_mu = best["mu_lower_bound"], max(row["mu_max_certifiable"] for row in rows)
+    return {"mu_lower_bound": mu, "epsilon_if_gaussian": gaussian_epsilon(mu, delta) if mu > 0 else 0.0,
+            "mu_max_certifiable": ceiling_mu, "epsilon_max_if_gaussian": gaussian_epsilon(ceiling_mu, delta),
+            "k": best["k"], "guesses": best["guesses"], "correct": best["correct"],
+            "kind": "f-DP one-run bound (Mahloujifar et al. 2025): not μ-GDP for any smaller μ; its ε holds for "
+                    "mechanisms whose privacy curve is Gaussian"}
+
+
+__all__ = ["audit", "ceiling", "curve_of", "curve_p_value", "dp_curve", "epsilon_lower_bound", "epsilon_max_certifiable",
+           "gaussian_curve", "gaussian_fit", "gdp_lower_bound", "guesses", "ideal_bounds", "k_grid", "p_value",
+           "p_value_of_claim", "p_value_of_curve"]

@@ -388,8 +388,25 @@ def _tight(history: tuple[tuple[float, float, int], ...], delta: float) -> tuple
     return (prv, PRV) if prv <= rdp else (rdp, RDP)
 
 
+def claimed_curve(history: list[tuple[float, float, int]], delta: float) -> dict[str, Any]:
+    """The privacy curve the accountant claims for one record, as a canary audit tests it: full-batch DP-SGD is
+    exactly μ-GDP with μ = √(Σ steps / σ²) (the curve behind :data:`GAUSSIAN`'s ε); a subsampled one is claimed
+    only as (ε, δ) at the run's δ (its exact curve is not Gaussian)."""
+    key = tuple(tuple(h) for h in history)
+    if key and _full_batch(key) and math.isfinite(mu := _composed_mu(key)):
+        return {"curve": "gaussian", "mu": mu}
+    return {"curve": "epsilon_delta", "epsilon": spent_epsilon(history, delta), "delta": delta}
+
+
 def _full_batch(history: tuple[tuple[float, float, int], ...]) -> bool:
     return all(float(q) == 1.0 for _, q, _ in history)
+
+
+def _composed_mu(history: tuple[tuple[float, float, int], ...]) -> float:
+    """μ of the composed full-batch Gaussian steps: √(Σ steps / σ²) (infinite where a step had no noise)."""
+    if any(float(sigma) == 0.0 for sigma, _, _ in history):
+        return math.inf
+    return math.sqrt(sum(int(n) / float(sigma) ** 2 for sigma, _, n in history))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -397,9 +414,8 @@ def _exact_or_prv(history: tuple[tuple[float, float, int], ...], delta: float) -
     """The composed Gaussian's exact ε where every step is full-batch, else the PRV accountant's (no RDP guard:
     the noise search calls it many times, and RDP costs as much as PRV here)."""
     if _full_batch(history):
-        if any(float(sigma) == 0.0 for sigma, _, _ in history):
-            return math.inf
-        return gaussian_epsilon(math.sqrt(sum(int(n) / float(sigma) ** 2 for sigma, _, n in history)), delta)
+        mu = _composed_mu(history)
+        return gaussian_epsilon(mu, delta) if math.isfinite(mu) else math.inf
     return prv_epsilon(list(history), delta)
 
 
@@ -538,7 +554,8 @@ class PrivateTraining:
             history = self.engines[index].accountant.history
             clients[domains[index]] = {
                 "epsilon_spent": spent_epsilon(history, self.delta), "epsilon_rdp": rdp_epsilon(history, self.delta),
-                "accountant": accountant_name(history, self.delta), "noise_multiplier": plan.noise_multiplier,
+                "accountant": accountant_name(history, self.delta), "curve": claimed_curve(history, self.delta),
+                "noise_multiplier": plan.noise_multiplier,
                 "batch_size": plan.batch_size, "lr_scale": plan.lr_scale, "step_factor": plan.step_factor,
                 "noise_to_signal": plan.noise_to_signal(trained) if trained else None,
                 "sample_rate": plan.sample_rate, "steps": sum(int(h[2]) for h in history),
@@ -595,18 +612,40 @@ def private_steps(model: nn.Module, optimizer: torch.optim.Optimizer, records: i
 
 
 def with_canaries(dp_optimizer, model: nn.Module, canaries: CanaryGradients) -> None:
-    """Make ``dp_optimizer`` add ``canaries``' step sum to its clipped-gradient sum just before its noise
-    (Opacus' ``pre_step``: clip and accumulate, then ``add_noise`` reads ``summed_grad``)."""
+    """Make ``dp_optimizer`` clip its batch's records, then add ``canaries``' step sum (clipped by the same
+    ``clip_and_accumulate``) to the clipped-gradient sum before its noise (Opacus' ``pre_step``: clip and
+    accumulate, then ``add_noise`` reads ``summed_grad``)."""
     names = {id(p): name for name, p in model.named_parameters()}
     params = list(dp_optimizer.params)
     param_names = [names[id(p)] for p in params]
-    add_noise = dp_optimizer.add_noise
+    clip_and_accumulate = dp_optimizer.clip_and_accumulate
+    slices, start = {}, 0  # each trained parameter's slice of the canaries' flat space
+    for name, shape in canaries.canaries.space:
+        slices[name] = (slice(start, start + math.prod(shape)), shape)
+        start += math.prod(shape)
 
-    def add_canaries_then_noise() -> None:
-        canaries.add(params, param_names)
-        add_noise()
+    def clip_row(row: Tensor) -> Tensor:
+        """``row`` (the space, flat) as one per-sample gradient through the optimiser's clipping, alone."""
+        kept = [(p.summed_grad, p.grad_sample) for p in params]
+        out = torch.zeros_like(row)
+        for p, name in zip(params, param_names):
+            where, shape = slices[name]
+            p.summed_grad = None
+            p.grad_sample = row[where].view(1, *shape).to(p.device, p.dtype)
+        try:
+            clip_and_accumulate()
+            for p, name in zip(params, param_names):
+                out[slices[name][0]] = p.summed_grad.detach().flatten().to("cpu", torch.float32)
+        finally:
+            for p, (summed, samples) in zip(params, kept):
+                p.summed_grad, p.grad_sample = summed, samples
+        return out
 
-    dp_optimizer.add_noise = add_canaries_then_noise
+    def clip_records_then_canaries() -> None:
+        clip_and_accumulate()
+        canaries.add(params, param_names, clip_row)
+
+    dp_optimizer.clip_and_accumulate = clip_records_then_canaries
 
 
 def new_engine():

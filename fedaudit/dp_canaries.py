@@ -9,7 +9,7 @@ victim's updates onto their directions). Nothing here reads data: a canary is a 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -19,8 +19,12 @@ from fedaudit.seeds import derive_seed, stable_int
 GRADIENT_STREAM = 11_002  # derive_seed stream: directions (per canary) and inclusion coins (per victim)
 STEP_STREAM = 11_003  # derive_seed stream: which included canaries a Poisson step samples
 MATRIX_FLOATS = 2**26  # 256 MB of float32: below it a subsampled run keeps its included directions as a matrix
+RAW_NORM = 10.0  # a canary's raw gradient, in clipping norms: an order of magnitude past it, so clipping must act
 GRADIENT_KIND = ("white-box gradient canaries: random unit directions in the trained weights' space, each a record "
-                 "of the victim's DP-SGD whose clipped gradient is the direction at the clipping norm")
+                 "of the victim's DP-SGD whose raw gradient is the direction at 10 × the clipping norm, clipped by "
+                 "DP-SGD's own per-sample clipping")
+
+ClipRow = Callable[[torch.Tensor], torch.Tensor]  # one raw per-sample row over the space ↦ that row as DP-SGD clips it
 
 
 @dataclass(frozen=True)
@@ -31,9 +35,10 @@ class GradientCanaries:
     Canary i is the unit vector ``direction(i)`` over ``space`` (the trained parameters, by name and shape, in
     that order), drawn from a seed of its own so either side can regenerate it without holding m × d numbers.
     ``included[i]`` (a fair coin, the auditor's secret) says whether it is one of the victim's records. An
-    included canary is sampled at each DP-SGD step with the victim's Poisson rate and contributes the clipping
-    norm times its direction to the sum of clipped gradients before the noise: a record whose clipped gradient
-    is that vector, so the accountant's ε covers it exactly as it covers any record.
+    included canary is sampled at each DP-SGD step with the victim's Poisson rate; its raw gradient is
+    :data:`RAW_NORM` × the clipping norm along its direction, DP-SGD's own per-sample clipping brings it to the
+    clipping norm, and it joins the sum of clipped gradients before the noise: a record like any other, so the
+    accountant's ε covers it exactly, and a DP-SGD that skips clipping lets it through ten times too strong.
     """
 
     victim: str
@@ -81,9 +86,13 @@ def draw_gradient_canaries(victims: Sequence[str], m: int, seed: int,
 class CanaryGradients:
     """Adds a victim's sampled, included gradient canaries to DP-SGD's sum of clipped gradients, step by step.
 
-    ``add(params, names)`` runs between clipping and noise (Opacus' ``summed_grad``), so each canary is one more
-    record of the step: present with the Poisson rate ``sample_rate`` (every step at rate 1), at norm ``clip``.
-    At rate 1 the included set never changes, so its sum is built once."""
+    ``add(params, names, clip_row)`` runs after the records' clipping and before the noise (Opacus'
+    ``summed_grad``), so each canary is one more record of the step: present with the Poisson rate
+    ``sample_rate`` (every step at rate 1), raw norm :data:`RAW_NORM` × ``clip``, clipped by DP-SGD's own
+    per-sample clipping (``clip_row``). Flat per-sample clipping scales each row by a factor of its norm alone, and
+    every canary's raw norm is the same, so the clipped canaries sum to that one factor × their raw sum: one row
+    through the clipping gives it (m rows of the space would be gigabytes a step: 2,000 × 391,466 weights on
+    digits). At rate 1 the included set never changes, so its sum is built once."""
 
     def __init__(self, canaries: GradientCanaries, clip: float, sample_rate: float, seed: int):
         self.canaries, self.clip, self.sample_rate = canaries, float(clip), float(sample_rate)
@@ -124,9 +133,16 @@ class CanaryGradients:
         self.added += int(present.sum())
         return vec
 
-    def add(self, params: Sequence[torch.nn.Parameter], names: Sequence[str]) -> None:
-        """Add this step's canary sum into each trained parameter's ``summed_grad`` (its slice of the space)."""
+    def add(self, params: Sequence[torch.nn.Parameter], names: Sequence[str], clip_row: ClipRow) -> None:
+        """Add this step's clipped canaries into each trained parameter's ``summed_grad`` (its slice of the space):
+        the raw sum times the factor ``clip_row`` applies to a row of their raw norm, measured along that sum."""
         vec = self.vector()
+        norm = float(vec.norm())
+        if norm == 0.0:  # no canary in this step
+            return
+        raw = RAW_NORM * self.clip
+        factor = float(clip_row(vec * (raw / norm)) @ (vec / norm)) / raw  # 1 / RAW_NORM where DP-SGD clips
+        vec = vec * (factor * RAW_NORM)
         offsets, start = {}, 0
         for name, shape in self.canaries.space:
             offsets[name] = (start, math.prod(shape))
@@ -136,5 +152,5 @@ class CanaryGradients:
             p.summed_grad += vec[begin:begin + size].view_as(p.summed_grad).to(p.summed_grad.device, p.summed_grad.dtype)
 
 
-__all__ = ["GRADIENT_KIND", "CanaryGradients", "GradientCanaries", "parameter_space", "draw_gradient_canaries",
+__all__ = ["GRADIENT_KIND", "RAW_NORM", "CanaryGradients", "GradientCanaries", "parameter_space", "draw_gradient_canaries",
            "unit_direction"]

@@ -289,6 +289,13 @@ def accuracy_table(units: Sequence[Unit]) -> Table:
             out.append((f"source validation accuracy, {domain}", _f3(v)))
         for k, v in (acc.get("method_specific") or {}).items():
             out.append((f"method-specific: {k}", _value(v)))
+        twin = acc.get("without_canaries")
+        if isinstance(twin, dict):
+            change = twin.get("change_with_canaries") or {}
+            out.append(("the same run without the canary audit's canaries: unseen-domain / source validation",
+                        f"{_f3(twin.get('unseen_domain'))} / {_f3((twin.get('source_val') or {}).get('mean'))} (the "
+                        f"canaries changed them by {_signed(change.get('unseen_domain'))} / "
+                        f"{_signed(change.get('source_val_mean'))})"))
         return out
 
     return _aligned(units, cells)
@@ -508,8 +515,23 @@ def _audits(u: Unit, section_key: str, describe: Callable[[dict[str, Any]], str]
         conf = e.get("confidence")
         bound = (f"ε ≥ {_f3(e.get('epsilon_lower_bound'))}"
                  + (f" at {conf:.0%} confidence, δ {e.get('delta')}" if _finite(conf) else ""))
-        out.append((victim, bound + describe(e)))
+        out.append((victim, bound + _fdp_bound(e) + describe(e)))
     return out
+
+
+def _fdp_bound(e: dict[str, Any]) -> str:
+    """The f-DP bound beside Steinke et al.'s, and the test of the accountant's claimed curve."""
+    gdp = e.get("gdp") if isinstance(e.get("gdp"), dict) else {}
+    text = ""
+    if _finite(gdp.get("mu_lower_bound")):
+        text += (f" · f-DP bound: μ ≥ {_f3(gdp['mu_lower_bound'])} (ε ≥ {_f3(gdp.get('epsilon_if_gaussian'))} if the "
+                 f"curve is Gaussian; at most μ {_f3(gdp.get('mu_max_certifiable'))} certifiable)")
+    claim = e.get("claim") if isinstance(e.get("claim"), dict) else {}
+    if _finite(e.get("p_claim")):
+        curve = (f"μ-GDP, μ {_f3(claim.get('mu'))}" if claim.get("curve") == "gaussian" else
+                 f"(ε {_f3(claim.get('epsilon'))}, δ {_text(claim.get('delta'))})")
+        text += f" · test of the accountant's claim ({curve}): p {_pfmt(e['p_claim'])} (before correction across audits)"
+    return text
 
 
 def _gradient_bounds(u: Unit) -> list[tuple[str, str]]:
@@ -922,6 +944,10 @@ def _mb_num(x: Any) -> float | None:
 
 def _f3(x: Any) -> str:
     return f"{x:.3f}" if _finite(x) else MISSING if x is None else _text(x)
+
+
+def _signed(x: Any) -> str:
+    return f"{x:+.3f}" if _finite(x) else MISSING if x is None else _text(x)
 
 
 def _f4(x: Any) -> str:

@@ -329,7 +329,7 @@ def test_a_model_that_learned_nothing_reads_no_medium_or_high_in_19_of_20_seeds(
     uploads, the canary audit — no row may read MEDIUM or HIGH, in at least 19 of 20 seeds (the rules' 5%)."""
     flagged = []
     for seed in range(20):
-        result = tiny_run("fedavg", norm="gn", lr=1e-9, seed=seed, attack="mia,gradinv,canary", inversion_iters=10,
+        result = tiny_run("fedavg", norm="gn", lr=1e-9, seed=seed, attack="mia,gradinv,canary", inversion_iters=10, canary_cost=False,
                           reference_models=2)
         assert result.metrics["accuracy"]["source_val"]["mean"] < 0.3  # it learned nothing
         rows = [(r["row"], r["tier"]) for r in result.metrics["verdict"] if r["tier"] in (HIGH, MEDIUM)]
@@ -359,6 +359,31 @@ def test_a_dp_claim_is_refuted_only_by_a_corrected_test_of_the_claim():
     assert "gradient canaries planted in clean's DP-SGD" in refuted["reason"]
     held = row(entry["epsilon_lower_bound"] + 1.0)
     assert "DOES NOT HOLD" not in held["reason"] and "within the claimed ε" in held["reason"]
+
+
+def test_a_gaussian_claim_beyond_the_delta_cap_is_refuted_by_the_fdp_test_of_its_curve():
+    """ε = 8 is past what Steinke et al.'s (ε, δ) test can ever reject at δ = 1e-5 (its cap is near 6.4), so perfect
+    gradient canaries (2,048, every member given away) cannot refute "(8, 1e-5)-DP"; but full-batch DP-SGD claims
+    more — exactly μ-GDP with μ 1.666 (its ε 8) — and the f-DP test of that curve (Mahloujifar et al. 2025) rejects it:
+    HIGH, "the DP guarantee does not hold". A claim of μ 3 (ε ≈ 17) is not rejected. Without the curve test the first
+    row would stay within the claim."""
+    from fedaudit.canary_bound import audit
+
+    rng = np.random.default_rng(0)
+    included = rng.random(2048) < 0.5
+    entry = audit(included.astype(float) + rng.normal(0, 0.01, 2048), included, 1e-5, 0.95, [32, 64, 128, 256, 512])
+
+    def row(claim: dict | None) -> dict:
+        e = {**entry, "epsilon_spent": 8.0, "rounds": 1, **({"claim": claim} if claim else {})}
+        metrics = {"communication": {"declared": []}, "leakage": {"canary_gradient": {"clean": e}}}
+        return next(r for r in judge(metrics, SERVER) if r["row"] == "membership:canary")
+
+    assert entry["epsilon_lower_bound"] < 8.0 < entry["gdp"]["epsilon_if_gaussian"]
+    refuted = row({"curve": "gaussian", "mu": 1.666})
+    assert refuted["tier"] == HIGH and "THE DP GUARANTEE DOES NOT HOLD" in refuted["reason"], refuted["reason"]
+    assert "the f-DP bound: not μ-GDP for μ below" in refuted["reason"]
+    assert "DOES NOT HOLD" not in row(None)["reason"]  # the (ε, δ) test alone cannot reach ε = 8
+    assert "DOES NOT HOLD" not in row({"curve": "gaussian", "mu": 3.0})["reason"]
 
 
 def test_a_small_canary_bound_in_one_audit_of_many_is_not_a_finding_after_correction():

@@ -28,9 +28,13 @@ Under DP-SGD the auditor also plants **gradient canaries** (the white-box varian
 directions in the trained weights' space, each a record of its DP-SGD with probability ½. The attacker
 gets their count, seed and space (never the coins) and a view of every round; it scores each canary by the
 victim's summed update projected on it. Stored per victim under ``leakage.canary_gradient.<victim>``: the
-one-run bound over :data:`GRADIENT_K_FRACTIONS`, the ceiling, ``ideal_bound`` (what a mechanism spending
-exactly the claimed ε would show these canaries), ``p_claim`` (the test of the claimed ε) and the one-shot
-``estimate`` (Andrew et al. 2024; an estimate, not a bound).
+one-run (ε, δ) bound over :data:`GRADIENT_K_FRACTIONS`, the f-DP bound in the Gaussian family (``gdp``;
+Mahloujifar et al. 2025), the ceiling, ``ideal_bound`` / ``ideal_gdp_mu`` (what a mechanism spending exactly
+the claim would show these canaries), ``claim`` with ``p_claim`` (the f-DP test of the accountant's claimed
+curve: μ-GDP for full-batch DP-SGD, else (ε, δ)) and the one-shot ``estimate`` (Andrew et al. 2024; an
+estimate, not a bound). Both variants' entries carry ``claim``/``p_claim`` under DP. Unless
+``--no-canary-cost``, the same federation is also trained without any canaries and its accuracy stored under
+``accuracy.without_canaries`` (:func:`accuracy_without_canaries`).
 
 Stored per victim under ``leakage.canary.<victim>``: the bound
 (``epsilon_lower_bound``) at ``confidence`` and ``delta`` (the run's
@@ -63,6 +67,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from scipy.optimize import brentq
 
@@ -71,7 +76,7 @@ from fedaudit.attack import INPUT_CANARIES as INPUT
 from fedaudit.attack import Access, Attack, AttackerPrior, CanaryChallenge, GradientCanaryChallenge
 from fedaudit.audit.membership import black_box
 from fedaudit.canary import KIND, plant_canaries
-from fedaudit.canary_bound import audit, ceiling, gaussian_fit, ideal_bound, k_grid, p_value_of_claim
+from fedaudit.canary_bound import audit, ceiling, gaussian_fit, ideal_bounds, k_grid, p_value_of_curve
 from fedaudit.dp import gaussian_epsilon
 from fedaudit.dp_canaries import GRADIENT_KIND, draw_gradient_canaries, parameter_space
 from fedaudit.errors import FedauditError
@@ -109,9 +114,11 @@ GRADIENT_COUNTS = (256, 512, 1024, 2048, 4096)  # the auto choice's ladder; its 
 
 
 def gradient_canary_count(cfg: RunConfig) -> int:
-    """``--gradient-canaries``, or (0, the default) the smallest count of :data:`GRADIENT_COUNTS` whose audit could
-    certify more than the claimed ε (its ceiling), else the largest: at δ = 1e-5 the one-run bound's δ term caps
-    what any count can certify (4096 canaries: about 6.4), so ε = 8 gets 4096."""
+    """``--gradient-canaries``, or (0, the default) the smallest count of :data:`GRADIENT_COUNTS` whose (ε, δ) audit
+    could certify more than the claimed ε (its ceiling), else the largest: at δ = 1e-5 that bound's δ term caps
+    what any count can certify (4096 canaries: about 6.4), so ε = 8 gets 4096 — which also gives the f-DP test,
+    free of that cap (its Gaussian ceiling at 4096 is ε 11.6), the power to catch a DP-SGD with a quarter of its
+    noise or no clipping (tests/test_canary.py)."""
     m = int(cfg.attack_option("canary", "gradient_canaries"))
     if m:
         if m < 2:
@@ -143,12 +150,50 @@ def plant_gradient_canaries(cfg: RunConfig, fed: Federation, victims: Sequence[s
              next(iter(planted.values())).dim if planted else 0)
 
 
-def epsilon_spent(fed: Federation) -> dict[str, float]:
-    """The accountant's ε per client domain (empty without DP)."""
+def accuracy_without_canaries(cfg: RunConfig, method: Method, fed: Federation, clean_split: LODOSplit) -> dict[str, Any]:
+    """What the canaries cost the model: the same federation (same seeds, so the same batches of real records and
+    the same noise) trained on ``clean_split`` — the split before any canary was planted — with no gradient
+    canaries; its accuracy beside the audited run's, and the difference (with − without). Stored under
+    ``accuracy.without_canaries``; off with ``--no-canary-cost``."""
+    from fedaudit.federation import Federation as Twin
+    from fedaudit.wire import Wire
+
+    log.info("canary audit: training the same federation without canaries, to measure what they cost in accuracy")
+    twin = Twin(cfg, type(method)(cfg), fed.dataset, clean_split, fed.device, Wire(None))
+    with torch.random.fork_rng(devices=[fed.device] if fed.device.type == "cuda" else []):  # the attacks' draws stay as they were
+        twin.setup()
+        twin.run()
+    with_, without = fed.results(), twin.results()
+    change = {"unseen_domain": with_["unseen_domain"] - without["unseen_domain"],
+              "source_val_mean": with_["source_val"]["mean"] - without["source_val"]["mean"]}
+    log.info("canary audit: accuracy with canaries %.3f unseen / %.3f source val; without %.3f / %.3f",
+             with_["unseen_domain"], with_["source_val"]["mean"], without["unseen_domain"], without["source_val"]["mean"])
+    return {**without, "change_with_canaries": change,
+            "note": "the same run (seeds, recipe) trained without the canary audit's canaries; change = with − without"}
+
+
+def claims(fed: Federation) -> dict[str, tuple[float, dict[str, Any]]]:
+    """The accountant's ε and claimed privacy curve per client domain (empty without DP)."""
     if fed.dp is None:
         return {}
     clients = fed.dp.summary({c.index: c.domain for c in fed.clients})["clients"]
-    return {d: float(c["epsilon_spent"]) for d, c in clients.items()}
+    return {d: (float(c["epsilon_spent"]), c["curve"]) for d, c in clients.items()}
+
+
+def _judge_claim(entry: dict[str, Any], claim: tuple[float, dict[str, Any]] | None, confidence: float) -> None:
+    """Put the claim beside an audit's entry: ε spent, the claimed curve, the f-DP test of that curve over the k grid
+    (``p_claim``; Bonferroni) and whether this audit alone rejects it (the verdict corrects across audits)."""
+    eps, curve = claim if claim is not None else (None, None)
+    entry["epsilon_spent"] = eps
+    if eps is None:
+        entry["can_refute_claim"], entry["exceeds_claimed"] = None, False
+        return
+    entry["claim"] = curve
+    entry["p_claim"] = p_value_of_curve(int(entry["canaries"]), entry["per_k"], curve)
+    gdp = entry["gdp"]
+    ceiling_eps = max(entry["epsilon_max_certifiable"], gdp["epsilon_max_if_gaussian"] if curve["curve"] == "gaussian" else 0.0)
+    entry["can_refute_claim"] = ceiling_eps > eps
+    entry["exceeds_claimed"] = entry["epsilon_lower_bound"] > eps or entry["p_claim"] <= 1.0 - confidence
 
 
 def audit_canaries(attack: Attack, cfg: RunConfig, method: Method, fed: Federation, prior: AttackerPrior, *,
@@ -165,12 +210,12 @@ def audit_canaries(attack: Attack, cfg: RunConfig, method: Method, fed: Federati
     view = fed.wire.history_view(role) if gradient else fed.wire.view(role)
     answers = attack.run_batch(view, prior, list(victims), fed.device, access)
     outputs = {o.victim: o for o in answers if o.info.get("variant", INPUT) == INPUT}
-    spent = epsilon_spent(fed)
+    claimed = claims(fed)
     out: dict[str, Any] = {}
     for answer in answers:
         if answer.info.get("variant") == GRADIENT:
             gradients = out.setdefault(GRADIENT_SECTION, {})
-            gradients[answer.victim] = _gradient_entry(answer, gradient[answer.victim], cfg, spent.get(answer.victim),
+            gradients[answer.victim] = _gradient_entry(answer, gradient[answer.victim], cfg, claimed.get(answer.victim),
                                                        confidence, _canary_steps(fed, answer.victim))
     for victim in victims:
         answer = outputs[victim]
@@ -182,17 +227,15 @@ def audit_canaries(attack: Attack, cfg: RunConfig, method: Method, fed: Federati
         entry = audit(scores, included, float(cfg.dp_delta), confidence)
         target = {k: v for k, v in answer.info.items() if k != "status"}
         entry.update(signal=getattr(attack, "signal", ""), **target, canary_kind=KIND, auc=_auc(scores, included))
-        eps = spent.get(victim)
-        entry["epsilon_spent"] = eps
-        entry["can_refute_claim"] = None if eps is None else entry["epsilon_max_certifiable"] > eps
-        entry["exceeds_claimed"] = eps is not None and entry["epsilon_lower_bound"] > eps
+        _judge_claim(entry, claimed.get(victim), confidence)
+        eps = entry["epsilon_spent"]
         if entry["exceeds_claimed"]:
             entry["warning"] = (
-                f"the canary audit's ε lower bound {entry['epsilon_lower_bound']:.3f} for {victim} exceeds the ε the "
-                f"accountant spent ({eps:.3f}) at {confidence:.0%} confidence: the DP-SGD implementation or its "
-                "accounting is broken, or the audit is (or the target carries something ε does not cover: see "
-                "privacy.coverage)")
-            log.warning("canary audit: PRIVACY CLAIM REFUTED: %s", entry["warning"])
+                f"the canary audit rejects the accountant's claim for {victim} (ε {eps:.3f}; ε lower bound "
+                f"{entry['epsilon_lower_bound']:.3f}, p of the claimed curve {entry['p_claim']:.2g}) at "
+                f"{confidence:.0%} confidence for this audit alone: the DP-SGD implementation or its accounting is "
+                "broken, or the audit is (or the target carries something ε does not cover: see privacy.coverage)")
+            log.warning("canary audit: %s", entry["warning"])
         out[victim] = entry
         log.info("canary audit, %s (%s): ε ≥ %.3f at %.0f%% (δ %g; %d/%d correct at k=%d; at most %.3f certifiable)%s",
                  victim, entry["target"], entry["epsilon_lower_bound"], 100 * confidence, entry["delta"],
@@ -208,8 +251,8 @@ def _canary_steps(fed: Federation, domain: str) -> int:
     return injector.added if injector is not None else 0
 
 
-def _gradient_entry(answer: Any, canaries: Any, cfg: RunConfig, eps: float | None, confidence: float,
-                    canary_steps: int) -> dict[str, Any]:
+def _gradient_entry(answer: Any, canaries: Any, cfg: RunConfig, claim: tuple[float, dict[str, Any]] | None,
+                    confidence: float, canary_steps: int) -> dict[str, Any]:
     """One victim's gradient-canary audit: the one-run bound over the fine k grid, the p-value of the claimed ε,
     the audit's ceiling, the bound a mechanism spending exactly the claimed ε would give these canaries, and the
     one-shot Gaussian estimate (an estimate, not a bound)."""
@@ -226,23 +269,29 @@ def _gradient_entry(answer: Any, canaries: Any, cfg: RunConfig, eps: float | Non
                  canary_steps=canary_steps, directions_seed=canaries.seed, space_dim=canaries.dim,
                  k_fractions=[round(f, 6) for f in GRADIENT_K_FRACTIONS],
                  estimate={"epsilon": gaussian_epsilon(max(fit["mu"], 0.0), delta) if math.isfinite(fit["mu"]) else math.inf,
-                           "kind": "estimate (Gaussian fit of the scores, Andrew et al. 2024), not a bound", **fit},
-                 epsilon_spent=eps)
+                           "kind": "estimate (Gaussian fit of the scores, Andrew et al. 2024), not a bound", **fit})
+    _judge_claim(entry, claim, confidence)
+    eps = entry["epsilon_spent"]
     if eps is not None:
-        entry["p_claim"] = p_value_of_claim(m, entry["per_k"], eps, delta)
-        entry["exceeds_claimed"] = entry["epsilon_lower_bound"] > eps
-        claimed_mu = brentq(lambda mu: gaussian_epsilon(mu, delta) - eps, 1e-6, 100.0) if eps > 0 else 0.0
-        entry["ideal_bound"] = ideal_bound(included, claimed_mu, delta, confidence, GRADIENT_K_FRACTIONS)
-        entry["ideal_mu"] = claimed_mu
-        entry["can_refute_claim"] = entry["epsilon_max_certifiable"] > eps
-    log.info("canary audit, %s (gradient canaries, %d): ε ≥ %.3f at %.0f%% (%d/%d right at k=%d; ceiling %.3f%s); "
-             "estimate ε ≈ %.2f", answer.victim, m, entry["epsilon_lower_bound"], 100 * confidence, entry["correct"],
-             entry["guesses"], entry["k"], entry["epsilon_max_certifiable"],
-             "" if eps is None else f"; accountant's ε {eps:.3f}, a mechanism spending it exactly: {entry['ideal_bound']:.3f}",
+        curve = entry["claim"]
+        claimed_mu = (float(curve["mu"]) if curve["curve"] == "gaussian" else
+                      brentq(lambda mu: gaussian_epsilon(mu, delta) - eps, 1e-6, 100.0) if eps > 0 else 0.0)
+        ideal = ideal_bounds(included, claimed_mu, delta, confidence, GRADIENT_K_FRACTIONS)
+        entry["ideal_bound"], entry["ideal_gdp_mu"], entry["ideal_mu"] = (ideal["epsilon_lower_bound"],
+                                                                         ideal["mu_lower_bound"], claimed_mu)
+    gdp = entry["gdp"]
+    log.info("canary audit, %s (gradient canaries, %d): ε ≥ %.3f at %.0f%% (%d/%d right at k=%d; ceiling %.3f); f-DP: "
+             "μ ≥ %.3f (ε %.3f if Gaussian)%s; estimate ε ≈ %.2f", answer.victim, m, entry["epsilon_lower_bound"],
+             100 * confidence, entry["correct"], entry["guesses"], entry["k"], entry["epsilon_max_certifiable"],
+             gdp["mu_lower_bound"], gdp["epsilon_if_gaussian"],
+             "" if eps is None else (f"; accountant's ε {eps:.3f} (μ {entry['ideal_mu']:.3f}), a mechanism spending it "
+                                     f"exactly: ε ≥ {entry['ideal_bound']:.3f}, μ ≥ {entry['ideal_gdp_mu']:.3f}"),
              entry["estimate"]["epsilon"])
-    if entry.get("exceeds_claimed"):
-        log.warning("canary audit: PRIVACY CLAIM REFUTED by gradient canaries: ε ≥ %.3f for %s exceeds the accountant's "
-                    "%.3f", entry["epsilon_lower_bound"], answer.victim, eps)
+    if entry["exceeds_claimed"]:
+        log.warning("canary audit: gradient canaries reject the accountant's claim for %s (ε %.3f; p of the claimed "
+                    "curve %.2g, ε ≥ %.3f, μ ≥ %.3f) at %.0f%% for this audit alone (the verdict corrects across "
+                    "audits)", answer.victim, eps, entry["p_claim"], entry["epsilon_lower_bound"], gdp["mu_lower_bound"],
+                    100 * confidence)
     return entry
 
 
@@ -255,4 +304,4 @@ def _auc(scores: np.ndarray, included: np.ndarray) -> float | None:
     return float(roc_auc_score(included, scores))
 
 
-__all__ = ["CONFIDENCE", "audit_canaries", "canary_split", "gradient_canary_count", "plant_gradient_canaries"]
+__all__ = ["CONFIDENCE", "accuracy_without_canaries", "audit_canaries", "canary_split", "gradient_canary_count", "plant_gradient_canaries"]

@@ -650,12 +650,14 @@ def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
 
     Each audit's test is "the training is 0-DP for its records" (no privacy loss at all): the smallest p-value of
     its correct guesses at ε = 0 over the audit's k grid, Bonferroni-corrected for the grid; Holm across audits. Where a DP
-    claim exists, a second test per audit is "the training is (claimed ε, δ)-DP", corrected the same way: the
-    claim is refuted only when that test rejects after Holm over every audit of the row. HIGH when the claim is
+    claim exists, a second test per audit is the f-DP test of the accountant's claimed curve (Mahloujifar et al.
+    2025; μ-GDP for full-batch DP-SGD, else (ε, δ)), corrected the same way; runs stored before the curve was
+    recorded are tested as (ε, δ) by Steinke et al.'s bound. The claim is refuted only when that test rejects after
+    Holm over every audit of the row. HIGH when the claim is
     refuted, or a significant bound reaches ``canary_epsilon_high``; MEDIUM when a bound is significant but
     smaller; LOW only when some audit could have certified ``canary_epsilon_high`` (its ceiling), else
     INCONCLUSIVE."""
-    from fedaudit.canary_bound import p_value_of_claim
+    from fedaudit.canary_bound import p_value_of_claim, p_value_of_curve
 
     key, title = "membership:canary", "membership: canary audit (proven ε lower bound)"
     leakage = metrics.get("leakage") or {}
@@ -675,7 +677,9 @@ def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
         per_k = e.get("per_k") or [{"guesses": r, "correct": v}] * len(e.get("k_grid") or [1])
         p = p_value_of_claim(m, per_k, 0.0, delta)  # "no privacy loss at all" is the claim ε = 0
         bound, spent = float(e["epsilon_lower_bound"]), e.get("epsilon_spent")
-        p_claim = p_value_of_claim(m, per_k, float(spent), delta) if _isnum(spent) else 1.0
+        claim = e.get("claim")
+        p_claim = (1.0 if not _isnum(spent) else p_value_of_curve(m, per_k, claim) if isinstance(claim, dict)
+                   else p_value_of_claim(m, per_k, float(spent), delta))
         claims.append(p_claim)
         powers.append(float(e.get("epsilon_max_certifiable") or 0.0))
         tier = HIGH if bound >= t.canary_epsilon_high else MEDIUM if bound > 0 else LOW
@@ -720,17 +724,22 @@ def _canary_text(variant: str, victim: str, e: dict[str, Any]) -> str:
     counts = (f"{pct(e.get('confidence'))} confidence, δ {e.get('delta')}; {e['correct']} of {e['guesses']} guesses "
               "right")
     claim = "no DP claim" if not _isnum(spent) else f"the accountant claims ε {float(spent):.2f}"
+    gdp = e.get("gdp") if isinstance(e.get("gdp"), dict) else {}
+    fdp = (f"; the f-DP bound: not μ-GDP for μ below {float(gdp['mu_lower_bound']):.2f}, which is ε ≥ "
+           f"{float(gdp['epsilon_if_gaussian']):.2f} if its privacy curve is Gaussian"
+           if _isnum(gdp.get("mu_lower_bound")) and float(gdp["mu_lower_bound"]) > 0 else "")
     if variant == "gradient":
         ideal = e.get("ideal_bound")
         estimate = (e.get("estimate") or {}).get("epsilon")
         return (f"Of {m} gradient canaries planted in {victim}'s DP-SGD, the server's view of its updates proves "
-                f"ε ≥ {bound:.2f} ({counts}; {claim}"
+                f"ε ≥ {bound:.2f} ({counts}; {claim}{fdp}"
                 + (f"; a mechanism spending exactly that would give these canaries about ε ≥ {float(ideal):.2f}"
+                   + (f", μ ≥ {float(e['ideal_gdp_mu']):.2f}" if _isnum(e.get("ideal_gdp_mu")) else "")
                    if _isnum(ideal) else "")
                 + (f"; the one-shot estimate, not a bound: ε ≈ {float(estimate):.2f}" if _isnum(estimate) else "")
                 + f"; at most ε {float(e.get('epsilon_max_certifiable') or 0):.2f} certifiable).")
     return (f"Of {m} canaries planted in {victim}'s training split, the {e.get('target', '?')} reveals which were "
-            f"trained on well enough to prove ε ≥ {bound:.2f} ({counts}; {claim}).")
+            f"trained on well enough to prove ε ≥ {bound:.2f} ({counts}; {claim}{fdp}).")
 
 
 def mia_entries(mia: dict[str, Any], row: str) -> list[tuple[str, str, str, dict[str, Any]]]:
