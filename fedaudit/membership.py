@@ -12,7 +12,7 @@ non-members with :func:`membership_metrics`::
     score = lira_online(phi_t, phi_r, masks)                           # [n]
     report = membership_metrics(score[is_member], score[~is_member])
 
-Attacks (ATTACKS.md, "mia"):
+Attacks (docs/attacks.md, "The attacks"):
 
 * ``loss`` — Yeom et al., CSF 2018: score = −CE(f(x), y).
 * ``lira`` — Carlini et al., "Membership Inference Attacks From First
@@ -62,15 +62,15 @@ Deviations and choices, with reasons:
   The score is a monotone function of Pr(x|θ)/Pr(x), so this choice moves
   only the score's scale, never the ROC.
 
-Statistics (ATTACKS.md, "Leakage metrics"): ROC from
+Statistics (docs/attacks.md, "What the auditor measures"): ROC from
 ``sklearn.metrics.roc_curve``; AUC; TPR at FPR levels as the largest TPR
 with FPR ≤ level, with Clopper–Pearson 95% intervals for the TPR (over the
 member count) and the achieved FPR (over the non-member count); a level is
 *resolvable* only with at least 10/level non-members; membership advantage
 max(TPR − FPR); the 95% band of the AUC under no membership signal.
 
-Nulls at the run's counts (the verdict's tests; ATTACKS.md, "Every number
-sits beside nulls"). Each statistic is judged against its own distribution
+Nulls at the run's counts (the verdict's tests; docs/attacks.md, "Nulls, the twin
+and power"). Each statistic is judged against its own distribution
 when the scores carry no membership signal (members and non-members
 exchangeable), computed for the actual numbers of members and non-members:
 
@@ -108,7 +108,7 @@ GLOBAL_VARIANCE_BELOW = 64  # fewer reference models than this: one pooled varia
 VARIANCE_FLOOR = 1e-8
 RMIA_TEMPERATURE, RMIA_GAMMA, RMIA_OFFLINE_A = 2.0, 2.0, 0.3
 FPR_LEVELS = (0.001, 0.01, 0.1)
-NONMEMBERS_PER_LEVEL = 10  # a level is resolvable with at least 10/level non-members (ATTACKS.md)
+NONMEMBERS_PER_LEVEL = 10  # a level is resolvable with at least 10/level non-members (docs/attacks.md)
 ROC_MAX_POINTS = 200
 EXACT_KS_MAX = 10_000  # n_members × n_nonmembers up to which the KS p-value is exact (beyond: asymptotic, ~1 ms)
 
@@ -138,7 +138,7 @@ def lira_signal(logits: Tensor, labels: Tensor, flipped_logits: Tensor | None = 
     Computed as z_y − logsumexp_{y'≠y} z_{y'} (the softmax normaliser cancels),
     exact even where p_y rounds to 1. With ``flipped_logits`` (the same
     records, horizontally flipped) the result is the mean of both views'
-    signals, as ATTACKS.md prescribes.
+    signals, as LiRA does (Carlini et al. 2022).
     """
     z = logits.double()
     idx = _true_label_index(z, labels)
@@ -475,7 +475,7 @@ def auc_null_interval(n_members: int, n_nonmembers: int, level: float = 0.95) ->
 
 
 def min_nonmembers(level: float) -> int:
-    """Non-members needed to resolve FPR ``level``: 10/level (ATTACKS.md)."""
+    """Non-members needed to resolve FPR ``level``: 10/level (docs/attacks.md)."""
     return math.ceil(NONMEMBERS_PER_LEVEL / level - 1e-9)
 
 

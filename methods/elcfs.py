@@ -49,7 +49,7 @@ Deviations from the paper and why:
   term (L < 1/16) or a 3×3 window, at 32 px up to 7×7.
 * The released code swaps the DC amplitude outright (L = 0, λ = 1) and samples
   1/8 of each client's spectra; the paper's continuous interpolation
-  (λ ~ U(0, 1)) and METHODS.md's random window and full bank are used here.
+  (λ ~ U(0, 1)) and docs/methods.md's random window and full bank are used here.
 * The transform runs on raw images before the engine's normalisation and
   augmentation; the raw and transformed views then get the same random
   translation/flip, so they differ by the frequency transform only.

@@ -50,7 +50,7 @@ batch 32, 20 rounds). ``paper``: SGD lr 1e-3 (momentum 0.9, wd 5e-4),
 5 local epochs, 40 rounds, on the project's paper profile (ResNet-18,
 64 px, batch 32).
 
-Discrepancies between METHODS.md's rule (followed here) and the authors'
+Discrepancies between docs/methods.md's rule (followed here) and the authors'
 released code (MediaBrain-SJTU/FedDG-GA, read not copied):
 
 * The code divides the raw gaps by max|G| without subtracting their mean,

@@ -30,7 +30,7 @@ Deviations from the paper (no public code of the authors' was found):
   R full models, as under FedAvg.
 * Stage 2: the paper draws ẑ's labels from the client's label distribution,
   which the server does not have; fedaudit balances them over the classes.
-  The BN term uses plain L2 norms (METHODS.md; the paper's text says
+  The BN term uses plain L2 norms (docs/methods.md; the paper's text says
   squared). "10,000 epochs" is read as 10k Adam steps on fixed batches of 32
   (every latent moves in every step).
 * Stage 3 uses StarGAN's WGAN-GP losses (not the log-loss written in the

@@ -2,8 +2,7 @@
 
 The page is rendered from a run directory's stored files only
 (:mod:`fedaudit.reports.load`); it formats and explains numbers, it never
-recomputes one. Sections, always all present, in order (ATTACKS.md, "The HTML
-report"): notice, verdict, side by side, what crossed the wire,
+recomputes one. Sections, always all present, in order: notice, verdict, side by side, what crossed the wire,
 reconstructions, membership, accuracy and cost over rounds, provenance;
 ``compare`` adds a privacy–utility scatter after "side by side".
 
@@ -46,7 +45,7 @@ REDACT_BLUR = 0.06  # Gaussian radius as a fraction of the grid's short side: a 
 MISSING = "—"
 NOT_SECTIONS = BOOKKEEPING
 LEVELS = (0.001, 0.01, 0.1)
-RESOLVE_PER_LEVEL = 10  # non-members per unit of FPR needed to resolve a level (ATTACKS.md: 10/FPR)
+RESOLVE_PER_LEVEL = 10  # non-members per unit of FPR needed to resolve a level (docs/attacks.md: 10/FPR)
 
 
 @dataclass

@@ -97,7 +97,7 @@ def _reachable(module: str) -> dict[str, str]:
 
 
 ATTACK_MODULES = sorted(m for m in MODULES if _within(m, ("fedaudit.attacks",)))
-# Only these look plug-ins up in their registries (ARCHITECTURE.md); the sweep drivers go through the API.
+# Only these look plug-ins up in their registries (docs/architecture.md, "Import rules"); the sweep drivers go through the API.
 REGISTRY_USERS = ("fedaudit.api", "fedaudit.cli")
 
 

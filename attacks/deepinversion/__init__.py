@@ -1,7 +1,7 @@
 """deepinversion — synthesise a victim's images from the statistics it shared.
 
 One engine (:mod:`fedaudit.attacks.deepinversion.engine`), dispatched on what the attacker's
-wire view holds (ATTACKS.md, "deepinversion"; the dispatch is :mod:`fedaudit.attacks.targets`,
+wire view holds (docs/attacks.md, "The attacks"; the dispatch is :mod:`fedaudit.attacks.targets`,
 shared with ``mia-artifact``):
 
 * **server** (honest-but-curious, sees every upload). Per victim:

@@ -13,7 +13,7 @@ member) in an :class:`~fedaudit.attack.AttackOutput` per result and target;
 the auditor splits them by the truth it kept and reports
 :func:`fedaudit.membership.membership_metrics`.
 
-Variants (ATTACKS.md, "mia"; the statistics are :mod:`fedaudit.membership`):
+Variants (docs/attacks.md, "The attacks"; the statistics are :mod:`fedaudit.membership`):
 
 * ``loss`` — Yeom et al., CSF 2018: score = −CE(f(x), y). No reference models.
 * ``lira`` — Carlini et al., S&P 2022, reported twice: ``lira_online``

@@ -33,7 +33,7 @@ to float error:
   updated by one ordinary ``torch.optim`` optimizer, which is exact because
   SGD and Adam act element-wise.
 
-``auto`` picks ``vmap`` on CUDA and ``sequential`` on CPU. ATTACKS.md
+``auto`` picks ``vmap`` on CUDA and ``sequential`` on CPU. docs/attacks.md
 records vmap 1.8× faster at N = 8 (7.2× at 64) on an H100 with a GroupNorm
 CNN, but 3× slower on a 2-core CPU. BatchNorm in training mode updates
 running buffers, which vmap cannot batch, so BatchNorm models — and models

@@ -4,7 +4,7 @@ The *auditor* (not the attacker) holds every client's records. For each
 reconstruction ``r`` optimised for class ``c`` it finds ``NN_in``, the nearest
 member (training record) of class ``c``, and ``NN_out``, the nearest holdout
 record (never trained on) of class ``c``, by pixel L2 on [0, 1] images, and
-reports (ATTACKS.md, "Leakage metrics"):
+reports (docs/attacks.md, "What the auditor measures"):
 
 * ``psnr`` / ``ssim`` between ``r`` and ``NN_in`` (mean and best);
 * ``identifiability``: the fraction of ``r`` closer to its nearest member
