@@ -631,31 +631,26 @@ def with_canaries(dp_optimizer, model: nn.Module, canaries: CanaryGradients) -> 
     params = list(dp_optimizer.params)
     param_names = [names[id(p)] for p in params]
     clip_and_accumulate = dp_optimizer.clip_and_accumulate
-    slices, start = {}, 0  # each trained parameter's slice of the canaries' flat space
-    for name, shape in canaries.canaries.space:
-        slices[name] = (slice(start, start + math.prod(shape)), shape)
-        start += math.prod(shape)
 
-    def clip_row(row: Tensor) -> Tensor:
-        """``row`` (the space, flat) as one per-sample gradient through the optimiser's clipping, alone."""
+    def clip_factor(row: Tensor) -> Tensor:
+        """The factor the optimiser's clipping scales ``row`` (the space, flat, on the host) by, as one per-sample
+        gradient alone: ⟨clipped, row⟩ / ‖row‖², a 0-d tensor on the training device."""
         kept = [(p.summed_grad, p.grad_sample) for p in params]
-        out = torch.zeros_like(row)
+        squared = float(row.dot(row))
         for p, name in zip(params, param_names):
-            where, shape = slices[name]
+            where, shape = canaries.slices[name]
             p.summed_grad = None
             p.grad_sample = row[where].view(1, *shape).to(p.device, p.dtype)
         try:
             clip_and_accumulate()
-            for p, name in zip(params, param_names):
-                out[slices[name][0]] = p.summed_grad.detach().flatten().to("cpu", torch.float32)
+            return sum((p.summed_grad * p.grad_sample[0]).sum() for p in params) / squared
         finally:
             for p, (summed, samples) in zip(params, kept):
                 p.summed_grad, p.grad_sample = summed, samples
-        return out
 
     def clip_records_then_canaries() -> None:
         clip_and_accumulate()
-        canaries.add(params, param_names, clip_row)
+        canaries.add(params, param_names, clip_factor)
 
     dp_optimizer.clip_and_accumulate = clip_records_then_canaries
 

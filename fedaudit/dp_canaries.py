@@ -24,7 +24,8 @@ GRADIENT_KIND = ("white-box gradient canaries: random unit directions in the tra
                  "of the victim's DP-SGD whose raw gradient is the direction at 10 × the clipping norm, clipped by "
                  "DP-SGD's own per-sample clipping")
 
-ClipRow = Callable[[torch.Tensor], torch.Tensor]  # one raw per-sample row over the space ↦ that row as DP-SGD clips it
+# one raw per-sample row over the space ↦ the factor DP-SGD's clipping scales it by (0-d, on the training device)
+ClipFactor = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,14 @@ class GradientCanaries:
     def direction(self, i: int) -> torch.Tensor:
         return unit_direction(self.seed, i, self.dim)
 
+    def slices(self) -> dict[str, tuple[slice, tuple[int, ...]]]:
+        """Each trained parameter's slice of the flat space, and its shape."""
+        out, start = {}, 0
+        for name, shape in self.space:
+            out[name] = (slice(start, start + math.prod(shape)), shape)
+            start += math.prod(shape)
+        return out
+
 
 def unit_direction(seed: int, i: int, dim: int) -> torch.Tensor:
     """Canary ``i``'s direction: a standard normal vector of ``dim`` entries from its own seed, scaled to norm 1."""
@@ -86,16 +95,17 @@ def draw_gradient_canaries(victims: Sequence[str], m: int, seed: int,
 class CanaryGradients:
     """Adds a victim's sampled, included gradient canaries to DP-SGD's sum of clipped gradients, step by step.
 
-    ``add(params, names, clip_row)`` runs after the records' clipping and before the noise (Opacus'
+    ``add(params, names, clip_factor)`` runs after the records' clipping and before the noise (Opacus'
     ``summed_grad``), so each canary is one more record of the step: present with the Poisson rate
     ``sample_rate`` (every step at rate 1), raw norm :data:`RAW_NORM` × ``clip``, clipped by DP-SGD's own
-    per-sample clipping (``clip_row``). Flat per-sample clipping scales each row by a factor of its norm alone, and
+    per-sample clipping (``clip_factor``). Flat per-sample clipping scales each row by a factor of its norm alone, and
     every canary's raw norm is the same, so the clipped canaries sum to that one factor × their raw sum: one row
     through the clipping gives it (m rows of the space would be gigabytes a step: 2,000 × 391,466 weights on
     digits). At rate 1 the included set never changes, so its sum is built once."""
 
     def __init__(self, canaries: GradientCanaries, clip: float, sample_rate: float, seed: int):
         self.canaries, self.clip, self.sample_rate = canaries, float(clip), float(sample_rate)
+        self.slices = canaries.slices()
         self.generator = torch.Generator().manual_seed(derive_seed(seed, STEP_STREAM) % 2**63)
         self._always: torch.Tensor | None = None
         self._included = canaries.included.nonzero().flatten()
@@ -133,23 +143,18 @@ class CanaryGradients:
         self.added += int(present.sum())
         return vec
 
-    def add(self, params: Sequence[torch.nn.Parameter], names: Sequence[str], clip_row: ClipRow) -> None:
+    def add(self, params: Sequence[torch.nn.Parameter], names: Sequence[str], clip_factor: ClipFactor) -> None:
         """Add this step's clipped canaries into each trained parameter's ``summed_grad`` (its slice of the space):
-        the raw sum times the factor ``clip_row`` applies to a row of their raw norm, measured along that sum."""
+        the raw sum times the factor ``clip_factor`` gives a row of their raw norm (1 / :data:`RAW_NORM` where
+        DP-SGD clips). The sum is built on the host; the factor stays on the training device (no sync)."""
         vec = self.vector()
-        norm = float(vec.norm())
+        norm = float(vec.norm())  # a host tensor: no device sync
         if norm == 0.0:  # no canary in this step
             return
-        raw = RAW_NORM * self.clip
-        factor = float(clip_row(vec * (raw / norm)) @ (vec / norm)) / raw  # 1 / RAW_NORM where DP-SGD clips
-        vec = vec * (factor * RAW_NORM)
-        offsets, start = {}, 0
-        for name, shape in self.canaries.space:
-            offsets[name] = (start, math.prod(shape))
-            start += math.prod(shape)
+        scale = clip_factor(vec * (RAW_NORM * self.clip / norm)) * RAW_NORM
         for p, name in zip(params, names):
-            begin, size = offsets[name]
-            p.summed_grad += vec[begin:begin + size].view_as(p.summed_grad).to(p.summed_grad.device, p.summed_grad.dtype)
+            piece = vec[self.slices[name][0]].view_as(p.summed_grad).to(p.summed_grad.device, p.summed_grad.dtype)
+            p.summed_grad += piece * scale.to(p.summed_grad.dtype)
 
 
 __all__ = ["GRADIENT_KIND", "RAW_NORM", "CanaryGradients", "GradientCanaries", "parameter_space", "draw_gradient_canaries",

@@ -309,18 +309,28 @@ def test_a_gradient_canary_is_a_record_at_the_clipping_norm_and_either_side_rege
     assert u.shape == (24,) and math.isclose(float(u.norm()), 1.0, rel_tol=1e-6)
     assert torch.equal(u, unit_direction(canaries.seed, 7, 24)) and not torch.equal(u, canaries.direction(8))
     assert 10 < int(canaries.included.sum()) < 30  # fair coins
-    full = CanaryGradients(canaries, clip=2.0, sample_rate=1.0, seed=0)
     expected = 2.0 * sum(canaries.direction(i) for i in range(40) if canaries.included[i])
-    params = [torch.nn.Parameter(torch.zeros(4, 5)), torch.nn.Parameter(torch.zeros(4))]
-    def clipped(row: torch.Tensor) -> torch.Tensor:  # Opacus' flat per-sample clipping of one row at C = 2
-        return row * min(1.0, 2.0 / (float(row.norm()) + 1e-6))
+    # through Opacus' own optimiser: two records' per-sample gradients, clipped at C = 2, then the canaries
+    from opacus.optimizers.optimizer import DPOptimizer
 
-    for clip_row, scale in ((clipped, 1.0), (lambda row: row, RAW_NORM)):
-        for p in params:
-            p.summed_grad = torch.zeros_like(p)
-        full.add(params, ["a.weight", "a.bias"], clip_row)
-        got = torch.cat([params[0].summed_grad.flatten(), params[1].summed_grad.flatten()])
-        assert torch.allclose(got, scale * expected, atol=1e-5)
+    from fedaudit.dp import with_canaries
+
+    records = torch.randn(2, 24) * 5  # raw norms near 24: clipping scales them down
+    clipped_records = records * (2.0 / (records.norm(dim=1, keepdim=True) + 1e-6)).clamp(max=1.0)
+    for clipping, scale in ((None, 1.0), (_unclipped, RAW_NORM)):
+        model = torch.nn.Sequential()
+        model.a = torch.nn.Linear(5, 4)
+        optimizer = DPOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), noise_multiplier=0.0, max_grad_norm=2.0,
+                                expected_batch_size=2)
+        if clipping is not None:  # a DP-SGD that skips clipping
+            optimizer.clip_and_accumulate = clipping.__get__(optimizer)
+        with_canaries(optimizer, model, CanaryGradients(canaries, clip=2.0, sample_rate=1.0, seed=0))
+        model.a.weight.grad_sample = records[:, :20].reshape(2, 4, 5)
+        model.a.bias.grad_sample = records[:, 20:]
+        optimizer.clip_and_accumulate()
+        got = torch.cat([model.a.weight.summed_grad.flatten(), model.a.bias.summed_grad.flatten()])
+        base = clipped_records.sum(0) if clipping is None else records.sum(0)
+        assert torch.allclose(got, base + scale * expected, atol=1e-4), (clipping, (got - base - scale * expected).abs().max())
     sampled = CanaryGradients(canaries, clip=1.0, sample_rate=0.25, seed=0)
     for _ in range(400):
         sampled.vector()
