@@ -386,6 +386,42 @@ def test_a_gaussian_claim_beyond_the_delta_cap_is_refuted_by_the_fdp_test_of_its
     assert "DOES NOT HOLD" not in row({"curve": "gaussian", "mu": 3.0})["reason"]
 
 
+def test_a_claim_rejected_by_one_audit_alone_is_not_refuted_when_the_row_holds_two():
+    """Holm across the row's audits holds the claim test too: 190 of 200 guesses right on 1,000 gradient canaries
+    against a claimed μ-GDP with μ 0.86 gives p 0.031 — refuted when it is the row's only audit, not when a second
+    victim's identical audit shares the row (Holm needs p ≤ 0.025 then). Without the correction both rows would read
+    "the DP guarantee does not hold"."""
+    entry = {"epsilon_lower_bound": 1.0, "canaries": 1000, "guesses": 200, "correct": 190, "k_grid": [100],
+             "per_k": [{"k": 100, "guesses": 200, "correct": 190}], "delta": 1e-5, "confidence": 0.95,
+             "epsilon_max_certifiable": 4.0, "epsilon_spent": 3.5, "claim": {"curve": "gaussian", "mu": 0.86},
+             "rounds": 1}
+
+    def row(victims: int) -> dict:
+        metrics = {"communication": {"declared": []},
+                   "leakage": {"canary_gradient": {f"v{i}": entry for i in range(victims)}}}
+        return next(r for r in judge(metrics, SERVER) if r["row"] == "membership:canary")
+
+    assert "THE DP GUARANTEE DOES NOT HOLD" in row(1)["reason"], row(1)["reason"]
+    assert "DOES NOT HOLD" not in row(2)["reason"], row(2)["reason"]
+
+
+def test_the_audit_pays_for_looking_at_every_k_before_it_proves_any_loss():
+    """One victim's input canaries, three k tried: the best, 41 of 64 guesses right, has p 0.016 against "no privacy
+    loss at all" on its own, but the audit looked at three k, so its p is 0.049 — still MEDIUM at α 0.05; with 40 of
+    64 (p 0.030 alone, 0.090 for the grid) the row is not MEDIUM. Without the grid's Bonferroni factor the second
+    row would read MEDIUM on a p-value picked after looking."""
+    def row(correct: int) -> dict:
+        entry = {"epsilon_lower_bound": 0.05, "canaries": 64, "guesses": 64, "correct": correct, "k_grid": [8, 16, 32],
+                 "per_k": [{"k": 8, "guesses": 16, "correct": 9}, {"k": 16, "guesses": 32, "correct": 17},
+                           {"k": 32, "guesses": 64, "correct": correct}],
+                 "delta": 1e-5, "confidence": 0.95, "epsilon_max_certifiable": 2.7, "epsilon_spent": None, "target": "x"}
+        metrics = {"communication": {"declared": []}, "leakage": {"canary": {"clean": entry}}}
+        return next(r for r in judge(metrics, SERVER) if r["row"] == "membership:canary")
+
+    assert row(41)["tier"] == MEDIUM, row(41)["reason"]
+    assert row(40)["tier"] != MEDIUM, row(40)["reason"]
+
+
 def test_a_small_canary_bound_in_one_audit_of_many_is_not_a_finding_after_correction():
     """Six victims' input canaries, 42 of 64 guesses right each: every audit alone proves ε ≥ 0.07 (p 0.026 for "no
     loss at all"), but with six audits in the row Holm needs p ≤ 0.05/6, and none has it — LOW (the audit could have
