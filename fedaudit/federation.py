@@ -94,6 +94,47 @@ class ClientContext:
         self._engine.record_loss(total, steps)
 
 
+@dataclass(frozen=True)
+class ClientAddress:
+    """A client as the server knows it: its index and domain name (protocol facts), never its data."""
+
+    index: int
+    domain: str
+
+    @property
+    def role(self) -> str:
+        return client_role(self.domain)
+
+
+class ServerContext:
+    """What a server hook (``setup``, ``broadcast``, ``aggregate``, ``setup_aggregate``, ``global_model``) works
+    with, and all it works with: the clients' addresses, the shared model object that holds the global model,
+    the run's config and device, the number of classes, and generators for the server's own streams. It keeps
+    no reference to the federation, so nothing reachable from it holds a client's data or private state; what
+    a server learns from a client comes through the wire, as uploads."""
+
+    __slots__ = ("clients", "model", "cfg", "device", "num_classes")
+
+    def __init__(self, engine: Federation) -> None:
+        self.clients = tuple(ClientAddress(c.index, c.domain) for c in engine.clients)
+        self.model, self.cfg, self.device = engine.model, engine.cfg, engine.device
+        self.num_classes = len(engine.dataset.classes)
+
+    def generator(self, rnd: int, stream: int = 0) -> torch.Generator:
+        """The server's generator for (round, stream): the engine's stream with no client."""
+        return seeded_generator(self.device, derive_seed(self.cfg.seed, rnd, -1, stream))
+
+
+def seeded_generator(device: torch.device, seed: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+def addressed_to(artifacts: list[Artifact], client: Client) -> list[Artifact]:
+    return [a for a in artifacts if a.receiver == client.role]
+
+
 class Federation:
     """Holds the shared model, the clients, the wire, and runs the rounds."""
 
@@ -142,9 +183,7 @@ class Federation:
 
     def generator(self, rnd: int, client: Client | None = None, stream: int = 0) -> torch.Generator:
         """A generator private to (round, client, stream): batch order and augmentation."""
-        g = torch.Generator(device=self.device)
-        g.manual_seed(derive_seed(self.cfg.seed, rnd, -1 if client is None else client.index, stream))
-        return g
+        return seeded_generator(self.device, derive_seed(self.cfg.seed, rnd, -1 if client is None else client.index, stream))
 
     def send(self, artifact: Artifact) -> Artifact:
         """Put ``artifact`` on the wire; return it as the receiver gets it (read-only)."""
@@ -190,6 +229,10 @@ class Federation:
         self._round_loss += total
         self._round_steps += steps
 
+    def deployed_model(self) -> nn.Module | None:
+        """The method's global model loaded into the shared module (None while the server holds none)."""
+        return self.method.global_model(ServerContext(self))
+
     def accuracy(self, model: nn.Module, x: Tensor, y: Tensor) -> float:
         model.eval()
         return accuracy(lambda inp: self.method.predict(model, inp), x, y, self.preprocess, self.cfg.precision)
@@ -197,8 +240,16 @@ class Federation:
     # -- the loop ----------------------------------------------------------------
 
     def setup(self) -> None:
+        """Round 0: the method's one-time exchange before training, in a round's shape (server, clients,
+        server, clients) and through the same wire; most methods only initialise the global model."""
         t0 = time.perf_counter()
-        self.method.setup(self)
+        method, server = self.method, ServerContext(self)
+        sent = [self.send(a) for a in method.setup(server)]
+        uploads = {c.role: [self.send(a) for a in method.setup_upload(ClientContext(self, c), addressed_to(sent, c))]
+                   for c in self.clients}
+        replies = [self.send(a) for a in method.setup_aggregate(server, uploads)]
+        for client in self.clients:
+            method.setup_receive(ClientContext(self, client), addressed_to(replies, client))
         self.timings["setup"] += self._elapsed(t0)
 
     def run(self, on_round_end: Callable[[Federation, int], None] | None = None) -> None:
@@ -214,11 +265,12 @@ class Federation:
         self._round_steps = 0
         method = self.method
         t0 = time.perf_counter()
-        broadcasts = [self.send(a) for a in method.broadcast(self, rnd)]
+        server = ServerContext(self)  # a server hook sees the wire's uploads, not the clients
+        broadcasts = [self.send(a) for a in method.broadcast(server, rnd)]
         uploads: dict[str, list[Artifact]] = {}
         for client in self.clients:
             ctx = ClientContext(self, client)  # a client hook sees its own silo, not the federation
-            method.receive(ctx, [a for a in broadcasts if a.receiver == client.role])
+            method.receive(ctx, addressed_to(broadcasts, client))
             method.local_train(ctx, rnd)
             uploads[client.role] = [self.send(a) for a in method.upload(ctx, rnd)]
         self.timings["local_train"] += self._elapsed(t0)
@@ -229,7 +281,7 @@ class Federation:
                 f"(rounds 1..{rnd - 1} are kept and can be resumed)"
             )
         t0 = time.perf_counter()
-        method.aggregate(self, uploads, rnd)
+        method.aggregate(server, uploads, rnd)
         self.timings["aggregate"] += self._elapsed(t0)
         t0 = time.perf_counter()
         row = self.evaluate(rnd, train_loss)
@@ -238,7 +290,7 @@ class Federation:
         self.rounds_done = rnd
 
     def evaluate(self, rnd: int, train_loss: float) -> dict[str, Any]:
-        model = self.method.global_model(self)
+        model = self.deployed_model()
         if model is None:
             # No deployable model after this round (see Method.global_model): its
             # accuracy is missing (None, an empty history.csv cell) and never selected.

@@ -18,7 +18,7 @@ Either or both may be installed; when both record a message, the reader keeps th
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 

@@ -1,13 +1,20 @@
 """The Method contract: what a FedDG algorithm must say and do.
 
 A method is a small class with a registry ``name`` and hooks that read like
-its paper's algorithm box. The server side (``broadcast``, ``aggregate``) is
-kept apart from the client side (``receive``, ``local_train``, ``upload``);
-everything that crosses between them is an :class:`~fedaudit.wire.Artifact`
-sent through the wire by the engine, never a shared Python object. A client
-hook gets its client's :class:`~fedaudit.federation.ClientContext` (its own
-silo, the shared model, the engine's services bound to it), not the
-federation, so it cannot reach another client's data or the target domain.
+its paper's algorithm box. The server side (``setup``, ``setup_aggregate``,
+``broadcast``, ``aggregate``, ``global_model``) is kept apart from the client
+side (``setup_upload``, ``setup_receive``, ``receive``, ``local_train``,
+``upload``); everything that crosses between them is an
+:class:`~fedaudit.wire.Artifact` sent through the wire by the engine, never a
+shared Python object. A client hook gets its client's
+:class:`~fedaudit.federation.ClientContext` (its own silo, the shared model,
+the engine's services bound to it), a server hook a
+:class:`~fedaudit.federation.ServerContext` (the clients' addresses, the
+global model, the config); neither gets the federation, so a client cannot
+reach another client's data or the target domain, and the server can reach
+no client's data at all. Round 0 (``setup`` .. ``setup_receive``) is the
+one-time exchange before training: style and amplitude banks, FedLSI's
+stage-1 heads and translator.
 
 ``shares`` documents which artifact kinds travel in which direction; tests
 compare it with what the ledger actually recorded, so the documentation
@@ -30,7 +37,7 @@ from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
 if TYPE_CHECKING:
     from fedaudit.config import RunConfig
-    from fedaudit.federation import Client, ClientContext, Federation
+    from fedaudit.federation import Client, ClientContext, Federation, ServerContext
     from fedaudit.recipes import TrainOne
 
 UP, DOWN = "up", "down"
@@ -114,20 +121,35 @@ class Method:
 
     # -- server side ---------------------------------------------------------
 
-    def setup(self, fed: Federation) -> None:
-        """One-time work before round 1. Default: the initial global model is
-        the shared model's random initialisation."""
-        self.global_state = clone_state(model_state(fed.model))
+    def setup(self, server: ServerContext) -> list[Artifact]:
+        """Round 0, before any client works: the server's one-time initialisation, and what it sends
+        the clients then (FedLSI's initial model). Default: the initial global model is the shared
+        model's random initialisation, and nothing is sent."""
+        self.global_state = clone_state(model_state(server.model))
+        return []
 
-    def broadcast(self, fed: Federation, rnd: int) -> list[Artifact]:
+    def setup_aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]]) -> list[Artifact]:
+        """Round 0, from the clients' ``setup_upload`` artifacts (keyed by sender): what the server sends
+        back before round 1 (CCST's style bank, ELCFS's amplitude bank, FedLSI's translator)."""
+        return []
+
+    def broadcast(self, server: ServerContext, rnd: int) -> list[Artifact]:
         """What the server sends to the clients at the start of round ``rnd``."""
         raise NotImplementedError
 
-    def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+    def aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]], rnd: int) -> None:
         """Update the server state from the round's uploads (keyed by sender)."""
         raise NotImplementedError
 
     # -- client side: each hook gets its client's context (ClientContext), not the federation -------
+
+    def setup_upload(self, ctx: ClientContext, got: list[Artifact]) -> list[Artifact]:
+        """Round 0, client side, with what the server's ``setup`` sent it: what the client computes from
+        its own data before round 1 and uploads (its style statistics, amplitude spectra, a stage-1 head)."""
+        return []
+
+    def setup_receive(self, ctx: ClientContext, got: list[Artifact]) -> None:
+        """Round 0, client side: keep what ``setup_aggregate`` sent it (a bank, a translator) in its private state."""
 
     def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:
         """Load what the client got into the shared model (and the client's state)."""
@@ -141,7 +163,7 @@ class Method:
 
     # -- inference -----------------------------------------------------------
 
-    def global_model(self, fed: Federation) -> nn.Module | None:
+    def global_model(self, server: ServerContext) -> nn.Module | None:
         """The model the federation deploys, loaded into the shared module.
 
         None when the server holds no deployable model after this round: one
@@ -149,14 +171,15 @@ class Method:
         before its final round, which sends the BN side only then). The engine
         records that round's accuracy as missing and never selects it; after
         the final round a method must return a model."""
-        load_state_(fed.model, self.global_state)
-        return fed.model
+        load_state_(server.model, self.global_state)
+        return server.model
 
     def predict(self, model: nn.Module, x: Tensor) -> Tensor:
         return model(x)
 
     def score(self, fed: Federation, model: nn.Module) -> Scores:
-        """Accuracy of the deployed ``model`` on every source val split and the
+        """The experimenter's hook, not the server's (it measures on every held-out split, so it sees the
+        federation): accuracy of the deployed ``model`` on every source val split and the
         target domain. Methods whose deployed model is not a classifier (an
         unsupervised encoder scored by a linear probe) override this; ``extra``
         holds method-specific figures, reported at the selected round."""

@@ -82,7 +82,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Client, ClientContext, Federation
+from fedaudit.federation import Client, ClientContext, Federation, ServerContext
 from fedaudit.method import DOWN, UP
 from fedaudit.models.cnn import CNNEncoder
 from fedaudit.style import EPS, adain, feature_style, pooled_feature_style, style_encoder
@@ -156,7 +156,8 @@ def _frozen_keys(model: nn.Module) -> set[str]:
 
 
 class CCST(FedAvg):
-    """FedAvg's broadcast, receive and upload; a style exchange in setup, restyled local training."""
+    """FedAvg's broadcast, receive and upload; a style exchange in round 0 (``setup_upload``,
+    ``setup_aggregate``, ``setup_receive``); restyled local training."""
 
     name = "ccst"
     summary = ("style bank (channel mean/std of each client's features, sent once) + AdaIN toward other clients' "
@@ -192,37 +193,37 @@ class CCST(FedAvg):
 
     # -- the style exchange (once, round 0) ----------------------------------------
 
-    def setup(self, fed: Federation) -> None:
-        super().setup(fed)  # the round-0 global model is the shared initialisation
-        if self.opts["style"] == "single":
-            smallest = min(fed.clients, key=lambda c: c.num_samples)
-            if smallest.num_samples < self.opts["k"]:
-                raise FedauditError(f"method option k of ccst is {self.opts['k']}, but client {smallest.domain} has only "
-                                    f"{smallest.num_samples} training images; use k <= {smallest.num_samples}")
-        encoder = style_encoder(fed.model)
-        uploads = []
-        for client in fed.clients:
-            mean, std = self.client_style(fed, client, encoder)
-            uploads.append(fed.send(Artifact(ArtifactKind.STYLE_BANK, client.role, SERVER, 0, {"mean": mean, "std": std})))
-        bank: dict[str, Tensor] = {}
-        for client, up in zip(fed.clients, uploads):
-            bank[f"{client.domain}/mean"] = up.tensors["mean"]
-            bank[f"{client.domain}/std"] = up.tensors["std"]
-        for client in fed.clients:
-            got = fed.send(Artifact(ArtifactKind.STYLE_BANK, SERVER, client.role, 0, bank))
-            client.state.update({BANK + k: v.clone() for k, v in got.tensors.items()})  # the wire keeps its own copy
+    def setup_upload(self, ctx: ClientContext, got: list[Artifact]) -> list[Artifact]:
+        """Client side: the style(s) of its training images through the frozen first block, (S, C) mean
+        and std (no augmentation), measured on the shared initial model."""
+        client, k = ctx.client, self.opts["k"]
+        if self.opts["style"] == "single" and client.num_samples < k:
+            raise FedauditError(f"method option k of ccst is {k}, but client {client.domain} has only "
+                                f"{client.num_samples} training images; use k <= {client.num_samples}")
+        mean, std = self.client_style(ctx)
+        return [Artifact(ArtifactKind.STYLE_BANK, client.role, SERVER, 0, {"mean": mean, "std": std})]
 
     @torch.no_grad()
-    def client_style(self, fed: Federation, client: Client, encoder: nn.Module) -> tuple[Tensor, Tensor]:
-        """Client side: the style(s) of its training images through the frozen
-        first block, (S, C) mean and std (no augmentation)."""
-        encoder.eval()
-        images = client.data.train_x
+    def client_style(self, ctx: ClientContext) -> tuple[Tensor, Tensor]:
+        encoder = style_encoder(ctx.model).eval()
+        images, n = ctx.client.data.train_x, ctx.client.num_samples
         if self.opts["style"] == "single":
-            pick = torch.randperm(client.num_samples, generator=fed.generator(0, client, PICK_STREAM), device=fed.device)
-            return feature_style(encoder(fed.preprocess(images[pick[: self.opts["k"]]])))
-        chunks = (encoder(fed.preprocess(images[i:i + STYLE_BATCH])) for i in range(0, client.num_samples, STYLE_BATCH))
+            pick = torch.randperm(n, generator=ctx.generator(0, PICK_STREAM), device=ctx.device)
+            return feature_style(encoder(ctx.preprocess(images[pick[: self.opts["k"]]])))
+        chunks = (encoder(ctx.preprocess(images[i:i + STYLE_BATCH])) for i in range(0, n, STYLE_BATCH))
         return pooled_feature_style(chunks)
+
+    def setup_aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]]) -> list[Artifact]:
+        """Server side: every client's style, keyed by domain, as one bank sent to every client."""
+        bank: dict[str, Tensor] = {}
+        for client in server.clients:
+            style = next(a for a in uploads[client.role] if a.kind == ArtifactKind.STYLE_BANK).tensors
+            bank[f"{client.domain}/mean"], bank[f"{client.domain}/std"] = style["mean"], style["std"]
+        return [Artifact(ArtifactKind.STYLE_BANK, SERVER, c.role, 0, bank) for c in server.clients]
+
+    def setup_receive(self, ctx: ClientContext, got: list[Artifact]) -> None:
+        bank = next(a for a in got if a.kind == ArtifactKind.STYLE_BANK)
+        ctx.client.state.update({BANK + k: v.clone() for k, v in bank.tensors.items()})  # the wire keeps its own copy
 
     # -- local training ------------------------------------------------------------
 
@@ -253,9 +254,9 @@ class CCST(FedAvg):
 
     # -- server --------------------------------------------------------------------
 
-    def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+    def aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]], rnd: int) -> None:
         # The style encoder stays exactly at round 0 (averaging identical copies would only add rounding).
-        frozen = _frozen_keys(fed.model)
+        frozen = _frozen_keys(server.model)
         self.average_full_models(uploads, keys=[k for k in self.global_state if k not in frozen])
 
 

@@ -70,7 +70,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Client, ClientContext, Federation
+from fedaudit.federation import ClientContext, ServerContext
 from fedaudit.fourier import amplitude_spectrum, interpolate_low_frequency
 from fedaudit.method import DOWN, UP
 from fedaudit.training import Preprocess, autocast, make_optimizer
@@ -80,7 +80,7 @@ from .fedavg import FedAvg
 
 BANK = "bank/"  # client.state: "bank/<domain>/amplitude", the other clients' spectra it received
 AMPLITUDE = "amplitude"
-# fed.generator streams (stream 0 is the batch order and augmentation, as in train_local)
+# ctx.generator streams (stream 0 is the batch order and augmentation, as in train_local)
 BANK_STREAM, FREQUENCY_STREAM = 1, 2
 INNER_GRAD_CLIP = 100.0  # the authors' clamp on the inner-step gradient
 
@@ -154,24 +154,29 @@ class ELCFS(FedAvg):
 
     # -- the bank (once) ----------------------------------------------------------
 
-    def setup(self, fed: Federation) -> None:
-        if len(fed.clients) < 2:
+    def setup(self, server: ServerContext) -> list[Artifact]:
+        if len(server.clients) < 2:
             raise FedauditError("elcfs mixes amplitude spectra between clients and needs at least 2 source domains; "
                                 "use a dataset with 3 or more domains")
-        super().setup(fed)
-        uploads = [fed.send(self._spectra(fed, client)) for client in fed.clients]
-        bank = {f"{c.domain}/{AMPLITUDE}": a.tensors[AMPLITUDE] for c, a in zip(fed.clients, uploads)}
-        for client in fed.clients:
-            got = fed.send(Artifact(ArtifactKind.AMPLITUDE_BANK, SERVER, client.role, 0, bank))
-            # A copy of its own: the wire keeps the received tensors, and a checkpoint refuses shared storage.
-            client.state.update({BANK + k: v.clone() for k, v in got.tensors.items() if k != f"{client.domain}/{AMPLITUDE}"})
+        return super().setup(server)
 
-    def _spectra(self, fed: Federation, client: Client) -> Artifact:
-        """The client's upload: amplitude spectra of a seeded random ``fraction`` of its raw training images."""
-        n = client.num_samples
-        chosen = torch.randperm(n, generator=fed.generator(0, client, BANK_STREAM), device=fed.device)
+    def setup_upload(self, ctx: ClientContext, got: list[Artifact]) -> list[Artifact]:
+        """Client side: amplitude spectra of a seeded random ``fraction`` of its raw training images."""
+        client, n = ctx.client, ctx.client.num_samples
+        chosen = torch.randperm(n, generator=ctx.generator(0, BANK_STREAM), device=ctx.device)
         images = client.data.train_x[chosen[:bank_size(n, self.opts["fraction"])]].float() / 255.0
-        return Artifact(ArtifactKind.AMPLITUDE_BANK, client.role, SERVER, 0, {AMPLITUDE: amplitude_spectrum(images)})
+        return [Artifact(ArtifactKind.AMPLITUDE_BANK, client.role, SERVER, 0, {AMPLITUDE: amplitude_spectrum(images)})]
+
+    def setup_aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]]) -> list[Artifact]:
+        """Server side: every client's spectra, keyed by domain, as one bank sent to every client."""
+        bank = {f"{c.domain}/{AMPLITUDE}": uploads[c.role][0].tensors[AMPLITUDE] for c in server.clients}
+        return [Artifact(ArtifactKind.AMPLITUDE_BANK, SERVER, c.role, 0, bank) for c in server.clients]
+
+    def setup_receive(self, ctx: ClientContext, got: list[Artifact]) -> None:
+        # A copy of its own (the wire keeps the received tensors, and a checkpoint refuses shared storage),
+        # without its own spectra: it mixes toward other clients' only.
+        own = f"{ctx.client.domain}/{AMPLITUDE}"
+        ctx.client.state.update({BANK + k: v.clone() for k, v in got[0].tensors.items() if k != own})
 
     # -- local training ----------------------------------------------------------
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fedaudit.aggregation import load_state_, model_state, weighted_average_
-from fedaudit.federation import ClientContext, Federation
+from fedaudit.federation import ClientContext, ServerContext
 from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
 
@@ -29,8 +29,8 @@ class FedAvg(Method):
     dp_incompatible = ""
     shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP), (ArtifactKind.SCALARS, UP))
 
-    def broadcast(self, fed: Federation, rnd: int) -> list[Artifact]:
-        return [Artifact(ArtifactKind.FULL_MODEL, SERVER, c.role, rnd, self.global_state) for c in fed.clients]
+    def broadcast(self, server: ServerContext, rnd: int) -> list[Artifact]:
+        return [Artifact(ArtifactKind.FULL_MODEL, SERVER, c.role, rnd, self.global_state) for c in server.clients]
 
     def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:
         for a in artifacts:
@@ -44,7 +44,7 @@ class FedAvg(Method):
         client = ctx.client
         return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(ctx.model)), sample_count(client, rnd)]
 
-    def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+    def aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]], rnd: int) -> None:
         self.average_full_models(uploads)
 
     def average_full_models(self, uploads: dict[str, list[Artifact]], keys: Iterable[str] | None = None) -> None:

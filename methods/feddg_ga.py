@@ -83,7 +83,7 @@ from torch import Tensor, nn
 
 from fedaudit.aggregation import model_state, weighted_average_
 from fedaudit.errors import FedauditError
-from fedaudit.federation import ClientContext, Federation
+from fedaudit.federation import ClientContext, Federation, ServerContext
 from fedaudit.method import DOWN, UP, Scores
 from fedaudit.training import Preprocess, mean_cross_entropy
 from fedaudit.wire import SERVER, Artifact, ArtifactKind
@@ -153,15 +153,17 @@ class FedDGGA(FedAvg):
         # Client side, within one round: the received global model's val loss until upload.
         self._val_loss_received: dict[str, Tensor] = {}
 
-    def setup(self, fed: Federation) -> None:
-        super().setup(fed)
-        empty = [c.domain for c in fed.clients if c.data.val_y.shape[0] == 0]
-        if empty:
-            raise FedauditError(f"feddg_ga needs validation records on every client, but {empty[0]!r} has none; "
-                                "raise the val fraction in --split (e.g. 0.5,0.1,0.4)")
-        self.ga_weights = {c.role: 1.0 / len(fed.clients) for c in fed.clients}
+    def setup(self, server: ServerContext) -> list[Artifact]:
+        self.ga_weights = {c.role: 1.0 / len(server.clients) for c in server.clients}
+        return super().setup(server)
 
     # -- client side -----------------------------------------------------------
+
+    def setup_upload(self, ctx: ClientContext, got: list[Artifact]) -> list[Artifact]:
+        if ctx.client.data.val_y.shape[0] == 0:  # each client measures the aggregate on its own val split
+            raise FedauditError(f"feddg_ga needs validation records on every client, but {ctx.client.domain!r} has "
+                                "none; raise the val fraction in --split (e.g. 0.5,0.1,0.4)")
+        return []
 
     def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:
         client = ctx.client
@@ -183,7 +185,7 @@ class FedDGGA(FedAvg):
 
     # -- server side -----------------------------------------------------------
 
-    def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+    def aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]], rnd: int) -> None:
         roles = list(uploads)
         scalars = {r: next(a for a in uploads[r] if a.kind == ArtifactKind.SCALARS).tensors for r in roles}
         if not self.ga_weights:

@@ -85,7 +85,7 @@ from torch import Tensor, nn
 from fedaudit.aggregation import clone_state, is_bn_buffer, load_state_, model_state, weighted_average_
 from fedaudit.config import RunConfig
 from fedaudit.errors import FedauditError
-from fedaudit.federation import ClientContext, Federation
+from fedaudit.federation import ClientContext, Federation, ServerContext
 from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models.mixed_bn import adapter_parameter_names, convert_to_mixed_bn, load_global_stats_, norm_mode
 from fedaudit.stats import aggregate_bn_stats_, gather_bn_stats
@@ -139,20 +139,21 @@ class FedFD(Method):
 
     # -- server side ---------------------------------------------------------
 
-    def setup(self, fed: Federation) -> None:
+    def setup(self, server: ServerContext) -> list[Artifact]:
         # The initial model's statistics are the first "global" statistics.
-        state = model_state(fed.model)
+        state = model_state(server.model)
         self.global_state = clone_state(state, [k for k in state if not is_bn_buffer(k)])
-        self.global_stats = clone_state(gather_bn_stats(fed.model))
+        self.global_stats = clone_state(gather_bn_stats(server.model))
+        return []
 
-    def broadcast(self, fed: Federation, rnd: int) -> list[Artifact]:
+    def broadcast(self, server: ServerContext, rnd: int) -> list[Artifact]:
         out = []
-        for c in fed.clients:
+        for c in server.clients:
             out.append(Artifact(ArtifactKind.PARTIAL_MODEL, SERVER, c.role, rnd, self.global_state))
             out.append(Artifact(ArtifactKind.GLOBAL_STATS, SERVER, c.role, rnd, self.global_stats))
         return out
 
-    def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+    def aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]], rnd: int) -> None:
         states, stats, weights = [], [], []
         for arts in uploads.values():
             by_kind = {a.kind: a for a in arts}
@@ -213,10 +214,10 @@ class FedFD(Method):
 
     # -- inference -----------------------------------------------------------
 
-    def global_model(self, fed: Federation) -> nn.Module:
-        load_state_(fed.model, self.global_state)
-        load_state_(fed.model, self.global_stats)  # the deployed model normalises with μ_G, σ²_G
-        return fed.model
+    def global_model(self, server: ServerContext) -> nn.Module:
+        load_state_(server.model, self.global_state)
+        load_state_(server.model, self.global_stats)  # the deployed model normalises with μ_G, σ²_G
+        return server.model
 
     # -- checkpoint ----------------------------------------------------------
 

@@ -81,7 +81,7 @@ from torch import Tensor, nn
 from fedaudit.aggregation import load_state_, model_state, weighted_average_
 from fedaudit.augment import SimCLRAugment
 from fedaudit.config import target_exposure
-from fedaudit.federation import Client, ClientContext, Federation
+from fedaudit.federation import Client, ClientContext, Federation, ServerContext
 from fedaudit.losses import nt_xent_loss
 from fedaudit.method import DOWN, UP, Method, Scores
 from fedaudit.probe import extract_features, fit_linear_probe, probe_on_fraction
@@ -207,10 +207,10 @@ class FedGaLA(Method):
 
     # -- server ----------------------------------------------------------------
 
-    def broadcast(self, fed: Federation, rnd: int) -> list[Artifact]:
-        return [Artifact(ArtifactKind.FULL_MODEL, SERVER, c.role, rnd, self.global_state) for c in fed.clients]
+    def broadcast(self, server: ServerContext, rnd: int) -> list[Artifact]:
+        return [Artifact(ArtifactKind.FULL_MODEL, SERVER, c.role, rnd, self.global_state) for c in server.clients]
 
-    def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+    def aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]], rnd: int) -> None:
         states = [a.tensors for arts in uploads.values() for a in arts if a.kind == ArtifactKind.FULL_MODEL]
         counters = []
         for key, prev in self.global_state.items():

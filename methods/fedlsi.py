@@ -14,7 +14,8 @@ head h = BatchNorm1d(p, affine=False) → Linear(p, classes).
 4. Each round clients train with CE + λ_di·‖z − G(z, d, d′)‖², G frozen.
 5. The server aggregates every parameter element-wise, weighted by the
    clients' MAS importances (``IMPORTANCE``); buffers by sample count.
-Stages 1–3 run once (``setup``), stages 4–5 every round.
+Stages 1–3 run once, in round 0 (``setup`` sends the initial model, ``setup_upload`` is stage 1 on each
+client, ``setup_aggregate`` stages 2–3 on the server, ``setup_receive`` keeps G), stages 4–5 every round.
 
 Wire: ``FULL_MODEL`` down (round 0: the common initial model; rounds 2..R:
 the global model), ``CLASSIFIER_HEAD`` up and ``TRANSLATOR`` down once
@@ -83,7 +84,7 @@ from fedaudit.aggregation import (
     weighted_average_,
 )
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Client, ClientContext, Federation
+from fedaudit.federation import Client, ClientContext, Federation, ServerContext
 from fedaudit.latent_inversion import invert_latents
 from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models.classifier import make_head
@@ -95,7 +96,7 @@ from fedaudit.wire import SERVER, Artifact, ArtifactKind
 STAGE1 = "stage1/"  # client.state: the client's stage-1 model (round 1 starts from it; the auditor scores head inversions with its encoder)
 TRANSLATOR = "translator/"  # client.state: the translator it received, and its own client index
 CLIENT_INDEX = "client_index"
-# fed.generator streams (stream 0 is the engine's batch order)
+# generator streams (stream 0 is the engine's batch order)
 INVERSION_STREAM, TRANSLATOR_STREAM, TARGET_STREAM, IMPORTANCE_STREAM = 1, 2, 3, 4
 
 # name: (low, high, integer?) — checked when the method is built
@@ -180,48 +181,54 @@ class FedLSI(Method):
 
     # -- stages 1-3 (once) -------------------------------------------------------
 
-    def setup(self, fed: Federation) -> None:
-        if len(fed.clients) < 2:
+    def setup(self, server: ServerContext) -> list[Artifact]:
+        if len(server.clients) < 2:
             raise FedauditError("fedlsi translates latents between clients and needs at least 2 source domains; "
                                 "use a dataset with 3 or more domains")
-        super().setup(fed)
-        heads: list[Artifact] = []
-        for client in fed.clients:
-            # Stage 1, client side: local CE training from the common initial model, then the head goes up.
-            init = fed.send(Artifact(ArtifactKind.FULL_MODEL, SERVER, client.role, 0, self.global_state))
-            load_state_(fed.model, init.tensors)
-            fed.train_local(client, 0, epochs=self.opts["stage1_epochs"])
-            client.state.update({STAGE1 + k: v.detach().clone() for k, v in model_state(fed.model).items()})
-            head = {k: v for k, v in model_state(fed.model).items()
-                    if k.startswith("head.") and not k.endswith("num_batches_tracked")}
-            heads.append(fed.send(Artifact(ArtifactKind.CLASSIFIER_HEAD, client.role, SERVER, 0, head)))
-        translator = self._invert_and_train_translator(fed, heads)
-        self.translator_state = clone_state(translator.state_dict())
-        for client in fed.clients:
-            tensors = {**self.translator_state, CLIENT_INDEX: torch.tensor(client.index, device=fed.device)}
-            got = fed.send(Artifact(ArtifactKind.TRANSLATOR, SERVER, client.role, 0, tensors))
-            client.state.update({TRANSLATOR + k: v.clone() for k, v in got.tensors.items()})  # the wire keeps its own copy
+        super().setup(server)
+        return [Artifact(ArtifactKind.FULL_MODEL, SERVER, c.role, 0, self.global_state) for c in server.clients]
 
-    def _invert_and_train_translator(self, fed: Federation, heads: list[Artifact]) -> LatentTranslator:
+    def setup_upload(self, ctx: ClientContext, got: list[Artifact]) -> list[Artifact]:
+        """Stage 1, client side: local CE training from the common initial model, then the head goes up."""
+        load_state_(ctx.model, got[0].tensors)
+        ctx.train_local(0, epochs=self.opts["stage1_epochs"])
+        ctx.client.state.update({STAGE1 + k: v.detach().clone() for k, v in model_state(ctx.model).items()})
+        head = {k: v for k, v in model_state(ctx.model).items()
+                if k.startswith("head.") and not k.endswith("num_batches_tracked")}
+        return [Artifact(ArtifactKind.CLASSIFIER_HEAD, ctx.client.role, SERVER, 0, head)]
+
+    def setup_aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]]) -> list[Artifact]:
+        """Stages 2 and 3, server side, then G goes down to every client with that client's domain index."""
+        heads = [uploads[c.role][0] for c in server.clients]
+        translator = self._invert_and_train_translator(server, heads)
+        self.translator_state = clone_state(translator.state_dict())
+        return [Artifact(ArtifactKind.TRANSLATOR, SERVER, c.role, 0,
+                         {**self.translator_state, CLIENT_INDEX: torch.tensor(c.index, device=server.device)})
+                for c in server.clients]
+
+    def setup_receive(self, ctx: ClientContext, got: list[Artifact]) -> None:
+        ctx.client.state.update({TRANSLATOR + k: v.clone() for k, v in got[0].tensors.items()})  # the wire keeps its own copy
+
+    def _invert_and_train_translator(self, server: ServerContext, heads: list[Artifact]) -> LatentTranslator:
         """Stages 2 and 3, server side. The synthetic latents and the
         discriminator are local to this call and discarded when it returns."""
         o = self.opts
-        num_classes = len(fed.dataset.classes)
+        num_classes = server.num_classes
         modules = []
         for artifact in heads:
-            head = make_head("bn_linear", o["latent_dim"], num_classes).to(fed.device)
+            head = make_head("bn_linear", o["latent_dim"], num_classes).to(server.device)
             load_state_(head, {k[len("head."):]: v for k, v in artifact.tensors.items()})
             modules.append(head)
         latents, labels = invert_latents(
             modules, o["num_latents"], num_classes, iterations=o["inversion_iters"], lr=o["inversion_lr"],
             batch_size=o["inversion_batch"], bn_weight=o["lambda_bn"], norm_weight=o["lambda_norm"],
-            generator=fed.generator(0, None, INVERSION_STREAM),
+            generator=server.generator(0, INVERSION_STREAM),
         )
-        domains = torch.arange(len(heads), device=fed.device).repeat_interleave(o["num_latents"])
-        torch.manual_seed(derive_seed(fed.cfg.seed, 0, -1, TRANSLATOR_STREAM))  # G/D initialisation and dropout
+        domains = torch.arange(len(heads), device=server.device).repeat_interleave(o["num_latents"])
+        torch.manual_seed(derive_seed(server.cfg.seed, 0, -1, TRANSLATOR_STREAM))  # G/D initialisation and dropout
         translator, _ = train_latent_translator(
             latents.flatten(0, 1), domains, labels.flatten(), len(heads), iterations=o["translator_iters"],
-            generator=fed.generator(0, None, TRANSLATOR_STREAM), hidden=o["translator_hidden"],
+            generator=server.generator(0, TRANSLATOR_STREAM), hidden=o["translator_hidden"],
             dropout=o["translator_dropout"], batch_size=o["translator_batch"], lr=o["translator_lr"],
             n_critic=o["n_critic"], lambda_cls=o["lambda_cls"], lambda_rec=o["lambda_rec"], lambda_gp=o["lambda_gp"],
         )
@@ -229,10 +236,10 @@ class FedLSI(Method):
 
     # -- stages 4-5 (every round) ----------------------------------------------
 
-    def broadcast(self, fed: Federation, rnd: int) -> list[Artifact]:
+    def broadcast(self, server: ServerContext, rnd: int) -> list[Artifact]:
         if rnd == 1:
             return []  # clients continue from their stage-1 models
-        return [Artifact(ArtifactKind.FULL_MODEL, SERVER, c.role, rnd, self.global_state) for c in fed.clients]
+        return [Artifact(ArtifactKind.FULL_MODEL, SERVER, c.role, rnd, self.global_state) for c in server.clients]
 
     def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:
         client = ctx.client
@@ -314,7 +321,7 @@ class FedLSI(Method):
             sample_count(client, rnd),
         ]
 
-    def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+    def aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]], rnd: int) -> None:
         states, importances, counts = [], [], []
         for arts in uploads.values():
             by_kind = {a.kind: a for a in arts}

@@ -48,7 +48,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from fedaudit.aggregation import model_state, weighted_average_
-from fedaudit.federation import ClientContext, Federation
+from fedaudit.federation import ClientContext, Federation, ServerContext
 from fedaudit.losses import label_smoothing_loss
 from fedaudit.method import DOWN, UP
 from fedaudit.models import MixStyle
@@ -92,6 +92,6 @@ class FedSB(FedAvg):
         client = ctx.client
         return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(ctx.model))]
 
-    def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+    def aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]], rnd: int) -> None:
         states = [a.tensors for arts in uploads.values() for a in arts if a.kind == ArtifactKind.FULL_MODEL]
         weighted_average_(self.global_state, states, [1.0] * len(states))

@@ -85,7 +85,7 @@ from torch.func import functional_call
 from fedaudit.aggregation import clone_state, load_state_, model_state, weighted_average_
 from fedaudit.config import RunConfig
 from fedaudit.errors import FedauditError
-from fedaudit.federation import ClientContext, Federation
+from fedaudit.federation import ClientContext, Federation, ServerContext
 from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models import keep_xan_in_early_stages, xan_bn_side_keys
 from fedaudit.training import LossFn, make_optimizer
@@ -163,19 +163,18 @@ class GPerXAN(Method):
 
     # -- server side ---------------------------------------------------------
 
-    def setup(self, fed: Federation) -> None:
-        super().setup(fed)
+    def setup_upload(self, ctx: ClientContext, got: list[Artifact]) -> list[Artifact]:
         # Every client starts its own BN side from the common initial model
         # (the code's clients load the same starting weights locally); it is
         # never sent, so the round-1 broadcast carries only the shared tensors.
-        for c in fed.clients:
-            c.state = clone_state(self.global_state, self.bn_keys)
+        ctx.client.state = clone_state(model_state(ctx.model), self.bn_keys)
+        return []
 
-    def broadcast(self, fed: Federation, rnd: int) -> list[Artifact]:
+    def broadcast(self, server: ServerContext, rnd: int) -> list[Artifact]:
         shared = {k: self.global_state[k] for k in self.shared_keys}
-        return [Artifact(ArtifactKind.PARTIAL_MODEL, SERVER, c.role, rnd, shared) for c in fed.clients]
+        return [Artifact(ArtifactKind.PARTIAL_MODEL, SERVER, c.role, rnd, shared) for c in server.clients]
 
-    def aggregate(self, fed: Federation, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+    def aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]], rnd: int) -> None:
         states, weights = [], []
         for arts in uploads.values():
             by_kind = {a.kind: a for a in arts}
@@ -192,12 +191,12 @@ class GPerXAN(Method):
         weighted_average_(self.global_state, states, weights, keys)
         self.bn_side_from_wire = self.bn_side_from_wire or received_bn
 
-    def global_model(self, fed: Federation) -> nn.Module | None:
+    def global_model(self, server: ServerContext) -> nn.Module | None:
         if not self.bn_side_from_wire:
             # upload=partial before its final round: the server has no BN side, so
             # there is no deployable model to score or select (see the module docstring).
             return None
-        return super().global_model(fed)
+        return super().global_model(server)
 
     # -- client side ---------------------------------------------------------
 

@@ -20,9 +20,16 @@ TINY = dict(attack="none", dataset="digits", image_size=16, rounds=2, batch_size
 THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
 
 
-@pytest.fixture(autouse=True)
-def _few_threads():
+@pytest.fixture(autouse=True, scope="session")
+def _few_threads_from_the_start():
+    # Session scope: module-scoped fixtures (a whole run a test compares a resumed run with) are set up before any
+    # function-scoped fixture, and a run on 2 threads differs from one on 1 in the last digit of its loss.
     torch.set_num_threads(THREADS)
+
+
+@pytest.fixture(autouse=True)
+def _few_threads(_few_threads_from_the_start):
+    torch.set_num_threads(THREADS)  # again for each test: a test that changed the count may not have restored it
 
 
 @pytest.fixture

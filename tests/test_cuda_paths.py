@@ -216,7 +216,7 @@ def test_every_attack_takes_its_inputs_on_the_cuda_device(name, digits, monkeypa
     def run_on_cuda():
         granted = dataclasses.replace(access or Access(), cache_dir=None)  # no reference-logit cache to key
         if granted.query is not None:
-            deployed = method.global_model(fed).to(CUDA, memory_format=torch.channels_last).eval()
+            deployed = fed.deployed_model().to(CUDA, memory_format=torch.channels_last).eval()
             granted = dataclasses.replace(granted, query=lambda x: method.predict(deployed, x))
         attack.run_batch(_to_cuda(view), prior, victims, CUDA, _to_cuda(granted))
 

@@ -154,3 +154,42 @@ def test_a_step_budget_on_a_one_record_client_fails_clearly_instead_of_hanging()
         next(index_batches(1, 32, torch.Generator(), torch.device("cpu"), steps=5))
     batches = list(index_batches(5, 2, torch.Generator(), torch.device("cpu"), steps=7))
     assert len(batches) == 7 and all(b.numel() == 2 for b in batches)  # cycles past one pass
+
+
+def _reachable_from(root: object) -> set[int]:
+    """ids of every object reachable from ``root`` by reference, not through modules, classes or functions
+    (a function's globals reach everything; the question is what the object itself holds)."""
+    import gc
+    import types
+
+    seen, stack = set(), [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)):
+            continue
+        seen.add(id(obj))
+        stack.extend(gc.get_referents(obj))
+    return seen
+
+
+def test_a_server_hook_reaches_no_client_data(tiny_run):
+    """The threat model for methods: a server hook gets a ServerContext, and nothing reachable from it is a
+    client's split, its private state, the target domain, the wire or the federation. The control: the same
+    walk from a client's silo finds that silo's data, and no other client's."""
+    from fedaudit.federation import ClientContext, ServerContext
+
+    feds = []
+    tiny_run("ccst", rounds=1, on_round_end=lambda fed, rnd: feds.append(fed))  # ccst: clients hold a style bank
+    fed = feds[0]
+
+    def private(client) -> set[int]:
+        d = client.data
+        return {id(t) for t in (d, d.train_x, d.train_y, d.val_x, d.val_y, client.state, *client.state.values())}
+
+    everyone = set().union(*(private(c) for c in fed.clients)) | {id(fed), id(fed.wire), id(fed.target_x), id(fed.target_y)}
+    server = ServerContext(fed)
+    assert not hasattr(server, "__dict__")  # slots: nothing can be hung on it later
+    assert not _reachable_from(server) & everyone
+    own, other = fed.clients[0], fed.clients[1]
+    client_view = _reachable_from(ClientContext(fed, own).client)  # (the context also holds the engine, privately)
+    assert private(own) <= client_view and not private(other) & client_view

@@ -116,7 +116,7 @@ def test_wire_carries_both_val_losses_every_round_and_they_are_the_promised_mode
         view = fed.wire.view(SERVER)
         seen[rnd] = {c.role: view.latest(ArtifactKind.SCALARS, c.role) for c in fed.clients}
         # the loss of this round's aggregate on each client's val split: next round's val_loss_global
-        model = fed.method.global_model(fed)
+        model = fed.deployed_model()
         global_losses[rnd] = {c.role: val_loss(model, fed.method.predict, c.data.val_x, c.data.val_y, fed.preprocess,
                                           fed.cfg.precision).item()
                               for c in fed.clients}

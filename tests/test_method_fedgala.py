@@ -103,7 +103,7 @@ def test_local_training_never_reads_labels(no_probe):
 
 def test_score_is_a_linear_probe_on_the_encoder_with_a_30pct_extra():
     fed = federation()
-    scores = fed.method.score(fed, fed.method.global_model(fed))
+    scores = fed.method.score(fed, fed.deployed_model())
     assert set(scores.val) == {c.domain for c in fed.clients} and set(scores.extra) == {"probe_30pct"}
     assert all(0 <= v <= 1 for v in [*scores.val.values(), scores.target, *scores.extra.values()])
     # Even a random encoder's features carry class information a probe can read; chance is 0.1.

@@ -18,7 +18,7 @@ from torch import nn
 from fedaudit.api import check_names, evaluate
 from fedaudit.config import resolve
 from fedaudit.errors import FedauditError
-from fedaudit.federation import ClientContext
+from fedaudit.federation import ClientContext, ServerContext
 from fedaudit.models import XAN, build_model, keep_xan_in_early_stages, xan_bn_side_keys, xan_layers
 from fedaudit.wire import ArtifactKind
 from fedaudit.methods.gperxan import GPerXAN, guided_loss
@@ -46,7 +46,7 @@ def _run_with_fed(out: Path, **options):
 
     def after(fed, rnd):
         feds.append(fed)
-        deployed.append(fed.method.global_model(fed) is not None)
+        deployed.append(fed.deployed_model() is not None)
 
     result = _run(out, on_round_end=after, keep_artifacts=True, **options)
     return result, feds[-1], deployed
@@ -229,7 +229,7 @@ def test_deployed_bn_side_is_the_sample_weighted_average_of_the_final_uploads(re
             expected = sum(uploads[role][key] * (w / total) for role, w in weights.items())
             assert torch.allclose(server[key], expected, atol=1e-6), key
     # After the last round the deployed model is exactly that server state.
-    deployed = fed.method.global_model(fed).state_dict()
+    deployed = fed.deployed_model().state_dict()
     assert all(torch.equal(deployed[k], v) for k, v in server.items())
 
 
@@ -239,7 +239,7 @@ def test_bn_side_is_personal_and_shared_tensors_are_identical_after_broadcast(fu
     key = next(k for k in method.bn_keys if k.endswith("running_mean"))
     sides = [c.state[key] for c in fed.clients]
     assert not torch.allclose(sides[0], sides[1]) and not torch.allclose(sides[1], sides[2])
-    broadcasts = method.broadcast(fed, ROUNDS + 1)
+    broadcasts = method.broadcast(ServerContext(fed), ROUNDS + 1)
     assert {a.kind for a in broadcasts} == {ArtifactKind.PARTIAL_MODEL}
     for client in fed.clients:
         method.receive(ClientContext(fed, client), [a for a in broadcasts if a.receiver == client.role])

@@ -95,7 +95,7 @@ def make_domain_challenge(fed: Federation, domains: Sequence[str], seed: int) ->
 def black_box(method: Method, fed: Federation) -> Query | None:
     """Query access to the deployed model: normalised inputs → the method's outputs, nothing else
     (None when the method deploys no global model, e.g. gPerXAN's partial variant before assembly)."""
-    model = method.global_model(fed)
+    model = fed.deployed_model()
     if model is None:
         return None
     model.eval()
