@@ -5,7 +5,7 @@ its engine beside it (``deepinversion/engine.py``, ``gradinv/engine.py``,
 ``mia/reference_models.py``), or one module (``canary.py``). What several
 families share sits here too: ``image_optim.py`` (the reconstruction attacks'
 image prior, schedule and default budget) and ``budget.py`` (their options).
-What attacks share with the auditor's counterfactuals (``fedaudit.views``: what
+What attacks share with the auditor's counterfactuals (``fedaudit.simulation.wire_views``: what
 an observer assembles from a wire view) and with methods (latent inversion, BN
 statistics, training recipes) lives below both, in ``fedaudit/``.
 
@@ -31,8 +31,8 @@ from collections.abc import Iterable
 
 from fedaudit.attack import Attack
 from fedaudit.errors import unknown_choice
-from fedaudit.options import Option
-from fedaudit.wire import ArtifactKind
+from fedaudit.run.options import Option
+from fedaudit.simulation.wire import ArtifactKind
 
 from .canary import CanaryAudit
 from .deepinversion import DeepInversion

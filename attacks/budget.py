@@ -1,6 +1,6 @@
 """The inversion budget both reconstruction attacks share (``deepinversion`` and ``gradinv``), declared once.
 
-Each option is an :class:`~fedaudit.options.Option`: its flag, TOML key,
+Each option is an :class:`~fedaudit.run.options.Option`: its flag, TOML key,
 range and recorded value come from here; its default is the engine's own
 (:mod:`fedaudit.attacks.image_optim`), so it is written down once.
 """
@@ -8,7 +8,7 @@ range and recorded value come from here; its default is the engine's own
 from __future__ import annotations
 
 from fedaudit.attacks.image_optim import DEFAULT_ITERS, DEFAULT_LR
-from fedaudit.options import Option
+from fedaudit.run.options import Option
 
 INVERSION_ITERS = Option(DEFAULT_ITERS, "Optimisation steps of deepinversion and gradinv.", kind=int,
                          low=1, high=1_000_000, profiles={"paper": 2000})

@@ -4,10 +4,10 @@
 canary records with their canary labels (a :class:`~fedaudit.attack.CanaryChallenge`)
 — never whether a canary was included — and returns one score per canary:
 −cross-entropy of the target on the record with its (wrong) canary label (the
-loss signal, Yeom et al.; :func:`fedaudit.membership.loss_signal`). Higher =
+loss signal, Yeom et al.; :func:`fedaudit.attacks.mia.scorers.loss_signal`). Higher =
 looks trained on. The target is the victim's last upload where the attacker
 (a curious server) sees one, else the deployed model. Where the auditor planted gradient canaries in the
-victim's DP-SGD (white-box; :mod:`fedaudit.dp_canaries`), it also scores each by the victim's summed update
+victim's DP-SGD (white-box; :mod:`fedaudit.simulation.gradient_canaries`), it also scores each by the victim's summed update
 over every round projected on the canary's direction (:func:`gradient_scores`; only the server sees uploads).
 Planting the canaries, holding the inclusion
 truth and turning guesses into an ε lower bound is the auditor's part:
@@ -26,15 +26,15 @@ from fedaudit.attack import (GRADIENT_CANARIES as GRADIENT, INPUT_CANARIES as IN
                              AttackOutput, GradientCanaryChallenge, Query)
 from fedaudit.attacks.mia.reference_models import eval_views
 from fedaudit.errors import FedauditError
-from fedaudit.membership import loss_signal
-from fedaudit.options import Option
-from fedaudit.dp_canaries import unit_direction
-from fedaudit.wire import SERVER, ArtifactKind, WireView, client_role
+from fedaudit.run.options import Option
+from fedaudit.simulation.gradient_canaries import unit_direction
+from fedaudit.simulation.wire import SERVER, ArtifactKind, WireView, client_role
+from fedaudit.attacks.mia.scorers import loss_signal
 
 from .mia import GLOBAL, LAST_UPLOAD, NOT_APPLICABLE, Skipped, attacker_preprocess, last_upload
 
 if TYPE_CHECKING:
-    from fedaudit.config import RunConfig
+    from fedaudit.run.config import RunConfig
 
 SIGNAL = "-cross-entropy of the target on the canary with its canary (wrong) label (Yeom et al.)"
 

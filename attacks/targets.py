@@ -32,9 +32,9 @@ from torch import Tensor, nn
 
 from fedaudit.attack import AttackerPrior
 from fedaudit.models.classifier import head_layer
-from fedaudit.stats import MEAN, VAR, bn_stat_keys
-from fedaudit.views import count_sources, latest_weights, overlay_state
-from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+from fedaudit.simulation.wire_views import count_sources, latest_weights, overlay_state
+from fedaudit.tensor_ops.bn_statistics import MEAN, VAR, bn_stat_keys
 
 DIFFERENCING = "differencing"
 NO_BN_STATISTICS = "the model carries no batch-normalisation statistics"

@@ -28,16 +28,16 @@ import torch
 import torch.nn.functional as F
 
 from fedaudit.api import resolve_device, save_progress
-from fedaudit.config import RunConfig
 from fedaudit.data import load_dataset, lodo_split
-from fedaudit.federation import Federation
-from fedaudit.runs import ProgressWriter
-from fedaudit.seeds import derive_seed
 from fedaudit.methods.fedavg import FedAvg
 from fedaudit.models import build_model
-from fedaudit.numerics import numerics, run_numerics
-from fedaudit.training import Preprocess
-from fedaudit.wire import Wire
+from fedaudit.run.config import RunConfig
+from fedaudit.run.numerics import numerics, run_numerics
+from fedaudit.run.run_directory import ProgressWriter
+from fedaudit.run.seeds import derive_seed
+from fedaudit.simulation.federation import Federation
+from fedaudit.simulation.training import Preprocess
+from fedaudit.simulation.wire import Wire
 
 
 def sync(device: torch.device) -> None:
@@ -62,7 +62,7 @@ def run_engine(cfg: RunConfig, ds, split, device, run_dir: Path | None = None) -
 
 
 def run_deterministic(cfg: RunConfig, ds, split, device) -> float:
-    """The engine under ``--deterministic``'s settings (fedaudit.numerics)."""
+    """The engine under ``--deterministic``'s settings (fedaudit.run.numerics)."""
     with run_numerics(True):
         return run_engine(replace(cfg, deterministic=True), ds, split, device)
 

@@ -29,8 +29,8 @@ from torch import nn
 from fedaudit.attacks.deepinversion.engine import InversionSettings, InversionTarget, invert
 from fedaudit.attacks.image_optim import image_priors, warmup_cosine
 from fedaudit.models import build_model
-from fedaudit.numerics import numerics
-from fedaudit.stats import bn_modules
+from fedaudit.run.numerics import numerics
+from fedaudit.tensor_ops.bn_statistics import bn_modules
 
 NUM_CLASSES = 10
 

@@ -3,7 +3,7 @@
 N reference models (default 8) of the ``cnn`` with GroupNorm (BatchNorm cannot
 be vmapped) on random halves of one digits domain at 32 px, trained with
 :func:`fedaudit.attacks.mia.reference_models.train_reference_models` and the default
-:class:`~fedaudit.recipes.SGDRecipe` (same init, same batches, same
+:class:`~fedaudit.simulation.recipes.SGDRecipe` (same init, same batches, same
 augmentation per model on both paths):
 
 * sequential — one model after another, ordinary autograd;
@@ -29,9 +29,9 @@ import torch
 from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
 from fedaudit.data import load_dataset
 from fedaudit.models import build_model
-from fedaudit.numerics import numerics
-from fedaudit.recipes import SGDRecipe
-from fedaudit.training import Preprocess
+from fedaudit.run.numerics import numerics
+from fedaudit.simulation.recipes import SGDRecipe
+from fedaudit.simulation.training import Preprocess
 
 
 def sync(device: torch.device) -> None:

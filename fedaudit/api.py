@@ -3,7 +3,7 @@
 config → data (LODO split) → federation (method hooks, wire) → attacks →
 run directory. Orchestration only: the federation trains, the auditor
 (:mod:`fedaudit.audit.session`) runs the attacks and scores them,
-:mod:`fedaudit.results` summarises, :mod:`fedaudit.runs` writes. The CLI is a
+:mod:`fedaudit.run.summary` summarises, :mod:`fedaudit.run.run_directory` writes. The CLI is a
 thin layer over this module. With
 ``target_domain="all"`` every domain is the unseen target once; each gets its
 own sub-directory and the top-level ``metrics.json`` averages them.
@@ -23,20 +23,20 @@ from typing import Any
 
 import torch
 
-from fedaudit import runs
 from fedaudit.audit.session import attack_role_and_victims, run_attacks
 from fedaudit.audit.verdict import RiskThresholds, judge
-from fedaudit.config import RunConfig, from_json, load_toml, parse_method_options, resolve
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.data.split import thin_splits
-from fedaudit.dp import private_config
 from fedaudit.errors import FedauditError, unknown_choice
-from fedaudit.federation import Federation
 from fedaudit.models.factory import is_factory
-from fedaudit.numerics import run_numerics
 from fedaudit.reports import write_report_or_warn
-from fedaudit.results import communication, privacy, provenance, summarise_targets
-from fedaudit.wire import Wire
+from fedaudit.run import run_directory
+from fedaudit.run.config import RunConfig, from_json, load_toml, parse_method_options, resolve
+from fedaudit.run.numerics import run_numerics
+from fedaudit.run.summary import communication, privacy, provenance, summarise_targets
+from fedaudit.simulation.dp_sgd import private_config
+from fedaudit.simulation.federation import Federation
+from fedaudit.simulation.wire import Wire
 
 log = logging.getLogger("fedaudit")
 
@@ -74,7 +74,7 @@ def evaluate(
 ) -> EvaluateResult:
     """Train ``method`` in a LODO federation, attack what it shares, write a run directory.
 
-    ``options`` are :class:`~fedaudit.config.RunConfig` fields (``dataset``,
+    ``options`` are :class:`~fedaudit.run.config.RunConfig` fields (``dataset``,
     ``rounds``, ``target_domain``, ...) and attack options (``inversion_iters``,
     ``reference_models``, ...: ``fedaudit list attacks``); ``resume`` continues an
     interrupted run from its last finished round. Returns the run directory and metrics.
@@ -101,15 +101,15 @@ def evaluate(
         build_model(cfg.model, len(dataset.classes), cfg.image_size, model_args=cfg.model_args)
     if auto_note:  # said once the options are known to be good
         log.info(auto_note)
-    root = runs.new_run_dir(Path(cfg.out).expanduser(), cfg.method, cfg.dataset, "all" if len(targets) > 1 else targets[0])
+    root = run_directory.new_run_dir(Path(cfg.out).expanduser(), cfg.method, cfg.dataset, "all" if len(targets) > 1 else targets[0])
     try:
-        runs.write_json(root / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
+        run_directory.write_json(root / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
                                                "targets": targets})
         return _run_targets(root, cfg, dataset, targets, device, reporter, on_round_end, command, data_seconds)
     except BaseException:
         # A run that failed before its first round leaves nothing to resume: no orphan directory that `report`,
         # `compare` or `--resume` would then trip over.
-        if not runs.has_progress(root):
+        if not run_directory.has_progress(root):
             shutil.rmtree(root, ignore_errors=True)
         raise
 
@@ -168,12 +168,12 @@ def warn_unused_attack_options(given: dict[str, Any], cfg: RunConfig) -> None:
 def _resume(path: Path, reporter: Reporter, on_round_end, model: str | None = None) -> EvaluateResult:
     from fedaudit.attacks import attack_schema
 
-    root = runs.resolve_resume(path)
-    saved = runs.read_json(root / "config.json")
+    root = run_directory.resolve_resume(path)
+    saved = run_directory.read_json(root / "config.json")
     cfg = from_json(saved["config"], attack_schema(saved["config"].get("attack", "none")))
-    if runs.is_complete(root):
+    if run_directory.is_complete(root):
         log.info("run %s is already complete; nothing to resume", root)
-        return EvaluateResult(root, runs.read_json(root / "metrics.json"))
+        return EvaluateResult(root, run_directory.read_json(root / "metrics.json"))
     if is_factory(cfg.model) and model != cfg.model:  # a run directory is a file: it never makes fedaudit import code
         raise FedauditError(f"run {root} trains the model factory {cfg.model}; fedaudit imports code only when the "
                             f"command names it: add --model {cfg.model} to --resume")
@@ -193,15 +193,15 @@ def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, target
         return EvaluateResult(root, metrics)
     per_target = {}
     for target in targets:
-        sub = root / runs.target_dirname(target)
+        sub = root / run_directory.target_dirname(target)
         if not (sub / "config.json").exists():
             sub.mkdir(parents=True, exist_ok=True)
-            runs.write_json(sub / "config.json", {"config": {**cfg.to_json(), "target_domain": target},
+            run_directory.write_json(sub / "config.json", {"config": {**cfg.to_json(), "target_domain": target},
                                                   "config_hash": cfg.hash(), "command": command, "targets": [target]})
         per_target[target] = run_one(sub, cfg, dataset, target, device, reporter, on_round_end, command, data_seconds)
     metrics = summarise_targets(cfg, per_target)
-    runs.write_json(root / "metrics.json", metrics)
-    runs.mark_complete(root, ["config.json", "metrics.json", *(f"{runs.target_dirname(t)}/{runs.COMPLETE}" for t in targets)])
+    run_directory.write_json(root / "metrics.json", metrics)
+    run_directory.mark_complete(root, ["config.json", "metrics.json", *(f"{run_directory.target_dirname(t)}/{run_directory.COMPLETE}" for t in targets)])
     write_report_or_warn(root)  # one report for all targets, rendered from the root and its target-*/ folders
     return EvaluateResult(root, metrics)
 
@@ -210,8 +210,8 @@ def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: 
             reporter: Reporter, on_round_end, command: str, data_seconds: float) -> dict[str, Any]:
     """Train, attack and write one target's run directory (resuming if it has a checkpoint), under the
     run's numeric settings (``--deterministic``)."""
-    if runs.is_complete(run_dir):
-        return runs.read_json(run_dir / "metrics.json")
+    if run_directory.is_complete(run_dir):
+        return run_directory.read_json(run_dir / "metrics.json")
     with run_numerics(cfg.deterministic) as unpinned:
         return _run_one(run_dir, cfg, dataset, target, device, reporter, on_round_end, command, data_seconds, unpinned)
 
@@ -236,7 +236,7 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
     fed = Federation(cfg, method, dataset, split, device, wire)
     if plants:  # white-box canaries go into the DP-SGD itself
         plant_gradient_canaries(cfg, fed, attack_role_and_victims(cfg, [c.domain for c in fed.clients])[1])
-    ckpt = runs.load_checkpoint(run_dir)
+    ckpt = run_directory.load_checkpoint(run_dir)
     if ckpt is not None:
         fed.restore(*ckpt)
         log.info("resuming %s after round %d", run_dir, fed.rounds_done)
@@ -251,7 +251,7 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
 
     reporter.start_target(target, cfg.rounds, fed.rounds_done)
     try:
-        with runs.ProgressWriter(run_dir) as writer:  # leaving it waits for the last round's files
+        with run_directory.ProgressWriter(run_dir) as writer:  # leaving it waits for the last round's files
             fed.run(after_round)
     finally:
         reporter.end_target(target)
@@ -269,7 +269,7 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
 
     stages = {"data": data_seconds, **fed.timings, "attacks": attack_seconds, "wall": time.perf_counter() - wall0}
     metrics = {
-        "schema_version": runs.SCHEMA_VERSION,
+        "schema_version": run_directory.SCHEMA_VERSION,
         "method": cfg.method,
         "dataset": cfg.dataset,
         "target_domain": target,
@@ -283,20 +283,20 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
     # The verdict is computed once, here, from the evidence just stored; the report renders it.
     metrics["verdict"] = judge(metrics, cfg.to_json(), RiskThresholds())
     metrics["verdict_thresholds"] = asdict(RiskThresholds())
-    runs.write_json(run_dir / "metrics.json", metrics)
-    runs.mark_complete(run_dir, RUN_FILES)
-    runs.drop_checkpoint(run_dir)
+    run_directory.write_json(run_dir / "metrics.json", metrics)
+    run_directory.mark_complete(run_dir, RUN_FILES)
+    run_directory.drop_checkpoint(run_dir)
     return metrics
 
 
 def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any) -> tuple[Path, dict[str, Any]]:
     """``fedaudit audit``: attack a recorded federation as ``evaluate`` attacks its own (see
-    :mod:`fedaudit.recorded`); returns (run directory, metrics)."""
+    :mod:`fedaudit.interop.audit_recording`); returns (run directory, metrics)."""
     from fedaudit.attacks import AUTO, attack_options, attack_schema, auto_attacks, get_attacks
     from fedaudit.methods import get_method
-    from fedaudit.recorded import (NO_DATA, audit, audited_model, auditor_data, check_audit_options, data_free_attacks,
+    from fedaudit.interop.audit_recording import (NO_DATA, audit, audited_model, auditor_data, check_audit_options, data_free_attacks,
                                    name_model_records, recorded_config, recorded_shares)
-    from fedaudit.recording import read_recording
+    from fedaudit.interop.recording import read_recording
 
     rec = read_recording(recording)
     explicit = {k: v for k, v in explicit.items() if v is not None}
@@ -334,18 +334,18 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     return run_dir, metrics
 
 
-def save_progress(writer: runs.ProgressWriter, fed: Federation) -> None:
+def save_progress(writer: run_directory.ProgressWriter, fed: Federation) -> None:
     """After each round: history, ledger, and a checkpoint to resume from, written off the training thread."""
     writer.submit(fed.history, fed.wire.ledger_rows(), *fed.checkpoint())
 
 
-# -- for the sweep drivers: the plug-in rooms are looked up here, not in fedaudit.grid -----------------------
+# -- for the sweep drivers: the plug-in rooms are looked up here, not in fedaudit.sweeps.grid -----------------------
 
 
 def run_option_names() -> set[str]:
     """Every option an ``evaluate`` run takes: the RunConfig fields, every attack's, and ``method_options``."""
     from fedaudit.attacks import attack_options
-    from fedaudit.config import FIELDS
+    from fedaudit.run.config import FIELDS
 
     return set(FIELDS) | set(attack_options()) | {"method_options"}
 
@@ -376,8 +376,8 @@ def write_comparison(run_dirs: list[Path], out: Path) -> Path:
 def check_names(cfg: RunConfig) -> None:
     """Names checked against the registries before any data is loaded."""
     from fedaudit.attacks import AUTO, get_attacks
-    from fedaudit.models import ARCHITECTURES, NORM_LAYERS, is_factory
     from fedaudit.methods import get_method
+    from fedaudit.models import ARCHITECTURES, NORM_LAYERS, is_factory
 
     get_method(cfg.method)
     if cfg.attack != AUTO:  # auto is resolved per method by evaluate, before the run's config is final

@@ -1,7 +1,7 @@
 """The Attack contract: an attacker sees a wire view and public knowledge.
 
 An attack receives what an observer in one role saw (a
-:class:`~fedaudit.wire.WireView`), an :class:`AttackerPrior` (the public code
+:class:`~fedaudit.simulation.wire.WireView`), an :class:`AttackerPrior` (the public code
 and protocol facts) and, only where its threat model grants them, the
 :class:`Access` the auditor hands it: black-box queries of the deployed model
 and unlabeled challenges (candidate records without their membership). Never
@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from fedaudit.options import Option
-from fedaudit.wire import WireView
+from fedaudit.run.options import Option
+from fedaudit.simulation.wire import WireView
 
 if TYPE_CHECKING:
-    from fedaudit.config import RunConfig
-    from fedaudit.recipes import TrainOne
+    from fedaudit.run.config import RunConfig
+    from fedaudit.simulation.recipes import TrainOne
 
 ROLES = ("server", "client")
 
@@ -189,7 +189,7 @@ class Attack:
     roles: ClassVar[tuple[str, ...]] = ("server",)
     needs: ClassVar[frozenset[str]] = frozenset()
     plants_canaries: ClassVar[bool] = False  # the auditor must plant records in the training split before training
-    # The attack's options, declared once each (flag, TOML key, range, recorded value: fedaudit.options).
+    # The attack's options, declared once each (flag, TOML key, range, recorded value: fedaudit.run.options).
     options: ClassVar[dict[str, Option]] = {}
 
     @classmethod

@@ -21,10 +21,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fedaudit.config import DEFAULT_SPLIT, parse_split
-from fedaudit.models.factory import parse_model_args
 from fedaudit.errors import FedauditError, PointCrashed, unknown_choice
-from fedaudit.options import Option, flag_of
+from fedaudit.models.factory import parse_model_args
+from fedaudit.run.config import DEFAULT_SPLIT, parse_split
+from fedaudit.run.options import Option, flag_of
 
 # Consoles are made when used, so they follow the terminal (and tests' COLUMNS).
 def console() -> Console:
@@ -123,7 +123,7 @@ PANEL_OF = {
 def declared_options() -> dict[str, tuple[Option, str]]:
     """Every option ``evaluate`` takes as a flag, with its help panel: the run's own, then each registered attack's."""
     from fedaudit.attacks import attack_options
-    from fedaudit.config import OPTIONS
+    from fedaudit.run.config import OPTIONS
 
     out = {name: (opt, PANEL_OF.get(name, "run")) for name, opt in OPTIONS.items()}
     for name, opt in attack_options().items():
@@ -210,7 +210,8 @@ def parsed_options(given: dict[str, Any], fail_on: str | None) -> dict[str, Any]
 
 def evaluate(ctx: typer.Context, **given: Any) -> None:
     """Train a method in a leave-one-domain-out federation, record its wire, attack it, write a run directory."""
-    from fedaudit import api, sweep
+    from fedaudit import api
+    from fedaudit.sweeps.dp_sweep import is_sweep, parse_epsilons, sweep_dp
 
     quiet, split, dp_sweep = given.pop("quiet"), given.pop("split"), given.pop("dp_sweep")
     json_summary, fail_on = given.pop("json_summary"), given.pop("fail_on")
@@ -223,8 +224,8 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
         if model_arg:
             options["model_args"] = parse_model_args(model_arg)
         flags = method_flags(ctx.args)
-        if dp_sweep is not None or (resume is not None and sweep.is_sweep(resume)):
-            swept = sweep.sweep_dp(None if dp_sweep is None else sweep.parse_epsilons(dp_sweep), method, resume=resume,
+        if dp_sweep is not None or (resume is not None and is_sweep(resume)):
+            swept = sweep_dp(None if dp_sweep is None else parse_epsilons(dp_sweep), method, resume=resume,
                                    config=config, method_option=method_option, method_flags=flags,
                                    reporter=RichReporter(quiet or json_summary), command=api.command_line(), **options)
             show_results(list(zip(swept.metrics, swept.run_dirs)), quiet, json_summary,
@@ -248,11 +249,11 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
 
 def audit_signature() -> inspect.Signature:
     """``fedaudit audit RECORDING``: who attacks, the architecture override, where it runs, and every attack option."""
-    from fedaudit.recorded import AUDIT_OPTIONS
+    from fedaudit.interop.audit_recording import AUDIT_OPTIONS
 
     params = [inspect.Parameter("recording", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Path,
                                 default=typer.Argument(..., help="A recording directory (written by fedaudit's Recorder, "
-                                                                 "or fedaudit.flower's recording mod and RecordingGrid)."))]
+                                                                 "or fedaudit.interop.flower's recording mod and RecordingGrid)."))]
     params += [_parameter(name, opt, panel) for name, (opt, panel) in declared_options().items()
                if name in AUDIT_OPTIONS or panel == "attack"]
     params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
@@ -263,7 +264,7 @@ def audit_signature() -> inspect.Signature:
 def audit(recording: Path, **given: Any) -> None:
     """Attack a recorded federation (e.g. a Flower run) as evaluate attacks its own: same controls, verdict and report.
 
-    RECORDING is a directory written by fedaudit's Recorder (any training loop) or fedaudit.flower's recording mod
+    RECORDING is a directory written by fedaudit's Recorder (any training loop) or fedaudit.interop.flower's recording mod
     and RecordingGrid. A recording may name its model's factory; fedaudit imports it only when you pass --model.
     """
     from fedaudit import api
@@ -544,7 +545,7 @@ def sweep(
 
     GRID.toml holds \[fixed] options and \[grid] lists of `fedaudit evaluate` options (see examples/grid.toml).
     """
-    from fedaudit.grid import load_grid, run_grid
+    from fedaudit.sweeps.grid import load_grid, run_grid
 
     _setup_logging(quiet)
     try:

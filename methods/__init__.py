@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fedaudit.errors import unknown_choice
-from fedaudit.method import Method
+from fedaudit.simulation.method import Method
 
 from .ccst import CCST
 from .elcfs import ELCFS

@@ -17,7 +17,7 @@ Option ``style``:
 
 ``k`` is the number of single-image styles a client shares; it is *not* the
 paper's "augmentation level" K (see the second deviation below). The style
-definition (std = sqrt(biased var + 1e-5)) is :mod:`fedaudit.style`'s.
+definition (std = sqrt(biased var + 1e-5)) is :mod:`fedaudit.tensor_ops.style`'s.
 
 Wire: ``STYLE_BANK`` up (one artifact per client in round 0: ``mean`` and
 ``std``, (S, C) float32 with S = 1 or k) and down (one artifact per client in
@@ -82,11 +82,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Client, ClientContext, Federation, ServerContext
-from fedaudit.method import DOWN, UP
 from fedaudit.models.cnn import CNNEncoder
-from fedaudit.style import EPS, adain, feature_style, pooled_feature_style, style_encoder
-from fedaudit.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.simulation.federation import Client, ClientContext, Federation, ServerContext
+from fedaudit.simulation.method import DOWN, UP
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.tensor_ops.style import EPS, adain, feature_style, pooled_feature_style, style_encoder
 
 from .fedavg import FedAvg
 

@@ -4,7 +4,7 @@ Qin, Dou and Heng, CVPR 2021).
 
 Once, before round 1, every client uploads the Fourier amplitude spectra
 ``|FFT2(x)|`` of its training images (``fraction`` of them, default all;
-:mod:`fedaudit.fourier` defines the spectrum: full, unshifted, of the raw
+:mod:`fedaudit.tensor_ops.fourier` defines the spectrum: full, unshifted, of the raw
 [0, 1] images, one per image and channel, shaped like the images) and the
 server broadcasts the whole bank to every client.
 
@@ -44,7 +44,7 @@ Deviations from the paper and why:
 * The logged ``train_loss`` is L_in + L_out, the objective being minimised
   (about twice a plain CE loss).
 * The window: frequencies with |u|, |v| < L·min(H, W), FDA's square except at
-  integer boundaries, and empty at L = 0 (see ``fedaudit.fourier``). At the
+  integer boundaries, and empty at L = 0 (see ``fedaudit.tensor_ops.fourier``). At the
   paper's 384 px L ≤ 0.1 spans up to 77×77 frequencies; at 16 px only the DC
   term (L < 1/16) or a 3×3 window, at 32 px up to 7×7.
 * The released code swaps the DC amplitude outright (L = 0, λ = 1) and samples
@@ -70,11 +70,11 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from fedaudit.errors import FedauditError
-from fedaudit.federation import ClientContext, ServerContext
-from fedaudit.fourier import amplitude_spectrum, interpolate_low_frequency
-from fedaudit.method import DOWN, UP
-from fedaudit.training import Preprocess, autocast, make_optimizer
-from fedaudit.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.simulation.federation import ClientContext, ServerContext
+from fedaudit.simulation.method import DOWN, UP
+from fedaudit.simulation.training import Preprocess, autocast, make_optimizer
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.tensor_ops.fourier import amplitude_spectrum, interpolate_low_frequency
 
 from .fedavg import FedAvg
 

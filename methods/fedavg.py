@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fedaudit.aggregation import load_state_, model_state, weighted_average_
-from fedaudit.federation import ClientContext, ServerContext
-from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
-from fedaudit.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.simulation.aggregation import load_state_, model_state, weighted_average_
+from fedaudit.simulation.federation import ClientContext, ServerContext
+from fedaudit.simulation.method import DOWN, UP, Method, sample_count, sample_weight
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 
 
 class FedAvg(Method):

@@ -81,12 +81,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fedaudit.aggregation import model_state, weighted_average_
 from fedaudit.errors import FedauditError
-from fedaudit.federation import ClientContext, Federation, ServerContext
-from fedaudit.method import DOWN, UP, Scores
-from fedaudit.training import Preprocess, mean_cross_entropy
-from fedaudit.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.simulation.aggregation import model_state, weighted_average_
+from fedaudit.simulation.federation import ClientContext, Federation, ServerContext
+from fedaudit.simulation.method import DOWN, UP, Scores
+from fedaudit.simulation.training import Preprocess, mean_cross_entropy
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 
 from .fedavg import FedAvg
 

@@ -36,7 +36,7 @@ batch 32 (about 3 epochs of a ~225-record client, as fedavg's quick profile).
 Readings of the paper and deviations from it:
 
 * Global statistics are the pooled statistics of the clients' union,
-  σ²_G = Σ w_k (σ²_k + μ_k²) − μ_G² (``fedaudit.stats``). The paper gets them
+  σ²_G = Σ w_k (σ²_k + μ_k²) − μ_G² (``fedaudit.tensor_ops.bn_statistics``). The paper gets them
   "through the global model's parameters", i.e. a FedAvg of the BN buffers,
   which averages the variances and drops the spread of client means; that
   is ``--method-option global_stats=mean``.
@@ -82,14 +82,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedaudit.aggregation import clone_state, is_bn_buffer, load_state_, model_state, weighted_average_
-from fedaudit.config import RunConfig
 from fedaudit.errors import FedauditError
-from fedaudit.federation import ClientContext, Federation, ServerContext
-from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models.mixed_bn import adapter_parameter_names, convert_to_mixed_bn, load_global_stats_, norm_mode
-from fedaudit.stats import aggregate_bn_stats_, gather_bn_stats
-from fedaudit.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.run.config import RunConfig
+from fedaudit.simulation.aggregation import clone_state, is_bn_buffer, load_state_, model_state, weighted_average_
+from fedaudit.simulation.federation import ClientContext, Federation, ServerContext
+from fedaudit.simulation.method import DOWN, UP, Method, sample_count, sample_weight
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.tensor_ops.bn_statistics import aggregate_bn_stats_, gather_bn_stats
 
 GLOBAL_STATS_CHOICES = ("pooled", "mean")
 

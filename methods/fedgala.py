@@ -6,7 +6,7 @@ Unsupervised: clients train SimCLR and never read a label.
 
 * **Local training**: two SimCLR views of each batch (random resized crop,
   flip where the dataset allows it, colour jitter, grayscale;
-  :mod:`fedaudit.augment`), one forward pass over both, NT-Xent with
+  :mod:`fedaudit.tensor_ops.augment`), one forward pass over both, NT-Xent with
   τ = 0.5 (``temperature``) on the output of a projection MLP.
 * **Local gradient alignment**: after every backward pass, for each
   parameter tensor l, if cos(g_l, Δ_l) < ``align_threshold`` (0) that
@@ -29,7 +29,7 @@ the classifier head, so ``model(x)`` is the SimCLR embedding and
 shared model and crosses the wire with it (the thesis: 4096 → 2048 after a
 ResNet-18; ``proj_hidden``, ``proj_dim``).
 
-Accuracy is a linear probe (:mod:`fedaudit.probe`) on the frozen global
+Accuracy is a linear probe (:mod:`fedaudit.tensor_ops.linear_probe`) on the frozen global
 encoder's features (before the projection, as the thesis' words say; the
 authors' code appears to probe the projector's 2048-d output):
 
@@ -55,7 +55,7 @@ translation/flip augmentation off (``augment = false``): the SimCLR views
 replace it (a config file may turn it back on; it then runs first).
 
 Deviations: the SimCLR augmentations are batched approximations (see
-:mod:`fedaudit.augment`); the linear probe is fitted on features extracted
+:mod:`fedaudit.tensor_ops.augment`); the linear probe is fitted on features extracted
 once, without augmentation, by full-batch L-BFGS instead of 100 epochs of Adam
 on augmented images; aggregation is unweighted (no sample counts cross the
 wire); the ResNet keeps torchvision's adaptive pooling (the thesis' variant
@@ -78,16 +78,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedaudit.aggregation import load_state_, model_state, weighted_average_
-from fedaudit.augment import SimCLRAugment
-from fedaudit.config import target_exposure
-from fedaudit.federation import Client, ClientContext, Federation, ServerContext
-from fedaudit.losses import nt_xent_loss
-from fedaudit.method import DOWN, UP, Method, Scores
-from fedaudit.probe import extract_features, fit_linear_probe, probe_on_fraction
-from fedaudit.seeds import derive_seed
-from fedaudit.training import LossFn, Preprocess, index_batches, make_optimizer, train_steps
-from fedaudit.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.run.config import target_exposure
+from fedaudit.run.seeds import derive_seed
+from fedaudit.simulation.aggregation import load_state_, model_state, weighted_average_
+from fedaudit.simulation.federation import Client, ClientContext, Federation, ServerContext
+from fedaudit.simulation.method import DOWN, UP, Method, Scores
+from fedaudit.simulation.training import LossFn, Preprocess, index_batches, make_optimizer, train_steps
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.tensor_ops.augment import SimCLRAugment
+from fedaudit.tensor_ops.linear_probe import extract_features, fit_linear_probe, probe_on_fraction
+from fedaudit.tensor_ops.losses import nt_xent_loss
 
 PREV = "prev_global/"  # client.state prefix: the global parameters received last round
 VIEW_STREAM = 1  # fed.generator stream for the SimCLR views (stream 0 orders the batches)

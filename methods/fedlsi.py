@@ -7,7 +7,7 @@ head h = BatchNorm1d(p, affine=False) → Linear(p, classes).
 1. Every client trains locally with CE, then uploads its head only
    (``CLASSIFIER_HEAD``: the BN running statistics and the linear layer).
 2. The server inverts each head into s synthetic latents ẑ
-   (:func:`fedaudit.latent_inversion.invert_latents`).
+   (:func:`fedaudit.tensor_ops.latent_inversion.invert_latents`).
 3. The server trains a latent StarGAN translator G(z, c_src, c_trg) on the ẑ
    (:func:`fedaudit.models.translator.train_latent_translator`) and
    broadcasts G (``TRANSLATOR``); the ẑ and the discriminator are discarded.
@@ -75,7 +75,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedaudit.aggregation import (
+from fedaudit.simulation.aggregation import (
     StateDict,
     clone_state,
     importance_weighted_average_,
@@ -84,14 +84,14 @@ from fedaudit.aggregation import (
     weighted_average_,
 )
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Client, ClientContext, Federation, ServerContext
-from fedaudit.latent_inversion import invert_latents
-from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models.classifier import make_head
 from fedaudit.models.translator import LatentTranslator, train_latent_translator
-from fedaudit.seeds import derive_seed
-from fedaudit.training import autocast
-from fedaudit.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.run.seeds import derive_seed
+from fedaudit.simulation.federation import Client, ClientContext, Federation, ServerContext
+from fedaudit.simulation.method import DOWN, UP, Method, sample_count, sample_weight
+from fedaudit.simulation.training import autocast
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.tensor_ops.latent_inversion import invert_latents
 
 STAGE1 = "stage1/"  # client.state: the client's stage-1 model (round 1 starts from it; the auditor scores head inversions with its encoder)
 TRANSLATOR = "translator/"  # client.state: the translator it received, and its own client index

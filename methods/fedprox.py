@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.federation import ClientContext
-from fedaudit.wire import Artifact, ArtifactKind
+from fedaudit.simulation.federation import ClientContext
+from fedaudit.simulation.wire import Artifact, ArtifactKind
 
 from .fedavg import FedAvg
 

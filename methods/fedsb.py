@@ -47,12 +47,12 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from fedaudit.aggregation import model_state, weighted_average_
-from fedaudit.federation import ClientContext, Federation, ServerContext
-from fedaudit.losses import label_smoothing_loss
-from fedaudit.method import DOWN, UP
 from fedaudit.models import MixStyle
-from fedaudit.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.simulation.aggregation import model_state, weighted_average_
+from fedaudit.simulation.federation import ClientContext, Federation, ServerContext
+from fedaudit.simulation.method import DOWN, UP
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.tensor_ops.losses import label_smoothing_loss
 
 from .fedavg import FedAvg
 

@@ -82,14 +82,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from fedaudit.aggregation import clone_state, load_state_, model_state, weighted_average_
-from fedaudit.config import RunConfig
 from fedaudit.errors import FedauditError
-from fedaudit.federation import ClientContext, Federation, ServerContext
-from fedaudit.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.models import keep_xan_in_early_stages, xan_bn_side_keys
-from fedaudit.training import LossFn, make_optimizer
-from fedaudit.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.run.config import RunConfig
+from fedaudit.simulation.aggregation import clone_state, load_state_, model_state, weighted_average_
+from fedaudit.simulation.federation import ClientContext, Federation, ServerContext
+from fedaudit.simulation.method import DOWN, UP, Method, sample_count, sample_weight
+from fedaudit.simulation.training import LossFn, make_optimizer
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 
 UPLOADS = ("full", "partial")
 _PARTIAL_SHARES = ((ArtifactKind.PARTIAL_MODEL, DOWN), (ArtifactKind.PARTIAL_MODEL, UP), (ArtifactKind.SCALARS, UP),

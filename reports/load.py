@@ -2,7 +2,7 @@
 
 A single-target run directory holds ``config.json``, ``metrics.json``,
 ``history.csv``, ``wire.jsonl``, ``images/*.png`` and ``COMPLETE``
-(:mod:`fedaudit.runs`). A ``target_domain=all`` run holds the averaged
+(:mod:`fedaudit.run.run_directory`). A ``target_domain=all`` run holds the averaged
 ``metrics.json`` at its root and one such directory per target
 (``target-<domain>/``); the report renders one *unit* per target, and the
 root's own averages beside them.
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedaudit import runs
 from fedaudit.errors import FedauditError
+from fedaudit.run import run_directory
 
 
 @dataclass
@@ -69,8 +69,8 @@ def load_run(path: str | Path) -> Run:
     if not root.is_dir() or not (root / "config.json").is_file():
         raise FedauditError(f"{root} is not a fedaudit run directory (no config.json); "
                             "give a folder written by `fedaudit evaluate`")
-    if not runs.is_complete(root) or not (root / "metrics.json").is_file():
-        raise FedauditError(f"{root} is an incomplete run (no {runs.COMPLETE} marker); "
+    if not run_directory.is_complete(root) or not (root / "metrics.json").is_file():
+        raise FedauditError(f"{root} is an incomplete run (no {run_directory.COMPLETE} marker); "
                             f"finish it with `fedaudit evaluate --resume {root}` first")
     config = _read_json(root / "config.json")
     metrics = _read_json(root / "metrics.json")
@@ -79,8 +79,8 @@ def load_run(path: str | Path) -> Run:
 
     units = []
     for target in config.get("targets") or list((metrics.get("accuracy") or {}).get("per_target") or {}):
-        sub = root / runs.target_dirname(target)
-        if not runs.is_complete(sub) or not (sub / "metrics.json").is_file():
+        sub = root / run_directory.target_dirname(target)
+        if not run_directory.is_complete(sub) or not (sub / "metrics.json").is_file():
             raise FedauditError(f"{root} is an incomplete run: target {target} has no finished {sub.name}/; "
                                 f"finish it with `fedaudit evaluate --resume {root}` first")
         units.append(_load_unit(sub, _read_json(sub / "config.json"), _read_json(sub / "metrics.json")))
@@ -113,7 +113,7 @@ def _image_paths(leakage: dict[str, Any]) -> list[str]:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return runs.read_json(path)
+        return run_directory.read_json(path)
     except (OSError, ValueError) as exc:
         raise FedauditError(f"cannot read {path}: {exc}; the run directory is damaged — re-run it") from None
 

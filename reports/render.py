@@ -29,10 +29,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fedaudit import runs
 from fedaudit.errors import FedauditError
 from fedaudit.reports import plots
 from fedaudit.reports.load import Run, Unit, load_run
+from fedaudit.run import run_directory
 from fedaudit.audit.verdict import (ARTIFACT, BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_ASSESSED, NOT_RECONSTRUCTIONS,
                                     RiskThresholds, advice, judge, load_thresholds, mia_level)
 
@@ -70,7 +70,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, *, redact: 
     html = render([run], redact=redact, thresholds=tiers, compare=False)
     path = (Path(out).expanduser() if out is not None
             else run.run_dir / (REDACTED_REPORT_NAME if redact else REPORT_NAME))
-    runs.write_text(path, html)
+    run_directory.write_text(path, html)
     return path
 
 
@@ -86,7 +86,7 @@ def write_compare(run_dirs: Sequence[str | Path], out: str | Path, *, redact: bo
                     what, ", ".join(values))
     html = render(loaded, redact=redact, thresholds=tiers, compare=True)
     path = Path(out).expanduser()
-    runs.write_text(path, html)
+    run_directory.write_text(path, html)
     return path
 
 

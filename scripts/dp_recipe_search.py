@@ -1,4 +1,4 @@
-"""The search behind fedaudit's DP-SGD recipe (``DP_RECIPE`` in fedaudit/config.py, issue 20).
+"""The search behind fedaudit's DP-SGD recipe (``DP_RECIPE`` in fedaudit/run/config.py, issue 20).
 
     python scripts/dp_recipe_search.py --out runs/dp-recipe-search            # every stage, then the checks
     python scripts/dp_recipe_search.py --out runs/dp-recipe-search --stage batch
@@ -29,7 +29,7 @@ source-val accuracy (the simpler, earlier choice stands within the noise). Then 
 the noise taken out (σ = 0; the DP path's Poisson batches and clipping at norm 1, batch 32) over the
 learning rate, which finds the step clipping needs when noise is no limit. The recipe's step is that clean
 one, shrunk by √(noise-to-signal target / ratio) when the noise cannot be batched below the target —
-the curve through both optima (fedaudit.dp.choose_batch). Then ``check``: fedaudit's
+the curve through both optima (fedaudit.simulation.dp_sgd.choose_batch). Then ``check``: fedaudit's
 default recipe (``DP_RECIPE``, set from the stages) at ε = 10,000, 8 and 1, beside the run without DP;
 at ε = 10,000 it shows whether clipping and step scaling alone cost accuracy (issue 20's first acceptance
 point).
@@ -46,8 +46,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedaudit.config import OPTIONS
-from fedaudit.grid import Grid, run_grid
+from fedaudit.run.config import OPTIONS
+from fedaudit.sweeps.grid import Grid, run_grid
 
 BASE: dict[str, Any] = {"method": "fedavg", "dataset": "digits", "model": "cnn", "norm": "gn", "attack": "none",
                         "seed": 0, "dp_max_grad_norm": 1.0}
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage in ("batch-low-noise", "all"):
         # The batch where noise is small: ε = 10,000 (σ ≈ 0.06–0.07), the clean step (lr 0.5, no shrink, as a
         # given --batch-size turns it off). With the ε = 8 stages' "all records" it sets the batch target:
-        # the largest ratio a batch may leave (DP_NOISE_TO_SIGNAL, fedaudit.dp.choose_batch).
+        # the largest ratio a batch may leave (DP_NOISE_TO_SIGNAL, fedaudit.simulation.dp_sgd.choose_batch).
         low = run_stage(out, "batch-low-noise", {**base, **START, "dp_epsilon": 10_000.0, "lr": 0.5},
                         {"batch_size": [32, 64, 128, 256]}, args.jobs, args.threads)
         print("\n## batch-low-noise: ε = 10,000, lr 0.5 (the clean step), noise-to-signal per step in metrics.json\n")
@@ -154,15 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage in ("clean", "all"):
         # A control, not a private run: the DP path (Poisson batches, per-record clipping at norm 1) with the
         # noise taken out, to find the step clipping needs when noise is no limit. In this process only.
-        import fedaudit.dp
+        import fedaudit.simulation.dp_sgd
 
-        noise_for = fedaudit.dp.noise_for
-        fedaudit.dp.noise_for = lambda *a, **k: 0.0
+        noise_for = fedaudit.simulation.dp_sgd.noise_for
+        fedaudit.simulation.dp_sgd.noise_for = lambda *a, **k: 0.0
         try:
             clean = run_stage(out, "clean", {**base, "dp_epsilon": 10_000.0, "batch_size": 32, "dp_augmentations": 1},
                               {"lr": [0.1, 0.5, 2.0]}, 1, args.threads * args.jobs)
         finally:
-            fedaudit.dp.noise_for = noise_for
+            fedaudit.simulation.dp_sgd.noise_for = noise_for
         print("\n## clean: the DP path without noise (σ = 0, a control), batch 32 (the non-private one)\n")
         print(table(clean, ["lr"]))
     if args.stage in ("check", "all"):
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(check, ["dp_epsilon"]))
     if incumbent is not None:  # an ε = 8 stage ran (or was found finished): what they chose together
         print(f"\nthe ε = {EPSILON:g} stages' choice (the shipped recipe turns it into a rule: "
-              f"fedaudit.dp.choose_batch): {json.dumps(chosen)}")
+              f"fedaudit.simulation.dp_sgd.choose_batch): {json.dumps(chosen)}")
     return 0
 
 

@@ -21,8 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedaudit import runs
 from fedaudit.api import audit_recording, evaluate
+from fedaudit.run import run_directory
 from leakage_table import rows  # scripts/ is on sys.path when run as python scripts/flower_table.py
 
 ATTACKS = "deepinversion,mia-loss"
@@ -30,7 +30,7 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "flower_digits" 
 
 
 def finished(out: Path) -> Path | None:
-    done = [d for d in sorted(out.glob("*")) if runs.is_complete(d)] if out.exists() else []
+    done = [d for d in sorted(out.glob("*")) if run_directory.is_complete(d)] if out.exists() else []
     return done[0] if done else None
 
 

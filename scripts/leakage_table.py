@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fedaudit.api import evaluate
 from fedaudit.audit.verdict import judge
-from fedaudit.intervals import clopper_pearson
+from fedaudit.statistics.intervals import clopper_pearson
 from method_table import finished  # scripts/ is on sys.path when run as python scripts/leakage_table.py
 
 # (method, attacker): the server sees every upload; a curious client sees its broadcasts.

@@ -20,10 +20,10 @@ import argparse
 import json
 from pathlib import Path
 
-from fedaudit import runs
 from fedaudit.api import evaluate
-from fedaudit.config import parse_method_options, resolve
 from fedaudit.methods import METHODS
+from fedaudit.run import run_directory
+from fedaudit.run.config import parse_method_options, resolve
 
 DATASETS = ("shapes", "digits")
 # Options that choose, aim or score attacks: training never reads them, so runs differing only here trained the same.
@@ -46,8 +46,8 @@ def finished(out: Path, method: str, method_option: list[str] | None = None) -> 
     """A finished run under ``out`` that sent what ``method`` (with these options) declares now;
     a run from before a default changed (e.g. gperxan's upload) is not read back."""
     declared = _declared(method, method_option)
-    done = [d for d in sorted(out.glob("*")) if runs.is_complete(d)
-            and runs.read_json(d / "metrics.json")["communication"].get("declared") == declared] if out.exists() else []
+    done = [d for d in sorted(out.glob("*")) if run_directory.is_complete(d)
+            and run_directory.read_json(d / "metrics.json")["communication"].get("declared") == declared] if out.exists() else []
     return done[0] if done else None
 
 
@@ -71,16 +71,16 @@ def trained_alike(pools: list[Path], method: str, options: dict) -> Path | None:
     for pool in pools:
         for config_file in sorted(pool.rglob("config.json")):
             d = config_file.parent
-            if not runs.is_complete(d) or not (d / "metrics.json").exists():
+            if not run_directory.is_complete(d) or not (d / "metrics.json").exists():
                 continue
-            saved = runs.read_json(config_file)
+            saved = run_directory.read_json(config_file)
             if "canary" in str(saved["config"].get("attack", "")) or len(saved.get("targets", [])) != 1:
                 continue
             # the default target is resolved at run time: compare the one this run held out
             mine = {**_training(wanted), "target_domain": saved["targets"][0] if wanted["target_domain"] is None
                     else wanted["target_domain"]}
             theirs = {**_training(saved["config"]), "target_domain": saved["targets"][0]}
-            if theirs == mine and runs.read_json(d / "metrics.json")["communication"].get("declared") == declared:
+            if theirs == mine and run_directory.read_json(d / "metrics.json")["communication"].get("declared") == declared:
                 return d
     return None
 
@@ -146,7 +146,7 @@ def main() -> None:
         for ds in DATASETS:
             run_dir = run(out / "quick" / ds / folder, method, reuse, dataset=ds, device=args.device,
                           method_option=options)
-            m = runs.read_json(run_dir / "metrics.json")
+            m = run_directory.read_json(run_dir / "metrics.json")
             row[ds] = (m["accuracy"]["unseen_domain"], m["accuracy"]["source_val"]["mean"], m["target_domain"])
             row.setdefault("quick_bytes", per_round(run_dir))
             row.setdefault("wall", {})[ds] = m["provenance"]["seconds"]["wall"]

@@ -28,9 +28,9 @@ import argparse
 import json
 from pathlib import Path
 
-from fedaudit import runs
 from fedaudit.api import evaluate
 from fedaudit.audit.verdict import judge
+from fedaudit.run import run_directory
 
 METHODS = ("fedavg", "fedgala", "fedlsi")
 # (label, method, options) of the artifact-level table
@@ -45,7 +45,7 @@ ARTIFACT_RUNS = (
 
 
 def run(out: Path, method: str, dataset: str, attack: str = "mia", **options) -> Path:
-    done = [d for d in sorted(out.glob("*")) if runs.is_complete(d)] if out.exists() else []
+    done = [d for d in sorted(out.glob("*")) if run_directory.is_complete(d)] if out.exists() else []
     return done[0] if done else evaluate(method, out=str(out), dataset=dataset, attack=attack, victim="all",
                                          **options).run_dir
 
@@ -126,7 +126,7 @@ def main() -> None:
                  "|---|---|---|---|---|---|---|---|---|---|"]
         for label, method, options in ARTIFACT_RUNS:
             if not only or method in only:
-                out = args.out / runs.safe_name(f"{label}-{args.dataset}")
+                out = args.out / run_directory.safe_name(f"{label}-{args.dataset}")
                 lines += artifact_rows(run(out, method, args.dataset, "mia-loss,mia-artifact", **options), label)
         print("\n".join(lines))
         return
@@ -135,7 +135,7 @@ def main() -> None:
              "|---|---|---|---|---|---|---|---|---|"]
     for method in METHODS:
         if not only or method in only:
-            lines += rows(run(args.out / runs.safe_name(f"{method}-{args.dataset}"), method, args.dataset), method)
+            lines += rows(run(args.out / run_directory.safe_name(f"{method}-{args.dataset}"), method, args.dataset), method)
     print("\n".join(lines))
 
 

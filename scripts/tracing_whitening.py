@@ -1,5 +1,5 @@
 """Why the tracing test is whitened: its AUC on the BatchNorm statistics of a few records, standardised only
-against whitened (the README's and ``fedaudit.membership.tracing_scores``' figure).
+against whitened (the README's and ``fedaudit.attacks.mia.scorers.tracing_scores``' figure).
 
 A freshly initialised ``cnn`` (seed 0) on the first ``shapes`` domain: ``k`` records' per-channel input means and
 mean squares at every BN layer are averaged into the shared statistics; the candidates are those k records and
@@ -16,10 +16,11 @@ import torch
 
 from fedaudit.attacks.mia.artifact import _layer_moments
 from fedaudit.data import load_dataset
-from fedaudit.membership import membership_metrics, tracing_scores
 from fedaudit.models.classifier import build_model
-from fedaudit.stats import bn_modules
-from fedaudit.training import Preprocess
+from fedaudit.simulation.training import Preprocess
+from fedaudit.statistics.membership_statistics import membership_metrics
+from fedaudit.attacks.mia.scorers import tracing_scores
+from fedaudit.tensor_ops.bn_statistics import bn_modules
 
 NONMEMBERS, DRAWS = 420, 5
 

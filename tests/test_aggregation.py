@@ -4,8 +4,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedaudit.aggregation import load_state_, weighted_average_
 from fedaudit.models import build_model
+from fedaudit.simulation.aggregation import load_state_, weighted_average_
 
 
 def test_average_of_identical_clients_is_the_client():

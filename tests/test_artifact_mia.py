@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from fedaudit.audit.verdict import HIGH, INCONCLUSIVE, MEDIUM
-from fedaudit.membership import membership_metrics, nearest_entry_scores, tracing_scores
+from fedaudit.statistics.membership_statistics import membership_metrics
+from fedaudit.attacks.mia.scorers import nearest_entry_scores, tracing_scores
 
 
 def _tracing_auc(n: int, d: int, reps: int, seed: int, outside: bool = False) -> float:

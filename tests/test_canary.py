@@ -12,17 +12,17 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from fedaudit.audit import session
 from fedaudit.attacks import canary as canary_attack
-from fedaudit.audit import canary as canary_audit
 from fedaudit.attacks import get_attacks
+from fedaudit.audit import session
+from fedaudit.audit import canary as canary_audit
+from fedaudit.audit.input_canaries import plant_canaries
 from fedaudit.audit.membership import make_challenge
-from fedaudit.canary import plant_canaries
-from fedaudit.canary_bound import audit, epsilon_lower_bound, epsilon_max_certifiable, guesses, k_grid, p_value
+from fedaudit.audit.verdict import HIGH
 from fedaudit.cli import app
 from fedaudit.data import load_dataset, lodo_split
-from fedaudit.audit.verdict import HIGH
 from fedaudit.errors import FedauditError
+from fedaudit.statistics.one_run_audit import audit, epsilon_lower_bound, epsilon_max_certifiable, guesses, k_grid, p_value
 
 FIELDS = {"epsilon_lower_bound", "confidence", "delta", "canaries", "included", "guesses", "correct", "k", "k_grid",
           "correction", "confidence_per_k", "epsilon_max_certifiable", "per_k", "signal", "target", "canary_kind",
@@ -30,7 +30,7 @@ FIELDS = {"epsilon_lower_bound", "confidence", "delta", "canaries", "included", 
 
 
 def _p_by_hand(m: int, r: int, v: int, eps: float, delta: float) -> float:
-    """The paper's p-value written out with math.comb (independent of canary_bound's scipy path)."""
+    """The paper's p-value written out with math.comb (independent of one_run_audit's scipy path)."""
     q = math.exp(eps) / (1 + math.exp(eps))
     pmf = [math.comb(r, j) * q**j * (1 - q) ** (r - j) for j in range(r + 1)]
     f = lambda u: sum(pmf[max(u, 0):])  # noqa: E731  P[Binomial(r, q) >= u]
@@ -113,7 +113,7 @@ def test_the_fdp_test_is_calibrated_on_simulated_gaussian_canaries_and_rejects_f
     one N(μ, 1), an excluded one N(0, 1)) are rejected at their own μ in at most 5% of 200 one-run audits (the
     theorem's promise; measured 0 of 200 — the bound is conservative), while the same test of a claim four times
     smaller than the truth — the noise × 0.25 bug — rejects in nearly every run."""
-    from fedaudit.canary_bound import curve_p_value, gaussian_curve
+    from fedaudit.statistics.one_run_audit import curve_p_value, gaussian_curve
 
     rng = np.random.default_rng(7)
     m, k, mu = 400, 50, 2.0
@@ -133,8 +133,8 @@ def test_the_fdp_bound_reaches_past_the_delta_cap_and_agrees_with_the_reference_
     μ ≥ 2.35, ε 12.1 at the same δ (95%, one k). Its μ agrees with Meta's implementation of the paper's procedure
     (PrivacyGuard's FDPAnalysisNode, run on these counts: 2.079, 0.900, 1.086 on its grid of noises, which
     rounds down by up to 0.02), and it is monotone in the right guesses."""
-    from fedaudit.canary_bound import curve_p_value, dp_curve, gaussian_curve, gdp_lower_bound
-    from fedaudit.dp import gaussian_epsilon
+    from fedaudit.statistics.gaussian_dp import gaussian_epsilon
+    from fedaudit.statistics.one_run_audit import curve_p_value, dp_curve, gaussian_curve, gdp_lower_bound
 
     assert epsilon_max_certifiable(4096, 2048, 1e-5) < 6.5
     mu = gdp_lower_bound(4096, 2048, 2048, 0.95)
@@ -301,7 +301,7 @@ def test_a_gradient_canary_is_a_record_at_the_clipping_norm_and_either_side_rege
     rate 1 every included canary is in every step's sum, none of the excluded ones — at norm C through a clipping
     that clips, at ten times C through one that does not (a canary's raw gradient is 10 C: DP-SGD's own clipping
     must bring it down); at rate q each included canary is in about a q-th of the steps."""
-    from fedaudit.dp_canaries import RAW_NORM, CanaryGradients, draw_gradient_canaries, unit_direction
+    from fedaudit.simulation.gradient_canaries import RAW_NORM, CanaryGradients, draw_gradient_canaries, unit_direction
 
     space = (("a.weight", (4, 5)), ("a.bias", (4,)))
     (canaries,) = draw_gradient_canaries(["clean"], 40, seed=3, space=space).values()
@@ -313,7 +313,7 @@ def test_a_gradient_canary_is_a_record_at_the_clipping_norm_and_either_side_rege
     # through Opacus' own optimiser: two records' per-sample gradients, clipped at C = 2, then the canaries
     from opacus.optimizers.optimizer import DPOptimizer
 
-    from fedaudit.dp import with_canaries
+    from fedaudit.simulation.dp_sgd import with_canaries
 
     records = torch.randn(2, 24) * 5  # raw norms near 24: clipping scales them down
     clipped_records = records * (2.0 / (records.norm(dim=1, keepdim=True) + 1e-6)).clamp(max=1.0)
@@ -388,7 +388,7 @@ def test_the_gradient_canary_audit_holds_an_honest_claim_and_catches_a_broken_dp
 def test_the_wire_keeps_every_round_of_a_victims_messages_through_a_checkpoint():
     """The gradient statistic sums a victim's updates over all rounds: the wire keeps them (on the host) for the
     roles asked, and a checkpoint restores them, so a resumed audit reads every round."""
-    from fedaudit.wire import Artifact, ArtifactKind, Wire
+    from fedaudit.simulation.wire import Artifact, ArtifactKind, Wire
 
     wire = Wire()
     wire.keep_history({"client:clean"})
@@ -424,7 +424,7 @@ def test_an_honest_epsilon_1_is_never_exceeded_over_five_seeds(tiny_run):
 def test_the_default_gradient_canary_count_is_the_fewest_whose_audit_could_certify_the_claim():
     """0 (the default) takes the fewest of 256 … 4096 whose ceiling exceeds the claimed ε: 256 at ε = 1; at ε = 8 and
     δ = 1e-5 no count's ceiling does (the δ term caps it near 6.4), so the largest; a count given is kept."""
-    from fedaudit.canary_bound import ceiling
+    from fedaudit.statistics.one_run_audit import ceiling
 
     def cfg(eps: float, m: int = 0) -> SimpleNamespace:
         return SimpleNamespace(dp_epsilon=eps, dp_delta=1e-5, attack_option=lambda attack, name: m)

@@ -20,7 +20,6 @@ import pytest
 import torch
 from torch import Tensor
 
-from fedaudit.aggregation import model_state
 from fedaudit.api import run_config
 from fedaudit.attack import Access, AttackerPrior
 from fedaudit.attacks import ATTACKS
@@ -30,12 +29,13 @@ from fedaudit.attacks.deepinversion.engine import InversionSettings, InversionTa
 from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
 from fedaudit.audit.session import attacker_prior, run_attacks
 from fedaudit.data import load_dataset, lodo_split
-from fedaudit.federation import Federation
 from fedaudit.methods import METHODS, get_method
 from fedaudit.models import build_model
-from fedaudit.recipes import SGDRecipe
-from fedaudit.training import Preprocess
-from fedaudit.wire import SERVER, Artifact, ArtifactKind, Wire, WireView
+from fedaudit.simulation.aggregation import model_state
+from fedaudit.simulation.federation import Federation
+from fedaudit.simulation.recipes import SGDRecipe
+from fedaudit.simulation.training import Preprocess
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire, WireView
 from tests.fake_cuda import CUDA, run_faked
 
 SIZE = 16
@@ -185,7 +185,7 @@ ATTACK_STOPS = {
     "mia-lira": "backward training.py:train_steps",  # BatchNorm: the sequential path, the victim's own recipe
     "mia-rmia": "backward training.py:train_steps",
     "mia-domain": "completed",
-    "mia-artifact": "read membership.py:ledoit_wolf_shrinkage",
+    "mia-artifact": "read scorers.py:ledoit_wolf_shrinkage",
 }
 
 
@@ -260,7 +260,7 @@ def test_channels_last_training_sends_contiguous_tensors_and_the_engine_stacks_c
 def test_deterministic_settings_are_applied_recorded_and_restored():
     import warnings
 
-    from fedaudit.numerics import numerics, run_numerics
+    from fedaudit.run.numerics import numerics, run_numerics
 
     torch.set_float32_matmul_precision("high")  # TF32 asked for through the API that locks out the legacy flags
     try:
@@ -294,7 +294,7 @@ def test_a_run_records_its_numerics_and_deterministic_runs_name_what_was_not_pin
 
 
 def test_cuda_numerics_name_the_versions_tf32_and_cudnn_settings(monkeypatch):
-    from fedaudit.numerics import numerics
+    from fedaudit.run.numerics import numerics
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     got = numerics(CUDA)

@@ -171,7 +171,7 @@ def test_bad_shapes_size_names_the_fix(spec):
 def test_shapes_375_leaves_every_source_client_1000_non_members():
     """Membership TPR at 1% FPR is resolved from 1,000 non-members (a client's holdout) on; shapes:375
     gives every source client that many at the default split, whichever domain is the target."""
-    from fedaudit.membership import min_nonmembers
+    from fedaudit.statistics.membership_statistics import min_nonmembers
 
     big = load_dataset("shapes:375")
     for d in big.domains:

@@ -6,14 +6,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from fedaudit.aggregation import weighted_average_
 from fedaudit.attack import AttackerPrior
 from fedaudit.attacks.deepinversion import DeepInversion
 from fedaudit.attacks.deepinversion.engine import InversionSettings, InversionTarget, invert
 from fedaudit.attacks.targets import difference_stats
 from fedaudit.models import build_model
-from fedaudit.stats import bn_stat_keys as stat_keys
-from fedaudit.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
+from fedaudit.simulation.aggregation import weighted_average_
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
+from fedaudit.tensor_ops.bn_statistics import bn_stat_keys as stat_keys
 
 SIZE, CLASSES = 16, 10
 
@@ -235,9 +235,9 @@ def test_bad_attack_options_are_one_line_user_errors(args, needles):
 
 
 def test_style_probe_is_zero_at_the_target_style_and_amplitude_probe_at_the_true_spectrum():
-    from fedaudit.fourier import amplitude_spectrum
     from fedaudit.attacks.deepinversion.engine import AmplitudeProbe, StyleProbe
-    from fedaudit.style import feature_style, pooled_feature_style
+    from fedaudit.tensor_ops.fourier import amplitude_spectrum
+    from fedaudit.tensor_ops.style import feature_style, pooled_feature_style
 
     torch.manual_seed(0)
     encoder = torch.nn.Conv2d(3, 4, 3)
@@ -267,7 +267,7 @@ def _bank_wire(kind, entries_by_victim, shape_model):
 
 @pytest.mark.parametrize("rows", [1, 2])  # CCST overall (one pooled style) and single (K image styles)
 def test_style_bank_is_inverted_by_server_and_client_beside_a_noise_style_control(rows):
-    from fedaudit.style import feature_style
+    from fedaudit.tensor_ops.style import feature_style
 
     glob = _model(5)
     encoder_out = glob.encoder.blocks[0](torch.rand(rows, 3, SIZE, SIZE))
@@ -288,7 +288,7 @@ def test_style_bank_is_inverted_by_server_and_client_beside_a_noise_style_contro
 
 
 def test_amplitude_bank_phase_retrieval_moves_toward_the_victims_images():
-    from fedaudit.fourier import amplitude_spectrum
+    from fedaudit.tensor_ops.fourier import amplitude_spectrum
 
     torch.manual_seed(0)
     images = {v: torch.rand(6, 3, SIZE, SIZE) * (0.2 + 0.3 * i) for i, v in enumerate("abc")}

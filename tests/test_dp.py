@@ -23,17 +23,19 @@ from opacus.accountants import RDPAccountant
 from torch import nn
 from typer.testing import CliRunner
 
-from fedaudit import runs
 from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
 from fedaudit.cli import app
-from fedaudit.config import DP_LR_TIMES_NORM, DP_MAX_STEP_FACTOR, DP_NOISE_TO_SIGNAL, DP_RECIPE, resolve
 from fedaudit.data import load_dataset
-from fedaudit.dp import (ALPHAS, GAUSSIAN, batches_per_epoch, coverage, gaussian_epsilon, noise_for, rdp_epsilon,
-                         spent_epsilon)
-from fedaudit.membership import lira_online, lira_signal, membership_metrics
-from fedaudit.recipes import DPSGDRecipe, SGDRecipe
-from fedaudit.training import Preprocess
-from fedaudit.wire import ArtifactKind
+from fedaudit.run import run_directory
+from fedaudit.run.config import DP_LR_TIMES_NORM, DP_MAX_STEP_FACTOR, DP_NOISE_TO_SIGNAL, DP_RECIPE, resolve
+from fedaudit.simulation.dp_sgd import (ALPHAS, GAUSSIAN, batches_per_epoch, coverage, noise_for, rdp_epsilon,
+                                        spent_epsilon)
+from fedaudit.simulation.recipes import DPSGDRecipe, SGDRecipe
+from fedaudit.statistics.gaussian_dp import gaussian_epsilon
+from fedaudit.simulation.training import Preprocess
+from fedaudit.simulation.wire import ArtifactKind
+from fedaudit.statistics.membership_statistics import membership_metrics
+from fedaudit.attacks.mia.scorers import lira_online, lira_signal
 
 runner = CliRunner()
 
@@ -116,7 +118,7 @@ def test_the_rdp_noise_search_over_orders_near_the_best_integer_one_finds_the_fu
 
     from opacus.accountants.utils import get_noise_multiplier
 
-    from fedaudit.dp import ALPHAS_FROM_1_1, rdp_noise_for
+    from fedaudit.simulation.dp_sgd import ALPHAS_FROM_1_1, rdp_noise_for
 
     for epsilon, rate, steps in ((8.0, 0.25, 60), (1.0, 1 / 8, 120)):
         with warnings.catch_warnings():
@@ -131,7 +133,7 @@ def test_the_tight_accountant_is_exact_where_a_closed_form_exists_and_never_abov
     PRV accountant must sit above it by no more than twice its stated error, and every tight ε must sit at or below RDP's bound."""
     from scipy.stats import norm
 
-    from fedaudit.dp import PRV_EPS_ERROR, prv_epsilon
+    from fedaudit.simulation.dp_sgd import PRV_EPS_ERROR, prv_epsilon
 
     eps = gaussian_epsilon(3 / 1.913, 1e-5)  # the recipe's σ at ε = 8 under RDP, 9 full-batch steps
     assert round(eps, 2) == 7.44 and round(rdp_epsilon([(1.913, 1.0, 9)], 1e-5), 2) == 8.00
@@ -146,7 +148,7 @@ def test_the_tight_accountant_is_exact_where_a_closed_form_exists_and_never_abov
     for history in ([(1.0, 0.1, 300)], [(0.909, 32 / 225, 42)], [(3.75, 32 / 225, 42), (2.0, 1.0, 3)]):
         assert spent_epsilon(history, 1e-5) <= rdp_epsilon(history, 1e-5) + 1e-12
     # the name stored beside ε says which accountant gave it: PRV for subsampled steps, RDP past the PRV's reach
-    from fedaudit.dp import PRV, RDP, TIGHT_MAX_EPSILON, accountant_name
+    from fedaudit.simulation.dp_sgd import PRV, RDP, TIGHT_MAX_EPSILON, accountant_name
 
     assert accountant_name([(0.909, 32 / 225, 42)], 1e-5) == PRV
     weak = [(0.1656, 32 / 225, 42)]  # ε ≈ 300
@@ -225,7 +227,7 @@ def test_dp_sweep_resumes_with_the_accountants_history_and_draws_the_curve(tmp_p
     trains with the norm the private point resolved to; only then is the sweep complete."""
     import pytest
 
-    from fedaudit.sweep import sweep_dp
+    from fedaudit.sweeps.dp_sweep import sweep_dp
 
     class Stop(KeyboardInterrupt):  # an interruption: a sweep records a point's errors, but stops on these
         pass
@@ -238,10 +240,10 @@ def test_dp_sweep_resumes_with_the_accountants_history_and_draws_the_curve(tmp_p
         sweep_dp([20.0, None], "fedavg", dataset="digits", image_size=16, rounds=2, local_epochs=1, device="cpu", attack="none",
                  out=str(tmp_path), on_round_end=stop_after_first_private_round)
     root = next(tmp_path.iterdir())
-    assert not runs.is_complete(root) and not (root / "sweep.html").exists()
+    assert not run_directory.is_complete(root) and not (root / "sweep.html").exists()
     result = runner.invoke(app, ["evaluate", "--resume", str(root), "--quiet"])
     assert result.exit_code == 0, result.output
-    assert runs.is_complete(root)
+    assert run_directory.is_complete(root)
     dirs = [next((root / "points" / name).iterdir()) for name in ("dp_epsilon=20.0", "dp_epsilon=none")]
     assert [json.loads((d / "config.json").read_text())["config"]["norm"] for d in dirs] == ["gn", "gn"]
     assert [json.loads((d / "config.json").read_text())["config"]["dp_epsilon"] for d in dirs] == [20.0, None]
@@ -263,7 +265,7 @@ def test_an_empty_poisson_batch_is_a_noise_only_step():
     from opacus import PrivacyEngine
     from torch.utils.data import DataLoader, TensorDataset
 
-    from fedaudit.dp import _PrivateStep
+    from fedaudit.simulation.dp_sgd import _PrivateStep
 
     model = nn.Linear(4, 2)
     before = [p.detach().clone() for p in model.parameters()]
@@ -337,7 +339,7 @@ def test_none_on_the_command_line_turns_a_recipe_option_off():
 def test_augmentation_multiplicity_clips_each_records_mean_gradient():
     """Two views per record: the update is the clipped *mean over views* of each record's gradient,
     summed and scaled by the batch size — not the mean of separately clipped views."""
-    from fedaudit.dp import new_engine, private_steps
+    from fedaudit.simulation.dp_sgd import new_engine, private_steps
 
     torch.manual_seed(0)
     x, y = torch.randn(6, 4), torch.tensor([0, 1, 0, 1, 0, 1])
@@ -374,8 +376,8 @@ def test_augmentation_multiplicity_clips_each_records_mean_gradient():
 
 
 def test_dp_train_head_trains_only_the_head_and_says_so_in_the_coverage():
-    from fedaudit.dp import freeze_for_dp, new_engine, private_steps
     from fedaudit.models import build_model
+    from fedaudit.simulation.dp_sgd import freeze_for_dp, new_engine, private_steps
 
     model = build_model("cnn", 10, 16, norm="gn")
     head = sum(p.numel() for p in model.head.parameters())
@@ -467,8 +469,8 @@ def test_the_recipe_doubles_the_batch_until_the_noise_no_longer_outweighs_the_si
     target 1 it doubles the batch to 64 (0.76). At ε = 8 no batch gets there, and it takes all the records
     (one step per epoch). The step follows the chosen batch's ratio: the clean one up to
     DP_STEP_NOISE_TO_SIGNAL, then shrinking as √(that / ratio)."""
-    from fedaudit.config import DP_NOISE_TO_SIGNAL, DP_STEP_NOISE_TO_SIGNAL
-    from fedaudit.dp import choose_batch
+    from fedaudit.run.config import DP_NOISE_TO_SIGNAL, DP_STEP_NOISE_TO_SIGNAL
+    from fedaudit.simulation.dp_sgd import choose_batch
 
     def plan(eps, target, batch=32):
         return choose_batch(225, batch, 3, None, 20, eps, 1e-5, 390_000, target)
@@ -495,7 +497,7 @@ def test_where_a_batch_meets_the_target_the_plan_takes_more_steps_within_it():
     batch meets the target, more steps would only add noise: the plan is the method's steps on all records.
     (1,000 records, 5 rounds × 1 epoch, ε = 8: small σ-searches; on digits at ε = 10,000 the same rule takes
     batch 128 over two passes, 0.926 against batch 64's 0.859, README.)"""
-    from fedaudit.dp import choose_batch
+    from fedaudit.simulation.dp_sgd import choose_batch
 
     def plan(trained, factor, batch=32, epochs=1, target=1.0):
         return choose_batch(1000, batch, epochs, None, 5, 8.0, 1e-5, trained, target, factor)
@@ -513,7 +515,7 @@ def test_where_a_batch_meets_the_target_the_plan_takes_more_steps_within_it():
     # a federation's clients keep that plan round after round (the local steps it checks are the method's × 2)
     from types import SimpleNamespace
 
-    from fedaudit.dp import PrivateTraining
+    from fedaudit.simulation.dp_sgd import PrivateTraining
 
     cfg = SimpleNamespace(dp_augmentations=1, dp_train="all", dp_epsilon=8.0, dp_delta=1e-5, dp_max_grad_norm=1.0,
                           rounds=5, batch_size=32, dp_noise_to_signal=1.0, dp_max_step_factor=2)
@@ -538,7 +540,7 @@ def test_each_victims_reference_models_train_with_that_clients_mechanism():
     noise, batch, step and passes (the exposure) — not an average over the clients (no client's mechanism)."""
     from types import SimpleNamespace
 
-    from fedaudit.dp import PrivateTraining
+    from fedaudit.simulation.dp_sgd import PrivateTraining
     from methods import get_method
 
     cfg = resolve({"dp_epsilon": 8, "rounds": 5, "local_epochs": 1, "dp_max_step_factor": 2})  # target 1 (recipe)
@@ -563,7 +565,7 @@ def test_the_recipes_smaller_step_is_applied_once_per_optimizer():
     compounded round after round."""
     from types import SimpleNamespace
 
-    from fedaudit.dp import PrivateTraining
+    from fedaudit.simulation.dp_sgd import PrivateTraining
 
     cfg = SimpleNamespace(dp_augmentations=1, dp_train="all", dp_epsilon=1.0, dp_delta=1e-5, dp_max_grad_norm=1.0,
                           rounds=2, batch_size=4, dp_noise_to_signal=0.5, dp_max_step_factor=1)

@@ -5,12 +5,12 @@ import json
 import pytest
 import torch
 
-from fedaudit import runs
-from fedaudit.aggregation import state_nbytes
 from fedaudit.errors import FedauditError
 from fedaudit.methods import METHODS
 from fedaudit.methods.fedavg import FedAvg
 from fedaudit.models import build_model
+from fedaudit.run import run_directory
+from fedaudit.simulation.aggregation import state_nbytes
 
 
 def test_fedavg_ledger_is_one_state_dict_per_client_per_round_each_way(tiny_run):
@@ -41,9 +41,9 @@ def test_ledger_records_exactly_the_declared_shares(tiny_run, name):
 
 def test_run_directory_has_the_promised_files_and_schema(tiny_run):
     result = tiny_run("fedavg")
-    for name in ("config.json", "metrics.json", "history.csv", "wire.jsonl", runs.COMPLETE):
+    for name in ("config.json", "metrics.json", "history.csv", "wire.jsonl", run_directory.COMPLETE):
         assert (result.run_dir / name).exists(), name
-    assert not (result.run_dir / runs.CHECKPOINT).exists()
+    assert not (result.run_dir / run_directory.CHECKPOINT).exists()
     m = json.loads((result.run_dir / "metrics.json").read_text())
     assert m["schema_version"] == 1
     assert set(m["accuracy"]) >= {"unseen_domain", "source_val", "selected_round"}
@@ -76,13 +76,13 @@ def test_killed_run_resumes_to_the_same_metrics(tiny_run, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         tiny_run("fedprox", rounds=4, out=str(tmp_path / "cut"), on_round_end=kill_after_round_2)
     (cut_dir,) = (tmp_path / "cut").iterdir()
-    assert not runs.is_complete(cut_dir)  # a partial run is never marked complete
+    assert not run_directory.is_complete(cut_dir)  # a partial run is never marked complete
     assert (cut_dir / "history.csv").read_text().count("\n") == 3  # header + 2 rounds kept
 
     from fedaudit.api import evaluate
 
     resumed = evaluate(resume=cut_dir)
-    assert runs.is_complete(cut_dir)
+    assert run_directory.is_complete(cut_dir)
     for key in ("accuracy", "communication"):
         assert resumed.metrics[key] == whole.metrics[key], key
     assert (cut_dir / "history.csv").read_text() == (whole.run_dir / "history.csv").read_text()
@@ -123,19 +123,19 @@ def test_non_finite_loss_stops_with_a_clear_error_and_keeps_earlier_rounds(tiny_
     with pytest.raises(FedauditError, match="diverged in round 2"):
         tiny_run("diverging", rounds=3)
     (run_dir,) = (tmp_path / "runs").iterdir()
-    assert not runs.is_complete(run_dir)
+    assert not run_directory.is_complete(run_dir)
     assert (run_dir / "history.csv").read_text().count("\n") == 2  # round 1 kept
-    assert (run_dir / runs.CHECKPOINT / "state.json").exists()
+    assert (run_dir / run_directory.CHECKPOINT / "state.json").exists()
 
 
 def test_target_all_runs_every_domain_and_averages(tiny_run):
     result = tiny_run("fedavg", rounds=1, target_domain="all")
     per = result.metrics["accuracy"]["per_target"]
     assert set(per) == {"clean", "colour", "rotated", "textured"}
-    assert all((result.run_dir / f"target-{t}" / runs.COMPLETE).exists() for t in per)
+    assert all((result.run_dir / f"target-{t}" / run_directory.COMPLETE).exists() for t in per)
     mean = sum(v["unseen_domain"] for v in per.values()) / len(per)
     assert result.metrics["accuracy"]["unseen_domain"] == pytest.approx(mean)
-    assert runs.is_complete(result.run_dir)
+    assert run_directory.is_complete(result.run_dir)
 
 
 def test_same_seed_same_numbers_different_seed_different_numbers(tiny_run, tmp_path):
@@ -148,7 +148,7 @@ def test_same_seed_same_numbers_different_seed_different_numbers(tiny_run, tmp_p
 
 
 def test_a_step_budget_on_a_one_record_client_fails_clearly_instead_of_hanging():
-    from fedaudit.training import index_batches
+    from fedaudit.simulation.training import index_batches
 
     with pytest.raises(FedauditError, match="at least 2"):
         next(index_batches(1, 32, torch.Generator(), torch.device("cpu"), steps=5))
@@ -176,7 +176,7 @@ def test_a_server_hook_reaches_no_client_data(tiny_run):
     """The threat model for methods: a server hook gets a ServerContext, and nothing reachable from it is a
     client's split, its private state, the target domain, the wire or the federation. The control: the same
     walk from a client's silo finds that silo's data, and no other client's."""
-    from fedaudit.federation import ClientContext, ServerContext
+    from fedaudit.simulation.federation import ClientContext, ServerContext
 
     feds = []
     tiny_run("ccst", rounds=1, on_round_end=lambda fed, rnd: feds.append(fed))  # ccst: clients hold a style bank

@@ -23,11 +23,11 @@ from flwr.serverapp import Grid  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from fedaudit.dp import GAUSSIAN  # noqa: E402
 from fedaudit.errors import FedauditError  # noqa: E402
-from fedaudit.flower import RecordingGrid, recording_mod, start_recording  # noqa: E402
-from fedaudit.recording import RecordingWriter, classify_record, read_recording  # noqa: E402
-from fedaudit.wire import ArtifactKind  # noqa: E402
+from fedaudit.interop.flower import RecordingGrid, recording_mod, start_recording  # noqa: E402
+from fedaudit.interop.recording import RecordingWriter, classify_record, read_recording  # noqa: E402
+from fedaudit.simulation.dp_sgd import GAUSSIAN  # noqa: E402
+from fedaudit.simulation.wire import ArtifactKind  # noqa: E402
 
 SERVER_NODE = 1
 NAMES = {101: "clean", 202: "colour"}

@@ -15,7 +15,7 @@ from fedaudit.attacks import get_attacks
 from fedaudit.attacks.gradinv import GradInv
 from fedaudit.attacks.gradinv.engine import GradInvSettings, LocalRecipe, recover_labels, simulate_update, split_state
 from fedaudit.audit.leakage import matched_fidelity, psnr, ssim
-from fedaudit.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
 
 SIZE, CLASSES = 16, 10
 MEAN, STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fedaudit.errors import FedauditError
-from fedaudit.grid import grid_from, load_grid, point_resources, run_grid
+from fedaudit.sweeps.grid import grid_from, load_grid, point_resources, run_grid
 
 TINY_FIXED = {"dataset": "digits", "image_size": 16, "rounds": 1, "batch_size": 32, "attack": "none", "device": "cpu"}
 

@@ -6,6 +6,9 @@
   and the access the auditor grants (``fedaudit.attack``), nothing else.
 * The engine (``fedaudit/`` except the entry points) imports no method, attack
   or report: it receives them, it does not look them up.
+* The statistics (``fedaudit.statistics``) import nothing but each other and the user errors; the tensor
+  operations (``fedaudit.tensor_ops``), which methods, attacks and the auditor share, may use the models and
+  the training mechanics but reach no federation, method, wire, run directory, auditor or entry point.
 * No import cycle among modules (run-time imports, function-level ones included).
 """
 
@@ -21,10 +24,10 @@ PACKAGES = {"fedaudit": ROOT / "fedaudit", "fedaudit.attacks": ROOT / "attacks",
             "fedaudit.reports": ROOT / "reports"}
 PLUG_INS = ("fedaudit.attacks", "fedaudit.methods", "fedaudit.reports")
 # The front door: the package root (its lazy ``evaluate``), the API and CLI, the sweep drivers (DP sweep, grids).
-ENTRY_POINTS = ("fedaudit", "fedaudit.api", "fedaudit.cli", "fedaudit.sweep", "fedaudit.grid")
+ENTRY_POINTS = ("fedaudit", "fedaudit.api", "fedaudit.cli", "fedaudit.sweeps.dp_sweep", "fedaudit.sweeps.grid")
 # What an attack may not reach: private records and who holds them, and everything above the attacks.
-PRIVATE = ("fedaudit.federation", "fedaudit.method", "fedaudit.methods", "fedaudit.data", "fedaudit.audit",
-           "fedaudit.canary", *ENTRY_POINTS[1:], "fedaudit.reports")
+PRIVATE = ("fedaudit.simulation.federation", "fedaudit.simulation.method", "fedaudit.methods", "fedaudit.data", "fedaudit.audit",
+           "fedaudit.audit.input_canaries", *ENTRY_POINTS[1:], "fedaudit.reports")
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -102,9 +105,9 @@ REGISTRY_USERS = ("fedaudit.api", "fedaudit.cli")
 
 
 def test_the_graph_was_read():
-    assert {"fedaudit.attacks.mia", "fedaudit.attacks.deepinversion", "fedaudit.federation", "fedaudit.audit.membership",
-            "fedaudit.methods.gperxan", "fedaudit.reports.render"} <= set(MODULES)
-    assert "fedaudit.federation" in RUNTIME["fedaudit.api"] and "fedaudit.attack" in RUNTIME["fedaudit.attacks.mia"]
+    assert {"fedaudit.attacks.mia", "fedaudit.attacks.deepinversion", "fedaudit.simulation.federation",
+            "fedaudit.audit.membership", "fedaudit.methods.gperxan", "fedaudit.reports.render"} <= set(MODULES)
+    assert "fedaudit.simulation.federation" in RUNTIME["fedaudit.api"] and "fedaudit.attack" in RUNTIME["fedaudit.attacks.mia"]
 
 
 @pytest.mark.parametrize("module", ATTACK_MODULES)
@@ -119,6 +122,23 @@ def test_an_attack_cannot_reach_private_data(module):
 def test_only_the_api_and_the_cli_look_up_plug_ins(module):
     found = [f"line {line}: {t}" for t, _, line in EDGES[module] if _within(t, PLUG_INS)]
     assert not found, f"engine module {module} imports {found}; pass the method or attack in instead"
+
+
+ABOVE_TENSOR_OPS = ("fedaudit.simulation.federation", "fedaudit.simulation.method", "fedaudit.simulation.wire",
+                    "fedaudit.run", "fedaudit.audit", "fedaudit.interop", "fedaudit.sweeps", *ENTRY_POINTS[1:], *PLUG_INS)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _within(m, ("fedaudit.statistics",))))
+def test_the_statistics_import_nothing_but_statistics(module):
+    above = [path for target, path in _reachable(module).items()
+             if not _within(target, ("fedaudit.statistics", "fedaudit.errors"))]
+    assert not above, f"{module} reaches beyond the statistics at run time: {above}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _within(m, ("fedaudit.tensor_ops",))))
+def test_the_tensor_operations_know_no_federation_run_or_auditor(module):
+    above = [path for target, path in _reachable(module).items() if _within(target, ABOVE_TENSOR_OPS)]
+    assert not above, f"{module} reaches above the tensor operations at run time: {above}"
 
 
 def test_there_is_no_import_cycle():
@@ -154,13 +174,20 @@ def test_there_is_no_import_cycle():
 
 
 def test_the_rules_catch_a_breach(monkeypatch):
-    """The checks above can fail: an attack reaching the federation through a helper, and a cycle."""
+    """The checks above can fail: an attack reaching the federation through a helper, a statistic reaching a
+    tensor operation, a tensor operation reaching the run's configuration, and a cycle."""
     fake = dict(RUNTIME)
-    fake["fedaudit.attacks.mia"] = RUNTIME["fedaudit.attacks.mia"] | {"fedaudit.views"}
-    fake["fedaudit.views"] = RUNTIME["fedaudit.views"] | {"fedaudit.federation"}
-    fake["fedaudit.federation"] = RUNTIME["fedaudit.federation"] | {"fedaudit.api"}  # api imports federation
+    fake["fedaudit.attacks.mia"] = RUNTIME["fedaudit.attacks.mia"] | {"fedaudit.simulation.wire_views"}
+    fake["fedaudit.simulation.wire_views"] = RUNTIME["fedaudit.simulation.wire_views"] | {"fedaudit.simulation.federation"}
+    fake["fedaudit.simulation.federation"] = RUNTIME["fedaudit.simulation.federation"] | {"fedaudit.api"}  # api imports federation
     monkeypatch.setitem(globals(), "RUNTIME", fake)
     with pytest.raises(AssertionError, match="reaches private code"):
         test_an_attack_cannot_reach_private_data("fedaudit.attacks.mia")
+    fake["fedaudit.statistics.intervals"] = RUNTIME["fedaudit.statistics.intervals"] | {"fedaudit.tensor_ops.style"}
+    fake["fedaudit.tensor_ops.style"] = RUNTIME["fedaudit.tensor_ops.style"] | {"fedaudit.run.config"}
+    with pytest.raises(AssertionError, match="reaches beyond the statistics"):
+        test_the_statistics_import_nothing_but_statistics("fedaudit.statistics.intervals")
+    with pytest.raises(AssertionError, match="reaches above the tensor operations"):
+        test_the_tensor_operations_know_no_federation_run_or_auditor("fedaudit.tensor_ops.style")
     with pytest.raises(AssertionError, match="import cycles"):
         test_there_is_no_import_cycle()

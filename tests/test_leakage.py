@@ -7,7 +7,7 @@ import torch
 
 from fedaudit.audit.identifiability import identifiability_test
 from fedaudit.audit.leakage import PSNR_CAP_DB, domain_matrix, load_lpips, macro_diagonal, nearest_in_class, psnr, ssim
-from fedaudit.intervals import clopper_pearson
+from fedaudit.statistics.intervals import clopper_pearson
 
 
 def _images(n=6, seed=0, size=16):

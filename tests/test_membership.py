@@ -23,22 +23,11 @@ from torch import nn
 
 from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
 from fedaudit.data import load_dataset
-from fedaudit.membership import (
-    auc,
-    auc_null_interval,
-    lira_offline,
-    lira_online,
-    lira_signal,
-    loss_signal,
-    membership_metrics,
-    rmia_prob,
-    rmia_score,
-    roc,
-    tpr_at_fpr,
-)
+from fedaudit.statistics.membership_statistics import auc, auc_null_interval, membership_metrics, roc, tpr_at_fpr
+from fedaudit.attacks.mia.scorers import lira_offline, lira_online, lira_signal, loss_signal, rmia_prob, rmia_score
 from fedaudit.models import build_model
-from fedaudit.recipes import SGDRecipe
-from fedaudit.training import Preprocess
+from fedaudit.simulation.recipes import SGDRecipe
+from fedaudit.simulation.training import Preprocess
 
 
 @pytest.fixture
@@ -324,7 +313,7 @@ def test_inclusion_masks_are_balanced():
 def test_lira_calibration_flags_reference_models_that_do_not_stand_in_for_the_target():
     """Reference models whose OUT signals sit where the target's non-members sit are calibrated; a target
     that is two reference spreads more confident on every record (trained longer) is not."""
-    from fedaudit.membership import lira_calibration
+    from fedaudit.statistics.membership_statistics import lira_calibration
 
     g = torch.Generator().manual_seed(0)
     n, models = 400, 16

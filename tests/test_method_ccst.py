@@ -8,17 +8,17 @@ from collections import Counter
 import pytest
 import torch
 
-from fedaudit import runs
 from fedaudit.api import evaluate
-from fedaudit.config import resolve
 from fedaudit.errors import FedauditError
-from fedaudit.seeds import derive_seed
 from fedaudit.methods import ccst
 from fedaudit.methods.ccst import CCST, BankStyleTransfer
 from fedaudit.models import build_model
 from fedaudit.models.cnn import WIDTHS
-from fedaudit.style import adain, feature_style, pooled_feature_style
-from fedaudit.wire import SERVER
+from fedaudit.run import run_directory
+from fedaudit.run.config import resolve
+from fedaudit.run.seeds import derive_seed
+from fedaudit.simulation.wire import SERVER
+from fedaudit.tensor_ops.style import adain, feature_style, pooled_feature_style
 
 TINY = dict(attack="none", dataset="digits", image_size=16, rounds=2, local_epochs=1, batch_size=32, device="cpu")
 C = WIDTHS[0]  # channels of the CNN's first block: the style's width
@@ -245,7 +245,7 @@ def test_killed_run_resumes_with_the_bank_it_received(overall_run, tmp_path):
         evaluate("ccst", out=str(tmp_path / "cut"), on_round_end=cut, **TINY)
     (cut_dir,) = (tmp_path / "cut").iterdir()
     resumed = evaluate(resume=cut_dir)
-    assert runs.is_complete(cut_dir)
+    assert run_directory.is_complete(cut_dir)
     assert (cut_dir / "history.csv").read_text() == (whole.run_dir / "history.csv").read_text()
     assert (cut_dir / "wire.jsonl").read_text() == (whole.run_dir / "wire.jsonl").read_text()
     assert resumed.metrics["accuracy"] == whole.metrics["accuracy"]

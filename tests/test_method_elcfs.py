@@ -8,15 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedaudit import runs
 from fedaudit.api import evaluate
-from fedaudit.config import resolve
 from fedaudit.errors import FedauditError
-from fedaudit.fourier import amplitude_spectrum, interpolate_low_frequency, low_frequency_mask
 from fedaudit.methods import elcfs
 from fedaudit.methods.elcfs import ELCFS, bank_size, episodic_backward
 from fedaudit.models import build_model
-from fedaudit.wire import SERVER, ArtifactKind
+from fedaudit.run import run_directory
+from fedaudit.run.config import resolve
+from fedaudit.simulation.wire import SERVER, ArtifactKind
+from fedaudit.tensor_ops.fourier import amplitude_spectrum, interpolate_low_frequency, low_frequency_mask
 
 FAST = dict(local_epochs=1, split=(0.2, 0.1, 0.7))  # ~90 training records per digits client: 2 batches per epoch
 
@@ -121,7 +121,7 @@ def test_a_killed_run_resumes_with_the_bank_it_received(tiny_run, tmp_path):
     for key in ("accuracy", "communication"):
         assert resumed.metrics[key] == whole.metrics[key], key
     assert (cut_dir / "history.csv").read_text() == (whole.run_dir / "history.csv").read_text()
-    assert runs.is_complete(cut_dir)
+    assert run_directory.is_complete(cut_dir)
 
 
 # -- the episodic step -------------------------------------------------------------

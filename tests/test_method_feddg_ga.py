@@ -8,14 +8,14 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fedaudit import runs
-from fedaudit.aggregation import load_state_, state_nbytes
-from fedaudit.config import resolve
 from fedaudit.errors import FedauditError
 from fedaudit.methods import METHODS
 from fedaudit.methods.feddg_ga import FedDGGA, ga_step, ga_update, val_loss
 from fedaudit.models import build_model
-from fedaudit.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.run import run_directory
+from fedaudit.run.config import resolve
+from fedaudit.simulation.aggregation import load_state_, state_nbytes
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 
 finite = st.floats(-50, 50, allow_nan=False, allow_infinity=False)
 
@@ -175,7 +175,7 @@ def test_killed_run_resumes_to_the_same_weights(tiny_run, tmp_path):
     from fedaudit.api import evaluate
 
     resumed = evaluate(resume=cut_dir)
-    assert runs.is_complete(cut_dir)
+    assert run_directory.is_complete(cut_dir)
     assert _weights_per_round(cut_dir) == _weights_per_round(whole.run_dir)
     assert resumed.metrics["accuracy"] == whole.metrics["accuracy"]
     assert (cut_dir / "history.csv").read_text() == (whole.run_dir / "history.csv").read_text()

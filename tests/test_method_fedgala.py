@@ -4,17 +4,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedaudit.aggregation import clone_state
-from fedaudit.augment import SimCLRAugment
-from fedaudit.config import resolve
 from fedaudit.data import load_dataset, lodo_split
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Federation
-from fedaudit.losses import nt_xent_loss
-from fedaudit.method import Scores
 from fedaudit.methods.fedgala import FedGaLA, align_gradients_, align_updates
-from fedaudit.probe import fit_linear_probe, probe_on_fraction
-from fedaudit.wire import SERVER, Artifact, ArtifactKind, Wire
+from fedaudit.run.config import resolve
+from fedaudit.simulation.aggregation import clone_state
+from fedaudit.simulation.federation import Federation
+from fedaudit.simulation.method import Scores
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire
+from fedaudit.tensor_ops.augment import SimCLRAugment
+from fedaudit.tensor_ops.linear_probe import fit_linear_probe, probe_on_fraction
+from fedaudit.tensor_ops.losses import nt_xent_loss
 
 DIGITS = load_dataset("digits", 16, seed=0)
 

@@ -8,14 +8,14 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from fedaudit import runs
-from fedaudit.aggregation import importance_weighted_average_, weighted_average_
 from fedaudit.api import evaluate
 from fedaudit.errors import FedauditError
-from fedaudit.latent_inversion import invert_latents
 from fedaudit.models import build_model
 from fedaudit.models.classifier import make_head
 from fedaudit.models.translator import train_latent_translator
+from fedaudit.run import run_directory
+from fedaudit.simulation.aggregation import importance_weighted_average_, weighted_average_
+from fedaudit.tensor_ops.latent_inversion import invert_latents
 
 P = 16  # latent size of the tiny runs
 # Every stage runs, each cut to a few steps so a run takes seconds.
@@ -192,7 +192,7 @@ def test_killed_fedlsi_run_resumes_to_the_same_numbers(run, tmp_path):
                  on_round_end=kill_after_round_1, **TINY)
     (cut_dir,) = (tmp_path / "cut").iterdir()
     resumed = evaluate(resume=cut_dir)
-    assert runs.is_complete(cut_dir)
+    assert run_directory.is_complete(cut_dir)
     for key in ("accuracy", "communication"):
         assert resumed.metrics[key] == run.metrics[key], key
     assert (cut_dir / "history.csv").read_text() == (run.run_dir / "history.csv").read_text()

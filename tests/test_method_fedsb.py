@@ -4,13 +4,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedaudit.config import resolve
 from fedaudit.errors import FedauditError
-from fedaudit.losses import label_smoothing_loss
-from fedaudit.models import MixStyle
 from fedaudit.methods import fedsb
 from fedaudit.methods.fedsb import FedSB
-from fedaudit.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.models import MixStyle
+from fedaudit.run.config import resolve
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.tensor_ops.losses import label_smoothing_loss
 
 
 def test_label_smoothing_is_the_formula_and_differs_from_cross_entropy():

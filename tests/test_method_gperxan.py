@@ -16,12 +16,12 @@ from safetensors.torch import load_file
 from torch import nn
 
 from fedaudit.api import check_names, evaluate
-from fedaudit.config import resolve
 from fedaudit.errors import FedauditError
-from fedaudit.federation import ClientContext, ServerContext
-from fedaudit.models import XAN, build_model, keep_xan_in_early_stages, xan_bn_side_keys, xan_layers
-from fedaudit.wire import ArtifactKind
 from fedaudit.methods.gperxan import GPerXAN, guided_loss
+from fedaudit.models import XAN, build_model, keep_xan_in_early_stages, xan_bn_side_keys, xan_layers
+from fedaudit.run.config import resolve
+from fedaudit.simulation.federation import ClientContext, ServerContext
+from fedaudit.simulation.wire import ArtifactKind
 
 ROUNDS = 2
 # As conftest's tiny_run, with one local epoch: these tests look at the protocol, not at accuracy.

@@ -11,13 +11,13 @@ import torch
 
 import fedaudit.attacks.mia as mia
 from fedaudit.api import evaluate
-from fedaudit.attacks import get_attacks
 from fedaudit.attack import MembershipChallenge
+from fedaudit.attacks import get_attacks
 from fedaudit.attacks.mia import MembershipInference, consistency, mia_variants
 from fedaudit.audit.membership import audit_membership, make_challenge
 from fedaudit.audit.session import attacker_prior
 from fedaudit.errors import FedauditError
-from fedaudit.wire import SERVER, client_role
+from fedaudit.simulation.wire import SERVER, client_role
 
 TINY = dict(attack="none", dataset="digits", image_size=16, rounds=1, local_epochs=2, batch_size=32, device="cpu")
 RESULT_KEYS = ("loss", "lira_online", "lira_offline", "rmia", "domain")

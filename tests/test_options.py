@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from fedaudit import cli
 from fedaudit.attack import NO_ACCESS, Attack, AttackOutput
 from fedaudit.attacks import ATTACKS
-from fedaudit.config import OPTIONS, RunConfig, from_json, resolve
 from fedaudit.errors import FedauditError
-from fedaudit.options import Option
+from fedaudit.run.config import OPTIONS, RunConfig, from_json, resolve
+from fedaudit.run.options import Option
 
 FAST = ["--dataset", "digits", "--image-size", "16", "--rounds", "1", "--device", "cpu", "--quiet"]
 

@@ -1,5 +1,5 @@
 """Auditing the federation a team runs: its own model (``--model PKG.MODULE:CALLABLE``), its own loop (the
-core :class:`~fedaudit.recording.Recorder`), one run per recording, and nothing imported that the command did
+core :class:`~fedaudit.interop.recording.Recorder`), one run per recording, and nothing imported that the command did
 not name."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from fedaudit.api import audit_recording, evaluate
 from fedaudit.cli import app
 from fedaudit.data import load_dataset, lodo_split
 from fedaudit.errors import FedauditError
+from fedaudit.interop.recording import Recorder, read_recording
 from fedaudit.models import bn_layers, build_model, head_layer
-from fedaudit.recording import Recorder, read_recording
-from fedaudit.training import Preprocess, cross_entropy_loss, index_batches, make_optimizer, train_steps
+from fedaudit.simulation.training import Preprocess, cross_entropy_loss, index_batches, make_optimizer, train_steps
 
 runner = CliRunner()
 PLAIN = "tests.user_models:PlainCNN"
@@ -111,8 +111,8 @@ def test_factory_arguments_and_the_methods_that_need_fedaudits_architectures(tmp
 
 
 def test_methods_that_train_any_model_are_the_ones_the_refusal_names():
-    from fedaudit.method import ANY_MODEL_METHODS
     from fedaudit.methods import METHODS
+    from fedaudit.simulation.method import ANY_MODEL_METHODS
 
     assert sorted(ANY_MODEL_METHODS) == sorted(name for name, cls in METHODS.items() if not cls.needs_architecture)
 
@@ -156,7 +156,7 @@ def test_a_file_never_makes_fedaudit_import_a_factory(tmp_path, monkeypatch):
                                                      "command": "x", "config_hash": "x"}))
     with pytest.raises(FedauditError, match=f"trains the model factory {spec}; .*add --model {spec} to --resume"):
         evaluate(resume=run_dir)
-    from fedaudit.grid import run_grid
+    from fedaudit.sweeps.grid import run_grid
 
     sweep = tmp_path / "sweep"
     sweep.mkdir()
@@ -302,8 +302,8 @@ def test_the_plain_pytorch_example_records_and_audits_offline(tmp_path, monkeypa
 def test_a_loop_recordings_declared_dp_counts_its_rounds_and_the_weight_of_each_client(tmp_path):
     """Central DP declared by a hand-written loop: ε over the rounds recorded (numbered from 0 here), and a client
     whose weight exceeds 1/m of the average is protected by a smaller multiplier, which the accountant is given."""
-    from fedaudit.recorded_dp import recorded_privacy
-    from fedaudit.wire import ArtifactKind
+    from fedaudit.interop.recorded_dp import recorded_privacy
+    from fedaudit.simulation.wire import ArtifactKind
 
     dp = {"mechanism": "central-dp-client-side-fixed-clipping", "noise_multiplier": 1.1, "clipping_norm": 10.0,
           "num_sampled_clients": 2, "delta": 1e-5, "weighted_by_key": "num_samples"}

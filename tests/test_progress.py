@@ -8,10 +8,10 @@ from unittest import mock
 import pytest
 import torch
 
-from fedaudit import runs
-from fedaudit.aggregation import model_state
 from fedaudit.models import build_model
-from fedaudit.runs import HostSnapshot, ProgressWriter
+from fedaudit.run import run_directory
+from fedaudit.run.run_directory import HostSnapshot, ProgressWriter
+from fedaudit.simulation.aggregation import model_state
 from tests.fake_cuda import CUDA, fake_cuda
 
 
@@ -53,7 +53,7 @@ def test_a_cuda_snapshot_is_one_pinned_device_to_host_copy_per_dtype():
     dtypes = {t.dtype for t in state.values()}
     assert len(state) > 100 and len(mode.host_copies) == len(dtypes) == mode.pinned
     assert sum(b for _, b in mode.host_copies) == sum(t.numel() * t.element_size() for t in state.values())
-    with fake_cuda(count_host_copies=True) as mode, mock.patch("fedaudit.runs.SNAPSHOT_CHUNK_BYTES", 2**20):
+    with fake_cuda(count_host_copies=True) as mode, mock.patch("fedaudit.run.run_directory.SNAPSHOT_CHUNK_BYTES", 2**20):
         HostSnapshot(state)  # ResNet-18 is 45 MB of fp32: in buffers of at most 1 MB (or one tensor) on the device
     assert len(mode.host_copies) > 20  # many bounded copies, still far fewer than the state's tensors
     assert len(mode.host_copies) < len(state) / 2
@@ -65,7 +65,7 @@ def test_progress_is_on_disk_when_the_writer_is_left_and_each_round_replaces_the
     with ProgressWriter(tmp_path) as writer:
         for rnd in (1, 2):
             writer.submit([{"round": r} for r in range(1, rnd + 1)], [{"round": rnd}], state, {"rounds_done": rnd})
-    tensors, saved = runs.load_checkpoint(tmp_path)
+    tensors, saved = run_directory.load_checkpoint(tmp_path)
     assert saved == {"rounds_done": 2} and set(tensors) == set(state)
     assert (tmp_path / "history.csv").read_text().splitlines() == ["round", "1", "2"]
     assert (tmp_path / "wire.jsonl").read_text() == '{"round": 2}\n'
@@ -87,9 +87,9 @@ def test_a_cuda_rounds_checkpoint_reaches_the_host_in_one_copy_per_dtype():
     """The whole checkpoint of a CUDA federation — model, wire, client state — not only one model state."""
     from fedaudit.api import run_config
     from fedaudit.data import load_dataset, lodo_split
-    from fedaudit.federation import Federation
     from fedaudit.methods import get_method
-    from fedaudit.wire import SERVER, Artifact, ArtifactKind, Wire
+    from fedaudit.simulation.federation import Federation
+    from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire
 
     ds = load_dataset("digits", 16)
     split = lodo_split(ds, ds.domains[-1], seed=0)
@@ -109,19 +109,19 @@ def test_a_kill_between_the_checkpoints_two_halves_leaves_the_last_whole_one(tmp
     """SIGKILL (a preempted job) between writing a round's tensors and its state: the resume must not pair
     round 2's weights with round 1's state and train round 2 again from them."""
     state = _state()
-    runs.save_checkpoint(tmp_path, state, {"rounds_done": 1})
+    run_directory.save_checkpoint(tmp_path, state, {"rounds_done": 1})
 
     def killed(path, text):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runs, "write_text", killed)
+    monkeypatch.setattr(run_directory, "write_text", killed)
     moved = {k: t + 1 if t.is_floating_point() else t for k, t in state.items()}
     with pytest.raises(KeyboardInterrupt):
-        runs.save_checkpoint(tmp_path, moved, {"rounds_done": 2})
+        run_directory.save_checkpoint(tmp_path, moved, {"rounds_done": 2})
     monkeypatch.undo()
-    tensors, saved = runs.load_checkpoint(tmp_path)
+    tensors, saved = run_directory.load_checkpoint(tmp_path)
     assert saved == {"rounds_done": 1} and all(torch.equal(tensors[k], t) for k, t in state.items())
-    runs.save_checkpoint(tmp_path, moved, {"rounds_done": 2})  # the next whole write replaces the pair
-    tensors, saved = runs.load_checkpoint(tmp_path)
+    run_directory.save_checkpoint(tmp_path, moved, {"rounds_done": 2})  # the next whole write replaces the pair
+    tensors, saved = run_directory.load_checkpoint(tmp_path)
     assert saved == {"rounds_done": 2} and all(torch.equal(tensors[k], t) for k, t in moved.items())
-    assert [p.name for p in (tmp_path / runs.CHECKPOINT).glob("tensors*")] == ["tensors-r000002.safetensors"]
+    assert [p.name for p in (tmp_path / run_directory.CHECKPOINT).glob("tensors*")] == ["tensors-r000002.safetensors"]

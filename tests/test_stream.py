@@ -116,7 +116,7 @@ def test_streamed_peak_memory_does_not_grow_with_the_dataset(tmp_path):
 
 
 def test_batches_are_read_ahead_and_reach_a_cuda_device_through_pinned_memory(tmp_path):
-    from fedaudit.training import Indexed, index_batches
+    from fedaudit.simulation.training import Indexed, index_batches
     from tests.fake_cuda import CUDA, fake_cuda
 
     write_folder(tmp_path / "data", ["a", "b"], per_class=6)

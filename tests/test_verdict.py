@@ -15,7 +15,7 @@ import pytest
 
 from fedaudit.audit.verdict import (HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, RiskThresholds, judge,
                                     load_thresholds, mia_level)
-from fedaudit.membership import membership_metrics
+from fedaudit.statistics.membership_statistics import membership_metrics
 
 SERVER = {"attacker": "server"}
 
@@ -174,7 +174,7 @@ def test_the_statistics_of_a_few_member_images_are_rated_high(tiny_run):
     import torch
 
     from fedaudit.audit.counterfactual import replay_statistics
-    from fedaudit.wire import Artifact
+    from fedaudit.simulation.wire import Artifact
 
     def plant(fed, rnd):
         if rnd != fed.cfg.rounds:
@@ -342,7 +342,7 @@ def test_a_dp_claim_is_refuted_only_by_a_corrected_test_of_the_claim():
     α: HIGH, "the DP guarantee does not hold". The same counts against a claim of ε = 4 prove more than 0 but do not
     reject the claim: no refutation. Without the claim test the first row would read HIGH only by the bound's size,
     and never say the guarantee fails."""
-    from fedaudit.canary_bound import audit
+    from fedaudit.statistics.one_run_audit import audit
 
     rng = np.random.default_rng(0)
     included = rng.random(2048) < 0.5
@@ -367,7 +367,7 @@ def test_a_gaussian_claim_beyond_the_delta_cap_is_refuted_by_the_fdp_test_of_its
     more — exactly μ-GDP with μ 1.666 (its ε 8) — and the f-DP test of that curve (Mahloujifar et al. 2025) rejects it:
     HIGH, "the DP guarantee does not hold". A claim of μ 3 (ε ≈ 17) is not rejected. Without the curve test the first
     row would stay within the claim."""
-    from fedaudit.canary_bound import audit
+    from fedaudit.statistics.one_run_audit import audit
 
     rng = np.random.default_rng(0)
     included = rng.random(2048) < 0.5
@@ -426,7 +426,7 @@ def test_a_small_canary_bound_in_one_audit_of_many_is_not_a_finding_after_correc
     """Six victims' input canaries, 42 of 64 guesses right each: every audit alone proves ε ≥ 0.07 (p 0.026 for "no
     loss at all"), but with six audits in the row Holm needs p ≤ 0.05/6, and none has it — LOW (the audit could have
     certified more), not MEDIUM. One such victim alone is MEDIUM. Without the correction all six would be MEDIUM."""
-    from fedaudit.canary_bound import epsilon_lower_bound
+    from fedaudit.statistics.one_run_audit import epsilon_lower_bound
 
     entry = {"epsilon_lower_bound": epsilon_lower_bound(64, 64, 42, 1e-5, 1 - 0.05 / 3), "canaries": 64, "guesses": 64,
              "correct": 42, "k_grid": [8, 16, 32], "per_k": [{"k": 32, "guesses": 64, "correct": 42}] * 3,

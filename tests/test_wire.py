@@ -2,7 +2,7 @@
 
 import torch
 
-from fedaudit.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
 
 
 def _art(kind, sender, receiver, rnd, **tensors):

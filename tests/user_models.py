@@ -6,8 +6,6 @@ factory can."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from torch import nn
 

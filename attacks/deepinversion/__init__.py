@@ -24,7 +24,7 @@ shared with ``mia-artifact``):
 
 * **classifier head** (server; FedLSI's stage-1 upload). ``CLASSIFIER_HEAD``
   = BatchNorm1d statistics + linear layer → latent inversion
-  (:func:`fedaudit.latent_inversion.invert_latents`, the loop FedLSI's own
+  (:func:`fedaudit.tensor_ops.latent_inversion.invert_latents`, the loop FedLSI's own
   server runs, with the attacker's stronger BN weight), scored by the
   auditor in latent space against the real latents of the victim's encoder.
 
@@ -60,9 +60,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
-from fedaudit.aggregation import load_state_
 from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput
 from fedaudit.attacks.budget import INVERSION_BUDGET
+from fedaudit.simulation.aggregation import load_state_
 from fedaudit.attacks.deepinversion.engine import (
     VICTIM_BATCHING,
     AmplitudeProbe,
@@ -74,15 +74,15 @@ from fedaudit.attacks.deepinversion.engine import (
 )
 from fedaudit.attacks.image_optim import pixel_box
 from fedaudit.attacks.targets import BANK_KINDS, BankTarget, HeadTarget, find_targets
-from fedaudit.fourier import amplitude_spectrum
-from fedaudit.latent_inversion import head_running_stats, invert_latents
-from fedaudit.options import Option
-from fedaudit.style import EPS as STYLE_EPS
-from fedaudit.views import style_encoder_in_view
-from fedaudit.wire import ArtifactKind, WireView
+from fedaudit.run.options import Option
+from fedaudit.simulation.wire import ArtifactKind, WireView
+from fedaudit.simulation.wire_views import style_encoder_in_view
+from fedaudit.tensor_ops.fourier import amplitude_spectrum
+from fedaudit.tensor_ops.latent_inversion import head_running_stats, invert_latents
+from fedaudit.tensor_ops.style import EPS as STYLE_EPS
 
 if TYPE_CHECKING:
-    from fedaudit.config import RunConfig
+    from fedaudit.run.config import RunConfig
 
 class DeepInversion(Attack):
     name = "deepinversion"

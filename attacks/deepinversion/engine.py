@@ -49,8 +49,8 @@ from torch.func import functional_call, vmap
 from torch.utils.hooks import RemovableHandle
 
 from fedaudit.attacks.image_optim import DEFAULT_ITERS, DEFAULT_LR, image_priors, warmup_cosine
-from fedaudit.stats import bn_modules
-from fedaudit.training import autocast
+from fedaudit.simulation.training import autocast
+from fedaudit.tensor_ops.bn_statistics import bn_modules
 
 VICTIM_BATCHING = ("auto", "vmap", "loop")
 
@@ -224,7 +224,7 @@ class AmplitudeProbe(nn.Module):
     phase retrieval by gradient descent.
 
     Buffer ``target`` (n, C, H, W) holds the victim's spectra of [0, 1]
-    images (:mod:`fedaudit.fourier`); image ``i`` matches spectrum ``i`` by
+    images (:mod:`fedaudit.tensor_ops.fourier`); image ``i`` matches spectrum ``i`` by
     the relative L2 error ``‖A − A_t‖ / ‖A_t‖``. The raw (not log) amplitude
     lets the large low-frequency terms — brightness, colour, layout — lead,
     which is what gradient phase retrieval can recover; a log loss was

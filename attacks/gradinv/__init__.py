@@ -51,12 +51,12 @@ from fedaudit.attacks.gradinv.engine import (
     random_update,
     recover_labels,
 )
-from fedaudit.options import Option
-from fedaudit.views import overlay_state
-from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+from fedaudit.run.options import Option
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+from fedaudit.simulation.wire_views import overlay_state
 
 if TYPE_CHECKING:
-    from fedaudit.config import RunConfig
+    from fedaudit.run.config import RunConfig
 
 ARTIFACT = "full_model:update"  # the difference of the full_model broadcast and upload; the verdict files it under full_model ↑
 NOT_APPLICABLE = "not applicable"

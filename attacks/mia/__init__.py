@@ -11,9 +11,10 @@ saying which is which, plus population records (the other source domains'
 holdouts, RMIA's z). The attack returns one score per candidate (higher =
 member) in an :class:`~fedaudit.attack.AttackOutput` per result and target;
 the auditor splits them by the truth it kept and reports
-:func:`fedaudit.membership.membership_metrics`.
+:func:`fedaudit.statistics.membership_statistics.membership_metrics`.
 
-Variants (docs/attacks.md, "The attacks"; the statistics are :mod:`fedaudit.membership`):
+Variants (docs/attacks.md, "The attacks"; the scorers are :mod:`fedaudit.attacks.mia.scorers`, the
+statistics :mod:`fedaudit.statistics.membership_statistics`):
 
 * ``loss`` — Yeom et al., CSF 2018: score = −CE(f(x), y). No reference models.
 * ``lira`` — Carlini et al., S&P 2022, reported twice: ``lira_online``
@@ -45,7 +46,7 @@ Reference models: N per victim (``reference_models``: 8 ``quick``, 64
 ``paper``; the caller's choice), trained with the victim's local recipe
 (``AttackerPrior.train_recipes``, the method's public code: cross-entropy SGD for rounds × local
 epochs by default, under DP-SGD with that client's mechanism; at most ``--reference-epochs``, see
-``fedaudit.method``) on random
+``fedaudit.simulation.method``) on random
 halves of the challenge pool (:func:`fedaudit.attacks.mia.reference_models.inclusion_masks`),
 each from its own initialisation of the method's architecture. Their logits on
 the pool, its flips and the population are cached in the run directory
@@ -55,13 +56,13 @@ produced them); a second audit whose key matches trains nothing.
 Label-free encoders (``Method.label_free``, FedGaLA): ``model(x)`` is an
 embedding with no classes, so the signal is **augmentation consistency**: the
 cosine similarity of the embeddings of two SimCLR views of the record
-(:class:`fedaudit.augment.SimCLRAugment`), averaged over
+(:class:`fedaudit.tensor_ops.augment.SimCLRAugment`), averaged over
 ``CONSISTENCY_PAIRS`` view pairs drawn with a fixed seed. ``loss`` scores it
 directly; LiRA uses its Fisher z-transform atanh(c) as φ. RMIA needs class
 probabilities and is reported as not applicable.
 
 Hyper-parameters, the same in ``quick`` and ``paper`` except N:
-RMIA T = 2, γ = 2 (:mod:`fedaudit.membership`); 4 consistency view pairs.
+RMIA T = 2, γ = 2 (:mod:`fedaudit.attacks.mia.scorers`); 4 consistency view pairs.
 
 Deviations and choices, with reasons:
 
@@ -94,8 +95,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedaudit import runs
-from fedaudit.aggregation import load_state_
+from fedaudit.run import run_directory
+from fedaudit.simulation.aggregation import load_state_
 from fedaudit.attack import (
     NO_ACCESS,
     Access,
@@ -116,24 +117,17 @@ from fedaudit.attacks.mia.reference_models import (
     inclusion_masks,
     train_reference_models,
 )
-from fedaudit.augment import SimCLRAugment
 from fedaudit.errors import FedauditError, unknown_choice
-from fedaudit.membership import (
-    lira_offline,
-    lira_online,
-    lira_signal,
-    loss_signal,
-    rmia_prob,
-    rmia_score,
-)
-from fedaudit.options import Option
-from fedaudit.seeds import derive_seed, stable_int
-from fedaudit.training import Preprocess
-from fedaudit.views import count_sources, latest_weights, overlay_state
-from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+from fedaudit.tensor_ops.augment import SimCLRAugment
+from fedaudit.attacks.mia.scorers import lira_offline, lira_online, lira_signal, loss_signal, rmia_prob, rmia_score
+from fedaudit.run.options import Option
+from fedaudit.run.seeds import derive_seed, stable_int
+from fedaudit.simulation.training import Preprocess
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+from fedaudit.simulation.wire_views import count_sources, latest_weights, overlay_state
 
 if TYPE_CHECKING:
-    from fedaudit.config import RunConfig
+    from fedaudit.run.config import RunConfig
 
 log = logging.getLogger("fedaudit")
 
@@ -625,7 +619,7 @@ def _digest_tensors(*tensors: Tensor) -> str:
 def _cache_paths(cache_dir: Path | None, victim: str) -> tuple[Path, Path] | None:
     if cache_dir is None:
         return None
-    stem = runs.safe_name(victim) + "-reference-logits"
+    stem = run_directory.safe_name(victim) + "-reference-logits"
     return cache_dir / f"{stem}.safetensors", cache_dir / f"{stem}.json"
 
 
@@ -637,7 +631,7 @@ def _load_cache(paths: tuple[Path, Path] | None, victim: str,
     from safetensors.torch import load_file
 
     try:
-        meta = runs.read_json(paths[1])
+        meta = run_directory.read_json(paths[1])
         if meta.get("key") != key:
             log.info("mia: reference-logit cache for %s was made by other settings; retraining", victim)
             return None
@@ -654,10 +648,10 @@ def _save_cache(paths: tuple[Path, Path] | None, key: dict[str, Any] | None, ten
     from safetensors.torch import save_file
 
     paths[0].parent.mkdir(parents=True, exist_ok=True)
-    with runs.atomic_path(paths[0]) as tmp:
+    with run_directory.atomic_path(paths[0]) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
     # Written last: a matching key marks a complete cache.
-    runs.write_json(paths[1], {"key": key, "made": made, "tensors": sorted(tensors)})
+    run_directory.write_json(paths[1], {"key": key, "made": made, "tensors": sorted(tensors)})
 
 
 __all__ = ["ALL_DOMAINS", "GLOBAL", "LAST_UPLOAD", "MIA_ATTACKS", "MIA_STREAM", "NOT_APPLICABLE", "VARIANTS",

@@ -13,13 +13,13 @@ contains it. Two tests, by what the artifact summarises:
   per training image, ELCFS; ``STYLE_BANK`` in single mode: one channel
   mean/std per chosen image, CCST): the candidate's own entry is either in the
   bank or not. Score = −distance to the nearest bank entry
-  (:func:`fedaudit.membership.nearest_entry_scores`), on log(1 + amplitude)
+  (:func:`fedaudit.attacks.mia.scorers.nearest_entry_scores`), on log(1 + amplitude)
   for spectra (their range spans decades) and on (mean, log std) for styles.
 * **Aggregate statistics** (BatchNorm running mean/variance of every layer in
   ``FULL_MODEL``, ``BN_STATS_ALL_LAYERS``, ``PARTIAL_MODEL``; the broadcast
   ``GLOBAL_STATS`` as they are and, for a curious client, differenced; the
   BatchNorm1d statistics of a ``CLASSIFIER_HEAD``; a pooled ``STYLE_BANK``):
-  the whitened tracing test (:func:`fedaudit.membership.tracing_scores`). A record's
+  the whitened tracing test (:func:`fedaudit.attacks.mia.scorers.tracing_scores`). A record's
   statistics are what the layer averages over: per channel, the record's mean
   of the layer's input over positions and its mean square; the shared ones are
   the running mean and the second moment running_var + running_mean² (every
@@ -54,15 +54,15 @@ from torch import Tensor, nn
 
 from fedaudit.attack import AttackerPrior, AttackOutput, MembershipChallenge
 from fedaudit.attacks.targets import NOT_APPLICABLE, BankTarget, HeadTarget, Targets, Unavailable, find_targets
-from fedaudit.fourier import amplitude_spectrum
-from fedaudit.latent_inversion import head_running_stats
-from fedaudit.membership import nearest_entry_scores, tracing_scores
-from fedaudit.stats import bn_modules
-from fedaudit.style import EPS as STYLE_EPS
-from fedaudit.style import feature_style
-from fedaudit.training import Preprocess, forward_chunks
-from fedaudit.views import latest_weights, overlay_state, style_encoder_in_view
-from fedaudit.wire import ArtifactKind, WireView, client_role
+from fedaudit.simulation.training import Preprocess, forward_chunks
+from fedaudit.simulation.wire import ArtifactKind, WireView, client_role
+from fedaudit.simulation.wire_views import latest_weights, overlay_state, style_encoder_in_view
+from fedaudit.attacks.mia.scorers import nearest_entry_scores, tracing_scores
+from fedaudit.tensor_ops.bn_statistics import bn_modules
+from fedaudit.tensor_ops.fourier import amplitude_spectrum
+from fedaudit.tensor_ops.latent_inversion import head_running_stats
+from fedaudit.tensor_ops.style import EPS as STYLE_EPS
+from fedaudit.tensor_ops.style import feature_style
 
 ARTIFACT = "artifact"  # the variant and its result key
 NO_RECORD_STATISTICS = {kind.value for kind in NOT_APPLICABLE}

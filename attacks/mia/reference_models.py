@@ -19,9 +19,9 @@ record is IN for about half of them, and keeps only their logits on the pool
 ``train_one(model, images, labels, preprocess, generator)`` is the victim's
 local recipe; a method with a custom local loop passes its own. The default,
 :class:`SGDRecipe`, is plain cross-entropy SGD for E epochs through
-fedaudit's own :func:`~fedaudit.training.index_batches`,
-:func:`~fedaudit.training.train_steps` and
-:func:`~fedaudit.training.make_optimizer` — the same steps a client takes.
+fedaudit's own :func:`~fedaudit.simulation.training.index_batches`,
+:func:`~fedaudit.simulation.training.train_steps` and
+:func:`~fedaudit.simulation.training.make_optimizer` — the same steps a client takes.
 
 Two paths, same steps and same per-model data order, so their logits agree up
 to float error:
@@ -71,10 +71,10 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, stack_module_state, vmap
 
 from fedaudit.errors import FedauditError, unknown_choice
-from fedaudit.seeds import derive_seed
-from fedaudit.stats import bn_modules
-from fedaudit.recipes import SGDRecipe, TrainOne
-from fedaudit.training import Preprocess, autocast, forward_chunks, make_optimizer
+from fedaudit.run.seeds import derive_seed
+from fedaudit.simulation.recipes import SGDRecipe, TrainOne
+from fedaudit.simulation.training import Preprocess, autocast, forward_chunks, make_optimizer
+from fedaudit.tensor_ops.bn_statistics import bn_modules
 
 log = logging.getLogger("fedaudit")
 

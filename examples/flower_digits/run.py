@@ -5,7 +5,7 @@ training fedaudit's ``cnn`` on its split of the data with the same recipe as
 ``fedaudit evaluate --method fedavg --dataset digits`` (quick: 20 rounds × 3 local epochs, SGD lr
 0.01, momentum 0.9, weight decay 5e-4, batch 32, shift augmentation). Flower's own ``FedAvg``
 strategy aggregates. fedaudit's recording mod is the ClientApp's first mod, and the strategy runs on
-a :class:`~fedaudit.flower.RecordingGrid`, so ``--out DIR`` receives the recording from both sides.
+a :class:`~fedaudit.interop.flower.RecordingGrid`, so ``--out DIR`` receives the recording from both sides.
 
     python examples/flower_digits/run.py --out runs/flower-digits [--rounds 20] [--local-epochs 3] [--dp 1.1 1.0]
     fedaudit audit runs/flower-digits --attack deepinversion,mia
@@ -31,9 +31,9 @@ from flwr.simulation import run_simulation  # noqa: E402
 
 from fedaudit.data import load_dataset  # noqa: E402
 from fedaudit.data.split import lodo_split  # noqa: E402
-from fedaudit.flower import RecordingGrid, recording_mod, start_recording  # noqa: E402
+from fedaudit.interop.flower import RecordingGrid, recording_mod, start_recording  # noqa: E402
 from fedaudit.models import build_model  # noqa: E402
-from fedaudit.training import (Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer,  # noqa: E402
+from fedaudit.simulation.training import (Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer,  # noqa: E402
                                train_steps)
 
 DATASET, TARGET, IMAGE_SIZE = "digits", "textured", 32

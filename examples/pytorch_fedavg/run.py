@@ -1,7 +1,7 @@
 """A hand-written PyTorch FedAvg loop over three folder clients, recorded for ``fedaudit audit``. No Flower.
 
 The deployment's side is plain PyTorch: its own model (``net.Net``), ``torchvision``'s ``ImageFolder``
-per client, SGD, a weighted average. fedaudit's part is the :class:`~fedaudit.recording.Recorder`: one
+per client, SGD, a weighted average. fedaudit's part is the :class:`~fedaudit.interop.recording.Recorder`: one
 ``send`` per message. The clients' records live in the layout the auditor reads
 (``members/<client>/<class>/*.png`` trained on, ``holdout/<client>/…`` never trained on, ``unseen/<domain>/…``);
 without ``--data`` the example writes fedaudit's built-in ``digits`` there first.
@@ -24,7 +24,7 @@ from torchvision import datasets, transforms
 
 from examples.pytorch_fedavg.net import Net
 from fedaudit.errors import FedauditError
-from fedaudit.recording import Recorder
+from fedaudit.interop.recording import Recorder
 
 RECIPE = {"lr": 0.01, "momentum": 0.9, "weight_decay": 5e-4, "batch_size": 32, "augment": False}
 NORMALISE = {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}

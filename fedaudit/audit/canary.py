@@ -2,18 +2,18 @@
 
 An *auditor* procedure, not a wire-view attack: the auditor plants m
 canaries in each victim's ``train`` split before training, each with
-probability ½ (:func:`fedaudit.canary.plant_canaries`, called through
+probability ½ (:func:`fedaudit.audit.input_canaries.plant_canaries`, called through
 :func:`canary_split` before the federation is built), the federation trains
 once, and afterwards the auditor scores every canary with the membership
 signal and turns the guesses into an empirical ε lower bound
-(:mod:`fedaudit.canary_bound`). The split of knowledge is kept in the code:
+(:mod:`fedaudit.statistics.one_run_audit`). The split of knowledge is kept in the code:
 
 * ``fedaudit.attacks.canary.CanaryAudit`` is the attacker's part. Through the
   attack contract it gets the deployed model to query and the canary records
   with their canary labels (:class:`~fedaudit.attack.CanaryChallenge`) —
   never whether a canary was included — and returns one score per canary:
   −cross-entropy of the target on the record with its (wrong) canary label
-  (the loss signal, Yeom et al.; :func:`fedaudit.membership.loss_signal`).
+  (the loss signal, Yeom et al.; :func:`fedaudit.attacks.mia.scorers.loss_signal`).
   Higher = looks trained on. Its target, for a curious server, is the
   victim's last upload (its newest weights, overlaid as the server saw them);
   for a curious client, or a server that saw no weight-bearing upload from
@@ -24,7 +24,7 @@ signal and turns the guesses into an empirical ε lower bound
   the k highest scores and "out" for the k lowest, and computes the bound.
 
 Under DP-SGD the auditor also plants **gradient canaries** (the white-box variant,
-:mod:`fedaudit.dp_canaries`; :func:`plant_gradient_canaries` before training): per victim, m seeded unit
+:mod:`fedaudit.simulation.gradient_canaries`; :func:`plant_gradient_canaries` before training): per victim, m seeded unit
 directions in the trained weights' space, each a record of its DP-SGD with probability ½. The attacker
 gets their count, seed and space (never the coins) and a view of every round; it scores each canary by the
 victim's summed update projected on it. Stored per victim under ``leakage.canary_gradient.<victim>``: the
@@ -74,19 +74,19 @@ from scipy.optimize import brentq
 from fedaudit.attack import GRADIENT_CANARIES as GRADIENT
 from fedaudit.attack import INPUT_CANARIES as INPUT
 from fedaudit.attack import Access, Attack, AttackerPrior, CanaryChallenge, GradientCanaryChallenge
+from fedaudit.audit.input_canaries import KIND, plant_canaries
 from fedaudit.audit.membership import black_box
-from fedaudit.canary import KIND, plant_canaries
-from fedaudit.canary_bound import audit, ceiling, gaussian_fit, ideal_bounds, k_grid, p_value_of_curve
-from fedaudit.dp import gaussian_epsilon
-from fedaudit.dp_canaries import GRADIENT_KIND, draw_gradient_canaries, parameter_space
 from fedaudit.errors import FedauditError
-from fedaudit.wire import client_role
+from fedaudit.statistics.gaussian_dp import gaussian_epsilon
+from fedaudit.simulation.gradient_canaries import GRADIENT_KIND, draw_gradient_canaries, parameter_space
+from fedaudit.simulation.wire import client_role
+from fedaudit.statistics.one_run_audit import audit, ceiling, gaussian_fit, ideal_bounds, k_grid, p_value_of_curve
 
 if TYPE_CHECKING:
-    from fedaudit.config import RunConfig
     from fedaudit.data import LODOSplit
-    from fedaudit.federation import Federation
-    from fedaudit.method import Method
+    from fedaudit.run.config import RunConfig
+    from fedaudit.simulation.federation import Federation
+    from fedaudit.simulation.method import Method
 
 log = logging.getLogger("fedaudit")
 
@@ -155,8 +155,8 @@ def accuracy_without_canaries(cfg: RunConfig, method: Method, fed: Federation, c
     the same noise) trained on ``clean_split`` — the split before any canary was planted — with no gradient
     canaries; its accuracy beside the audited run's, and the difference (with − without). Stored under
     ``accuracy.without_canaries``; off with ``--no-canary-cost``."""
-    from fedaudit.federation import Federation as Twin
-    from fedaudit.wire import Wire
+    from fedaudit.simulation.federation import Federation as Twin
+    from fedaudit.simulation.wire import Wire
 
     log.info("canary audit: training the same federation without canaries, to measure what they cost in accuracy")
     twin = Twin(cfg, type(method)(cfg), fed.dataset, clean_split, fed.device, Wire(None))

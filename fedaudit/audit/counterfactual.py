@@ -71,17 +71,17 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.attack import AttackerPrior
-from fedaudit.fourier import amplitude_spectrum
-from fedaudit.latent_inversion import head_running_stats
-from fedaudit.stats import bn_modules, bn_stat_keys
-from fedaudit.style import feature_style, pooled_feature_style
-from fedaudit.training import Preprocess
-from fedaudit.views import latest_weights, overlay_state, style_encoder_in_view
-from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+from fedaudit.simulation.training import Preprocess
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+from fedaudit.simulation.wire_views import latest_weights, overlay_state, style_encoder_in_view
+from fedaudit.tensor_ops.bn_statistics import bn_modules, bn_stat_keys
+from fedaudit.tensor_ops.fourier import amplitude_spectrum
+from fedaudit.tensor_ops.latent_inversion import head_running_stats
+from fedaudit.tensor_ops.style import feature_style, pooled_feature_style
 
 if TYPE_CHECKING:
-    from fedaudit.config import RunConfig
-    from fedaudit.federation import Federation
+    from fedaudit.run.config import RunConfig
+    from fedaudit.simulation.federation import Federation
 
 TWIN = "twin"
 POWER = "power"
@@ -329,7 +329,7 @@ def counterfactual_view(view: WireView, prior: AttackerPrior, cases: Sequence[Co
 def latent_encoders(cfg: RunConfig, fed: Federation) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
     """Per source domain, uint8 images → latents of the encoder its shared head was trained on
     (``Method.head_encoder``; built on first use, only for methods that keep one)."""
-    from fedaudit.probe import extract_features
+    from fedaudit.tensor_ops.linear_probe import extract_features
 
     def encoder_of(client) -> Callable[[torch.Tensor], torch.Tensor]:
         model: list[torch.nn.Module] = []
@@ -340,7 +340,7 @@ def latent_encoders(cfg: RunConfig, fed: Federation) -> dict[str, Callable[[torc
             return extract_features(model[0].features, images, fed.preprocess, cfg.precision)
         return encode
 
-    from fedaudit.method import Method
+    from fedaudit.simulation.method import Method
 
     if type(fed.method).head_encoder is Method.head_encoder:
         return {}

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedaudit.intervals import clopper_pearson
+from fedaudit.statistics.intervals import clopper_pearson
 
 PERMUTATIONS = 500  # null replicates; the smallest p-value is 1/(1 + PERMUTATIONS)
 NULL_QUANTILE = 0.95

@@ -51,8 +51,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaudit.audit.identifiability import identifiability_test
-from fedaudit.probe import LinearProbe, fit_linear_probe
-from fedaudit.training import Preprocess, forward_chunks, index_batches
+from fedaudit.simulation.training import Preprocess, forward_chunks, index_batches
+from fedaudit.tensor_ops.linear_probe import LinearProbe, fit_linear_probe
 
 if TYPE_CHECKING:
     from fedaudit.audit.counterfactual import TrainingRecipe

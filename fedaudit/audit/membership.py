@@ -7,8 +7,8 @@ victim (its members and holdout records shuffled, without saying which is
 which) and, for the domain-level question, one
 :class:`~fedaudit.attack.DomainChallenge`. The auditor keeps the truth, splits
 the attack's scores by it and reports
-:func:`fedaudit.membership.membership_metrics` with the calibration figure of
-any reference models the attack trained (:func:`fedaudit.membership.lira_calibration`).
+:func:`fedaudit.statistics.membership_statistics.membership_metrics` with the calibration figure of
+any reference models the attack trained (:func:`fedaudit.statistics.membership_statistics.lira_calibration`).
 
 Stored shape: ``{result_key: {target: {victim: entry}}}`` with result keys
 loss, lira_online, lira_offline, rmia and domain (target ``global_model``;
@@ -40,16 +40,16 @@ from fedaudit.audit.counterfactual import (
     power_case,
     pseudo_name,
 )
-from fedaudit.config import target_exposure
 from fedaudit.errors import unknown_choice
-from fedaudit.membership import lira_calibration, membership_metrics
-from fedaudit.seeds import derive_seed, stable_int
-from fedaudit.wire import SERVER, ArtifactKind, WireView, client_role
+from fedaudit.run.config import target_exposure
+from fedaudit.run.seeds import derive_seed, stable_int
+from fedaudit.simulation.wire import SERVER, ArtifactKind, WireView, client_role
+from fedaudit.statistics.membership_statistics import lira_calibration, membership_metrics
 
 if TYPE_CHECKING:
-    from fedaudit.config import RunConfig
-    from fedaudit.federation import Federation
-    from fedaudit.method import Method
+    from fedaudit.run.config import RunConfig
+    from fedaudit.simulation.federation import Federation
+    from fedaudit.simulation.method import Method
 
 log = logging.getLogger("fedaudit")
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from fedaudit import runs
 from fedaudit.attack import Attack, AttackerPrior, AttackOutput
+from fedaudit.run import run_directory
 from fedaudit.audit.counterfactual import (
     POWER_PER_CLASS,
     TWIN,
@@ -43,7 +43,7 @@ from fedaudit.audit.counterfactual import (
 )
 from fedaudit.audit.leakage import MATCHED_METRICS, Auditor, domain_matrix, image_grid, macro_diagonal, with_nulls
 from fedaudit.audit.verdict import POWER_ALPHA
-from fedaudit.wire import SERVER, WireView
+from fedaudit.simulation.wire import SERVER, WireView
 
 POWER_RULE = ("reached when, for one or two member images per class, the reconstructions from their artifact are "
               "attributed to the victim's domain, or labelled as their intended class, more often than the prior-only "
@@ -307,8 +307,8 @@ def _save_grid(run_dir: Path, attack: str, out: AttackOutput, columns: list[torc
     from PIL import Image
 
     grid = image_grid(columns, scale=max(1, 64 // out.images.shape[-1]))
-    rel = f"images/{runs.safe_name(f'{attack}-{out.artifact}-{out.victim}')}.png"
-    with runs.atomic_path(run_dir / rel) as tmp:
+    rel = f"images/{run_directory.safe_name(f'{attack}-{out.artifact}-{out.victim}')}.png"
+    with run_directory.atomic_path(run_dir / rel) as tmp:
         Image.fromarray(grid.numpy()).save(tmp, format="PNG")
     return rel
 

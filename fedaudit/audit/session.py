@@ -28,14 +28,14 @@ from fedaudit.audit.membership import audit_membership
 from fedaudit.audit.reconstruction import audit_reconstruction, unscored_section
 from fedaudit.audit.verdict import CANARY_GRADIENT
 from fedaudit.errors import unknown_choice
-from fedaudit.method import Method
-from fedaudit.seeds import derive_seed
-from fedaudit.wire import SERVER, client_role
+from fedaudit.run.seeds import derive_seed
+from fedaudit.simulation.method import Method
+from fedaudit.simulation.wire import SERVER, client_role
 
 if TYPE_CHECKING:
-    from fedaudit.config import RunConfig
     from fedaudit.data import MultiDomainDataset
-    from fedaudit.federation import Federation
+    from fedaudit.run.config import RunConfig
+    from fedaudit.simulation.federation import Federation
 
 log = logging.getLogger("fedaudit")
 

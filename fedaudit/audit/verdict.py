@@ -73,7 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaudit.errors import FedauditError
-from fedaudit.membership import holm
+from fedaudit.statistics.membership_statistics import holm
 
 HIGH, MEDIUM, LOW, INCONCLUSIVE, NOT_ASSESSED = "high", "medium", "low", "inconclusive", "not_assessed"
 TIER_ORDER = {HIGH: 4, MEDIUM: 3, LOW: 2, INCONCLUSIVE: 1, NOT_ASSESSED: 0}
@@ -598,7 +598,7 @@ def membership_row(row: str, metrics: dict[str, Any], t: RiskThresholds) -> dict
                 f"not find the members of its positive control (the artifact recomputed from a few members alone, "
                 f"significant at {t.alpha:g} needed) — {shown}: a silence from a test without power says nothing."
                 f"{verbatim}"), evidence, t)
-    from fedaudit.membership import advantage_null_quantile
+    from fedaudit.statistics.membership_statistics import advantage_null_quantile
 
     miscalibrated = sorted({f"{variant}/{victim}" for variant, _, victim, e in mia_entries(mia, row)
                             if (e.get("calibration") or {}).get("status") == "miscalibrated"})
@@ -657,7 +657,7 @@ def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> dict[str, Any]:
     refuted, or a significant bound reaches ``canary_epsilon_high``; MEDIUM when a bound is significant but
     smaller; LOW only when some audit could have certified ``canary_epsilon_high`` (its ceiling), else
     INCONCLUSIVE."""
-    from fedaudit.canary_bound import p_value_of_claim, p_value_of_curve
+    from fedaudit.statistics.one_run_audit import p_value_of_claim, p_value_of_curve
 
     key, title = "membership:canary", "membership: canary audit (proven ε lower bound)"
     leakage = metrics.get("leakage") or {}

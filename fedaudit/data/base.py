@@ -86,7 +86,7 @@ class ClientData:
     train_idx: torch.Tensor  # int64 indices into the domain's arrays in the dataset
     val_idx: torch.Tensor
     holdout_idx: torch.Tensor
-    # bool [n_train], True = an auditor's canary (fedaudit.canary), trained on but not one of the
+    # bool [n_train], True = an auditor's canary (fedaudit.audit.input_canaries), trained on but not one of the
     # client's own records: whoever treats ``train`` as "the members" must leave these out.
     # None = no canaries.
     train_canary: torch.Tensor | None = None
@@ -117,7 +117,7 @@ class ClientData:
 
 @dataclass(eq=False, repr=False)
 class CanarySet:
-    """The auditor's record of the canaries it planted in one victim's ``train`` split (fedaudit.canary).
+    """The auditor's record of the canaries it planted in one victim's ``train`` split (fedaudit.audit.input_canaries).
 
     All ``m`` canaries, included or not, in a random order that does not depend
     on inclusion: ``images`` uint8 [m, C, H, W], ``labels`` the (wrong) label

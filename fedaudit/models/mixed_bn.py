@@ -40,8 +40,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from fedaudit.aggregation import StateDict
-from fedaudit.stats import MEAN, VAR, instance_stats, mix_stats
+from fedaudit.simulation.aggregation import StateDict
+from fedaudit.tensor_ops.bn_statistics import MEAN, VAR, instance_stats, mix_stats
 
 MODES = ("normal", "paired", "adapt")
 

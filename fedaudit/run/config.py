@@ -1,7 +1,7 @@
 """Run configuration: one schema, two profiles, one precedence rule, one resolve-and-validate step.
 
 Every run option is declared once, as a field of :class:`RunConfig` made with
-:func:`fedaudit.options.option`: its default, its per-profile defaults, its
+:func:`fedaudit.run.options.option`: its default, its per-profile defaults, its
 type, range or choices, and its help. From that declaration come the
 command-line flag, the TOML key, the range or choice error and the recorded
 value (``config.json``). Attack options are declared the same way on the
@@ -29,7 +29,7 @@ from typing import Any
 
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.models.factory import OWN_NORM, is_factory
-from fedaudit.options import Option, declared, option
+from fedaudit.run.options import Option, declared, option
 
 PROFILES = ("quick", "paper")
 PRECISIONS = ("fp32", "bf16")
@@ -44,14 +44,14 @@ DEFAULT_SPLIT = (0.5, 0.1, 0.4)  # train (members) / val / holdout (non-members)
 # client's batch follows from DP_NOISE_TO_SIGNAL (the largest noise-to-signal per step a batch may leave), and
 # its step shrinks by √(DP_STEP_NOISE_TO_SIGNAL / the ratio left) where that ratio is above
 # DP_STEP_NOISE_TO_SIGNAL; where a batch meets DP_NOISE_TO_SIGNAL, a client may run up to DP_MAX_STEP_FACTOR ×
-# the method's local steps per round while it still does (fedaudit.dp.choose_batch).
+# the method's local steps per round while it still does (fedaudit.simulation.dp_sgd.choose_batch).
 DP_LR_TIMES_NORM = 0.5
 DP_NOISE_TO_SIGNAL = 1.0
 DP_STEP_NOISE_TO_SIGNAL = 0.5
 DP_MAX_STEP_FACTOR = 2  # at most twice the compute of the method's local epochs
 DP_RECIPE: dict[str, Any] = {"local_epochs": 3, "momentum": 0.9}
 DP_AUGMENTATIONS = 1
-# --dp-train: the weights DP-SGD trains (fedaudit.dp.trained_parts), said once for the help and the coverage table
+# --dp-train: the weights DP-SGD trains (fedaudit.simulation.dp_sgd.trained_parts), said once for the help and the coverage table
 DP_TRAINED_PARTS = {"all": "every weight",
                     "last": "the encoder's last stage, the head and a projection between them if the model has one",
                     "head": "the head and a projection before it if the model has one"}
@@ -122,7 +122,7 @@ class RunConfig:
     judge_steps: int = option(300, "Adam steps of each auditor judge (the domain and class classifiers that score "
                               "reconstructions).", low=1, high=1_000_000)
     # -- defense: DP-SGD (Opacus) for every client's local training; the ε is per client, for one record of
-    # its training split, over all rounds (fedaudit/dp.py) ---------------------------------------------------
+    # its training split, over all rounds (fedaudit/simulation/dp_sgd.py) ---------------------------------------------------
     dp_epsilon: float | None = option(None, "Train every client with DP-SGD (Opacus) to this ε per client over all "
                                       "rounds; models switch to --norm gn.", kind=float, nullable=True, low=0.01,
                                       high=1e4)

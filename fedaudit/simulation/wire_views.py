@@ -15,10 +15,10 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
-from fedaudit.aggregation import load_state_
-from fedaudit.stats import MEAN, VAR
-from fedaudit.style import style_encoder
-from fedaudit.wire import SERVER, Artifact, ArtifactKind, WireView
+from fedaudit.simulation.aggregation import load_state_
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView
+from fedaudit.tensor_ops.bn_statistics import MEAN, VAR
+from fedaudit.tensor_ops.style import style_encoder
 
 WEIGHT_KINDS = (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL)
 

@@ -4,7 +4,7 @@ An :class:`Option` is everything fedaudit knows about a setting. From it come
 the command-line flag (``--name-with-dashes``), the TOML key (the name, dashes
 or underscores), the one-line range or choice error, the value recorded in
 ``config.json``, and the line in ``--help``. Run options are declared on
-:class:`fedaudit.config.RunConfig`'s fields (:func:`option`), attack options
+:class:`fedaudit.run.config.RunConfig`'s fields (:func:`option`), attack options
 on the attack classes (``Attack.options``), so adding an option touches one
 place.
 """
@@ -21,7 +21,7 @@ from typing import Any
 from fedaudit.errors import FedauditError, unknown_choice
 
 # A nullable option given as the word `none` on the command line stays that word until
-# fedaudit.config.resolve: unlike an absent flag (None: the config file, the DP recipe or the method's defaults
+# fedaudit.run.config.resolve: unlike an absent flag (None: the config file, the DP recipe or the method's defaults
 # decide), it sets the option to None over all of them, and it survives a grid's or a sweep's JSON.
 NONE_WORDS = ("none", "null")
 

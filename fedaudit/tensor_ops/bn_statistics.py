@@ -19,8 +19,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from fedaudit.aggregation import StateDict, model_state, weighted_average_
 from fedaudit.models.classifier import bn_layers
+from fedaudit.simulation.aggregation import StateDict, model_state, weighted_average_
 
 MEAN, VAR = "running_mean", "running_var"
 

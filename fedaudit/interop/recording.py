@@ -13,14 +13,14 @@ A recording directory holds
                     in the file's metadata
 
 The writer is framework-free: a hand-written loop records with :class:`Recorder` (one ``send`` per
-message), and ``fedaudit.flower`` feeds the same writer from Flower messages. It is safe when several
+message), and ``fedaudit.interop.flower`` feeds the same writer from Flower messages. It is safe when several
 processes record into one directory: message files are written to a temporary name and renamed, ledger
 rows are appended under an exclusive lock, node files are written once each.
 
 A recording is one run: the manifest's ``run_id`` is on every ledger row (with the framework's own run
 id where there is one), a directory holding another run is refused when recording starts, and reading
 refuses rows of two runs or a message recorded twice. Reading a recording turns it into a
-:class:`~fedaudit.wire.Wire`: the same ledger and views the attacks get from fedaudit's own simulation.
+:class:`~fedaudit.simulation.wire.Wire`: the same ledger and views the attacks get from fedaudit's own simulation.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
-from fedaudit.runs import atomic_path, safe_name
-from fedaudit.wire import SERVER, Artifact, ArtifactKind, LedgerEntry, Wire, client_role, direction
+from fedaudit.run.run_directory import atomic_path, safe_name
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, LedgerEntry, Wire, client_role, direction
 
 FORMAT = "fedaudit-recording/1"
 MANIFEST = "manifest.json"
@@ -105,13 +105,13 @@ def start_recording(root: str | Path, *, model: nn.Module | None = None,
     augment), which the auditor's counterfactuals and an informed attacker's reference models follow;
     ``prior`` is what is public about the inputs when the auditor holds no data (``{"classes": [...],
     "mean": [...], "std": [...], "hflip": False}``): the attacks then still run, unscored; ``dp`` the privacy
-    mechanism the deployment ran (:func:`fedaudit.recorded_dp.check_dp`). ``framework_run_id`` is the
+    mechanism the deployment ran (:func:`fedaudit.interop.recorded_dp.check_dp`). ``framework_run_id`` is the
     framework's own id of the run (Flower's ``run_id``).
 
     A recording is one run: a directory that already holds another run's messages (or a manifest naming
     another framework run) is refused; ``append=True`` continues the run recorded there (a deployment
     resumed), keeping its run id."""
-    from fedaudit.recorded_dp import check_dp
+    from fedaudit.interop.recorded_dp import check_dp
 
     state = {k: list(v.shape) for k, v in model.state_dict().items()} if model is not None else None
     if dp:
@@ -488,7 +488,7 @@ def read_recording(root: str | Path) -> Recording:
         raise FedauditError(f"recording {root} does not exist; give the directory the recorder wrote")
     path = root / MANIFEST
     if not path.is_file():
-        raise FedauditError(f"{root} has no {MANIFEST}: not a fedaudit recording; record with fedaudit.flower "
+        raise FedauditError(f"{root} has no {MANIFEST}: not a fedaudit recording; record with fedaudit.interop.flower "
                             "(recording_mod / RecordingGrid), which writes it")
     try:
         manifest = json.loads(path.read_text())

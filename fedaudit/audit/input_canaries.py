@@ -1,7 +1,7 @@
 """Canaries for the one-run privacy audit: what the auditor plants in a victim's training split.
 
 The audit (Steinke, Nasr & Jagielski, NeurIPS 2023; the statistics are
-:mod:`fedaudit.canary_bound`, the scoring ``fedaudit.attacks.canary``) needs
+:mod:`fedaudit.statistics.one_run_audit`, the scoring ``fedaudit.attacks.canary``) needs
 m records whose membership is decided by a fair coin, independently, before
 training. fedaudit's canaries, for each victim:
 
@@ -32,7 +32,7 @@ and coins, so ``--resume`` rebuilds the same split.
 Default m = 64 (``--canaries``): digits' source domains hold about 180
 holdout records, and 180 − 64 = 116 ≥ 100 keeps mia's TPR at 10% FPR
 resolvable (it needs 10/0.1 non-members). More canaries give the audit more
-power (:func:`fedaudit.canary_bound.epsilon_max_certifiable`), at the cost of
+power (:func:`fedaudit.statistics.one_run_audit.epsilon_max_certifiable`), at the cost of
 non-members and of label noise in training.
 """
 
@@ -46,7 +46,7 @@ import torch
 from fedaudit.data.base import CanarySet, LODOSplit
 from fedaudit.data.split import stratified_split
 from fedaudit.errors import FedauditError
-from fedaudit.seeds import derive_seed, stable_int
+from fedaudit.run.seeds import derive_seed, stable_int
 
 CANARY_STREAM = 11_001  # derive_seed stream: canary choice, wrong labels, inclusion coins
 KIND = "mislabelled records of the victim's own holdout split (wrong label uniform over the other classes)"

@@ -1,7 +1,7 @@
 """White-box canaries inside DP-SGD: the auditor's gradient canaries, how they enter a step, how either side
 regenerates their directions.
 
-Shared by the auditor (:mod:`fedaudit.audit.canary` plants them in a victim's DP-SGD, :mod:`fedaudit.dp` adds
+Shared by the auditor (:mod:`fedaudit.audit.canary` plants them in a victim's DP-SGD, :mod:`fedaudit.simulation.dp_sgd` adds
 them to each step's sum of clipped gradients) and the attacker (``fedaudit.attacks.canary`` projects the
 victim's updates onto their directions). Nothing here reads data: a canary is a seed, a direction and a coin.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedaudit.seeds import derive_seed, stable_int
+from fedaudit.run.seeds import derive_seed, stable_int
 
 GRADIENT_STREAM = 11_002  # derive_seed stream: directions (per canary) and inclusion coins (per victim)
 STEP_STREAM = 11_003  # derive_seed stream: which included canaries a Poisson step samples

@@ -82,6 +82,8 @@ from typing import Any
 
 import numpy as np
 
+from fedaudit.statistics.gaussian_dp import gaussian_epsilon
+
 TOL = 1e-9  # bisection stops when the bracket is this narrow (ε units)
 MAX_EPSILON = 1e4  # no finite r can certify more; a search that gets here has a bug
 K_FRACTIONS = (1 / 8, 1 / 4, 1 / 2)  # k as fractions of m, fixed before any score is seen
@@ -206,7 +208,7 @@ def dp_curve(epsilon: float, delta: float) -> InversePower:
 
 def curve_of(claim: dict[str, Any]) -> InversePower:
     """The inverse power of a stored claim: ``{"curve": "gaussian", "mu": μ}`` or ``{"curve": "epsilon_delta",
-    "epsilon": ε, "delta": δ}`` (:func:`fedaudit.dp.claimed_curve` writes them)."""
+    "epsilon": ε, "delta": δ}`` (:func:`fedaudit.simulation.dp_sgd.claimed_curve` writes them)."""
     if claim.get("curve") == "gaussian":
         return gaussian_curve(float(claim["mu"]))
     if claim.get("curve") == "epsilon_delta":
@@ -377,8 +379,6 @@ def audit(scores: Sequence[float] | np.ndarray, included: Sequence[bool] | np.nd
 
 def _gdp_summary(best: dict[str, Any], rows: list[dict[str, Any]], delta: float) -> dict[str, Any]:
     """The f-DP bound's best k, its μ and what that μ means as ε at the run's δ (for a Gaussian curve only)."""
-    from fedaudit.dp import gaussian_epsilon
-
     mu, ceiling_mu = best["mu_lower_bound"], max(row["mu_max_certifiable"] for row in rows)
     return {"mu_lower_bound": mu, "epsilon_if_gaussian": gaussian_epsilon(mu, delta) if mu > 0 else 0.0,
             "mu_max_certifiable": ceiling_mu, "epsilon_max_if_gaussian": gaussian_epsilon(ceiling_mu, delta),

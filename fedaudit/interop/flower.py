@@ -2,7 +2,7 @@
 
 An optional extra (``pip install -e ".[flower]"``); nothing else in fedaudit imports this module.
 
-* :func:`start_recording` writes the recording's manifest (:func:`fedaudit.recording.start_recording`, the
+* :func:`start_recording` writes the recording's manifest (:func:`fedaudit.interop.recording.start_recording`, the
   framework-neutral recorder this module is built on): the Flower version and run id, the model the user
   declares (its state_dict shapes decide what a record is), record names mapped to artifact kinds,
   and the auditor's data per client.
@@ -28,16 +28,16 @@ from flwr.clientapp.typing import ClientAppCallable, Mod
 from flwr.serverapp import Grid
 
 from fedaudit.errors import FedauditError
-from fedaudit.recording import SERVER_NODE_ID, RecordingWriter
-from fedaudit.recording import start_recording as core_start_recording
-from fedaudit.wire import SERVER, client_role
+from fedaudit.interop.recording import SERVER_NODE_ID, RecordingWriter
+from fedaudit.interop.recording import start_recording as core_start_recording
+from fedaudit.simulation.wire import SERVER, client_role
 
 ROUND_KEY = "server-round"  # where Flower's strategies put the round (configure_train / configure_evaluate)
 
 
 def start_recording(root: str | Path, *, run_id: int | None = None, strategy: Any = None, dp_delta: float = 1e-5,
                     **manifest: Any) -> Path:
-    """Create ``root`` with its manifest, before the run: :func:`fedaudit.recording.start_recording` with
+    """Create ``root`` with its manifest, before the run: :func:`fedaudit.interop.recording.start_recording` with
     Flower's name and version, and ``run_id``, Flower's id of the run (``grid.run.run_id``), which every
     recorded message is then held to: a second ``flwr run`` into the same directory is refused. ``strategy``,
     the strategy the ServerApp runs, records the parameters of Flower's DP wrapper around it, if any (the audit

@@ -1,6 +1,6 @@
 """``--dp-sweep 1,8,inf``: the same run at several DP-SGD ε, and one report with the privacy–utility curve.
 
-A grid on :mod:`fedaudit.grid`'s engine with one axis, ``dp_epsilon``: each ε is an ordinary run directory
+A grid on :mod:`fedaudit.sweeps.grid`'s engine with one axis, ``dp_epsilon``: each ε is an ordinary run directory
 under ``<sweep>/points/dp_epsilon=<ε>/``; ``∞`` (``inf``, ``dp_epsilon=none``) is the same run without DP.
 Every point trains with the norm layers DP-SGD resolves to (GroupNorm when the chosen ones cannot be trained
 privately), fixed before the first point runs, so the curve compares like with like. ``sweep.json`` indexes
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedaudit import runs
 from fedaudit.errors import FedauditError, PointCrashed
+from fedaudit.run import run_directory
 
 log = logging.getLogger("fedaudit")
 
@@ -61,7 +61,7 @@ def is_sweep(path: str | Path) -> bool:
     index = Path(path).expanduser() / SWEEP_FILE
     if not index.is_file():
         return False
-    stored = runs.read_json(index)
+    stored = run_directory.read_json(index)
     return "epsilons" in stored or stored.get("source") == DP_SWEEP
 
 
@@ -74,8 +74,8 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
     """
     import torch
 
-    from fedaudit.config import OPTIONS
-    from fedaudit.grid import Grid, run_grid
+    from fedaudit.run.config import OPTIONS
+    from fedaudit.sweeps.grid import Grid, run_grid
 
     # in-process only: the progress reporter, the round callback, and the command line each point records
     hooks = {k: evaluate_options.pop(k) for k in ("reporter", "on_round_end", "command")
@@ -85,7 +85,7 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
         if not is_sweep(root):
             raise FedauditError(f"{root} is not a DP sweep (no {SWEEP_FILE} from --dp-sweep); give the folder "
                                 "--dp-sweep created (continue a `fedaudit sweep` folder with `fedaudit sweep --resume`)")
-        if "epsilons" in runs.read_json(root / SWEEP_FILE):
+        if "epsilons" in run_directory.read_json(root / SWEEP_FILE):
             raise FedauditError(f"{root} was written by an older fedaudit (eps-<ε>/ folders); its finished points "
                                 "are ordinary runs — start the sweep again to continue it with this one")
         grid = None
@@ -99,7 +99,7 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
                 evaluate_options["dp_epsilon"]):
             raise FedauditError("--dp-sweep and --dp-epsilon exclude each other; drop --dp-epsilon")
         from fedaudit.api import run_config
-        from fedaudit.config import load_toml
+        from fedaudit.run.config import load_toml
 
         options = {k: v for k, v in evaluate_options.items() if v is not None}
         if options.get("config") is not None:
@@ -115,7 +115,7 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
         # and every point (∞ too) trains with the norm layers the private points need.
         private, _ = run_config(method, config, method_option, method_flags,
                                 {**run_options, "dp_epsilon": private_eps[0]})
-        root = runs.new_run_dir(out, private.method, private.dataset, "dpsweep")
+        root = run_directory.new_run_dir(out, private.method, private.dataset, "dpsweep")
         grid = Grid({**options, "method": private.method, "norm": private.norm}, {"dp_epsilon": epsilons},
                     source=DP_SWEEP)
     # the first failure ends a DP sweep, as it ends a single run: its curve needs every point
@@ -129,4 +129,4 @@ def sweep_dp(epsilons: list[float | None] | None, method: str | None = None, *, 
                                f"traceback); the finished points are kept: continue with --resume {root}")
         raise FedauditError(f"{errors} — fix it and continue with --resume {root}")
     run_dirs = [root / row["run_dir"] for row in outcome.index["points"]]
-    return SweepResult(root, run_dirs, root / REPORT, [runs.read_json(d / "metrics.json") for d in run_dirs])
+    return SweepResult(root, run_dirs, root / REPORT, [run_directory.read_json(d / "metrics.json") for d in run_dirs])

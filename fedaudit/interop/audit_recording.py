@@ -3,7 +3,7 @@
 The steps below are engine work and take the method and attack classes in; ``fedaudit.api.audit_recording``
 looks them up and strings the steps together.
 
-The recording (:mod:`fedaudit.recording`) gives the wire; its manifest gives the rest a run's config
+The recording (:mod:`fedaudit.interop.recording`) gives the wire; its manifest gives the rest a run's config
 holds — the model the clients trained, their public training recipe, the protocol (``method``,
 whose public code the attacker's prior carries) and the auditor's data (the dataset the clients'
 records came from, split as fedaudit splits it). From these the auditor rebuilds what it needs to
@@ -24,24 +24,24 @@ from typing import Any
 
 import torch
 
-from fedaudit import runs
-from fedaudit.aggregation import clone_state
 from fedaudit.attack import Attack
 from fedaudit.audit.session import attack_role_and_victims, run_attacks, run_unscored
 from fedaudit.audit.verdict import RiskThresholds, judge
-from fedaudit.config import RunConfig
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.data.base import ClientData, LODOSplit
 from fedaudit.data.split import stratified_split, thin_splits
 from fedaudit.errors import FedauditError
-from fedaudit.federation import Federation
-from fedaudit.method import Method
+from fedaudit.interop.recorded_dp import recorded_privacy
+from fedaudit.interop.recording import Recording
 from fedaudit.models import build_model, is_factory
-from fedaudit.recorded_dp import recorded_privacy
-from fedaudit.recording import Recording
-from fedaudit.results import communication, privacy, provenance
-from fedaudit.seeds import derive_seed
-from fedaudit.wire import SERVER, ArtifactKind, Wire
+from fedaudit.run import run_directory
+from fedaudit.run.config import RunConfig
+from fedaudit.run.seeds import derive_seed
+from fedaudit.run.summary import communication, privacy, provenance
+from fedaudit.simulation.aggregation import clone_state
+from fedaudit.simulation.federation import Federation
+from fedaudit.simulation.method import Method
+from fedaudit.simulation.wire import SERVER, ArtifactKind, Wire
 
 log = logging.getLogger("fedaudit")
 
@@ -306,9 +306,9 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
     if scored:  # the engine's own scoring of the one model there is (no training loss: nothing was trained here)
         fed.history.append(fed.evaluate(deployed.round, float("nan")))
 
-    run_dir = runs.new_run_dir(Path(cfg.out).expanduser(), f"recording-{cfg.method}", cfg.dataset, target)
+    run_dir = run_directory.new_run_dir(Path(cfg.out).expanduser(), f"recording-{cfg.method}", cfg.dataset, target)
     try:
-        runs.write_json(run_dir / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
+        run_directory.write_json(run_dir / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
                                                   "targets": [target], "recording": str(rec.root.resolve())})
         t0 = time.perf_counter()
         leakage = (run_attacks(selected, run_dir, cfg, method, fed, dataset, device) if scored else
@@ -323,7 +323,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
                  "selected_round": deployed.round,
                  "note": "the deployed model (the last whole model the server sent) was not scored"})
     metrics = {
-        "schema_version": runs.SCHEMA_VERSION,
+        "schema_version": run_directory.SCHEMA_VERSION,
         "method": cfg.method,
         "dataset": cfg.dataset,
         "target_domain": target,
@@ -350,10 +350,10 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
     }
     metrics["verdict"] = judge(metrics, cfg.to_json(), RiskThresholds())
     metrics["verdict_thresholds"] = asdict(RiskThresholds())
-    runs.write_csv(run_dir / "history.csv", fed.history)
-    runs.write_jsonl(run_dir / "wire.jsonl", wire.ledger_rows())
-    runs.write_json(run_dir / "metrics.json", metrics)
-    runs.mark_complete(run_dir, ["config.json", "metrics.json", "history.csv", "wire.jsonl"])
+    run_directory.write_csv(run_dir / "history.csv", fed.history)
+    run_directory.write_jsonl(run_dir / "wire.jsonl", wire.ledger_rows())
+    run_directory.write_json(run_dir / "metrics.json", metrics)
+    run_directory.mark_complete(run_dir, ["config.json", "metrics.json", "history.csv", "wire.jsonl"])
     return run_dir, metrics
 
 

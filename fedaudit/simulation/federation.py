@@ -6,7 +6,7 @@ One round, for every method::
                                                                                             │
                         evaluate the global model on every source val split and the target ◄┘
 
-The engine owns no algorithm: it receives a :class:`~fedaudit.method.Method`
+The engine owns no algorithm: it receives a :class:`~fedaudit.simulation.method.Method`
 and calls its hooks. A round after which the method's server holds no
 deployable model (``Method.global_model`` returns None) is recorded with its
 accuracy missing and is never selected. Randomness is re-derived from (seed, round, client) at
@@ -25,15 +25,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fedaudit.aggregation import StateDict, clone_state, load_state_, model_state
-from fedaudit.config import RunConfig
 from fedaudit.data import ClientData, LODOSplit, MultiDomainDataset
-from fedaudit.dp import PrivateTraining, describe_layers, freeze_for_dp, unsupported_layers
 from fedaudit.errors import FedauditError
-from fedaudit.method import Method
-from fedaudit.seeds import derive_seed
-from fedaudit.training import LossFn, Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer, train_steps
-from fedaudit.wire import Artifact, Wire, client_role
+from fedaudit.run.config import RunConfig
+from fedaudit.run.seeds import derive_seed
+from fedaudit.simulation.aggregation import StateDict, clone_state, load_state_, model_state
+from fedaudit.simulation.dp_sgd import PrivateTraining, describe_layers, freeze_for_dp, unsupported_layers
+from fedaudit.simulation.method import Method
+from fedaudit.simulation.training import LossFn, Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer, train_steps
+from fedaudit.simulation.wire import Artifact, Wire, client_role
 
 
 DP_SAMPLING_STREAM, DP_NOISE_STREAM = 9_001, 9_002  # generator streams private to DP-SGD's sampling and noise

@@ -1,7 +1,7 @@
 """Loss functions shared by methods (and by attacks that re-train a head).
 
 Each takes model outputs, not a model, so it composes with any forward
-pass; a method wraps it into a :data:`fedaudit.training.LossFn`.
+pass; a method wraps it into a :data:`fedaudit.simulation.training.LossFn`.
 """
 
 from __future__ import annotations

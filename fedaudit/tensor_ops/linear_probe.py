@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedaudit.data.split import stratified_split
-from fedaudit.training import Preprocess, forward_chunks
+from fedaudit.simulation.training import Preprocess, forward_chunks
 
 
 @torch.no_grad()

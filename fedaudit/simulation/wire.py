@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fedaudit.runs import safe_name
+from fedaudit.run.run_directory import safe_name
 
 SERVER = "server"
 
@@ -174,7 +174,7 @@ class Wire:
         )
         self.retained[(artifact.kind.value, artifact.sender, artifact.receiver)] = stored
         if self.history_roles & {artifact.sender, artifact.receiver}:
-            from fedaudit.runs import HostSnapshot  # one batched copy to the host per dtype, not one per tensor
+            from fedaudit.run.run_directory import HostSnapshot  # one batched copy to the host per dtype, not one per tensor
 
             self.history.append(Artifact(stored.kind, stored.sender, stored.receiver, stored.round,
                                          HostSnapshot(sent).tensors(), dict(stored.meta)))
@@ -185,7 +185,7 @@ class Wire:
     def _persist(self, artifact: Artifact, index: int) -> None:
         from safetensors.torch import save_file
 
-        from fedaudit.runs import HostSnapshot, atomic_path
+        from fedaudit.run.run_directory import HostSnapshot, atomic_path
 
         self.artifact_dir.mkdir(parents=True, exist_ok=True)
         name = f"{index:06d}-r{artifact.round:03d}-{artifact.kind.value}-{safe_name(artifact.sender)}-{safe_name(artifact.receiver)}.safetensors"

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedaudit import runs
 from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.models.factory import is_factory
+from fedaudit.run import run_directory
 
 log = logging.getLogger("fedaudit")
 
@@ -185,7 +185,7 @@ def started_runs(point_dir: Path) -> list[Path]:
 
 
 def finished_run(point_dir: Path) -> Path | None:
-    return next((d for d in started_runs(point_dir) if runs.is_complete(d)), None)
+    return next((d for d in started_runs(point_dir) if run_directory.is_complete(d)), None)
 
 
 def run_point(point_dir: str, options: dict[str, Any], threads: int, command: str = "", **hooks: Any) -> dict[str, Any]:
@@ -213,7 +213,7 @@ def run_point(point_dir: str, options: dict[str, Any], threads: int, command: st
         return {"status": "failed", "error": str(exc), "seconds": time.perf_counter() - t0}
     except Exception as exc:  # noqa: BLE001 - a bug in one point must not end the sweep; its traceback is kept
         folder.mkdir(parents=True, exist_ok=True)
-        runs.write_text(folder / "error.txt", traceback.format_exc())
+        run_directory.write_text(folder / "error.txt", traceback.format_exc())
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc} (traceback in {folder / 'error.txt'})",
                 "crashed": True, "seconds": time.perf_counter() - t0}
     # the run's folder name only: the driver joins it to the point's folder as it sees it (on a cluster the
@@ -264,7 +264,7 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise FedauditError(f"--threads must be a positive integer, got {threads!r}")
     points = grid.points()
-    before = {row["name"]: row for row in (runs.read_json(root / SWEEP_FILE)["points"]
+    before = {row["name"]: row for row in (run_directory.read_json(root / SWEEP_FILE)["points"]
                                            if (root / SWEEP_FILE).is_file() else [])}
     index = {"grid": grid.to_json(), "source": grid.source, "backend": backend, "threads": threads,
              "points": [{**before.get(p.name, {}), "name": p.name, "options": p.options} for p in points]}
@@ -281,7 +281,7 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
             pending.append((p, root / POINTS / p.name))
     root.mkdir(parents=True, exist_ok=True)
     if pending:
-        (root / runs.COMPLETE).unlink(missing_ok=True)  # a point of a finished sweep was removed: not complete now
+        (root / run_directory.COMPLETE).unlink(missing_ok=True)  # a point of a finished sweep was removed: not complete now
     write_index(root, index)
     if pending:
         log.info("sweep %s: %d of %d points to run (%s backend, %d torch thread(s) each)", root, len(pending),
@@ -311,14 +311,14 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
         compare = write_comparison(finished, root / compare_name)
     failed = [row for row in index["points"] if row["status"] != "complete"]
     if not failed:
-        runs.mark_complete(root, [SWEEP_FILE, compare_name])
+        run_directory.mark_complete(root, [SWEEP_FILE, compare_name])
     return SweepOutcome(root, index, compare, failed)
 
 
 def same_grid(root: Path, grid: Grid | None, resume: bool, model: str | None = None) -> Grid:
     """The grid to run in ``root``: a new folder takes ``grid``; a folder with a sweep must hold the same one.
     A stored model factory is imported only when the command names it (``model``, its ``--model``)."""
-    stored = runs.read_json(root / SWEEP_FILE) if (root / SWEEP_FILE).is_file() else None
+    stored = run_directory.read_json(root / SWEEP_FILE) if (root / SWEEP_FILE).is_file() else None
     if resume:
         if stored is None:
             raise FedauditError(f"{root} holds no sweep ({SWEEP_FILE}); give the folder a sweep wrote, or a grid file")
@@ -346,7 +346,7 @@ def default_threads(backend: str, jobs: int) -> int:
 
 
 def write_index(root: Path, index: dict[str, Any]) -> None:
-    runs.write_json(root / SWEEP_FILE, index)
+    run_directory.write_json(root / SWEEP_FILE, index)
 
 
 # -- backends -------------------------------------------------------------------------------------------------

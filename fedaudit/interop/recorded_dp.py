@@ -21,12 +21,12 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from fedaudit.dp import accountant_name, rdp_epsilon, spent_epsilon
 from fedaudit.errors import FedauditError
-from fedaudit.wire import SERVER, ArtifactKind
+from fedaudit.simulation.dp_sgd import accountant_name, rdp_epsilon, spent_epsilon
+from fedaudit.simulation.wire import SERVER, ArtifactKind
 
 if TYPE_CHECKING:
-    from fedaudit.recording import Recording
+    from fedaudit.interop.recording import Recording
 
 # mechanism name → who clips (the server always adds the noise)
 MECHANISMS = {

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
-from fedaudit.training import Preprocess, cross_entropy_loss, index_batches, make_optimizer, train_steps
+from fedaudit.simulation.training import Preprocess, cross_entropy_loss, index_batches, make_optimizer, train_steps
 
 TrainOne = Callable[[nn.Module, Tensor, Tensor, Preprocess, torch.Generator], None]
 
@@ -26,7 +26,7 @@ TrainOne = Callable[[nn.Module, Tensor, Tensor, Preprocess, torch.Generator], No
 class SGDRecipe:
     """The default local recipe: cross-entropy SGD for ``epochs`` epochs, as a client trains.
 
-    Field names and defaults are :class:`fedaudit.config.RunConfig`'s.
+    Field names and defaults are :class:`fedaudit.run.config.RunConfig`'s.
     """
 
     epochs: int = 3
@@ -49,7 +49,7 @@ class SGDRecipe:
 
     @classmethod
     def from_config(cls, cfg) -> SGDRecipe:
-        """The recipe of a :class:`~fedaudit.config.RunConfig` (its local epochs, batch size, optimizer)."""
+        """The recipe of a :class:`~fedaudit.run.config.RunConfig` (its local epochs, batch size, optimizer)."""
         return cls(epochs=cfg.local_epochs, batch_size=cfg.batch_size, optimizer=cfg.optimizer, lr=cfg.lr,
                    momentum=cfg.momentum, weight_decay=cfg.weight_decay, augment=cfg.augment, precision=cfg.precision)
 
@@ -74,7 +74,7 @@ class DPSGDRecipe(SGDRecipe):
     trained: str = "all"  # --dp-train: which weights DP-SGD trains (the rest keep their initialisation)
 
     def __call__(self, model: nn.Module, images: Tensor, labels: Tensor, preprocess, generator: torch.Generator) -> None:
-        from fedaudit.dp import batches_per_epoch, freeze_for_dp, new_engine, private_steps
+        from fedaudit.simulation.dp_sgd import batches_per_epoch, freeze_for_dp, new_engine, private_steps
 
         freeze_for_dp(model, self.trained)
         n = labels.shape[0]

@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedaudit import runs
-from fedaudit.dp import coverage
-from fedaudit.numerics import numerics
-from fedaudit.wire import ArtifactKind
+from fedaudit.run import run_directory
+from fedaudit.run.numerics import numerics
+from fedaudit.simulation.dp_sgd import coverage
+from fedaudit.simulation.wire import ArtifactKind
 
 if TYPE_CHECKING:
-    from fedaudit.config import RunConfig
     from fedaudit.data import MultiDomainDataset
-    from fedaudit.federation import Federation
+    from fedaudit.run.config import RunConfig
+    from fedaudit.simulation.federation import Federation
 
 
 Shares = tuple[tuple[ArtifactKind, str], ...]  # (kind, direction) pairs
@@ -46,7 +46,7 @@ def summarise_targets(cfg: RunConfig, per_target: dict[str, dict]) -> dict[str, 
     accs = {t: m["accuracy"] for t, m in per_target.items()}
     first = next(iter(per_target.values()))
     return {
-        "schema_version": runs.SCHEMA_VERSION,
+        "schema_version": run_directory.SCHEMA_VERSION,
         "method": cfg.method,
         "dataset": cfg.dataset,
         "target_domain": "all",
@@ -86,7 +86,7 @@ def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device
                stages: dict[str, float], unpinned: list[str] | None = None,
                model: torch.nn.Module | None = None) -> dict[str, Any]:
     """Where and how the numbers were made; called while the run's numeric settings are in force
-    (:func:`fedaudit.numerics.run_numerics`, whose ``unpinned`` ops ran without a deterministic kernel)."""
+    (:func:`fedaudit.run.numerics.run_numerics`, whose ``unpinned`` ops ran without a deterministic kernel)."""
     import numpy
     import sklearn
     import torchvision

@@ -38,13 +38,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from fedaudit.dp_canaries import CanaryGradients, GradientCanaries
-from fedaudit.config import DP_STEP_NOISE_TO_SIGNAL, DP_TRAINED_PARTS
 from fedaudit.errors import FedauditError
-from fedaudit.wire import ArtifactKind
+from fedaudit.run.config import DP_STEP_NOISE_TO_SIGNAL, DP_TRAINED_PARTS
+from fedaudit.simulation.gradient_canaries import CanaryGradients, GradientCanaries
+from fedaudit.simulation.wire import ArtifactKind
+from fedaudit.statistics.gaussian_dp import gaussian_epsilon
 
 if TYPE_CHECKING:
-    from fedaudit.config import RunConfig
+    from fedaudit.run.config import RunConfig
 
 log = logging.getLogger("fedaudit")
 
@@ -443,23 +444,6 @@ def prv_epsilon(history: list[tuple[float, float, int]], delta: float) -> float:
         return float(accountant.get_epsilon(delta=delta, eps_error=PRV_EPS_ERROR))
 
 
-def gaussian_epsilon(mu: float, delta: float) -> float:
-    """ε at ``delta`` of the Gaussian mechanism with sensitivity / noise = ``mu`` (μ-GDP), exactly (Balle & Wang
-    2018, Thm 8; Dong, Roth & Su 2019): δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2), solved for ε."""
-    from scipy.optimize import brentq
-    from scipy.stats import norm
-
-    def delta_at(eps: float) -> float:  # e^ε Φ(·) as exp(ε + logΦ(·)): no overflow at large ε
-        return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps + norm.logcdf(-eps / mu - mu / 2)))
-
-    if delta_at(0.0) <= delta:
-        return 0.0
-    hi = 1.0
-    while delta_at(hi) > delta:
-        hi *= 2.0
-    return float(brentq(lambda e: delta_at(e) - delta, 0.0, hi, xtol=1e-10))
-
-
 class _PrivateStep:
     """The optimiser ``train_steps`` sees under DP: ``step`` privatises the batch gradient
     (clip, sum, noise: Opacus' ``DPOptimizer.pre_step``), then lets a method add a
@@ -599,7 +583,7 @@ def private_steps(model: nn.Module, optimizer: torch.optim.Optimizer, records: i
                   canaries: CanaryGradients | None = None) -> tuple[Tensor, int]:
     """``steps`` DP-SGD steps through Opacus' ``engine`` (a PrivacyEngine, whose accountant records them):
     Poisson batches at rate 1 / ceil(records / batch_size), per-sample clipping, Gaussian noise.
-    ``run(optimizer, batches)`` is the caller's step loop (:func:`fedaudit.training.train_steps`);
+    ``run(optimizer, batches)`` is the caller's step loop (:func:`fedaudit.simulation.training.train_steps`);
     with ``augmentations`` K each sampled record is in its batch K times (K views under the
     loop's augmentation), and its K gradients are averaged before clipping. ``canaries`` (the auditor's
     gradient canaries) go into each step's sum of clipped gradients before the noise."""

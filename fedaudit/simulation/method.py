@@ -5,11 +5,11 @@ its paper's algorithm box. The server side (``setup``, ``setup_aggregate``,
 ``broadcast``, ``aggregate``, ``global_model``) is kept apart from the client
 side (``setup_upload``, ``setup_receive``, ``receive``, ``local_train``,
 ``upload``); everything that crosses between them is an
-:class:`~fedaudit.wire.Artifact` sent through the wire by the engine, never a
+:class:`~fedaudit.simulation.wire.Artifact` sent through the wire by the engine, never a
 shared Python object. A client hook gets its client's
-:class:`~fedaudit.federation.ClientContext` (its own silo, the shared model,
+:class:`~fedaudit.simulation.federation.ClientContext` (its own silo, the shared model,
 the engine's services bound to it), a server hook a
-:class:`~fedaudit.federation.ServerContext` (the clients' addresses, the
+:class:`~fedaudit.simulation.federation.ServerContext` (the clients' addresses, the
 global model, the config); neither gets the federation, so a client cannot
 reach another client's data or the target domain, and the server can reach
 no client's data at all. Round 0 (``setup`` .. ``setup_receive``) is the
@@ -29,16 +29,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from fedaudit.aggregation import StateDict, clone_state, load_state_, model_state
-from fedaudit.config import target_exposure
 from fedaudit.errors import FedauditError
 from fedaudit.models.factory import is_factory
-from fedaudit.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.run.config import target_exposure
+from fedaudit.simulation.aggregation import StateDict, clone_state, load_state_, model_state
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 
 if TYPE_CHECKING:
-    from fedaudit.config import RunConfig
-    from fedaudit.federation import Client, ClientContext, Federation, ServerContext
-    from fedaudit.recipes import TrainOne
+    from fedaudit.run.config import RunConfig
+    from fedaudit.simulation.federation import Client, ClientContext, Federation, ServerContext
+    from fedaudit.simulation.recipes import TrainOne
 
 UP, DOWN = "up", "down"
 ANY_MODEL_METHODS = ("fedavg", "fedprox", "feddg_ga", "elcfs")  # said in the refusal; test_methods holds it to the classes
@@ -201,7 +201,7 @@ class Method:
         (its noise, batch, step and passes: public, as a DP analysis is), so an informed attacker trains its
         reference models as that victim trained. Methods with another local loss override this; None means
         no recipe (LiRA and RMIA are then not applicable)."""
-        from fedaudit.recipes import DPSGDRecipe, SGDRecipe
+        from fedaudit.simulation.recipes import DPSGDRecipe, SGDRecipe
 
         recipe = SGDRecipe.from_config(self.cfg)
         if fed.dp is None:

@@ -1,0 +1,1 @@
+"""Many runs, one page: the DP sweep (``--dp-sweep``) and grids of runs (``fedaudit sweep``, on Ray)."""
