@@ -205,9 +205,13 @@ def test_bad_options_fail_early_naming_the_option(option, tmp_path):
         evaluate("fedlsi", out=str(tmp_path), method_option=[option], **TINY)
 
 
-def test_head_inversion_is_scored_in_latent_space_and_its_latents_carry_their_class(tmp_path):
+def test_head_inversion_is_scored_in_latent_space_and_its_latents_carry_their_class(tmp_path, monkeypatch):
     """Both FedLSI targets are attacked and reported apart: the stage-1 head (latents) and the per-round model (images)."""
-    # One victim: every victim being attacked is test_deepinversion's business; here the head's latent space is.
+    from fedaudit.audit import reconstruction
+
+    # One victim: every victim being attacked is test_deepinversion's business; here the head's latent space is,
+    # against its untrained control (the twin and power runs are test_verdict's and test_deepinversion's).
+    monkeypatch.setattr(reconstruction, "run_counterfactuals", lambda *args: ({}, {}))
     result = evaluate("fedlsi", out=str(tmp_path), method_option=TINY_OPTS, victim="clean",
                       inversion_iters=150, inversion_batch=10, judge_steps=60,
                       **{**TINY, "rounds": 1, "attack": "deepinversion"})

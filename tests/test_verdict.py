@@ -170,7 +170,8 @@ def test_near_chance_model_with_unequal_counts_is_never_high_and_a_short_attack_
 def test_the_statistics_of_a_few_member_images_are_rated_high(tiny_run):
     """Every client's last upload carries the BatchNorm statistics of four of its members and nothing
     else: the same attack and rules rate it HIGH (its reconstructions reveal each victim's domain far
-    above every null). Measured: macro domain attribution 0.95 against 0.33 for the strongest null."""
+    above every null). Measured with 50 iterations: macro domain attribution 1.00 against 0.33 for the
+    strongest null (p 5e-10 after Holm)."""
     import torch
 
     from fedaudit.audit.counterfactual import replay_statistics
@@ -189,7 +190,7 @@ def test_the_statistics_of_a_few_member_images_are_rated_high(tiny_run):
             fed.wire.retained[key] = Artifact(art.kind, art.sender, art.receiver, art.round,
                                               {k: stats.get(k, t) for k, t in art.tensors.items()})
 
-    result = tiny_run("fedavg", dataset="shapes", rounds=2, local_epochs=1, attack="deepinversion", inversion_iters=100,
+    result = tiny_run("fedavg", dataset="shapes", rounds=2, local_epochs=1, attack="deepinversion", inversion_iters=50,
                       inversion_batch=7, on_round_end=plant)
     row = next(r for r in result.metrics["verdict"] if r["row"] == "full_model↑")
     assert row["tier"] == HIGH, row["reason"]
