@@ -100,18 +100,40 @@ def load_pretrained(model: nn.Module, path: str) -> None:
     (``feature_dim``) loads if present. The head loads only if it matches
     exactly; a head for another number of classes is skipped with a warning.
     """
-    source = read_state_dict(path)
-    if all(k.startswith("module.") for k in source):
-        source = {k[len("module."):]: v for k, v in source.items()}
+    source = _unwrapped(read_state_dict(path))
     target = model.state_dict()
+    where = (path, _describe(model))
+    mapped, head = _place(source, _key_prefix(source, target, where), target, where)
+    _check_shapes(mapped, target, where)
+    _check_encoder_complete(mapped, target, where)
+    target_head = {k for k in target if k.startswith("head.")}
+    if head and set(head) == target_head and all(v.shape == target[k].shape for k, v in head.items()):
+        mapped.update(head)
+    elif head:
+        warnings.warn(f"the head in {path} does not fit this model's head (other classes or head kind); "
+                      "keeping a freshly initialised head", stacklevel=2)
+    model.load_state_dict(mapped, strict=False)
 
+
+def _unwrapped(source: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Without DataParallel's ``module.`` prefix, when every key has it."""
+    if source and all(k.startswith("module.") for k in source):
+        return {k[len("module."):]: v for k, v in source.items()}
+    return source
+
+
+def _key_prefix(source: dict[str, Tensor], target: dict[str, Tensor], where: tuple[str, str]) -> str:
+    """Where the file's keys sit in the model: at the top, in the encoder, or in its backbone (torchvision's)."""
     prefix = max(_PREFIXES, key=lambda p: sum(p + k in target for k in source))  # ties keep the first
     if not any(prefix + k in target for k in source):
-        raise FedauditError(
-            f"no key in {path} matches this model ({_describe(model)}): expected keys like "
-            f"{_some(list(target))}, found {_some(list(source))}"
-        )
+        raise FedauditError(f"no key in {where[0]} matches this model ({where[1]}): expected keys like "
+                            f"{_some(list(target))}, found {_some(list(source))}")
+    return prefix
 
+
+def _place(source: dict[str, Tensor], prefix: str, target: dict[str, Tensor],
+           where: tuple[str, str]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """The file's weights by model name, the head's apart; a weight with no place in the model is refused."""
     mapped: dict[str, Tensor] = {}
     head: dict[str, Tensor] = {}
     unexpected: list[str] = []
@@ -127,20 +149,25 @@ def load_pretrained(model: nn.Module, path: str) -> None:
             unexpected.append(key)
     if unexpected:
         raise FedauditError(
-            f"{len(unexpected)} weights in {path} have no place in this model ({_describe(model)}), "
+            f"{len(unexpected)} weights in {where[0]} have no place in this model ({where[1]}), "
             f"e.g. {_some(unexpected)}; was it saved for another architecture, norm layer or feature_dim?"
         )
+    return mapped, head
 
+
+def _check_shapes(mapped: dict[str, Tensor], target: dict[str, Tensor], where: tuple[str, str]) -> None:
     for name, value in mapped.items():
         if value.shape != target[name].shape:
             hint = ""
             if name == "encoder.backbone.conv1.weight":
                 hint = " (the small-image stem, used for image_size <= 64, has a 3x3 conv1; use image_size > 64 to keep the ImageNet stem)"
             raise FedauditError(
-                f"pretrained weight {name!r} in {path} has shape {tuple(value.shape)} but this model "
-                f"({_describe(model)}) expects {tuple(target[name].shape)}{hint}"
+                f"pretrained weight {name!r} in {where[0]} has shape {tuple(value.shape)} but this model "
+                f"({where[1]}) expects {tuple(target[name].shape)}{hint}"
             )
 
+
+def _check_encoder_complete(mapped: dict[str, Tensor], target: dict[str, Tensor], where: tuple[str, str]) -> None:
     missing = [
         k for k in target
         if k.startswith("encoder.") and not k.startswith(_OPTIONAL)
@@ -148,26 +175,15 @@ def load_pretrained(model: nn.Module, path: str) -> None:
     ]
     if missing:
         raise FedauditError(
-            f"{path} lacks {len(missing)} of this model's encoder weights ({_describe(model)}), "
+            f"{where[0]} lacks {len(missing)} of this model's encoder weights ({where[1]}), "
             f"e.g. {_some(missing)}; was it saved for another architecture or norm layer?"
         )
-
-    target_head = {k for k in target if k.startswith("head.")}
-    if head:
-        if set(head) == target_head and all(v.shape == target[k].shape for k, v in head.items()):
-            mapped.update(head)
-        else:
-            warnings.warn(f"the head in {path} does not fit this model's head (other classes or head kind); "
-                          "keeping a freshly initialised head", stacklevel=2)
-    model.load_state_dict(mapped, strict=False)
 
 
 def load_whole_state(model: nn.Module, path: str) -> None:
     """Load the local state_dict at ``path`` into a factory's model, whole and shape-exact (a ``module.`` prefix
     is unwrapped); the first key that does not fit is named."""
-    source = read_state_dict(path)
-    if source and all(k.startswith("module.") for k in source):
-        source = {k[len("module."):]: v for k, v in source.items()}
+    source = _unwrapped(read_state_dict(path))
     target = model.state_dict()
     for key, value in source.items():
         if key not in target:
