@@ -64,7 +64,22 @@ def load_folder(path: str, image_size: int = 32, spec: str | None = None, min_do
         raise FedauditError(f"dataset path {str(root)!r} is a file, not a folder; {LAYOUT_HINT}")
     if not path or not root.is_dir():
         raise FedauditError(f"dataset folder {str(root)!r} does not exist; {LAYOUT_HINT}")
+    domain_dirs = _domain_folders(root, min_domains)
+    classes = _common_classes(root, domain_dirs)
+    images, labels, skipped = _decode(root, _image_files(root, domain_dirs, classes), image_size, cache_mb)
+    empty = _report_gaps(root, classes, labels, skipped)
+    return MultiDomainDataset(
+        name=spec or f"folder:{path}",
+        classes=classes,
+        domains=[d.name for d in domain_dirs],
+        images=images,
+        labels=labels,
+        skipped=len(skipped),
+        empty_classes=empty,
+    )
 
+
+def _domain_folders(root: Path, min_domains: int) -> list[Path]:
     domain_dirs = _subdirs(root)
     if len(domain_dirs) < min_domains:
         found = ", ".join(repr(d.name) for d in domain_dirs) or "none"
@@ -72,7 +87,11 @@ def load_folder(path: str, image_size: int = 32, spec: str | None = None, min_do
         raise FedauditError(
             f"dataset folder {str(root)!r} has {len(domain_dirs)} domain folder(s) ({found}); {why}; {LAYOUT_HINT}"
         )
+    return domain_dirs
 
+
+def _common_classes(root: Path, domain_dirs: list[Path]) -> list[str]:
+    """The class folders, the same in every domain (the first domain's set is the reference)."""
     class_sets = {d.name: {c.name for c in _subdirs(d)} for d in domain_dirs}
     ref_dom = domain_dirs[0].name
     for dom, cls in class_sets.items():
@@ -87,8 +106,11 @@ def load_folder(path: str, image_size: int = 32, spec: str | None = None, min_do
     classes = sorted(class_sets[ref_dom])
     if not classes:
         raise FedauditError(f"domain folder {ref_dom!r} in {str(root)!r} has no class folders; {LAYOUT_HINT}")
+    return classes
 
-    # collect (file, label) per domain first so decoding can run in parallel
+
+def _image_files(root: Path, domain_dirs: list[Path], classes: list[str]) -> dict[str, list[tuple[Path, int]]]:
+    """(file, label) per domain, collected first so decoding can run in parallel."""
     files: dict[str, list[tuple[Path, int]]] = {}
     for d in domain_dirs:
         entries = []
@@ -98,7 +120,13 @@ def load_folder(path: str, image_size: int = 32, spec: str | None = None, min_do
         if not entries:
             raise FedauditError(f"domain folder {d.name!r} in {str(root)!r} has no images; {LAYOUT_HINT}")
         files[d.name] = entries
+    return files
 
+
+def _decode(root: Path, files: dict[str, list[tuple[Path, int]]], image_size: int, cache_mb: float | None
+            ) -> tuple[dict[str, torch.Tensor | DiskImages], dict[str, torch.Tensor], list[Path]]:
+    """Every domain's images (in memory, or streamed from disk past ``cache_mb``), labels, and the files that
+    did not decode."""
     images: dict[str, torch.Tensor | DiskImages] = {}
     labels: dict[str, torch.Tensor] = {}
     skipped: list[Path] = []
@@ -111,24 +139,36 @@ def load_folder(path: str, image_size: int = 32, spec: str | None = None, min_do
     # PIL releases the GIL while decoding, so threads speed up large folders
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         for dom, entries in files.items():
-            keep: list[tuple[np.ndarray | Path, int]] = []
-            for start in range(0, len(entries), STREAM_CHUNK if stream else max(1, len(entries))):
-                part = entries[start:start + (STREAM_CHUNK if stream else len(entries))]
-                decoded = list(pool.map(lambda e: decode(e[0], image_size), part))
-                # streamed: only whether each file decodes is kept (the pixels are read again when needed)
-                keep += [(f if stream else arr, lab) for arr, (f, lab) in zip(decoded, part) if arr is not None]
-                skipped += [f for arr, (f, _) in zip(decoded, part) if arr is None]
+            keep, bad = _decode_domain(pool, entries, image_size, stream)
+            skipped += bad
             if not keep:
-                raise FedauditError(
-                    f"domain folder {dom!r} in {str(root)!r} has no readable images; {LAYOUT_HINT}"
-                )
+                raise FedauditError(f"domain folder {dom!r} in {str(root)!r} has no readable images; {LAYOUT_HINT}")
             if stream:
                 images[dom] = DiskImages([f for f, _ in keep], cache)
             else:
                 stack = np.stack([arr for arr, _ in keep])  # [N, H, W, 3]
                 images[dom] = torch.from_numpy(stack).permute(0, 3, 1, 2).contiguous()
             labels[dom] = torch.tensor([lab for _, lab in keep], dtype=torch.int64)
+    return images, labels, skipped
 
+
+def _decode_domain(pool: ThreadPoolExecutor, entries: list[tuple[Path, int]], image_size: int, stream: bool
+                   ) -> tuple[list[tuple[np.ndarray | Path, int]], list[Path]]:
+    """One domain's (pixels, label) pairs — (file, label) when streamed: only whether each file decodes is kept,
+    the pixels are read again when needed — and the files that did not decode; decoded in chunks when streamed."""
+    keep: list[tuple[np.ndarray | Path, int]] = []
+    skipped: list[Path] = []
+    chunk = STREAM_CHUNK if stream else max(1, len(entries))
+    for start in range(0, len(entries), chunk):
+        part = entries[start:start + chunk]
+        decoded = list(pool.map(lambda e: decode(e[0], image_size), part))
+        keep += [(f if stream else arr, lab) for arr, (f, lab) in zip(decoded, part) if arr is not None]
+        skipped += [f for arr, (f, _) in zip(decoded, part) if arr is None]
+    return keep, skipped
+
+
+def _report_gaps(root: Path, classes: list[str], labels: dict[str, torch.Tensor], skipped: list[Path]) -> list[str]:
+    """Warn of empty class folders and unreadable files; return the empty ones as ``domain/class``."""
     empty = [f"{dom}/{cls}" for dom in labels for c, cls in enumerate(classes) if not bool((labels[dom] == c).any())]
     if empty:  # accepted (a domain may lack a class), but said: that class has no members, val or holdout records there
         more = f" and {len(empty) - SHOW_SKIPPED} more" if len(empty) > SHOW_SKIPPED else ""
@@ -138,12 +178,4 @@ def load_folder(path: str, image_size: int = 32, spec: str | None = None, min_do
         shown = ", ".join(str(f.relative_to(root)) for f in skipped[:SHOW_SKIPPED])
         more = f" and {len(skipped) - SHOW_SKIPPED} more" if len(skipped) > SHOW_SKIPPED else ""
         log.warning("skipped %d unreadable image file(s) in %s: %s%s", len(skipped), root, shown, more)
-    return MultiDomainDataset(
-        name=spec or f"folder:{path}",
-        classes=classes,
-        domains=[d.name for d in domain_dirs],
-        images=images,
-        labels=labels,
-        skipped=len(skipped),
-        empty_classes=empty,
-    )
+    return empty
