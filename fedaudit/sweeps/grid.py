@@ -247,31 +247,62 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
     then write ``compare_name``; ``hooks`` go to ``evaluate`` (one point after another, in this process);
     ``stop_on_failure``: no point starts after one has failed (the rest stay pending); ``model``: the command's
     ``--model``, which a resumed sweep's model factory must be."""
+    _check_dispatch(backend, jobs, address, in_process=bool(hooks) or stop_on_failure)
+    root = Path(out).expanduser().resolve()
+    grid = same_grid(root, grid, resume, model)
+    threads = threads or default_threads(backend, jobs)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise FedauditError(f"--threads must be a positive integer, got {threads!r}")
+    index, pending = _sweep_index(root, grid, backend, threads)
+    rows = {row["name"]: row for row in index["points"]}
+    dispatch: Dispatch = _local(jobs, hooks or {}) if backend == "local" else _ray(address)
+    for point, result in dispatch(pending, threads):
+        _record(rows[point.name], point, result, root, threads)
+        write_index(root, index)
+        if stop_on_failure and result["status"] == "failed":
+            break
+    return _finish(root, index, compare_name, ran=bool(pending))
+
+
+def _finish(root: Path, index: dict[str, Any], compare_name: str, ran: bool) -> SweepOutcome:
+    """The compare page over the finished points, and the sweep marked complete when every point is."""
+    finished = [root / row["run_dir"] for row in index["points"] if row["status"] == "complete"]
+    compare = root / compare_name if (root / compare_name).is_file() and not ran else None
+    if finished and compare is None:  # rendered again only when a point ran: a finished sweep re-runs in seconds
+        from fedaudit.api import write_comparison
+
+        compare = write_comparison(finished, root / compare_name)
+    failed = [row for row in index["points"] if row["status"] != "complete"]
+    if not failed:
+        run_directory.mark_complete(root, [SWEEP_FILE, compare_name])
+    return SweepOutcome(root, index, compare, failed)
+
+
+def _check_dispatch(backend: str, jobs: int, address: str | None, in_process: bool) -> None:
     if backend not in BACKENDS:
         raise unknown_choice("backend", backend, BACKENDS)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise FedauditError(f"--jobs must be a positive integer, got {jobs!r}")
     if address is not None and backend != "ray":
         raise FedauditError("--address names a Ray cluster; add --backend ray or drop --address")
-    if (hooks or stop_on_failure) and (backend != "local" or jobs != 1):
+    if in_process and (backend != "local" or jobs != 1):
         raise ValueError("hooks and stop_on_failure run in this process: backend local, one job")
     if jobs != 1 and backend != "local":
         raise FedauditError("--jobs is the local backend's; on Ray every point is a task and the cluster's CPUs "
                             "set how many run at once (drop --jobs)")
-    root = Path(out).expanduser().resolve()
-    grid = same_grid(root, grid, resume, model)
-    threads = threads or default_threads(backend, jobs)
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise FedauditError(f"--threads must be a positive integer, got {threads!r}")
+
+
+def _sweep_index(root: Path, grid: Grid, backend: str,
+                 threads: int) -> tuple[dict[str, Any], list[tuple[Point, Path]]]:
+    """The sweep's index (written), each point's row carried over from an earlier invocation and marked complete
+    or pending by what is on disk now, and the pending points with their folders."""
     points = grid.points()
     before = {row["name"]: row for row in (run_directory.read_json(root / SWEEP_FILE)["points"]
                                            if (root / SWEEP_FILE).is_file() else [])}
     index = {"grid": grid.to_json(), "source": grid.source, "backend": backend, "threads": threads,
              "points": [{**before.get(p.name, {}), "name": p.name, "options": p.options} for p in points]}
-    rows = {row["name"]: row for row in index["points"]}
     pending = []
-    for p in points:
-        row = rows[p.name]
+    for p, row in zip(points, index["points"]):
         row.setdefault("attempts", 0)
         done = finished_run(root / POINTS / p.name)
         if done is not None:
@@ -282,37 +313,25 @@ def run_grid(grid: Grid | None, out: str | Path, *, backend: str = "local", jobs
     root.mkdir(parents=True, exist_ok=True)
     if pending:
         (root / run_directory.COMPLETE).unlink(missing_ok=True)  # a point of a finished sweep was removed: not complete now
-    write_index(root, index)
-    if pending:
         log.info("sweep %s: %d of %d points to run (%s backend, %d torch thread(s) each)", root, len(pending),
                  len(points), backend, threads)
     else:
         log.info("sweep %s: every point is complete; nothing to run", root)
-    dispatch: Dispatch = _local(jobs, hooks or {}) if backend == "local" else _ray(address)
-    for point, result in dispatch(pending, threads):
-        row = rows[point.name]
-        row["attempts"] += result.pop("attempts", 1)
-        run_dir = result.get("run_dir")
-        row.update(status=result["status"], error=result.get("error"), seconds=result.get("seconds"), threads=threads,
-                   run_dir=None if run_dir is None else str(Path(POINTS, point.name, run_dir)),
-                   crashed=result.get("crashed", False))
-        if result["status"] == "failed":
-            log.warning("sweep point %s failed: %s", point.name, result["error"])
-        else:
-            log.info("sweep point %s: %s", point.name, root / row["run_dir"])
-        write_index(root, index)
-        if stop_on_failure and result["status"] == "failed":
-            break
-    finished = [root / row["run_dir"] for row in index["points"] if row["status"] == "complete"]
-    compare = root / compare_name if (root / compare_name).is_file() and not pending else None
-    if finished and compare is None:  # rendered again only when a point ran: a finished sweep re-runs in seconds
-        from fedaudit.api import write_comparison
+    write_index(root, index)
+    return index, pending
 
-        compare = write_comparison(finished, root / compare_name)
-    failed = [row for row in index["points"] if row["status"] != "complete"]
-    if not failed:
-        run_directory.mark_complete(root, [SWEEP_FILE, compare_name])
-    return SweepOutcome(root, index, compare, failed)
+
+def _record(row: dict[str, Any], point: Point, result: dict[str, Any], root: Path, threads: int) -> None:
+    """A point's result into its index row."""
+    row["attempts"] += result.pop("attempts", 1)
+    run_dir = result.get("run_dir")
+    row.update(status=result["status"], error=result.get("error"), seconds=result.get("seconds"), threads=threads,
+               run_dir=None if run_dir is None else str(Path(POINTS, point.name, run_dir)),
+               crashed=result.get("crashed", False))
+    if result["status"] == "failed":
+        log.warning("sweep point %s failed: %s", point.name, result["error"])
+    else:
+        log.info("sweep point %s: %s", point.name, root / row["run_dir"])
 
 
 def same_grid(root: Path, grid: Grid | None, resume: bool, model: str | None = None) -> Grid:
