@@ -215,64 +215,25 @@ def resolve(
     a bad value is an error whether or not its attack runs.
     """
     attack_schema = attack_schema or {}
-
-    def words_to_none(options: dict[str, Any]) -> dict[str, Any]:
-        # the word `none` for a nullable option (Option.parse; a config file's "none"): None, set on purpose
-        return {k: None if k in OPTIONS and OPTIONS[k].is_none_word(v) else v for k, v in options.items()}
-
     # An explicit None is "not given"; a `none` given (None from here on) overrides the file, the recipe and the
     # method's defaults, as a file's does the recipe and the defaults.
-    explicit = words_to_none({k: v for k, v in explicit.items() if v is not None})
-    from_file = words_to_none(from_file or {})
+    explicit = _words_to_none({k: v for k, v in explicit.items() if v is not None})
+    from_file = _words_to_none(from_file or {})
     profile = explicit.get("profile", from_file.get("profile", "quick"))
     if profile not in PROFILES:
         raise unknown_choice("profile", profile, PROFILES)
-    owners: dict[str, list[str]] = {}  # an option can belong to several families (the shared inversion budget)
-    for family, opts in attack_schema.items():
-        for name in opts:
-            owners.setdefault(name, []).append(family)
-    known = FIELDS | set(owners) | set(attack_option_names)
-
+    owners = _attack_owners(attack_schema)
     merged: dict[str, Any] = {name: opt.default_for(profile) for name, opt in OPTIONS.items()}
     attack_values = {family: {name: opt.default_for(profile) for name, opt in opts.items()}
                      for family, opts in attack_schema.items()}
     given = {**from_file, **explicit}
-    if isinstance(attack_option_names, Mapping):
-        for key, value in given.items():
-            if key in attack_option_names and key not in owners and value is not None:
-                attack_option_names[key].check(key, value)
-    recipe = (dp_recipe_defaults(given.get("dp_max_grad_norm", OPTIONS["dp_max_grad_norm"].default))
-              if given.get("dp_epsilon") is not None and given.get("dp_recipe", True) is not False else {})
-    if "batch_size" in given:  # a given batch is used as given
-        recipe.pop("dp_noise_to_signal", None)
-    for source in ((method_defaults or {}).get(profile, {}), recipe, from_file, explicit):
-        for key, value in source.items():
-            if key not in known:
-                hint = "a [method_options] table" if source is from_file else "method_options"
-                raise FedauditError(f"unknown option {key!r}; valid options: {', '.join(sorted(known))} "
-                                    f"(method-specific ones go in {hint})")
-            if key in ("method_options", "model_args"):
-                merged[key] = {**merged.get(key, {}), **value}
-            elif key in owners:
-                for family in owners[key]:
-                    attack_values[family][key] = value
-            elif key in FIELDS:
-                merged[key] = value
-    if merged["dp_augmentations"] != 1 and merged["augment"] is False:
-        if "dp_augmentations" in given:
-            raise FedauditError("--dp-augmentations needs augmented views, but --no-augment is set; drop one of them")
-        merged["dp_augmentations"] = 1  # without augmentation every view would be the same record
-    if "dp_max_step_factor" not in given and (merged["dp_noise_to_signal"] is None or "batch_size" in given
-                                              or "local_epochs" in given):
-        merged["dp_max_step_factor"] = 1  # more steps only within a noise target; a given batch or epochs as given
-    if is_factory(merged["model"]):  # the factory's model has the norm layers it was built with
-        if "norm" in given and given["norm"] != OWN_NORM:
-            raise FedauditError(f"--norm {given['norm']} applies to fedaudit's architectures; --model {merged['model']} "
-                                "builds its own normalisation layers: drop --norm")
-        merged["norm"] = OWN_NORM
-    elif merged.get("model_args"):
-        raise FedauditError(f"--model-arg is for a --model factory (PKG.MODULE:CALLABLE); --model {merged['model']} "
-                            "takes none: drop --model-arg")
+    _check_unselected_attack_options(given, attack_option_names, owners)
+    known = FIELDS | set(owners) | set(attack_option_names)
+    for source in ((method_defaults or {}).get(profile, {}), _dp_recipe(given), from_file, explicit):
+        hint = "a [method_options] table" if source is from_file else "method_options"
+        _merge(source, known, owners, merged, attack_values, hint)
+    _settle_dp(merged, given)
+    _settle_model(merged, given)
     merged["profile"] = profile
     merged["split"] = tuple(float(x) for x in merged.get("split", DEFAULT_SPLIT))
     merged["attack_options"] = {family: {name: attack_schema[family][name].check(name, value)
@@ -281,6 +242,82 @@ def resolve(
     cfg = RunConfig(**merged)
     validate(cfg)
     return cfg
+
+
+def _attack_owners(attack_schema: AttackSchema) -> dict[str, list[str]]:
+    """Each selected attack option's families: an option can belong to several (the shared inversion budget)."""
+    owners: dict[str, list[str]] = {}
+    for family, opts in attack_schema.items():
+        for name in opts:
+            owners.setdefault(name, []).append(family)
+    return owners
+
+
+def _check_unselected_attack_options(given: dict[str, Any], attack_option_names: Mapping[str, Option] | set[str]
+                                     | frozenset[str], owners: dict[str, list[str]]) -> None:
+    """An option of an attack that is not selected is ignored, but range-checked when declared: a bad value is
+    an error whether or not its attack runs (checked in the order given)."""
+    if not isinstance(attack_option_names, Mapping):
+        return
+    for key, value in given.items():
+        if key in attack_option_names and key not in owners and value is not None:
+            attack_option_names[key].check(key, value)
+
+
+def _merge(source: dict[str, Any], known: set[str], owners: dict[str, list[str]], merged: dict[str, Any],
+           attack_values: dict[str, dict[str, Any]], hint: str) -> None:
+    """One source's options over what the earlier ones set: dict options key by key, an attack option into
+    every family that declares it; an unknown option is refused, naming where method options go (``hint``)."""
+    for key, value in source.items():
+        if key not in known:
+            raise FedauditError(f"unknown option {key!r}; valid options: {', '.join(sorted(known))} "
+                                f"(method-specific ones go in {hint})")
+        if key in ("method_options", "model_args"):
+            merged[key] = {**merged.get(key, {}), **value}
+        elif key in owners:
+            for family in owners[key]:
+                attack_values[family][key] = value
+        elif key in FIELDS:
+            merged[key] = value
+
+
+def _words_to_none(options: dict[str, Any]) -> dict[str, Any]:
+    """The word `none` for a nullable option (Option.parse; a config file's "none"): None, set on purpose."""
+    return {k: None if k in OPTIONS and OPTIONS[k].is_none_word(v) else v for k, v in options.items()}
+
+
+def _dp_recipe(given: dict[str, Any]) -> dict[str, Any]:
+    """The DP recipe's defaults under --dp-epsilon (unless --no-dp-recipe); a given batch is used as given."""
+    if given.get("dp_epsilon") is None or given.get("dp_recipe", True) is False:
+        return {}
+    recipe = dp_recipe_defaults(given.get("dp_max_grad_norm", OPTIONS["dp_max_grad_norm"].default))
+    if "batch_size" in given:
+        recipe.pop("dp_noise_to_signal", None)
+    return recipe
+
+
+def _settle_dp(merged: dict[str, Any], given: dict[str, Any]) -> None:
+    """The DP options that depend on others: augmentation multiplicity needs augmentation, and more steps are
+    taken only within a noise target (a given batch or epoch count is used as given)."""
+    if merged["dp_augmentations"] != 1 and merged["augment"] is False:
+        if "dp_augmentations" in given:
+            raise FedauditError("--dp-augmentations needs augmented views, but --no-augment is set; drop one of them")
+        merged["dp_augmentations"] = 1  # without augmentation every view would be the same record
+    if "dp_max_step_factor" not in given and (merged["dp_noise_to_signal"] is None or "batch_size" in given
+                                              or "local_epochs" in given):
+        merged["dp_max_step_factor"] = 1
+
+
+def _settle_model(merged: dict[str, Any], given: dict[str, Any]) -> None:
+    """A --model factory has the norm layers it was built with; --model-arg is for a factory only."""
+    if is_factory(merged["model"]):
+        if "norm" in given and given["norm"] != OWN_NORM:
+            raise FedauditError(f"--norm {given['norm']} applies to fedaudit's architectures; --model {merged['model']} "
+                                "builds its own normalisation layers: drop --norm")
+        merged["norm"] = OWN_NORM
+    elif merged.get("model_args"):
+        raise FedauditError(f"--model-arg is for a --model factory (PKG.MODULE:CALLABLE); --model {merged['model']} "
+                            "takes none: drop --model-arg")
 
 
 def validate(cfg: RunConfig) -> None:
