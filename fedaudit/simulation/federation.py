@@ -63,7 +63,8 @@ class Client:
 
 
 class ClientContext:
-    """What a client hook (``receive``, ``local_train``, ``upload``) works with, and all it works with:
+    """What a client hook (``setup_upload``, ``setup_receive``, ``receive``, ``local_train``, ``upload``) works with,
+    and all it works with:
     its own silo (``client``: data and private state), the shared model object it trains in place, the
     run's config, device and preprocessing, the federation's size (a protocol fact), and the engine's
     services bound to this client. Not the federation: through it a client cannot reach another client's
@@ -155,6 +156,7 @@ class Federation:
         torch.manual_seed(derive_seed(cfg.seed, 0))
         memory_format = torch.channels_last if self.channels_last else torch.preserve_format
         self.model: nn.Module = method.build_model(self).to(device, memory_format=memory_format)
+        self.server = ServerContext(self)  # what every server hook gets: built once, it holds no reference back
         self.history: list[dict[str, Any]] = []
         self.selected: dict[str, Any] = {"round": 0, "val_mean": -math.inf}
         self.selected_state: StateDict = {}
@@ -231,7 +233,7 @@ class Federation:
 
     def deployed_model(self) -> nn.Module | None:
         """The method's global model loaded into the shared module (None while the server holds none)."""
-        return self.method.global_model(ServerContext(self))
+        return self.method.global_model(self.server)
 
     def accuracy(self, model: nn.Module, x: Tensor, y: Tensor) -> float:
         model.eval()
@@ -243,7 +245,7 @@ class Federation:
         """Round 0: the method's one-time exchange before training, in a round's shape (server, clients,
         server, clients) and through the same wire; most methods only initialise the global model."""
         t0 = time.perf_counter()
-        method, server = self.method, ServerContext(self)
+        method, server = self.method, self.server
         sent = [self.send(a) for a in method.setup(server)]
         uploads = {c.role: [self.send(a) for a in method.setup_upload(ClientContext(self, c), addressed_to(sent, c))]
                    for c in self.clients}
@@ -265,8 +267,7 @@ class Federation:
         self._round_steps = 0
         method = self.method
         t0 = time.perf_counter()
-        server = ServerContext(self)  # a server hook sees the wire's uploads, not the clients
-        broadcasts = [self.send(a) for a in method.broadcast(server, rnd)]
+        broadcasts = [self.send(a) for a in method.broadcast(self.server, rnd)]  # the server sees uploads, not clients
         uploads: dict[str, list[Artifact]] = {}
         for client in self.clients:
             ctx = ClientContext(self, client)  # a client hook sees its own silo, not the federation
@@ -281,7 +282,7 @@ class Federation:
                 f"(rounds 1..{rnd - 1} are kept and can be resumed)"
             )
         t0 = time.perf_counter()
-        method.aggregate(server, uploads, rnd)
+        method.aggregate(self.server, uploads, rnd)
         self.timings["aggregate"] += self._elapsed(t0)
         t0 = time.perf_counter()
         row = self.evaluate(rnd, train_loss)
