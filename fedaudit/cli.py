@@ -329,27 +329,38 @@ def summary_json(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     keep = ("method", "dataset", "target_domain", "accuracy", "communication")
     return {"run_dir": str(run_dir), "report": str(report) if report.is_file() else None,
             **{k: metrics.get(k) for k in keep},
-            "verdict": [{k: row.get(k) for k in ("row", "title", "tier", "reason", "target") if k in row}
+            "verdict": [{k: row.get(k) for k in ("row", "title", "question", "artifact", "observer", "tier", "short",
+                                                 "reason", "target") if k in row}
                         for row in metrics.get("verdict") or []]}
 
 
-def first_sentence(text: str, limit: int = 160) -> str:
-    """A reason's first sentence, cut at ``limit`` characters: the console's one-line reason."""
-    head = text.split(". ")[0].rstrip(".") + "."
-    return head if len(head) <= limit else head[: limit - 1].rstrip() + "…"
+QUESTION_WORDS = {"inversion": "inversion", "membership": "membership", "dp_audit": "DP claim"}
+OBSERVER_WORDS = {"anyone holding the released model": "model holders"}
+
+
+def verdict_label(row: dict[str, Any]) -> str:
+    """``full_model ↑ · membership · server``: the artifact, the question and whose view, in a few words."""
+    artifact = str(row.get("artifact") or row.get("row") or "?")
+    artifact = f"{artifact[:-1]} {artifact[-1]}" if artifact[-1:] in "↑↓" else artifact
+    observer = str(row.get("observer") or "")
+    return " · ".join(x for x in (artifact, QUESTION_WORDS.get(str(row.get("question")), ""),
+                                  OBSERVER_WORDS.get(observer, observer)) if x)
 
 
 def print_verdict(metrics: dict[str, Any], run_dir: Path) -> None:
+    """One row per question: the tier, what and whose view, and the fact that decided it (the row's short form, written
+    from its facts; the full reason and evidence are in the report)."""
     rows = metrics.get("verdict") or []
     if rows:
-        table = Table(title="verdict (every row's evidence is in the report)")
-        for col in ("artifact / question", "tier", "why"):
-            table.add_column(col, overflow="fold")
+        table = Table(title="verdict (full reasons and evidence: the report)")
+        table.add_column("tier", no_wrap=True)
+        table.add_column("artifact · question · observer / deciding fact", overflow="fold")
         many = len({row.get("target") for row in rows}) > 1
         for row in rows:
-            title = f"{row.get('title', row.get('row'))}" + (f" [{row['target']}]" if many and row.get("target") else "")
+            label = verdict_label(row) + (f" [{row['target']}]" if many and row.get("target") else "")
+            fact = str(row.get("short") or row.get("reason", ""))
             tier = str(row.get("tier", "?"))
-            table.add_row(escape(title), TIER_STYLE.get(tier, escape(tier)), escape(first_sentence(str(row.get("reason", "")))))
+            table.add_row(TIER_STYLE.get(tier, escape(tier)), f"{escape(label)}\n[dim]{escape(fact)}[/]")
         console().print(table)
     report = run_dir / "report.html"
     if report.is_file():

@@ -210,10 +210,11 @@ def _aligned(units: Sequence[Unit], cells: Callable[[Unit], list[tuple[str, str]
 # -- 1. verdict ------------------------------------------------------------------
 
 
-def verdict_table(units: Sequence[Unit], t: RiskThresholds | None) -> tuple[list[tuple[str, list[dict | None]]], str]:
-    """Rows: every shared (kind, direction) any unit declares, then membership rows; cells: each unit's
-    stored verdict row (or None where the unit does not share that artifact). And a note on where the
-    verdict came from."""
+def verdict_table(units: Sequence[Unit], t: RiskThresholds | None
+                  ) -> tuple[list[tuple[str, str, list[dict | None]]], str]:
+    """Rows: both questions for every shared (kind, direction) any unit declares, then the released model and the
+    canary audit; each with the observer it was judged for; cells: each unit's stored verdict row (or None where
+    the unit does not share that artifact). And a note on where the verdict came from."""
     per_unit: list[dict[str, dict]] = []
     judged = 0
     for u in units:
@@ -227,8 +228,8 @@ def verdict_table(units: Sequence[Unit], t: RiskThresholds | None) -> tuple[list
         keys += [k for k in rows if k not in keys]
     table = []
     for key in keys:
-        title = next(r[key]["title"] for r in per_unit if key in r)
-        table.append((title, [None if key not in rows else {"tier": tier_label(rows[key].get("tier")),
+        first = next(r[key] for r in per_unit if key in r)
+        table.append((first["title"], str(first.get("observer") or ""), [None if key not in rows else {"tier": tier_label(rows[key].get("tier")),
                                                              "reason": rows[key].get("reason", ""),
                                                              "evidence": verdict_evidence(rows[key])}
                               for rows in per_unit]))

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from fedaudit.api import audit_recording, evaluate
+from fedaudit.audit.verdict import membership_row_of
 from fedaudit.run import run_directory
 from leakage_table import rows  # scripts/ is on sys.path when run as python scripts/flower_table.py
 
@@ -38,6 +39,7 @@ def membership_rows(run_dir: Path, label: str) -> list[str]:
     """The loss attack's rows: AUC mean and range over victims, advantage with its smallest KS p-value."""
     metrics = json.loads((run_dir / "metrics.json").read_text())
     verdict = {r["row"]: r["tier"] for r in metrics["verdict"]}
+    row_of = membership_row_of(metrics, metrics["provenance"]["config"])
     out = []
     for target, victims in metrics["leakage"]["mia"]["loss"].items():
         entries = [e for e in victims.values() if isinstance(e, dict) and "auc" in e]
@@ -45,7 +47,7 @@ def membership_rows(run_dir: Path, label: str) -> list[str]:
             continue
         aucs = [e["auc"] for e in entries]
         best = max(entries, key=lambda e: e["advantage"])
-        out.append(f"| {label} | loss | {target} | {verdict.get(f'membership:{target}', '?')} | "
+        out.append(f"| {label} | loss | {target} | {verdict.get(row_of.get(('loss', target), ''), '?')} | "
                    f"{sum(aucs) / len(aucs):.3f} ({min(aucs):.3f}–{max(aucs):.3f}) | "
                    f"{best['advantage']:.3f} (p {min(e['advantage_p_value'] for e in entries):.2g}) |")
     return out

@@ -29,7 +29,7 @@ import json
 from pathlib import Path
 
 from fedaudit.api import evaluate
-from fedaudit.audit.verdict import judge
+from fedaudit.audit.verdict import judge, membership_row_of
 from fedaudit.run import run_directory
 
 METHODS = ("fedavg", "fedgala", "fedlsi")
@@ -53,6 +53,7 @@ def run(out: Path, method: str, dataset: str, attack: str = "mia", **options) ->
 def artifact_rows(run_dir: Path, label: str) -> list[str]:
     metrics = json.loads((run_dir / "metrics.json").read_text())
     verdict = {r["row"]: r["tier"] for r in judge(metrics, metrics["provenance"]["config"])}
+    row_of = membership_row_of(metrics, metrics["provenance"]["config"])
     mia = metrics["leakage"]["mia"]
     loss = [e["auc"] for e in (mia.get("loss") or {}).get("global_model", {}).values() if "auc" in e]
     beside = f"{sum(loss) / len(loss):.3f}" if loss else "–"
@@ -65,14 +66,14 @@ def artifact_rows(run_dir: Path, label: str) -> list[str]:
         done = {v: e for v, e in victims.items() if "auc" in e}
         if not done:
             reason = next(iter(victims.values())).get("reason", "not run")
-            out.append(f"| {label} | {artifact} | {verdict.get(f'membership:{artifact}', '?')} | n/a: {reason} "
+            out.append(f"| {label} | {artifact} | {verdict.get(row_of.get(('artifact', artifact), ''), '?')} | n/a: {reason} "
                        f"| | | | | | {beside} |")
             continue
         twin = [e["twin"]["auc"] for e in done.values() if "auc" in (e.get("twin") or {})]
         power = [e["power"]["auc"] for e in done.values() if "auc" in (e.get("power") or {})]
         exact = [e["exact_matches"]["members"] for e in done.values() if "exact_matches" in e]
         verbatim = f"{sum(exact)} of {sum(e['members'] for e in done.values())}" if exact else "–"
-        out.append(f"| {label} | {artifact} | {verdict.get(f'membership:{artifact}', '?')} | "
+        out.append(f"| {label} | {artifact} | {verdict.get(row_of.get(('artifact', artifact), ''), '?')} | "
                    f"{mean([e['auc'] for e in done.values()])} | {mean([e['advantage'] for e in done.values()])} | "
                    f"{mean([e['tpr_at_fpr']['0.1']['tpr'] for e in done.values()])} | "
                    f"{mean(twin) if twin else 'n/a (client view)'} | {mean(power) if power else 'n/a (client view)'} | "
@@ -85,11 +86,12 @@ def rows(run_dir: Path, method: str) -> list[str]:
     # The verdict is a pure function of the stored evidence: judged here with the current rules, it is what a
     # run made now stores (runs made before a rule changed are not re-run for it).
     verdict = {r["row"]: r["tier"] for r in judge(metrics, metrics["provenance"]["config"])}
+    row_of = membership_row_of(metrics, metrics["provenance"]["config"])
     out = []
     for variant, targets in metrics["leakage"]["mia"].items():
         for target, victims in targets.items():
             done = {v: e for v, e in victims.items() if "auc" in e}
-            row = "membership:domain" if variant == "domain" else f"membership:{target}"
+            row = row_of.get((variant, target), "")
             if not done:
                 reason = next(iter(victims.values())).get("reason", "not run")
                 out.append(f"| {method} | {variant} | {target} | {verdict.get(row, '?')} | n/a: {reason} | | | | |")

@@ -69,9 +69,9 @@ def test_elcfs_amplitude_bank_identifies_its_members_and_its_twin_does_not(tiny_
         assert lo <= e["twin"]["auc"] <= hi, (victim, e["twin"]["auc"])
         assert e["power"]["auc"] > 0.95 and e["power"]["advantage_p_value"] < 0.05
         assert e["exact_matches"] == {"members": e["members"], "nonmembers": 0}
-    assert rows["membership:amplitude_bank"]["tier"] in (HIGH, MEDIUM)
-    assert "verbatim" in rows["membership:amplitude_bank"]["reason"]
-    assert "membership:full_model" in rows  # the model's BN statistics get the aggregate test beside it
+    assert rows["membership:amplitude_bank↑"]["tier"] in (HIGH, MEDIUM)
+    assert "verbatim" in rows["membership:amplitude_bank↑"]["reason"]
+    assert "membership:full_model↑" in rows  # the model's BN statistics get the aggregate test beside it
 
 
 def test_statistics_artifacts_are_tested_beside_model_membership(tiny_run, caplog):
@@ -91,7 +91,7 @@ def test_statistics_artifacts_are_tested_beside_model_membership(tiny_run, caplo
             assert e["power"]["advantage_p_value"] < 0.05
     loss, _ = _artifact(result, "loss")
     assert "global_model" in loss
-    assert {f"membership:{k}" for k in stats} <= set(rows) and "membership:global_model" in rows
+    assert {f"membership:{k.split(':')[0]}↑" for k in stats} <= set(rows) and "membership:global_model" in rows
 
     result = tiny_run("fedfd_a", attack="mia-artifact", rounds=1, attacker="client:clean")
     section, rows = _artifact(result)
@@ -99,8 +99,10 @@ def test_statistics_artifacts_are_tested_beside_model_membership(tiny_run, caplo
     for key in ("global_stats", "global_stats:differencing"):
         for e in section[key].values():
             assert 0.0 <= e["auc"] <= 1.0 and "server's view only" in e["controls"]
-        # No counterfactual for a client's view, so no power: never LOW.
-        assert rows[f"membership:{key}"]["tier"] in (INCONCLUSIVE, MEDIUM, HIGH)
+    # Both readings of the broadcast statistics are one row (one tensor, one observer); no counterfactual for a
+    # client's view, so no power: never LOW.
+    row = rows["membership:global_stats↓"]
+    assert row["tier"] in (INCONCLUSIVE, MEDIUM, HIGH) and row["observer"] == "client:clean"
 
 
 @pytest.mark.parametrize("style", ["single", "overall"])
@@ -113,4 +115,4 @@ def test_ccst_styles_single_is_a_bank_and_overall_an_aggregate(tiny_run, style):
             assert e["power"]["records"] == 3 and e["power"]["advantage_p_value"] < 0.05
         else:
             assert "tracing" in e["signal"] and "exact_matches" not in e
-    assert "membership:style_bank" in rows
+    assert "membership:style_bank↑" in rows

@@ -265,3 +265,24 @@ def test_an_option_of_an_attack_not_selected_is_checked_and_said_to_do_nothing(c
     with caplog.at_level("WARNING", logger="fedaudit"):
         run_config("fedavg", None, None, None, {"attack": "canary", "canaries": 10, "dataset": "digits"})
     assert "no effect" not in caplog.text
+
+
+def test_the_console_verdict_shows_each_rows_deciding_number_in_80_columns(monkeypatch, capsys):
+    """Issue 36: every row's short form (written from its facts, not cut) fits an 80-column terminal beside its tier;
+    no line is cut with an ellipsis, and a significant row shows its attack, number and p."""
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from fedaudit import cli
+
+    metrics = json.loads((Path(__file__).parent / "golden" / "fedavg.json").read_text())
+    monkeypatch.setattr(cli, "console", lambda: Console(width=80, color_system=None))
+    cli.print_verdict(metrics, Path("/nonexistent"))
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert all(len(line) <= 80 and not line.rstrip().endswith("…") for line in lines), out
+    for row in metrics["verdict"]:
+        assert row["short"] in out, row["short"]
+    assert "loss adv 0.26 > null 0.12, p<0.001" in out  # the upload's membership row: attack, advantage, null, p

@@ -283,7 +283,7 @@ def test_audit_of_the_example_recording_writes_a_run(example_recording, tmp_path
     # the loss attack scored every victim against the recorded uploads and the deployed model
     for target in ("global_model", "last_upload"):
         assert set(metrics["leakage"]["mia"]["loss"][target]) >= {"clean", "colour", "rotated"}
-    assert {"membership:global_model", "membership:last_upload"} <= {r["row"] for r in metrics["verdict"]}
+    assert {"membership:global_model", "membership:full_model↑"} <= {r["row"] for r in metrics["verdict"]}
 
 
 def test_audit_errors_name_the_problem(example_recording, tmp_path):

@@ -234,7 +234,7 @@ def test_a_loop_recording_of_a_model_without_normalisation_is_audited(tmp_path):
     rows = {r["row"]: r for r in metrics["verdict"]}
     assert "the model carries no batch-normalisation statistics" in rows["full_model↑"]["reason"]
     assert rows["full_model↑"]["tier"] == "not_assessed"
-    assert {"membership:global_model", "membership:last_upload"} <= set(rows)
+    assert {"membership:global_model", "membership:full_model↑"} <= set(rows)
     assert metrics["provenance"]["model"]["factory"] == PLAIN
     report = (run_dir / "report.html").read_text()
     assert PLAIN in report and "batch-normalisation statistics" in report

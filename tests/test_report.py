@@ -126,7 +126,7 @@ def test_membership_section_reads_the_stored_schema_and_says_what_is_missing(run
     assert "chance" in text  # the ROC's chance line is in the plot legend
     assert any(tag == "svg" for tag, _ in page.tags)
     # TPR@1%FPR significant, lower bound 6.1% > 1% at a resolvable level: a high membership tier
-    row = page.text["verdict"].split("membership:")[1]
+    row = page.text["verdict"].split("released model: does it reveal membership?")[1]
     assert "high" in row and "6.1%" in row and "judged at report time" in page.text["verdict"]
 
 

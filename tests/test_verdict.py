@@ -42,6 +42,12 @@ def _row(metrics: dict, key: str = "full_model↑", t: RiskThresholds | None = N
     return next(r for r in judge(metrics, SERVER, t) if r["row"] == key)
 
 
+def _assessed(*args) -> dict:
+    """The one row of a verdict that is not NOT ASSESSED (the released model's row is always there)."""
+    (row,) = [r for r in judge(*args) if r["tier"] != NOT_ASSESSED]
+    return row
+
+
 def test_record_level_high_needs_significance_and_an_interval_above_every_null():
     strong = _ident(0.9, (0.76, 0.97), 0.002, control=0.5, prior_only=0.55, twin=0.52)
     row = _row(_metrics({"clean": _entry(strong)}))
@@ -118,14 +124,14 @@ def test_membership_with_signal_is_found_and_low_needs_enough_records():
     rng = np.random.default_rng(1)
     signal = membership_metrics(rng.normal(0.6, size=225), rng.normal(size=180))
     metrics = {"communication": {"declared": []}, "leakage": {"mia": {"loss": {"global_model": {"a": signal}}}}}
-    (row,) = judge(metrics, SERVER)
+    row = _assessed(metrics, SERVER)
     assert row["tier"] == MEDIUM and "advantage" in row["reason"]
     no_signal = lambda n1, n0: membership_metrics(np.linspace(0, 1, n1), np.linspace(0, 1, n0))  # noqa: E731
     small = no_signal(225, 180)
-    (row,) = judge({"communication": {"declared": []}, "leakage": {"mia": {"loss": {"global_model": {"a": small}}}}}, SERVER)
+    row = _assessed({"communication": {"declared": []}, "leakage": {"mia": {"loss": {"global_model": {"a": small}}}}}, SERVER)
     assert row["tier"] == INCONCLUSIVE and "could not have been detected" in row["reason"]
     large = no_signal(3000, 3000)
-    (row,) = judge({"communication": {"declared": []}, "leakage": {"mia": {"loss": {"global_model": {"a": large}}}}}, SERVER)
+    row = _assessed({"communication": {"declared": []}, "leakage": {"mia": {"loss": {"global_model": {"a": large}}}}}, SERVER)
     assert row["tier"] == LOW
 
 
@@ -209,16 +215,16 @@ def test_an_artifact_membership_low_needs_its_positive_control():
     rng = np.random.default_rng(2)
     found = membership_metrics(rng.normal(3.0, size=14), rng.normal(size=180))
     missed = membership_metrics(rng.normal(size=14), rng.normal(size=180))
-    (row,) = judge(_artifact_metrics({**quiet(3000, 3000), "power": {**found, "records": 14}}), SERVER)
-    assert row["row"] == "membership:full_model" and row["tier"] == LOW, row["reason"]
-    assert "records behind the shared full_model" in row["title"]
-    (row,) = judge(_artifact_metrics({**quiet(3000, 3000), "power": {**missed, "records": 14}}), SERVER)
+    row = _assessed(_artifact_metrics({**quiet(3000, 3000), "power": {**found, "records": 14}}), SERVER)
+    assert row["row"] == "membership:full_model↑" and row["tier"] == LOW, row["reason"]
+    assert row["title"] == "full_model ↑ (client → server): does it reveal membership?" and row["observer"] == "server"
+    row = _assessed(_artifact_metrics({**quiet(3000, 3000), "power": {**missed, "records": 14}}), SERVER)
     assert row["tier"] == INCONCLUSIVE and "positive control" in row["reason"] and "14 records" in row["reason"]
-    (row,) = judge(_artifact_metrics({**quiet(3000, 3000), "controls": "not available: a client's view"}), SERVER)
+    row = _assessed(_artifact_metrics({**quiet(3000, 3000), "controls": "not available: a client's view"}), SERVER)
     assert row["tier"] == INCONCLUSIVE and "not available" in row["reason"]
     # A model-based row with the same numbers has no such control to show, and reads LOW (its own rule).
     plain = {"communication": {"declared": []}, "leakage": {"mia": {"loss": {"global_model": {"a": quiet(3000, 3000)}}}}}
-    assert judge(plain, SERVER)[0]["tier"] == LOW
+    assert _assessed(plain, SERVER)["tier"] == LOW
 
 
 def test_an_artifact_finding_names_a_twin_that_also_separates_and_verbatim_records():
@@ -226,12 +232,12 @@ def test_an_artifact_finding_names_a_twin_that_also_separates_and_verbatim_recor
     signal = membership_metrics(rng.normal(0.6, size=225), rng.normal(size=180))
     twin_null = membership_metrics(rng.normal(size=225), rng.normal(size=180))
     entry = {**signal, "twin": twin_null, "power": signal, "exact_matches": {"members": 0, "nonmembers": 0}}
-    (row,) = judge(_artifact_metrics(entry), SERVER)
+    row = _assessed(_artifact_metrics(entry), SERVER)
     assert row["tier"] == MEDIUM and "twin" not in row["reason"] and "verbatim" not in row["reason"]
-    (row,) = judge(_artifact_metrics({**entry, "exact_matches": {"members": 3, "nonmembers": 0}}), SERVER)
+    row = _assessed(_artifact_metrics({**entry, "exact_matches": {"members": 3, "nonmembers": 0}}), SERVER)
     assert row["tier"] == HIGH and "3 of a's members" in row["reason"]
     # The twin is the artifact's null: a finding its twin shares is not this artifact's.
-    (row,) = judge(_artifact_metrics({**entry, "twin": signal, "exact_matches": None}), SERVER)
+    row = _assessed(_artifact_metrics({**entry, "twin": signal, "exact_matches": None}), SERVER)
     assert row["tier"] == INCONCLUSIVE and "so does its holdout twin" in row["reason"]
 
 
@@ -242,16 +248,16 @@ def test_a_bank_holding_members_verbatim_is_high_whatever_the_counts():
     quiet = membership_metrics(np.linspace(0, 1, 3000), np.linspace(0, 1, 3000))
     power = membership_metrics(np.r_[np.zeros(3) + 5, np.zeros(0)], np.zeros(180))
     entry = {**quiet, "power": power, "exact_matches": {"members": 3, "nonmembers": 0}, "exact_tolerance": 2e-4}
-    (row,) = judge(_artifact_metrics(entry), SERVER)
+    row = _assessed(_artifact_metrics(entry), SERVER)
     assert row["tier"] == HIGH and "3 of a's members" in row["reason"] and "tolerance 0.0002" in row["reason"]
     assert "exact-match rule" in row["reason"]
-    (row,) = judge(_artifact_metrics({**entry, "exact_matches": {"members": 0, "nonmembers": 0}}), SERVER)
+    row = _assessed(_artifact_metrics({**entry, "exact_matches": {"members": 0, "nonmembers": 0}}), SERVER)
     assert row["tier"] == LOW
-    (row,) = judge(_artifact_metrics({**entry, "exact_matches": {"members": 3, "nonmembers": 1}}), SERVER)
+    row = _assessed(_artifact_metrics({**entry, "exact_matches": {"members": 3, "nonmembers": 1}}), SERVER)
     assert row["tier"] != HIGH
     # few non-members (5): no low-FPR figure can be resolved, and the bank's 14 verbatim members are still HIGH
     few = membership_metrics(np.linspace(0, 1, 14), np.linspace(0, 1, 5))  # and the scores alone show nothing
-    (row,) = judge(_artifact_metrics({**few, "power": few, "exact_matches": {"members": 14, "nonmembers": 0}}), SERVER)
+    row = _assessed(_artifact_metrics({**few, "power": few, "exact_matches": {"members": 14, "nonmembers": 0}}), SERVER)
     assert row["tier"] == HIGH and "14 of a's members" in row["reason"], row["reason"]
 
 
@@ -264,9 +270,9 @@ def test_a_large_significant_membership_advantage_is_high_whatever_the_low_fpr_f
     entry = membership_metrics(members, nonmembers)
     assert entry["advantage"] >= 0.5 and mia_level(entry, 0.01)["tpr"] < 0.2
     metrics = {"communication": {"declared": []}, "leakage": {"mia": {"loss": {"last_upload": {"a": entry}}}}}
-    (row,) = judge(metrics, SERVER)
+    row = _assessed(metrics, SERVER)
     assert row["tier"] == HIGH and "advantage rule" in row["reason"]
-    (row,) = judge(metrics, SERVER, RiskThresholds(mia_advantage_high=0.9))
+    row = _assessed(metrics, SERVER, RiskThresholds(mia_advantage_high=0.9))
     assert row["tier"] == MEDIUM
 
 
@@ -440,3 +446,128 @@ def test_a_small_canary_bound_in_one_audit_of_many_is_not_a_finding_after_correc
 
     assert row(1)["tier"] == MEDIUM
     assert row(6)["tier"] == LOW, row(6)["reason"]
+
+
+# -- one answer per artifact (issue 36) ----------------------------------------------------------------------
+
+
+def _tensors(evidence: dict, mia: dict) -> set[str]:
+    """The wire tensors a membership test read, worked out here from the stored run alone (not from the verdict's
+    grouping): a last-upload model is the kinds its weights came from, an artifact test the kind it names, and
+    the released model is itself."""
+    variant, rest = evidence["source"].split(" on ", 1)
+    target, victim = rest.rsplit(" / ", 1)
+    if variant == "domain" or target == "global_model":
+        return {"released model"}
+    if target == "last_upload":
+        sources = mia[variant][target][victim].get("weights_from") or {}
+        return {re.match(r"(\w+)@", s).group(1) + "↑" for s in sources if " from client:" in s}
+    return {target.split(":")[0] + "↑"}
+
+
+def _disagreements(rows: list[dict], mia: dict) -> list[str]:
+    """Pairs of membership rows that read the same tensor from the same observer and give different tiers."""
+    seen: dict[tuple[str, str], dict] = {}
+    out = []
+    for row in rows:
+        if not row["row"].startswith("membership:") or row["row"] == "membership:canary":
+            continue
+        for tensor in {t for e in row["evidence"] for t in _tensors(e, mia)}:
+            other = seen.setdefault((tensor, row["observer"]), row)
+            if other["tier"] != row["tier"]:
+                out.append(f"{tensor}: {other['row']} {other['tier']} vs {row['row']} {row['tier']}")
+    return out
+
+
+def _stored_run(shares: list[str]) -> dict:
+    """A run of a method with these shares, as stored: the loss attack on the victim's last upload is significant,
+    the tracing test on every shared artifact is not (and found its positive control), the released model shows
+    nothing."""
+    rng = np.random.default_rng(7)
+    quiet = lambda: membership_metrics(rng.normal(size=225), rng.normal(size=180))  # noqa: E731
+    weights = next(s[:-1] for s in shares if s.endswith("↑") and s[:-1] in ("full_model", "partial_model"))
+    upload = {**membership_metrics(rng.normal(0.8, size=225), rng.normal(size=180)),
+              "weights_from": {f"{weights}@r2 from client:a": 20, "full_model@r1 from server": 4}}
+    found = membership_metrics(rng.normal(3.0, size=14), rng.normal(size=180))
+    tracing = {s[:-1]: {"a": {**quiet(), "power": found, "signal": "whitened tracing test"}}
+               for s in shares if s.endswith("↑") and s[:-1] not in ("scalars", "importance")}
+    mia = {"loss": {"global_model": {"a": quiet()}, "last_upload": {"a": upload}},
+           "lira_online": {"global_model": {"a": quiet()}, "last_upload": {"a": {**quiet(), "weights_from": upload["weights_from"]}}},
+           "artifact": tracing, "domain": {"global_model": {"a": quiet()}}}
+    return {"communication": {"declared": shares}, "leakage": {"mia": mia}}
+
+
+def _method_shares() -> dict[str, list[str]]:
+    from fedaudit.methods import METHODS
+    from methods.gperxan import _PARTIAL_SHARES
+
+    arrow = {"up": "↑", "down": "↓"}
+    out = {name: sorted(f"{k.value}{arrow[d]}" for k, d in cls.shares) for name, cls in METHODS.items()}
+    out["gperxan:partial"] = sorted(f"{k.value}{arrow[d]}" for k, d in _PARTIAL_SHARES)
+    return out
+
+
+@pytest.mark.parametrize("method", sorted(_method_shares()))
+def test_no_two_rows_about_one_tensor_and_observer_disagree(method):
+    """For every method's shares: the loss attack on the victim's upload is significant and the tracing test on the
+    same tensor is not, so the upload's membership row reads MEDIUM or HIGH and names the loss attack first; no
+    other row about that tensor, seen by the server, reads otherwise."""
+    metrics = _stored_run(_method_shares()[method])
+    rows = judge(metrics, SERVER)
+    assert _disagreements(rows, metrics["leakage"]["mia"]) == []
+    upload = next(r for r in rows if r["row"] in ("membership:full_model↑", "membership:partial_model↑"))
+    assert upload["tier"] in (HIGH, MEDIUM) and upload["reason"].startswith("loss attack: advantage"), upload["reason"]
+    assert upload["observer"] == "server" and "tracing test" in upload["reason"]  # the others are listed
+    keys = [(r["artifact"], r["question"], r["observer"]) for r in rows]
+    assert len(keys) == len(set(keys))  # one row per question, artifact and observer
+
+
+def test_the_consistency_check_fails_when_upload_attacks_get_a_row_of_their_own(monkeypatch):
+    """The rule removed (the attacks on the last upload judged apart from the share they read, as before issue 36):
+    the upload's row and the share's row disagree, and the check above catches it."""
+    from fedaudit.audit.verdict import membership
+
+    metrics = _stored_run(["full_model↑", "full_model↓", "scalars↑"])
+    monkeypatch.setattr(membership, "upload_shares", lambda entry, declared: ["last_upload"])
+    rows = judge(metrics, SERVER)
+    assert _disagreements(rows, metrics["leakage"]["mia"])
+    assert next(r for r in rows if r["row"] == "membership:full_model↑")["tier"] not in (HIGH, MEDIUM)
+
+
+@pytest.mark.parametrize("method", ["fedavg", "gperxan", "ccst", "fedlsi"])
+def test_the_golden_runs_give_one_answer_per_tensor(method):
+    """The same on real stored runs (tests/golden): no LOW beside a significant attack on the same tensor."""
+    import json
+    from pathlib import Path
+
+    metrics = json.loads((Path(__file__).parent / "golden" / f"{method}.json").read_text())
+    assert _disagreements(metrics["verdict"], metrics["leakage"]["mia"]) == []
+    assert _disagreements(judge(metrics, SERVER), metrics["leakage"]["mia"]) == []
+
+
+def test_every_row_says_whose_view_and_a_short_form_that_fits_a_terminal():
+    metrics = _stored_run(["full_model↑", "full_model↓", "scalars↑"])
+    rows = {r["row"]: r for r in judge(metrics, SERVER)}
+    assert rows["membership:global_model"]["observer"] == "anyone holding the released model"
+    down = rows["membership:full_model↓"]
+    assert down["tier"] == NOT_ASSESSED and down["observer"] == "client:<domain>"
+    assert "--attacker client:<domain>" in down["reason"]
+    for row in rows.values():
+        assert row["short"] and len(row["short"]) <= 60 and not row["short"].endswith("…"), row["short"]
+
+
+def test_a_silent_canary_audit_reads_low_only_when_it_could_have_certified_the_high_threshold():
+    """No loss proven (32 of 64 guesses right, bound 0): with canaries that could certify ε 2.7 the row is LOW; with
+    canaries that could certify at most ε 0.4 (below canary_epsilon_high, 1) it is INCONCLUSIVE and says how to
+    plant more."""
+    def row(ceiling: float) -> dict:
+        entry = {"epsilon_lower_bound": 0.0, "canaries": 64, "guesses": 64, "correct": 32, "k_grid": [32],
+                 "per_k": [{"k": 32, "guesses": 64, "correct": 32}], "delta": 1e-5, "confidence": 0.95,
+                 "epsilon_max_certifiable": ceiling, "epsilon_spent": None, "target": "global_model"}
+        metrics = {"communication": {"declared": []}, "leakage": {"canary": {"clean": entry}}}
+        return next(r for r in judge(metrics, SERVER) if r["row"] == "membership:canary")
+
+    assert row(2.7)["tier"] == LOW and "could have certified up to ε 2.70" in row(2.7)["reason"]
+    weak = row(0.4)
+    assert weak["tier"] == INCONCLUSIVE and "--canaries" in weak["reason"], weak["reason"]
+    assert weak["observer"] == "anyone holding the released model" and weak["question"] == "dp_audit"

@@ -1,0 +1,128 @@
+"""The verdict: one row per question a reviewer asks — for each artifact and direction on the wire, *can it be
+inverted?* and *does it reveal membership?*; for the released model, *does it reveal membership?*; and, where
+canaries were planted, *does the DP claim hold?* — each judged from one observer's view (the server, a client, or
+anyone holding the released model) and decided by a rule over stored evidence.
+
+A reviewer signs this, so every tier is a rule over numbers the run stored,
+and each row keeps the evidence that decided it: the test, its value, the
+baseline it had to beat and that baseline's name, its interval, its p-value
+before and after correction, and the attack's power.
+
+**Baselines are the strongest null that fits the test.**
+
+* Record level (``identifiability``: are reconstructions nearer to training
+  records than to fresh ones?): the permutation null at the run's counts
+  (chance), the untrained control, the prior-only control and the holdout
+  twin. It must beat every one of them — the permutation test against
+  chance, a one-sided Fisher test against each measured null — so its p-value
+  is the largest of those (an intersection-union test), which must survive
+  the row's correction: MEDIUM; HIGH when, in addition, its 95% interval lies
+  wholly above every measured null.
+* Distribution level (``domain_attribution``, ``class_fidelity``): chance (the
+  best guess that ignores the victim, or the image), the untrained control and
+  the prior-only control — not the twin, which carries the domain as the
+  members do (twin above the controls is itself the distribution-level
+  finding). The lift over the strongest null is judged against the
+  thresholds, and the lift must be significant: a one-sided binomial test
+  against chance, Fisher's exact test against a measured control.
+* Membership (``mia_tpr``, ``mia_advantage``): TPR at 1% FPR with its exact
+  hypergeometric p-value (HIGH at a resolvable level with its interval above
+  ``mia_tpr_ci_low``); the advantage max(TPR − FPR) with its one-sided KS
+  p-value at the run's counts (MEDIUM at ``mia_advantage_medium`` or more).
+
+**Many tests, one row.** Every test behind a row (victims × attacks, or
+victims × variants × targets) enters Holm's step-down correction at the
+family-wise level ``alpha`` (default 0.05): with no leakage at all, a row reads
+MEDIUM or HIGH at most 5% of the time whatever the number of tests.
+
+**One answer per artifact.** A membership row holds every membership attack
+whose input is its artifact (the loss, LiRA and RMIA attacks on the victim's
+last upload are attacks on that upload's share; the tracing and nearest-entry
+tests on the statistics or bank they read; the record- and domain-level
+attacks on the released model), so no two rows about one tensor and one
+observer can disagree (:mod:`.membership`).
+
+Layout: :mod:`.evidence` (the row and its tests), :mod:`.inversion`,
+:mod:`.membership` and :mod:`.canary` (each row's rules, small functions that
+return the tier and the facts that decided it), :mod:`.wording` (every
+sentence and short form), :mod:`.thresholds`.
+
+**Enough evidence before LOW.** A reconstruction row that would read LOW
+reads INCONCLUSIVE when no test in it could have reached MEDIUM at its counts:
+a perfect result (every image right) not significant at ``alpha`` / the number
+of the row's tests (Holm's first step), or, for a lift test, a strongest null
+so high that even 100% is a lift below the medium threshold. The reason names
+the counts and any saturated null (one already at 100%). This holds for the
+image and the latent-feature versions alike (same tests, same counts).
+
+**Power before LOW.** A reconstruction row that would read LOW reads
+INCONCLUSIVE unless one of its attacks reached power — revealed the domain or
+class of a handful of member images from their artifact better than its
+prior-only control, at the same budget (the positive control,
+:mod:`fedaudit.audit.reconstruction`). Where the attack could not also single
+those records out (``record_level``), the LOW says record-level leakage was
+not testable. A membership row that would
+read LOW reads INCONCLUSIVE when its counts could not detect an advantage of
+``mia_advantage_medium`` at the corrected level; a row of the artifact test
+(``artifact``: membership from a shared bank or statistics) reads
+INCONCLUSIVE, too, unless the same test found the members of its positive
+control (the artifact recomputed from a few members alone) at ``alpha`` for
+every victim. Its holdout twin (the members swapped out) is its null: a
+victim whose twin also separates members significantly cannot raise the row
+(INCONCLUSIVE when that was all). A per-record bank that holds a member's own
+entry exactly (and no non-member's) reads HIGH whatever the counts: an exact
+match has no false positives to estimate. A membership advantage that is
+significant and reaches ``mia_advantage_high`` (0.5) reads HIGH whatever the
+low-FPR figures.
+
+Tiers: ``high``, ``medium``, ``low``, ``inconclusive``, ``not_assessed``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .canary import canary_row
+from .evidence import (ARTIFACT, BOOKKEEPING, CANARY, CANARY_GRADIENT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM,
+                       MIA, NOT_ASSESSED, NOT_RECONSTRUCTIONS, NULL_NAMES, POWER_ALPHA, TIER_ORDER, Evidence, Row,
+                       mia_level)
+from .inversion import inversion_row
+from .membership import membership_groups, membership_row
+from .thresholds import CORRECTION, RiskThresholds, load_thresholds
+from .wording import ADVICE, advice, made_by, pct, share_title
+
+
+def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThresholds | None = None) -> list[dict[str, Any]]:
+    """The verdict rows of one target's metrics: both questions for every declared share, the membership of any
+    other artifact an attack read, the released model's membership, and the canary audit if one ran."""
+    t = thresholds or RiskThresholds()
+    groups = membership_groups(metrics, config)
+    declared = list((metrics.get("communication") or {}).get("declared") or [])
+    rows: list[Row] = []
+    for key in declared:
+        rows += [inversion_row(key, metrics, config, t), membership_row(key, groups.get(key, []), metrics, config, t)]
+    rows += [membership_row(key, attacks, metrics, config, t) for key, attacks in groups.items()
+             if key not in declared and key != GLOBAL]
+    rows.append(membership_row(GLOBAL, groups.get(GLOBAL, []), metrics, config, t))
+    if any(isinstance((metrics.get("leakage") or {}).get(k), dict) for k in (CANARY, CANARY_GRADIENT)):
+        rows.append(canary_row(metrics, t))
+    data = metrics.get("auditor_data") or {}
+    if data.get("status") == "none":  # nothing was scored: every row says so first, whatever else it says
+        why = str(data.get("why") or "the auditor holds none of the clients' records")
+        for row in rows:
+            if why not in row.reason:
+                row.reason = f"{why}; {row.reason}"
+    return [row.to_json() for row in rows]
+
+
+def membership_row_of(metrics: dict[str, Any], config: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """(variant, target) of every stored membership attack → the key of the verdict row that judges it (tables built
+    beside the verdict use it rather than guessing from the target's name)."""
+    return {(variant, target): f"membership:{key}" for key, attacks in membership_groups(metrics, config).items()
+            for variant, target, _, _ in attacks}
+
+
+__all__ = ["ADVICE", "ARTIFACT", "BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "CORRECTION", "DOMAIN", "Evidence", "HIGH",
+           "INCONCLUSIVE", "LOW", "MEDIUM", "MIA", "NOT_ASSESSED", "NOT_RECONSTRUCTIONS", "NULL_NAMES", "POWER_ALPHA",
+           "RiskThresholds", "Row", "TIER_ORDER", "advice", "judge", "load_thresholds", "made_by", "membership_row_of", "mia_level", "pct",
+           "share_title"]

@@ -1,0 +1,330 @@
+"""Can a shared artifact be inverted? One row per declared share (kind and direction), from the reconstruction
+attacks' stored scores, their nulls and their power.
+
+Rules, in order (each a small function returning a :class:`Decision` or None):
+``significant`` (a test beat its strongest null after Holm: its own tier), ``uninformative`` (no test at these
+counts could have reached MEDIUM: INCONCLUSIVE), ``powered`` (a positive control fired: LOW), else INCONCLUSIVE for
+want of power."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedaudit.statistics.membership_statistics import holm
+
+from .evidence import (BOOKKEEPING, HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NOT_ASSESSED, NOT_RECONSTRUCTIONS,
+                       NULL_NAMES, POWER_ALPHA, Decision, Evidence, Row, decide, interval, isnum, pair, strongest)
+from .thresholds import CORRECTION, RiskThresholds
+from .wording import (advice, clause, fmt, fmt_count, inversion_title, observer_of, p_text, pct, points, short)
+
+
+def inversion_row(key: str, metrics: dict[str, Any], config: dict[str, Any], t: RiskThresholds) -> Row:
+    """The row of one declared share (``"full_model↑"``): can what crossed be inverted?"""
+    kind, arrow = key[:-1], key[-1]
+    attacker = str(config.get("attacker") or "server")
+    observer = observer_of(key, attacker)
+
+    def row(tier: str, reason: str, brief: str, evidence: list[Evidence] = (), rule: str | None = None) -> Row:
+        return Row(key, inversion_title(key), INVERSION, key, observer, tier, reason, brief, list(evidence), t.alpha, rule)
+
+    found = _attacks_on(kind, metrics)
+    unseen = _unseen(arrow, observer, attacker, kind, metrics, found)
+    if unseen:
+        return row(NOT_ASSESSED, *unseen)
+    evidence, skipped, powers = _gather(found, attacker, t)
+    if not evidence:
+        return row(NOT_ASSESSED, "; ".join(skipped) or f"no score with nulls stored for {kind}",
+                   "not applicable" if skipped and all(s.startswith("not applicable") for s in skipped) else "not scored")
+    decide(evidence, t)
+    decision = (_significant(evidence) or _uninformative(evidence, t) or _powered(evidence, powers)
+                or _unpowered(evidence, powers))
+    return row(decision.tier, _reason(decision, evidence, metrics), _short(decision, evidence), evidence, decision.rule)
+
+
+def _attacks_on(kind: str, metrics: dict[str, Any]) -> list[tuple[str, str, dict]]:
+    """(attack, key, section) of every reconstruction result whose target is this kind."""
+    leakage = metrics.get("leakage") or {}
+    return [(name, k, sec) for name, sec in leakage.items() if name not in NOT_RECONSTRUCTIONS and isinstance(sec, dict)
+            for k in sec if k not in BOOKKEEPING and k.split(":")[0] == kind]
+
+
+def _unseen(arrow: str, observer: str, attacker: str, kind: str, metrics: dict[str, Any],
+            found: list[tuple[str, str, dict]]) -> tuple[str, str] | None:
+    """Why a row has nothing to judge (reason, short form), or None."""
+    leakage = metrics.get("leakage") or {}
+    if not any(name not in NOT_RECONSTRUCTIONS and isinstance(sec, dict) for name, sec in leakage.items()):
+        return "no reconstruction attack ran in this run; run with --attack deepinversion", "no inversion attack ran"
+    sees = "↑" if attacker == "server" else "↓"
+    if arrow != sees:
+        other = "--attacker client:<domain>" if attacker == "server" else "--attacker server"
+        return (f"judged from {observer}'s view, which this run's attacker ({attacker}) does not hold (it sees "
+                f"{'uploads' if sees == '↑' else 'broadcasts'} only); assess it with {other}",
+                f"{observer}'s view: {other}")
+    if not found:
+        return f"no attack in this run targets {kind}", "no attack targets it"
+    return None
+
+
+def _gather(found: list[tuple[str, str, dict]], attacker: str, t: RiskThresholds
+            ) -> tuple[list[Evidence], list[str], list[tuple[str, dict[str, Any]]]]:
+    """The tests of every attack on the share, why others were not scored, and each victim's positive control."""
+    evidence: list[Evidence] = []
+    skipped: list[str] = []
+    powers: list[tuple[str, dict[str, Any]]] = []
+    for name, key, sec in found:
+        entries = {v: e for v, e in sec[key].items() if isinstance(e, dict)}
+        summary = (sec.get("summary") or {}).get(key)
+        if summary is None:
+            for e in entries.values():
+                status = e.get("status", "unknown")
+                reason = e.get("reason") or (e.get("metrics") or {}).get("reason") or "no reason stored"
+                status = "attacked but not scored" if status == "attacked" else status
+                if f"{status}: {reason}" not in skipped:
+                    skipped.append(f"{status}: {reason}")
+            continue
+        evidence += reconstruction_evidence(name, key, attacker, entries, summary, t)
+        powers += [(f"{name} {key} / {v}", e.get("power") or {}) for v, e in entries.items()
+                   if isinstance(e.get("metrics"), dict) and "identifiability" in e["metrics"]]
+    return evidence, skipped, powers
+
+
+# -- rules --------------------------------------------------------------------------------------
+
+
+def _significant(evidence: list[Evidence]) -> Decision | None:
+    top = strongest(evidence)
+    return Decision(top.tier, "significant", {"top": top}) if top.tier in (HIGH, MEDIUM) else None
+
+
+def _uninformative(evidence: list[Evidence], t: RiskThresholds) -> Decision | None:
+    """A LOW that no result at these counts could have turned into MEDIUM is not a finding."""
+    if any(_could_reach_medium(e, len(evidence), t) for e in evidence):
+        return None
+    counts = sorted({f"{e.test} on {(e.detail or {}).get('n')}" for e in evidence
+                     if isinstance((e.detail or {}).get("n"), int)})
+    saturated = sorted({f"{e.test} ({e.baseline_name} already at {pct(e.baseline)})" for e in evidence if _saturated(e)})
+    return Decision(INCONCLUSIVE, "uninformative", {"counts": counts, "saturated": saturated})
+
+
+def _powered(evidence: list[Evidence], powers: list[tuple[str, dict[str, Any]]]) -> Decision | None:
+    """Power, corrected across the row's victims (Holm): a positive control that fires by chance in one of many
+    victims must not turn an uninformative reading into an informative LOW."""
+    measured = [(src, p) for src, p in powers if p.get("status") == "measured" and isnum(p.get("p_value"))]
+    reached = [src for (src, _), a in zip(measured, holm([p["p_value"] for _, p in measured])) if a <= POWER_ALPHA]
+    if not reached:
+        return None
+    record = [src for (src, _), a in zip(measured, holm([p.get("p_record_level", 1.0) for _, p in measured]))
+              if a <= POWER_ALPHA]
+    return Decision(LOW, "powered", {"control": reached[0], "record_level": bool(record)})
+
+
+def _unpowered(evidence: list[Evidence], powers: list[tuple[str, dict[str, Any]]]) -> Decision:
+    why = sorted({p.get("reason") for _, p in powers if p.get("status") == "not available" and p.get("reason")})
+    ran = any(p.get("status") == "measured" for _, p in powers)
+    return Decision(INCONCLUSIVE, "unpowered", {"why": [] if ran else why})
+
+
+# -- wording ------------------------------------------------------------------------------------
+
+
+def _reason(d: Decision, evidence: list[Evidence], metrics: dict[str, Any]) -> str:
+    m = len(evidence)
+    if d.rule == "significant":
+        return f"{clause(d.facts['top'], m)}. {d.facts['top'].text}"
+    notes = _notes(evidence)
+    if d.rule == "uninformative":
+        stronger = advice(metrics, "stronger_inversion")
+        return (f"no test beat its strongest null ({notes}), and at these counts none could have: even a perfect "
+                f"result would not reach medium after {CORRECTION} correction over {m} test(s) "
+                f"({', '.join(d.facts['counts']) or 'counts not stored'})"
+                + (f"; saturated: {', '.join(d.facts['saturated'])}" if d.facts["saturated"] else "")
+                + f". Give each client more records, and {stronger[0].lower()}{stronger[1:]}")
+    if d.rule == "powered":
+        scope = ("it also singled out the source records, so record-level leakage was testable" if d.facts["record_level"]
+                 else "it could not single out the source records even there, so record-level leakage was not "
+                      "testable at this budget; this LOW covers distribution-level leakage")
+        return (f"no test beat its strongest null after {CORRECTION} correction ({notes}). On the positive control "
+                f"({d.facts['control']}) the attack did reveal the domain or class of a few member images from their "
+                f"statistics; {scope}.")
+    budget = (f"no positive control ran ({'; '.join(d.facts['why'])})" if d.facts["why"] else
+              "the attack could not recover even the artifact of a handful of member images at this budget")
+    return (f"no test beat its strongest null ({notes}), but {budget}: a low reading cannot be told from a weak "
+            f"attack. {advice(metrics, 'stronger_inversion')}")
+
+
+def _short(d: Decision, evidence: list[Evidence]) -> str:
+    closest = min(evidence, key=lambda e: e.p_adjusted)
+    if d.rule == "significant":
+        return short(d.facts["top"])
+    if d.rule == "uninformative":
+        return "too few records for any test to decide"
+    if d.rule == "powered":
+        return f"{short(closest)}; had power"
+    return f"{short(closest)}; no power"
+
+
+def _note(e: Evidence) -> str:
+    base = f"{e.baseline_name} {fmt(e.baseline)}" if e.baseline is not None else "no baseline"
+    return f"{e.test} {fmt(e.value)} vs {base}, p {p_text(e.p_adjusted)}"
+
+
+def _notes(evidence: list[Evidence], limit: int = 3) -> str:
+    """The tests closest to significance, one short note each (all are in the row's evidence)."""
+    ranked = sorted(evidence, key=lambda e: e.p_adjusted)
+    text = "; ".join(_note(e) for e in ranked[:limit])
+    return text + (f"; {len(ranked) - limit} more in the evidence" if len(ranked) > limit else "")
+
+
+# -- evidence -----------------------------------------------------------------------------------
+
+
+def _could_reach_medium(e: Evidence, m: int, t: RiskThresholds) -> bool:
+    """Whether a perfect result at the test's counts (every image right) would read MEDIUM: significant at
+    alpha / m (Holm's first step, the most a row's strongest test may need) and, for a lift test, a lift of at
+    least the medium threshold. A test whose counts were not stored is given the benefit of the doubt."""
+    detail = e.detail or {}
+    n = detail.get("n")
+    if not isinstance(n, int):
+        return True
+    if n <= 0:
+        return False
+    level = t.alpha / max(m, 1)
+    if e.test == "identifiability":  # the permutation test against chance and one against each measured null
+        chance = detail.get("chance")
+        best = [lift_p_value([n, n], None, float(chance))] if isnum(chance) else []
+        best += [lift_p_value([n, n], [v * n, n], None) for v in (detail.get("measured") or {}).values()]
+        return max(best, default=0.0) <= level
+    return (1.0 - float(e.baseline or 0.0) >= float(detail.get("medium", 0.0)) - 1e-9
+            and lift_p_value([n, n], detail.get("null_counts"), detail.get("chance")) <= level)
+
+
+def _saturated(e: Evidence) -> bool:
+    """The strongest null is already at a bound the test cannot beat (100%)."""
+    return isnum(e.baseline) and float(e.baseline) >= 1.0 - 1e-9
+
+
+def _strongest_null(nulls: dict[str, float]) -> tuple[str, float]:
+    """(name, value) of the largest finite null."""
+    finite = {k: v for k, v in nulls.items() if isnum(v)}
+    name = max(finite, key=lambda k: finite[k])
+    return name, float(finite[name])
+
+
+def reconstruction_evidence(attack: str, key: str, attacker: str, entries: dict[str, dict], summary: dict[str, Any],
+                            t: RiskThresholds) -> list[Evidence]:
+    """The distribution-level tests (macro over victims) and each victim's record-level test."""
+    attacked = {v: e for v, e in entries.items() if e.get("status") == "attacked" and isinstance(e.get("metrics"), dict)
+                and "identifiability" in e["metrics"]}
+    what = "images" if any("image_grid" in e for e in attacked.values()) else "latent features"
+    victims = list((summary.get("domain_attribution") or {}).get("victims") or attacked)
+    if attacker == "server":
+        who = f"the {victims[0]} client" if len(victims) == 1 else f"the {len(victims)} source clients ({', '.join(victims)})"
+        lead = f"From what {who} uploaded ({key}), the server synthesised {what}"
+    else:
+        lead = f"From the {key} broadcasts it received, the {attacker.split(':', 1)[-1]} client synthesised {what} of {', '.join(victims)}"
+    out = _distribution_evidence(attack, key, summary, victims, lead, t)
+    for victim, e in attacked.items():
+        found = _record_evidence(attack, key, victim, e, what)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _distribution_evidence(attack: str, key: str, summary: dict[str, Any], victims: list[str], lead: str,
+                           t: RiskThresholds) -> list[Evidence]:
+    attribution = summary.get("domain_attribution") or {}
+    tests = (("domain_attribution", attribution.get("macro") or {}, attribution.get("counts"),
+              (t.domain_attribution_lift_high, t.domain_attribution_lift_medium),
+              f"attributes to {victims[0] if len(victims) == 1 else 'each victim’s own domain'}"),
+             ("class_fidelity", summary.get("class_fidelity") or {}, (summary.get("class_fidelity") or {}).get("counts"),
+              (t.class_fidelity_lift_high, t.class_fidelity_lift_medium), "labels as the intended class"))
+    source = {"domain_attribution": f"{attack} {key} (macro over {len(victims)} victim(s))",
+              "class_fidelity": f"{attack} {key} (mean over {len(victims)} victim(s))"}
+    found = [_lift_evidence(test, source[test], metric, counts or {}, levels, f"{lead} that an independent classifier "
+                            f"{verb}", len(victims)) for test, metric, counts, levels, verb in tests]
+    return [e for e in found if e is not None]
+
+
+def _lift_evidence(test: str, source: str, metric: dict[str, Any], counts: dict[str, Any], levels: tuple[float, float],
+                   lead: str, victims: int) -> Evidence | None:
+    """A distribution-level test: the attack's rate over the strongest of chance and the measured controls."""
+    nulls = {k: metric[k] for k in ("chance", "control", "prior_only") if isnum(metric.get(k))}
+    if not isnum(metric.get("attack")) or not nulls:
+        return None
+    high, medium = levels
+    name, base = _strongest_null(nulls)
+    p = lift_p_value(counts.get("attack"), counts.get(name), base if name == "chance" else None)
+    lift = metric["attack"] - base
+    tier = HIGH if lift >= high - 1e-9 else MEDIUM if lift >= medium - 1e-9 else LOW
+    twin = f"; holdout twin {pct(metric['twin'])}" if isnum(metric.get("twin")) else ""
+    text = (f"{lead} {pct(metric['attack'])} of the time{'' if victims == 1 else ' on average'} — {points(lift)} over "
+            f"the strongest null, the {NULL_NAMES[name]} ({pct(base)}; chance {pct(metric.get('chance'))}, untrained "
+            f"control {pct(metric.get('control'))}, prior-only control {pct(metric.get('prior_only'))}{twin}).")
+    return Evidence(test, source, float(metric["attack"]), base, NULL_NAMES[name], p,
+                    nulls={**nulls, **({"twin": metric["twin"]} if isnum(metric.get("twin")) else {})},
+                    tier=tier, text=text, effect=lift,
+                    detail={"n": round(counts["attack"][1]) if pair(counts.get("attack")) else None,
+                            "null_counts": counts.get(name), "chance": base if name == "chance" else None,
+                            "medium": medium})
+
+
+def _record_evidence(attack: str, key: str, victim: str, e: dict[str, Any], what: str) -> Evidence | None:
+    """Record-level leakage beyond *every* null: the permutation test against chance and a one-sided test against
+    each measured null must all reject (an intersection-union test: its p-value is the largest)."""
+    ident = e["metrics"]["identifiability"]
+    if not isnum(ident.get("attack")) or not isnum(ident.get("attack_p_value")):
+        return None
+    nulls = {k: ident[k] for k in ("chance", "control", "prior_only", "twin") if isnum(ident.get(k))}
+    measured = {k: v for k, v in nulls.items() if k != "chance"}
+    name, base = _strongest_null(nulls)
+    ci = ident.get("attack_ci95")
+    n = int(ident.get("n") or 0)
+    p_each = {"chance": float(ident["attack_p_value"]),
+              **{k: lift_p_value([ident["attack"] * n, n], [v * n, n], None) for k, v in measured.items()}}
+    p = max(p_each.values())
+    above_all = interval(ci) and all(ci[0] > v for v in measured.values())
+    tier = HIGH if above_all else MEDIUM
+    finding = ("record-level leakage" if tier == HIGH else "a record-level signal above every null, though its "
+               "interval does not clear them all")
+    text = (f"{fmt_count(ident.get('attack_k'))} of {n} {what} synthesised for {victim} sit closer to one of its "
+            f"training records than to a fresh record of the same domain ({pct(ident['attack'])}, 95% CI "
+            f"{pct(ci[0]) if interval(ci) else '?'}–{pct(ci[1]) if interval(ci) else '?'}; equal numbers of members "
+            f"and non-members per class, chance {pct(ident.get('chance'))} (permutation p {p_text(p_each['chance'])}); "
+            f"strongest null the {NULL_NAMES[name]} at {pct(base)}, every null beaten at p {p_text(p)}): {finding}.")
+    return Evidence("identifiability", f"{attack} {key} / {victim}", float(ident["attack"]), base, NULL_NAMES[name],
+                    p, interval=ci if interval(ci) else None, nulls=nulls,
+                    power=_power_summary(e.get("power")), tier=tier, text=text,
+                    effect=(ci[0] - max(measured.values(), default=base)) if interval(ci) else None,
+                    detail={"p_against": p_each, "balanced": ident.get("balanced"),
+                            "null_q95": ident.get("null_q95"), "n": n, "chance": ident.get("chance"),
+                            "measured": measured, "victim": victim})
+
+
+def _power_summary(power: Any) -> dict[str, Any] | None:
+    if not isinstance(power, dict):
+        return None
+    if power.get("status") != "measured":
+        return {"reached": False, "status": power.get("status"), "reason": power.get("reason")}
+    sizes = {k: {**{m: v[m] for m in ("domain_attribution", "class_fidelity") if m in v},
+                 "identifiability": v.get("identifiability"), "identifiability_p_value": v.get("p_value")}
+             for k, v in (power.get("sizes") or {}).items() if isinstance(v, dict) and "p_reveals" in v}
+    return {"reached": bool(power.get("reached")), "record_level": bool(power.get("record_level")),
+            "p_value": power.get("p_value"), "sizes": sizes}
+
+
+def lift_p_value(attack: Any, null: Any, chance: float | None) -> float:
+    """One-sided p-value of the attack's count beating the null: binomial against a chance level,
+    Fisher's exact test against a measured control's count."""
+    from scipy.stats import binomtest, fisher_exact
+
+    if not pair(attack):
+        return 1.0
+    k, n = round(attack[0]), round(attack[1])
+    if n <= 0:
+        return 1.0
+    if chance is not None:
+        return float(binomtest(k, n, min(max(chance, 0.0), 1.0), alternative="greater").pvalue)
+    if not pair(null) or round(null[1]) <= 0:
+        return 1.0
+    kb, nb = round(null[0]), round(null[1])
+    return float(fisher_exact([[k, n - k], [kb, nb - kb]], alternative="greater")[1])

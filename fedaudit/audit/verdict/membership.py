@@ -1,0 +1,348 @@
+"""Does an artifact reveal membership? One row per artifact and observer, over **every** membership attack whose
+input is that artifact: the model attacks (loss, LiRA, RMIA) on the victim's last upload belong to the row of the
+share that upload is (``full_model↑``, or each kind its weights came from), the tracing and nearest-entry tests to
+the row of the artifact they read, and the attacks on the released model (record- and domain-level) to the released
+model's row. Holm runs over the row's whole family, so a row can never read LOW while an attack on the same
+tensor, seen by the same observer, is significant.
+
+Rules, in order (each a small function returning a :class:`Decision` or None):
+
+* ``exact_match`` — a per-record bank holds members' own entries exactly and no non-member's: HIGH whatever the
+  counts (an exact match has no false positives to estimate).
+* ``significant`` — the strongest test after Holm (and after the twin rule below) sets the tier: TPR at 1% FPR
+  with its interval above ``mia_tpr_ci_low`` at a resolvable level is HIGH; an advantage of ``mia_advantage_high``
+  is HIGH, of ``mia_advantage_medium`` MEDIUM.
+* ``twin_only`` — the artifact test separated members, but so did its holdout twin (the artifact with the members
+  swapped out) for those victims: the signal is not this artifact's, INCONCLUSIVE.
+* ``no_control`` — the artifact test did not find the members of its positive control: INCONCLUSIVE.
+* ``undetectable`` — at these counts an advantage of ``mia_advantage_medium`` could not have been detected
+  across the row's tests: INCONCLUSIVE.
+* otherwise LOW: every attack on the artifact had its power and none was significant.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fedaudit.statistics.membership_statistics import advantage_null_quantile
+
+from .evidence import (ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAST_UPLOAD, LOW, MEDIUM, MEMBERSHIP,
+                       MIA, NOT_ASSESSED, Decision, Evidence, Row, decide, interval, isnum, mia_entries, mia_level,
+                       strongest)
+from .thresholds import CORRECTION, RiskThresholds
+from .wording import (advice, attack_of, clause, fmt, membership_title, observer_of, p_text, pct, short,
+                      subject_name)
+
+Attack = tuple[str, str, str, dict[str, Any]]  # (variant, target, victim, entry)
+WEIGHTS_FROM = re.compile(r"^(\w+)@r\d+ from client:")
+
+
+# -- which row each attack belongs to -----------------------------------------------------------------
+
+
+def membership_groups(metrics: dict[str, Any], config: dict[str, Any]) -> dict[str, list[Attack]]:
+    """Every stored membership attack under the subject its input is: a share key (``full_model↑``), ``global_model``
+    (the released model), or ``last_upload`` where a run stored no way to tell which share the upload was."""
+    mia = (metrics.get("leakage") or {}).get(MIA)
+    groups: dict[str, list[Attack]] = {}
+    if not isinstance(mia, dict):
+        return groups
+    declared = list((metrics.get("communication") or {}).get("declared") or [])
+    sees = "↑" if str(config.get("attacker") or "server") == "server" else "↓"
+    for variant, target, victim, entry in mia_entries(mia):
+        if variant == DOMAIN or target == GLOBAL:
+            keys = [GLOBAL]
+        elif target == LAST_UPLOAD:
+            keys = upload_shares(entry, declared)
+        elif variant == ARTIFACT:
+            keys = [f"{target.split(':')[0]}{sees}"]
+        else:
+            keys = [target]
+        for key in keys:
+            groups.setdefault(key, []).append((variant, target, victim, entry))
+    return groups
+
+
+def upload_shares(entry: dict[str, Any], declared: list[str]) -> list[str]:
+    """The shares a last-upload attack's model was built from: the client-sent kinds its ``weights_from`` names, else
+    the declared weight-bearing upload, else ``last_upload`` (a run that stored neither)."""
+    sources = entry.get("weights_from")
+    kinds = [m.group(1) for s in (sources if isinstance(sources, dict) else {}) if (m := WEIGHTS_FROM.match(str(s)))]
+    if kinds:
+        return [f"{k}↑" for k in dict.fromkeys(kinds)]
+    weight = [k for k in declared if k.endswith("↑") and k[:-1] in ("full_model", "partial_model")]
+    return weight[:1] or [LAST_UPLOAD]
+
+
+# -- one row ------------------------------------------------------------------------------------------------
+
+
+def membership_row(subject: str, attacks: list[Attack], metrics: dict[str, Any], config: dict[str, Any],
+                   t: RiskThresholds) -> Row:
+    """The membership row of one subject (a share key, ``global_model`` or ``last_upload``)."""
+    attacker = str(config.get("attacker") or "server")
+    observer = (ANYONE if subject == GLOBAL else "server" if subject == LAST_UPLOAD else observer_of(subject, attacker))
+    artifact = "released model" if subject == GLOBAL else subject
+
+    def row(tier: str, reason: str, brief: str, evidence: list[Evidence] = (), rule: str | None = None) -> Row:
+        return Row(f"membership:{subject}", membership_title(subject), MEMBERSHIP, artifact, observer, tier, reason,
+                   brief, list(evidence), t.alpha, rule)
+
+    unseen = _unseen(subject, observer, attacker, attacks, metrics)
+    if unseen:
+        return row(NOT_ASSESSED, *unseen)
+    evidence, skipped = _evidence(attacks, t)
+    if not evidence:
+        return row(NOT_ASSESSED, f"no membership result for {subject_name(subject)}: {'; '.join(skipped) or 'none stored'}",
+                   "no result stored")
+    decide(evidence, t)
+    artifact_tests = [(victim, e) for variant, _, victim, e in attacks if variant == ARTIFACT and "advantage" in e]
+    discounted = _discount_twins(evidence, artifact_tests, t)
+    decision = (_exact_match(artifact_tests) or _significant(evidence) or _twin_only(discounted)
+                or _no_control(artifact_tests, t) or _undetectable(evidence, t) or _low(evidence, t))
+    reason = _reason(decision, subject, evidence, artifact_tests, metrics, t)
+    return row(decision.tier, reason, _short(decision, evidence), evidence, decision.rule)
+
+
+def _unseen(subject: str, observer: str, attacker: str, attacks: list[Attack],
+            metrics: dict[str, Any]) -> tuple[str, str] | None:
+    """Why a row has nothing to judge (reason, short form), or None."""
+    if subject[-1:] in "↑↓" and subject.endswith("↑") != (attacker == "server"):
+        other = "--attacker client:<domain>" if attacker == "server" else "--attacker server"
+        return (f"judged from {observer}'s view, which this run's attacker ({attacker}) does not hold; assess it with "
+                f"{other} --attack mia", f"{observer}'s view: {other}")
+    if attacks:
+        return None
+    data = metrics.get("auditor_data") or {}
+    if data.get("status") == "none":
+        return (f"membership inference needs the clients' records: {data.get('why', 'the auditor holds none')}",
+                "no records to test")
+    if not isinstance((metrics.get("leakage") or {}).get(MIA), dict) or not (metrics.get("leakage") or {}).get(MIA):
+        return "no membership attack in this run; run with --attack mia", "no membership attack ran"
+    return (f"no membership attack in this run takes {subject_name(subject)} as its input", "no attack reads it")
+
+
+def _evidence(attacks: list[Attack], t: RiskThresholds) -> tuple[list[Evidence], list[str]]:
+    """Each attack's tests (TPR at 1% FPR, and the advantage), and why the others have none."""
+    evidence: list[Evidence] = []
+    skipped: list[str] = []
+    for variant, target, victim, e in attacks:
+        if "advantage" not in e:
+            skipped.append(f"{variant}/{victim}: {e.get('status', 'not run')} — {e.get('reason', 'no reason stored')}")
+            continue
+        detail = {"attack": _attack_name(variant, e), "variant": variant, "target": target, "victim": victim,
+                  "members": int(e.get("n_members", e.get("members", 0)) or 0),
+                  "nonmembers": int(e.get("n_nonmembers", e.get("nonmembers", 0)) or 0),
+                  "auc": e.get("auc") if isnum(e.get("auc")) else None}
+        level = mia_level(e, 0.01)
+        if level is not None and isnum(level.get("p_value")):
+            ci = level.get("tpr_interval", level.get("tpr_ci95"))
+            resolvable = bool(level.get("resolvable", True))
+            effect_ok = resolvable and interval(ci) and ci[0] > t.mia_tpr_ci_low
+            evidence.append(Evidence("mia_tpr", f"{variant} on {target} / {victim}", float(level.get("tpr", 0.0)),
+                                     float(level.get("fpr_achieved", 0.01)), "achieved FPR (the chance line TPR = FPR)",
+                                     float(level["p_value"]), interval=ci if interval(ci) else None,
+                                     tier=HIGH if effect_ok else LOW, effect=(ci[0] if interval(ci) else None),
+                                     detail={**detail, "resolvable": resolvable, "warning": level.get("warning") or None}))
+        adv, p = e.get("advantage"), e.get("advantage_p_value")
+        if isnum(adv) and isnum(p):
+            tier = HIGH if adv >= t.mia_advantage_high else MEDIUM if adv >= t.mia_advantage_medium else LOW
+            evidence.append(Evidence("mia_advantage", f"{variant} on {target} / {victim}", float(adv),
+                                     e.get("advantage_null_95"), "95% quantile with no signal at these counts", float(p),
+                                     tier=tier, effect=float(adv), detail=detail))
+    for e in evidence:
+        e.text = _finding(e)
+    return evidence, skipped
+
+
+def _attack_name(variant: str, entry: dict[str, Any]) -> str:
+    if variant == DOMAIN:
+        return "domain-level attack"
+    if variant == ARTIFACT:
+        signal = str(entry.get("signal") or "")
+        return ("tracing test" if "tracing" in signal else "nearest-entry test" if "nearest" in signal
+                else "artifact test")
+    return f"{variant} attack"
+
+
+# -- rules --------------------------------------------------------------------------------------------
+
+
+def _discount_twins(evidence: list[Evidence], artifact_tests: list[tuple[str, dict]], t: RiskThresholds) -> list[Evidence]:
+    """The holdout twin is the artifact test's null: where it separates members as well (the signal survives swapping
+    the members out, e.g. it comes from the weights), that test's finding cannot be credited to the artifact."""
+    twin_off = _twin_separates(artifact_tests, t)
+    discounted = [e for e in evidence if e.tier in (HIGH, MEDIUM) and (e.detail or {}).get("variant") == ARTIFACT
+                  and (e.detail or {}).get("victim") in twin_off]
+    for e in discounted:
+        e.tier = LOW
+    return discounted
+
+
+def _exact_match(artifact_tests: list[tuple[str, dict]]) -> Decision | None:
+    shipped = [(victim, e) for victim, e in artifact_tests if isinstance(e.get("exact_matches"), dict)
+               and e["exact_matches"].get("members") and not e["exact_matches"].get("nonmembers")]
+    return Decision(HIGH, "exact_match", {"found": shipped}) if shipped else None
+
+
+def _significant(evidence: list[Evidence]) -> Decision | None:
+    top = strongest(evidence)
+    return Decision(top.tier, "significant", {"top": top}) if top.tier in (HIGH, MEDIUM) else None
+
+
+def _twin_only(discounted: list[Evidence]) -> Decision | None:
+    victims = sorted({(e.detail or {}).get("victim") for e in discounted})
+    return Decision(INCONCLUSIVE, "twin_only", {"victims": victims}) if discounted else None
+
+
+def _no_control(artifact_tests: list[tuple[str, dict]], t: RiskThresholds) -> Decision | None:
+    """Power before LOW: the artifact test must have found the members of its positive control."""
+    weak = [(victim, e) for victim, e in artifact_tests
+            if not (isnum((e.get("power") or {}).get("advantage_p_value")) and e["power"]["advantage_p_value"] <= t.alpha)]
+    return Decision(INCONCLUSIVE, "no_control", {"weak": weak}) if weak else None
+
+
+def _detectable(evidence: list[Evidence], t: RiskThresholds) -> tuple[float, int]:
+    """The smallest advantage the row's tests could have detected after Holm's first step, and their number."""
+    advantage = [e for e in evidence if e.test == "mia_advantage"]
+    m = len(advantage) or 1
+    sizes = {(e.detail["members"], e.detail["nonmembers"]) for e in advantage}
+    return (min(advantage_null_quantile(n1, n0, t.alpha / m) for n1, n0 in sizes) if sizes else float("inf")), m
+
+
+def _undetectable(evidence: list[Evidence], t: RiskThresholds) -> Decision | None:
+    detectable, m = _detectable(evidence, t)
+    if detectable <= t.mia_advantage_medium:
+        return None
+    return Decision(INCONCLUSIVE, "undetectable", {"detectable": detectable, "tests": m})
+
+
+def _low(evidence: list[Evidence], t: RiskThresholds) -> Decision:
+    detectable, m = _detectable(evidence, t)
+    return Decision(LOW, "low", {"detectable": detectable, "tests": m})
+
+
+# -- wording ------------------------------------------------------------------------------------------
+
+
+def _finding(e: Evidence) -> str:
+    """The sentence after the deciding clause: what the test found, in the reader's words."""
+    d = e.detail or {}
+    counts = f"{d['members']} members vs {d['nonmembers']} non-members"
+    on = {GLOBAL: "the released model", LAST_UPLOAD: "the victim's last upload"}.get(d["target"], f"the shared {d['target']}")
+    if e.test == "mia_tpr":
+        ci = e.interval
+        span = f"{pct(ci[0])}–{pct(ci[1])}" if ci else "?"
+        if d["variant"] == DOMAIN:
+            return (f"Querying {on}, the domain-level attack tells {d['victim']} records (never trained on) from "
+                    f"unseen-domain records: TPR {pct(e.value)} at 1% FPR (95% CI {span}; chance 1%; {counts}) — the "
+                    f"model reveals that {d['victim']} took part.")
+        return (f"The {d['attack']} on {on} flags {pct(e.value)} of {d['victim']}'s training records at 1% false "
+                f"positives (95% CI {span}; chance 1%; {counts}).")
+    auc = f", AUC {d['auc']:.2f}" if isnum(d.get("auc")) else ""
+    return (f"The {d['attack']} on {on} separates {d['victim']}'s members from non-members with advantage "
+            f"{e.value:.2f} (max TPR − FPR; no signal gives ≥ {fmt(e.baseline)} only 5% of the time at {counts}{auc}).")
+
+
+def _others(evidence: list[Evidence], top: Evidence | None) -> str:
+    """Every other attack on the artifact with its best advantage and corrected p: the reviewer sees them all."""
+    best: dict[str, Evidence] = {}
+    for e in evidence:
+        name = attack_of(e)
+        if e.test == "mia_advantage" and (top is None or name != attack_of(top)):
+            if name not in best or e.p_adjusted < best[name].p_adjusted:
+                best[name] = e
+    return "; ".join(f"{name} {e.value:.2f} on {(e.detail or {}).get('victim')} (p {p_text(e.p_adjusted)})"
+                     for name, e in best.items())
+
+
+def _reason(d: Decision, subject: str, evidence: list[Evidence], artifact_tests: list[tuple[str, dict]],
+            metrics: dict[str, Any], t: RiskThresholds) -> str:
+    what, m = subject_name(subject), len(evidence)
+    top = d.facts.get("top")
+    others = _others(evidence, top)
+    also = f" Other attacks on {what}: {others}." if others else ""
+    closest = min(evidence, key=lambda e: e.p_adjusted)
+    verbatim = _verbatim(artifact_tests)
+    if d.rule == "exact_match":
+        return (f"{_matched(d.facts['found'])}: {what} carries members' records verbatim (HIGH by the exact-match rule, "
+                f"whatever the counts).{also}")
+    if d.rule == "significant":
+        rule = (f" HIGH by the advantage rule: significant after {CORRECTION} correction and at least "
+                f"{t.mia_advantage_high:g}, whatever the low-FPR figures." if top.tier == HIGH and top.test == "mia_advantage"
+                else "")
+        return f"{clause(top, m)}. {top.text}{rule}{also}{verbatim}"
+    if d.rule == "twin_only":
+        return (f"{clause(closest, m)}, but the test separates members for {', '.join(d.facts['victims'])} and so does "
+                f"its holdout twin (the artifact with those members swapped out): the signal is not this artifact's, "
+                f"and what the artifact adds cannot be told apart — {_twin_readings(artifact_tests, d.facts['victims'])}."
+                f"{also}")
+    lead = f"no attack on {what} was significant after {CORRECTION} correction over {m} tests (closest {clause(closest, m)})"
+    if d.rule == "no_control":
+        shown = "; ".join(f"{victim}: " + (f"AUC {fmt((e.get('power') or {}).get('auc'))}, KS p "
+                                           f"{p_text((e.get('power') or {}).get('advantage_p_value'))} on "
+                                           f"{(e.get('power') or {}).get('records', '?')} records"
+                                           if "advantage" in (e.get("power") or {})
+                                           else str((e.get("power") or {}).get("reason") or e.get("controls") or "not run"))
+                          for victim, e in d.facts["weak"])
+        return (f"{lead}, but the artifact test did not find the members of its positive control (the artifact "
+                f"recomputed from a few members alone, significant at {t.alpha:g} needed) — {shown}: a silence from a "
+                f"test without power says nothing.{also}{verbatim}")
+    caveat = _miscalibrated(subject, metrics)
+    if d.rule == "undetectable":
+        return (f"{lead}, but at these counts an advantage below {d.facts['detectable']:.2f} could not have been "
+                f"detected across {d.facts['tests']} tests (the medium threshold is {t.mia_advantage_medium:g}): "
+                f"{advice(metrics, 'more_records')}.{also}{caveat}{verbatim}")
+    return (f"{lead}; every attack had its power: an advantage of {d.facts['detectable']:.2f} or more would have been "
+            f"detected.{also}{caveat}{verbatim}")
+
+
+def _short(d: Decision, evidence: list[Evidence]) -> str:
+    closest = min(evidence, key=lambda e: e.p_adjusted)
+    if d.rule == "exact_match":
+        return f"{sum(e['exact_matches']['members'] for _, e in d.facts['found'])} members' entries found verbatim"
+    if d.rule == "significant":
+        return short(d.facts["top"])
+    if d.rule == "twin_only":
+        return f"{short(closest)}; its twin too"
+    if d.rule == "no_control":
+        return f"{short(closest)}; control missed"
+    if d.rule == "undetectable":
+        return f"{short(closest)}; can't see <{d.facts['detectable']:.2f}"
+    return f"{short(closest)}; sees ≥{d.facts['detectable']:.2f}"
+
+
+def _miscalibrated(subject: str, metrics: dict[str, Any]) -> str:
+    mia = (metrics.get("leakage") or {}).get(MIA) or {}
+    bad = sorted({f"{variant}/{victim}" for variant, target, victim, e in mia_entries(mia)
+                  if (e.get("calibration") or {}).get("status") == "miscalibrated"})
+    return (f" The reference models did not stand in for the target ({', '.join(bad)}: see the membership section), "
+            "so those variants' silence says little." if bad else "")
+
+
+def _verbatim(artifact_tests: list[tuple[str, dict]]) -> str:
+    """A note naming the records a per-record bank carries verbatim (their own entry, found exactly, within the
+    float error of recomputing it)."""
+    found = [(victim, e) for victim, e in artifact_tests if isinstance(e.get("exact_matches"), dict)
+             and e["exact_matches"].get("members")]
+    return f" The bank carries records verbatim: {_matched(found)}." if found else ""
+
+
+def _matched(found: list[tuple[str, dict[str, Any]]]) -> str:
+    return "; ".join(
+        f"{e['exact_matches']['members']} of {victim}'s members have their own entry in it exactly (non-members: "
+        f"{e['exact_matches'].get('nonmembers', 0)}"
+        + (f"; tolerance {e['exact_tolerance']:.2g}" if isnum(e.get("exact_tolerance")) else "") + ")"
+        for victim, e in found)
+
+
+def _twin_separates(artifact_tests: list[tuple[str, dict[str, Any]]], t: RiskThresholds) -> set[str]:
+    """Victims whose holdout twin (the artifact with the members swapped out) separates members significantly."""
+    return {victim for victim, e in artifact_tests if isinstance(e.get("twin"), dict)
+            and isnum(e["twin"].get("advantage_p_value")) and e["twin"]["advantage_p_value"] <= t.alpha}
+
+
+def _twin_readings(artifact_tests: list[tuple[str, dict[str, Any]]], victims: list[str]) -> str:
+    return "; ".join(f"{victim}: twin AUC {fmt(e['twin'].get('auc'))}, KS p {p_text(e['twin'].get('advantage_p_value'))}"
+                     for victim, e in artifact_tests if victim in victims)
