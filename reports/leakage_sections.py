@@ -1,0 +1,310 @@
+"""The report's leakage figures side by side: every attack's scores beside their nulls, the canary audits, the
+privacy–utility curve over ε (``--dp-sweep``) and, in ``compare``, the privacy–utility scatter."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fedaudit.audit.verdict import BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_RECONSTRUCTIONS, mia_level
+from fedaudit.reports import plots
+from fedaudit.reports.cells import (MISSING, NULL_LABELS, Table, aligned, as_text, ci_text, f3, is_finite, mia_tpr_ci,
+                                    p_fmt, with_control)
+from fedaudit.reports.load import Unit
+
+
+def dp_of(u: Unit) -> dict[str, Any] | None:
+    return (u.metrics.get("privacy") or {}).get("dp")
+
+
+def dp_curve_section(units: Sequence[Unit]) -> dict[str, Any] | None:
+    """Privacy–utility curve over the DP ε of runs that differ only in it (``--dp-sweep``): accuracy and every
+    leakage metric measured in all of them, against ε (∞ = no DP, at the right); and a table with one row
+    per point: the ε claimed and spent beside the canary audit's lower bound (when the run has one)."""
+    eps = [(dp_of(u) or {}).get("epsilon_target") for u in units]
+    if len(set(eps)) < 2 or len({(u.method, u.dataset, u.target) for u in units}) != 1:
+        return None
+    per_unit = [_scatter_metrics(u) for u in units]
+    common = [k for k in per_unit[0] if all(k in d for d in per_unit)]
+    series = [(label, [_accuracy(u, key) for u in units], None)
+              for label, key in (("source-val accuracy", "source_val"), ("unseen-domain accuracy", "unseen_domain"))]
+    for name in common:
+        controls = [d[name][1] for d in per_unit]
+        series.append((name, [d[name][0] for d in per_unit],
+                       controls if all(isinstance(c, (int, float)) for c in controls) else None))
+    table = Table(["ε spent (accountant, max over clients)", "canary ε lower bound", "source-val accuracy",
+                   "source-val at the last round (no round chosen on it)", "unseen-domain accuracy", "run"])
+    for e, u in sorted(zip(eps, units), key=lambda pair: math.inf if pair[0] is None else pair[0]):
+        table.rows.append(_dp_point_row(e, u))
+    return {"svg": plots.epsilon_plot(eps, series, f"{units[0].method} on {units[0].dataset}: utility and leakage against ε"),
+            "table": table}
+
+
+def _dp_point_row(e: float | None, u: Unit) -> tuple[str, list[str]]:
+    """One ε of the sweep: the ε the accountant spent beside the canaries' lower bound, and the accuracy it cost."""
+    spent = [c.get("epsilon_spent") for c in ((dp_of(u) or {}).get("clients") or {}).values()]
+    spent_text = "no DP" if e is None else f3(max(spent)) if spent and all(is_finite(x) for x in spent) else MISSING
+    bounds = ([f"{victim}: {text}" for victim, text in _canary_bounds(u)]
+              + [f"{victim} (gradient canaries): {text}" for victim, text in _gradient_bounds(u)])
+    return (f"ε {'∞ (no DP)' if e is None else f'{e:g}'}",
+            [spent_text, "; ".join(bounds) or "no canary audit in this run (add canary to --attack)",
+             f3(_accuracy(u, "source_val")), f3(_last_round_source_val(u)), f3(_accuracy(u, "unseen_domain")),
+             u.run_dir.name])
+
+
+def _last_round_source_val(u: Unit) -> float | None:
+    """The sources' validation accuracy of the last round's model: under DP the round source-val selects is
+    the best of many noisy rounds, so the curve shows both."""
+    value = ((u.metrics.get("accuracy") or {}).get("final_round") or {}).get("source_val_mean")
+    return float(value) if is_finite(value) else None  # runs from before it was recorded
+
+
+def _accuracy(u: Unit, key: str) -> float:
+    value = (u.metrics.get("accuracy") or {}).get(key)
+    value = value.get("mean") if isinstance(value, dict) else value
+    return float(value) if is_finite(value) else float("nan")
+
+
+def leakage_table(units: Sequence[Unit]) -> Table:
+    def cells(u: Unit) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for attack, sec in u.leakage.items():
+            if attack in NOT_RECONSTRUCTIONS or not isinstance(sec, dict):
+                continue
+            summary = sec.get("summary") or {}
+            for key, victims in sec.items():
+                if key in NOT_SECTIONS or not isinstance(victims, dict):
+                    continue
+                head = f"{attack} · {key}"
+                s = summary.get(key) or {}
+                macro = (s.get("domain_attribution") or {}).get("macro")
+                if macro:
+                    out.append((f"{head} · domain attribution (macro over victims)", with_control(macro)))
+                if s.get("class_fidelity"):
+                    out.append((f"{head} · class fidelity (mean over victims)", with_control(s["class_fidelity"])))
+                statuses = []
+                for victim, e in victims.items():
+                    if not isinstance(e, dict):
+                        continue
+                    m = e.get("metrics")
+                    if e.get("status") != "attacked" or not isinstance(m, dict):
+                        statuses.append(f"{victim}: {e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}")
+                        continue
+                    if m.get("status") == "unavailable":
+                        statuses.append(f"{victim}: not scored — {m.get('reason', 'no reason stored')}")
+                        continue
+                    out += [(f"{head} · {victim} · {label}", text) for label, text in victim_metrics(e)]
+                if statuses:
+                    out.append((f"{head} · not attacked", "; ".join(statuses)))
+            judges = sec.get("auditor") or {}
+            lpips = judges.get("lpips")
+            if isinstance(lpips, dict) and lpips.get("status") != "available":
+                out.append((f"{attack} · LPIPS", f"{lpips.get('status', '?')}: looked for {lpips.get('looked_for', '?')}; "
+                                                 f"{lpips.get('fix', '')}".strip("; ")))
+            dom = judges.get("domain_classifier") or {}
+            if dom:
+                out.append((f"{attack} · judge: domain classifier accuracy", f"{f3(dom.get('accuracy_on_members'))} "
+                            f"on members (trained on {dom.get('trained_on', '?')})"))
+            for victim, j in (judges.get("class_classifier") or {}).items():
+                out.append((f"{attack} · judge: class classifier accuracy, {victim}", f"{f3(j.get('accuracy_on_members'))} on members"))
+        for variant, target, victim, e in mia_entries_of(u):
+            if "status" in e and "advantage" not in e:
+                out.append((f"mia · {variant} · {target} · {victim}", f"{e['status']} — {e.get('reason', 'no reason stored')}"))
+                continue
+            level = mia_level(e, 0.01) or {}
+            out.append((f"mia · {variant} · {target} · {victim}",
+                        f"AUC {f3(e.get('auc'))} · advantage {f3(e.get('advantage'))} · "
+                        f"TPR@1%FPR {f3(level.get('tpr'))} {ci_text(mia_tpr_ci(level))}"))
+        out += _canary_cells(u)
+        if not out:
+            out.append(("leakage", "no attack ran in this run; run with --attack deepinversion, gradinv or mia"))
+        return out
+
+    return aligned(units, cells)
+
+
+def _canary_cells(u: Unit) -> list[tuple[str, str]]:
+    return ([(f"canary · {victim} · ε lower bound", text) for victim, text in _canary_bounds(u)]
+            + [(f"gradient canaries · {victim} · ε lower bound", text) for victim, text in _gradient_bounds(u)])
+
+
+def _audits(u: Unit, section_key: str, describe: Callable[[dict[str, Any]], str]) -> list[tuple[str, str]]:
+    """(victim, sentence) for each audit of a canary section: ``describe`` for a bound, else why there is none."""
+    out = []
+    section = u.leakage.get(section_key)
+    for victim, e in (section.items() if isinstance(section, dict) else ()):
+        if not isinstance(e, dict):
+            continue
+        if "epsilon_lower_bound" not in e:
+            out.append((victim, f"{e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}"))
+            continue
+        conf = e.get("confidence")
+        bound = (f"ε ≥ {f3(e.get('epsilon_lower_bound'))}"
+                 + (f" at {conf:.0%} confidence, δ {e.get('delta')}" if is_finite(conf) else ""))
+        out.append((victim, bound + _fdp_bound(e) + describe(e)))
+    return out
+
+
+def _fdp_bound(e: dict[str, Any]) -> str:
+    """The f-DP bound beside Steinke et al.'s, and the test of the accountant's claimed curve."""
+    gdp = e.get("gdp") if isinstance(e.get("gdp"), dict) else {}
+    text = ""
+    if is_finite(gdp.get("mu_lower_bound")):
+        text += (f" · f-DP bound: μ ≥ {f3(gdp['mu_lower_bound'])} (ε ≥ {f3(gdp.get('epsilon_if_gaussian'))} if the "
+                 f"curve is Gaussian; at most μ {f3(gdp.get('mu_max_certifiable'))} certifiable)")
+    claim = e.get("claim") if isinstance(e.get("claim"), dict) else {}
+    if is_finite(e.get("p_claim")):
+        curve = (f"μ-GDP, μ {f3(claim.get('mu'))}" if claim.get("curve") == "gaussian" else
+                 f"(ε {f3(claim.get('epsilon'))}, δ {as_text(claim.get('delta'))})")
+        text += f" · test of the accountant's claim ({curve}): p {p_fmt(e['p_claim'])} (before correction across audits)"
+    return text
+
+
+def _gradient_bounds(u: Unit) -> list[tuple[str, str]]:
+    """The white-box audit per victim: the bound with its confidence, what a mechanism spending exactly the
+    accountant's ε would give the same canaries, the audit's ceiling, and the one-shot estimate (not a bound)."""
+    def describe(e: dict[str, Any]) -> str:
+        text = (f" · {as_text(e.get('correct'))}/{as_text(e.get('guesses'))} correct guesses on {as_text(e.get('canaries'))} "
+                f"gradient canaries over {as_text(e.get('rounds'))} rounds of updates")
+        spent = e.get("epsilon_spent")
+        if is_finite(spent):
+            text += f" · accountant's ε {f3(spent)}"
+            if is_finite(e.get("ideal_bound")):
+                text += f" · a mechanism spending exactly that would show about ε ≥ {f3(e['ideal_bound'])} here"
+        text += f" · at most {f3(e.get('epsilon_max_certifiable'))} certifiable"
+        estimate = (e.get("estimate") or {}).get("epsilon")
+        if is_finite(estimate):
+            text += f" · one-shot estimate (not a bound) ε ≈ {f3(estimate)}"
+        return text + (" · EXCEEDS THE CLAIM" if e.get("exceeds_claimed") else "")
+
+    return _audits(u, CANARY_GRADIENT, describe)
+
+
+def _canary_bounds(u: Unit) -> list[tuple[str, str]]:
+    """The one-run audit per victim: the ε lower bound beside its power and the accountant's ε."""
+    def describe(e: dict[str, Any]) -> str:
+        text = (f" · {as_text(e.get('correct'))}/{as_text(e.get('guesses'))} correct guesses on {as_text(e.get('canaries'))} "
+                f"canaries ({as_text(e.get('target'))}) · at most {f3(e.get('epsilon_max_certifiable'))} certifiable")
+        spent = e.get("epsilon_spent")
+        text += " · no DP: nothing claimed" if spent is None else f" · accountant's ε {f3(spent)}"
+        if e.get("exceeds_claimed"):
+            text += f" · EXCEEDS THE CLAIM: {as_text(e.get('warning'))}"
+        elif e.get("can_refute_claim") is False:
+            text += " · too few canaries to test the claim"
+        return text
+
+    return _audits(u, CANARY, describe)
+
+
+def victim_metrics(e: dict[str, Any]) -> list[tuple[str, str]]:
+    """One victim's scores, each beside every null that ran, then its power."""
+    m = e.get("metrics") or {}
+    out = _identifiability_line(m.get("identifiability"))
+    for key, label in (("domain_attribution", "domain attribution"), ("class_fidelity", "class fidelity"),
+                       ("psnr_mean", "PSNR to nearest member, mean (dB)"), ("ssim_mean", "SSIM to nearest member, mean"),
+                       ("lpips_mean", "LPIPS to nearest member, mean")):
+        v = m.get(key)
+        if isinstance(v, dict) and "attack" in v:
+            out.append((label, with_control(v)))
+        elif isinstance(v, dict):  # e.g. LPIPS without its backbone: the status is shown once per attack
+            out.append((label, str(v.get("status", "unavailable"))))
+    matched = m.get("matched")  # batch inversions (gradinv): each reconstruction paired with a distinct member
+    if isinstance(matched, dict) and "attack" in matched and "control" in matched:
+        for key, label in (("psnr_mean", "PSNR to its Hungarian-matched member, mean (dB)"),
+                           ("ssim_mean", "SSIM to its Hungarian-matched member, mean"),
+                           ("psnr_best", "PSNR to its Hungarian-matched member, best (dB)")):
+            out.append((label, with_control({"attack": matched["attack"].get(key), "control": matched["control"].get(key)})))
+    if isinstance(e.get("power"), dict):
+        out.append(("power (positive control)", _power_text(e["power"])))
+    twin = e.get("twin")
+    if isinstance(twin, dict) and twin.get("status") != "scored":
+        out.append(("holdout twin", f"{twin.get('status', '?')}: {twin.get('reason', '')}"))
+    return out
+
+
+def _identifiability_line(ident: Any) -> list[tuple[str, str]]:
+    if not isinstance(ident, dict):
+        return []
+    nulls = " · ".join(f"{name} {f3(ident.get(key))}" for key, name in NULL_LABELS if key in ident)
+    return [("identifiability (balanced; chance measured)",
+             f"attack {f3(ident.get('attack'))} {ci_text(ident.get('attack_ci95'))}, permutation p "
+             f"{p_fmt(ident.get('attack_p_value'))} · chance {f3(ident.get('chance'))} · {nulls} · "
+             f"n {as_text(ident.get('n'))}")]
+
+
+def _power_text(power: dict[str, Any]) -> str:
+    """The positive control: reached or not, record-level or not, and what it recovered at each size."""
+    if power.get("status") != "measured":
+        return f"{power.get('status', '?')}: {power.get('reason', '')}"
+    sizes = []
+    for k, v in (power.get("sizes") or {}).items():
+        if "p_reveals" not in v:
+            continue
+        parts = [f"{m.replace('_', ' ')} {f3(v[m].get('attack'))} vs prior-only {f3(v[m].get('prior_only'))} "
+                 f"(p {p_fmt(v[m].get('p_value'))})" for m in ("domain_attribution", "class_fidelity") if m in v]
+        parts.append(f"identifiability {f3(v.get('identifiability'))} (p {p_fmt(v.get('p_value'))})")
+        sizes.append(f"{k}/class ({v.get('images')} images): " + ", ".join(parts))
+    verdict = "reached" if power.get("reached") else "NOT reached"
+    verdict += ", record-level" if power.get("record_level") else ", not record-level"
+    verdict += f" (p {p_fmt(power.get('p_value'))})"
+    return f"{verdict} — " + "; ".join(sizes)
+
+
+def scatter_section(units: Sequence[Unit]) -> dict[str, Any]:
+    """One plot per leakage metric every unit has: x = the metric (and its control), y = unseen accuracy.
+
+    Reconstruction metrics are per artifact and methods share different
+    artifacts, so each unit contributes its most-leaking shared artifact (the
+    highest stored attack value); the artifact is named beside its point.
+    """
+    per_unit = [_scatter_metrics(u) for u in units]
+    common = [k for k in per_unit[0] if all(k in d for d in per_unit)] if per_unit else []
+    everywhere = {k for d in per_unit for k in d}
+    methods = [u.method for u in units]
+    plots_out = []
+    for name in common:
+        pts = []
+        for u, d in zip(units, per_unit):
+            attack, control, where = d[name]
+            label = u.method if methods.count(u.method) == 1 else f"{u.method}/{u.target}"
+            pts.append((f"{label} ({where})" if where else label, attack, control,
+                        float((u.metrics.get("accuracy") or {}).get("unseen_domain") or float("nan"))))
+        plots_out.append({"name": name, "svg": plots.scatter_plot(name, pts, name.split(": ", 1)[-1])})
+    missing = sorted(everywhere - set(common))
+    why = None
+    if not plots_out:
+        why = ("no leakage metric was measured in every run" + (f" (measured in some only: {', '.join(missing)})" if missing else
+               "; run them with --attack deepinversion, gradinv or mia"))
+    return {"plots": plots_out, "why": why, "partial": missing if plots_out else []}
+
+
+def _scatter_metrics(u: Unit) -> dict[str, tuple[float, float | None, str]]:
+    out: dict[str, tuple[float, float | None, str]] = {}
+    for attack, sec in u.leakage.items():
+        if attack in NOT_RECONSTRUCTIONS or not isinstance(sec, dict):
+            continue
+        for key, s in (sec.get("summary") or {}).items():
+            for name, d in ((f"{attack}: domain attribution (macro)", (s.get("domain_attribution") or {}).get("macro")),
+                            (f"{attack}: class fidelity", s.get("class_fidelity"))):
+                if isinstance(d, dict) and is_finite(d.get("attack")) and (name not in out or d["attack"] > out[name][0]):
+                    out[name] = (float(d["attack"]), d.get("control"), key)
+    for variant, target, victim, e in mia_entries_of(u):
+        name = f"mia {variant} on {target}: AUC"
+        if is_finite(e.get("auc")) and (name not in out or e["auc"] > out[name][0]):
+            out[name] = (float(e["auc"]), 0.5, victim)
+    return out
+
+
+def mia_entries_of(u: Unit) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """Every stored (variant, target, victim, entry) of the membership attack, bookkeeping keys skipped."""
+    mia = u.leakage.get(MIA)
+    if not isinstance(mia, dict):
+        return []
+    return [(variant, target, victim, e) for variant, by_target in mia.items()
+            if variant not in BOOKKEEPING and isinstance(by_target, dict)
+            for target, by_victim in by_target.items() if isinstance(by_victim, dict)
+            for victim, e in by_victim.items() if isinstance(e, dict)]
+
+
+NOT_SECTIONS = BOOKKEEPING
