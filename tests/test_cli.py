@@ -275,11 +275,11 @@ def test_the_console_verdict_shows_each_rows_deciding_number_in_80_columns(monke
 
     from rich.console import Console
 
-    from fedaudit import cli
+    from fedaudit.cli import output
 
     metrics = json.loads((Path(__file__).parent / "golden" / "fedavg.json").read_text())
-    monkeypatch.setattr(cli, "console", lambda: Console(width=80, color_system=None))
-    cli.print_verdict(metrics, Path("/nonexistent"))
+    monkeypatch.setattr(output, "console", lambda: Console(width=80, color_system=None))
+    output.print_verdict(metrics, Path("/nonexistent"))
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert all(len(line) <= 80 and not line.rstrip().endswith("…") for line in lines), out

@@ -1,0 +1,141 @@
+"""The flags of ``evaluate`` and ``audit``, built from the declarations (RunConfig's fields, every registered
+attack's options), with their help panels; and the ``--<method>-<option>`` words."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from fedaudit.errors import FedauditError
+from fedaudit.run.config import DEFAULT_SPLIT
+from fedaudit.run.options import Option, flag_of
+
+
+def method_flags(args: list[str]) -> list[tuple[str, str]]:
+    """Leftover ``--<method>-<option> VALUE`` words → ``[(method, "option=VALUE")]``.
+
+    Every method option has its own flag (``--ccst-k 3``, ``--elcfs-fraction
+    0.5``) besides the generic ``--method-option k=3``; which method a flag
+    belongs to is checked once the run's method is known.
+    """
+    from fedaudit.methods import METHODS
+
+    out: list[tuple[str, str]] = []
+    words = list(args)
+    while words:
+        word = words.pop(0)
+        if not word.startswith("--") or len(word) == 2:
+            raise FedauditError(f"unexpected argument {word!r}; see `fedaudit evaluate --help`")
+        name, eq, value = word[2:].partition("=")
+        key = name.replace("-", "_")
+        owner = next((m for m in sorted(METHODS, key=len, reverse=True)
+                      if key.startswith(f"{m}_") and key[len(m) + 1:] in METHODS[m].options), None)
+        if owner is None:
+            flags = ", ".join(f"--{m}-{o}".replace("_", "-") for m, cls in METHODS.items() for o in cls.options)
+            raise FedauditError(f"no such option {'--' + name!r}; see `fedaudit evaluate --help` (method options: {flags})")
+        if not eq:
+            if not words or (words[0].startswith("--") and len(words[0]) > 2):
+                raise FedauditError(f"--{name} needs a value, e.g. --{name} VALUE")
+            value = words.pop(0)
+        out.append((owner, f"{key[len(owner) + 1:]}={value}"))
+    return out
+
+
+PANELS = {"run": "Run", "training": "Local training", "audit": "Attacker and auditor", "dp": "Defense: DP-SGD",
+          "attack": "Attack options (declared by each attack; see `fedaudit list attacks`)"}
+PANEL_OF = {
+    **dict.fromkeys(("rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "augment",
+                     "split"), "training"),
+    **dict.fromkeys(("attacker", "victim", "lpips_weights", "judge_steps"), "audit"),
+    **dict.fromkeys(("dp_epsilon", "dp_delta", "dp_max_grad_norm", "dp_augmentations", "dp_noise_to_signal", "dp_max_step_factor", "dp_train", "dp_recipe", "dp_sweep"), "dp"),
+}
+def declared_options() -> dict[str, tuple[Option, str]]:
+    """Every option ``evaluate`` takes as a flag, with its help panel: the run's own, then each registered attack's."""
+    from fedaudit.attacks import attack_options
+    from fedaudit.run.config import OPTIONS
+
+    out = {name: (opt, PANEL_OF.get(name, "run")) for name, opt in OPTIONS.items()}
+    for name, opt in attack_options().items():
+        out.setdefault(name, (opt, "attack"))
+    return out
+
+
+def shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def option_help(opt: Option) -> str:
+    """The declaration's help with its defaults, e.g. ``Communication rounds. (default 20; paper 40)``
+    (parentheses: rich would read square brackets as markup)."""
+    defaults = [f"default {shown(opt.default)}", *(f"{p} {shown(v)}" for p, v in opt.profiles.items())]
+    choices = f" Choices: {', '.join(opt.choices)}." if opt.choices else ""
+    return f"{opt.help}{choices} ({'; '.join(defaults)})"
+
+
+def _parameter(name: str, opt: Option, panel: str) -> inspect.Parameter:
+    flag = flag_of(name)
+    if opt.kind is bool:
+        info = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=option_help(opt), rich_help_panel=PANELS[panel])
+        annotation: Any = Optional[bool]
+    else:
+        # A nullable number also takes the word `none` ("no cap"): it arrives as text and its declaration parses it.
+        info = typer.Option(None, flag, help=option_help(opt), rich_help_panel=PANELS[panel],
+                            metavar=opt.kind.__name__.upper() + ("|none" if opt.nullable else ""))
+        annotation = Optional[str] if opt.nullable and opt.kind is not str else Optional[opt.kind]
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+
+
+# Options of the command itself, not of a run.
+COMMAND_PARAMETERS = [
+    ("split", Optional[str], typer.Option(None, help="train,val,holdout fractions of each source domain (default "
+                                          f"{','.join(f'{f:g}' for f in DEFAULT_SPLIT)}).",
+                                          rich_help_panel=PANELS["training"])),
+    ("dp_sweep", Optional[str], typer.Option(None, help="Run once per DP-SGD ε, e.g. 1,8,inf (inf: no DP), and write "
+                                             "sweep.html with the privacy–utility curve.", rich_help_panel=PANELS["dp"])),
+    ("method_option", Optional[list[str]], typer.Option(
+        None, help="Method-specific NAME=VALUE (repeatable); each also has its own flag --<method>-<name> VALUE, "
+                   "e.g. --ccst-style single --ccst-k 3 (see `fedaudit list methods`).")),
+    ("model_arg", Optional[list[str]], typer.Option(
+        None, help="KEY=VALUE keyword argument of a --model factory (repeatable; VALUE a JSON scalar or a word).",
+        rich_help_panel=PANELS["run"])),
+    ("config", Optional[Path], typer.Option(None, help="TOML file of options (keys are the option names); explicit "
+                                            "options win.")),
+    ("resume", Optional[Path], typer.Option(None, help="Continue an interrupted run directory from its last round.")),
+    ("quiet", bool, typer.Option(False, "--quiet", help="Log lines only: no progress bars, no tables.")),
+    ("json_summary", bool, typer.Option(False, "--json", help="Print the metrics summary (accuracy, traffic, verdict, "
+                                        "paths) as JSON on stdout, for scripts; logs stay on stderr.")),
+    ("fail_on", Optional[str], typer.Option(None, "--fail-on", metavar="high|medium",
+                                            help="Exit with status 3 when any verdict row reaches this tier, after "
+                                                 "every file is written (a CI gate; status 2 stays for user errors).")),
+]
+
+
+def evaluate_signature() -> inspect.Signature:
+    params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
+    params += [_parameter(name, opt, panel) for name, (opt, panel) in declared_options().items()]
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+               for name, annotation, info in COMMAND_PARAMETERS]
+    return inspect.Signature(params)
+
+
+def audit_signature() -> inspect.Signature:
+    """``fedaudit audit RECORDING``: who attacks, the architecture override, where it runs, and every attack option."""
+    from fedaudit.interop.audit_recording import AUDIT_OPTIONS
+
+    params = [inspect.Parameter("recording", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Path,
+                                default=typer.Argument(..., help="A recording directory (written by fedaudit's Recorder, "
+                                                                 "or fedaudit.interop.flower's recording mod and RecordingGrid)."))]
+    params += [_parameter(name, opt, panel) for name, (opt, panel) in declared_options().items()
+               if name in AUDIT_OPTIONS or panel == "attack"]
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+               for name, annotation, info in COMMAND_PARAMETERS if name in ("model_arg", "quiet", "json_summary", "fail_on")]
+    return inspect.Signature(params)
+
+

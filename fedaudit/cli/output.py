@@ -1,0 +1,214 @@
+"""What the command prints: round progress, the results table, the verdict (each row's short form), the JSON
+summary and ``fedaudit list``. Consoles are made when used, so they follow the terminal (and tests' COLUMNS)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fedaudit.errors import unknown_choice
+from fedaudit.run.options import flag_of
+
+from .flags import shown
+
+log = logging.getLogger("fedaudit")
+
+
+# Consoles are made when used, so they follow the terminal (and tests' COLUMNS).
+def console() -> Console:
+    return Console()
+
+
+def err_console() -> Console:
+    return Console(stderr=True)
+
+
+class RichReporter:
+    """Round progress bars, one per target domain."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.progress: Progress | None = None
+        self.task = None
+
+    def start_target(self, target: str, rounds: int, done: int) -> None:
+        if self.quiet:
+            log.info("target %s: rounds %d..%d", target, done + 1, rounds)
+            return
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=err_console(), transient=False)
+        self.progress.start()
+        self.task = self.progress.add_task(f"target {target}: rounds", total=rounds, completed=done, status="")
+
+    def round_done(self, target: str, row: dict[str, Any]) -> None:
+        def acc(x: float | None) -> str:  # None: no deployable model after this round
+            return "—" if x is None else f"{x:.3f}"
+
+        status = f"val {acc(row['val_mean'])}  unseen {acc(row['target'])}  loss {row['train_loss']:.3f}"
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, status=status)
+        else:
+            log.info("target %s round %d: %s", target, row["round"], status)
+
+    def end_target(self, target: str) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def summary_json(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    report = run_dir / "report.html"
+    keep = ("method", "dataset", "target_domain", "accuracy", "communication")
+    return {"run_dir": str(run_dir), "report": str(report) if report.is_file() else None,
+            **{k: metrics.get(k) for k in keep},
+            "verdict": [{k: row.get(k) for k in ("row", "title", "question", "artifact", "observer", "tier", "short",
+                                                 "reason", "target") if k in row}
+                        for row in metrics.get("verdict") or []]}
+
+
+QUESTION_WORDS = {"inversion": "inversion", "membership": "membership", "dp_audit": "DP claim"}
+OBSERVER_WORDS = {"anyone holding the released model": "model holders"}
+def verdict_label(row: dict[str, Any]) -> str:
+    """``full_model ↑ · membership · server``: the artifact, the question and whose view, in a few words."""
+    artifact = str(row.get("artifact") or row.get("row") or "?")
+    artifact = f"{artifact[:-1]} {artifact[-1]}" if artifact[-1:] in "↑↓" else artifact
+    observer = str(row.get("observer") or "")
+    return " · ".join(x for x in (artifact, QUESTION_WORDS.get(str(row.get("question")), ""),
+                                  OBSERVER_WORDS.get(observer, observer)) if x)
+
+
+def print_verdict(metrics: dict[str, Any], run_dir: Path) -> None:
+    """One row per question: the tier, what and whose view, and the fact that decided it (the row's short form, written
+    from its facts; the full reason and evidence are in the report)."""
+    rows = metrics.get("verdict") or []
+    if rows:
+        table = Table(title="verdict (full reasons and evidence: the report)")
+        table.add_column("tier", no_wrap=True)
+        table.add_column("artifact · question · observer / deciding fact", overflow="fold")
+        many = len({row.get("target") for row in rows}) > 1
+        for row in rows:
+            label = verdict_label(row) + (f" [{row['target']}]" if many and row.get("target") else "")
+            fact = str(row.get("short") or row.get("reason", ""))
+            tier = str(row.get("tier", "?"))
+            table.add_row(TIER_STYLE.get(tier, escape(tier)), f"{escape(label)}\n[dim]{escape(fact)}[/]")
+        console().print(table)
+    report = run_dir / "report.html"
+    if report.is_file():
+        console().print(f"report: {report}", highlight=False, markup=False)
+
+
+TIER_STYLE = {"high": "[bold red]HIGH[/]", "medium": "[yellow]MEDIUM[/]", "low": "[green]LOW[/]",
+              "inconclusive": "[magenta]INCONCLUSIVE[/]", "not_assessed": "[dim]not assessed[/]"}
+def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
+    table = Table(title=f"{metrics['method']} on {metrics['dataset']}")
+    for col in ("unseen domain", "unseen acc", "source-val acc", "selected round", "MB up", "MB down"):
+        table.add_column(col, justify="left" if col == "unseen domain" else "right")
+    acc, comm = metrics["accuracy"], metrics["communication"]
+    if metrics["target_domain"] == "all":
+        for target, a in acc["per_target"].items():
+            c = comm["per_target"][target]
+            table.add_row(target, f"{a['unseen_domain']:.3f}", f"{a['source_val_mean']:.3f}", str(a["selected_round"]),
+                          f"{c['bytes_up'] / 1e6:.1f}", f"{c['bytes_down'] / 1e6:.1f}")
+        table.add_row("[bold]mean[/]", f"[bold]{acc['unseen_domain']:.3f}[/]", f"[bold]{acc['source_val']['mean']:.3f}[/]", "",
+                      f"{comm['bytes_up'] / 1e6:.1f}", f"{comm['bytes_down'] / 1e6:.1f}")
+    else:
+        table.add_row(metrics["target_domain"], _acc(acc["unseen_domain"]), _acc(acc["source_val"]["mean"]),
+                      str(acc["selected_round"]), f"{comm['bytes_up'] / 1e6:.1f}", f"{comm['bytes_down'] / 1e6:.1f}")
+    console().print(table)
+    if acc.get("status") == "unscored":
+        console().print(f"not scored: {acc.get('why')}", highlight=False, markup=False)
+    print_verdict(metrics, run_dir)
+    console().print(f"run directory: {run_dir}", highlight=False, markup=False)
+
+
+def _acc(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def listing(what: str) -> list[dict[str, Any]]:
+    """``fedaudit list WHAT --json``: one object per method, attack or dataset."""
+    if what == "methods":
+        from fedaudit.attacks import auto_attacks
+        from fedaudit.methods import METHODS
+
+        return [{"name": name, "summary": cls.summary, "paper": cls.paper,
+                 "shares": [{"kind": k.value, "direction": d} for k, d in cls.shares],
+                 "auto_attacks": {p: auto_attacks(cls.shares, p).split(",") for p in ("quick", "paper")},
+                 "options": {flag_of(f"{name}_{k}"): v for k, v in cls.options.items()},
+                 "dp": not cls.dp_incompatible, "dp_incompatible": cls.dp_incompatible or None,
+                 "any_model": not cls.needs_architecture, "needs_architecture": cls.needs_architecture or None}
+                for name, cls in METHODS.items()]
+    if what == "attacks":
+        from fedaudit.attacks import ATTACKS
+
+        return [{"name": name, "summary": cls.summary, "roles": list(cls.roles),
+                 "options": {flag_of(k): o.default for k, o in cls.options.items()}} for name, cls in ATTACKS.items()]
+    if what == "datasets":
+        from fedaudit.data import DATASETS
+
+        return [{"name": name, "summary": text} for name, text in DATASETS.items()]
+    raise unknown_choice("list", what, ["methods", "attacks", "datasets"])
+
+
+def print_listing(what: str) -> None:
+    if what == "methods":
+        # One block per method: its name and shares whole at any width (what a reviewer scans this list for),
+        # the rest wrapped under it.
+        out = console()
+        out.print("shares: ↑ client→server, ↓ server→client", highlight=False, markup=False)
+        for m in listing("methods"):
+            arrows = {"up": "↑", "down": "↓"}
+            shares = ", ".join(f"{s['kind']}{arrows[s['direction']]}" for s in m["shares"])
+            opts = ", ".join(f"{flag} {shown(v)}" for flag, v in m["options"].items()) or "-"
+            dp = "yes" if m["dp"] else f"no: {m['dp_incompatible']}"
+            own = "yes (--model PKG.MODULE:CALLABLE)" if m["any_model"] else f"no: needs {m['needs_architecture']}"
+            out.print(f"\n{m['name']}", style="bold", highlight=False, markup=False)
+            auto = ", ".join(m["auto_attacks"]["quick"]) + (
+                f" (paper: {', '.join(m['auto_attacks']['paper'])})" if m["auto_attacks"]["paper"] != m["auto_attacks"]["quick"] else "")
+            for label, text in (("what", f"{m['summary']} ({m['paper']})"), ("shares", shares), ("options", opts),
+                                ("--attack auto", auto), ("--dp-epsilon", dp), ("your own model", own)):
+                lines = textwrap.wrap(text, width=max(40, out.width - 1), initial_indent=f"  {label}: ",
+                                      subsequent_indent="      ", break_long_words=False, break_on_hyphens=False)
+                out.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
+        return
+    if what == "attacks":
+        from fedaudit.attacks import ATTACKS, AUTO, NO_ATTACK
+
+        table = Table("attack", "roles", "options", "what it is")
+        table.add_row(AUTO, "-", "-", "the default: the attacks that apply to what the method shares "
+                                      "(`fedaudit list methods` names them per method)")
+        table.add_row(NO_ATTACK, "-", "-", "no attack: accuracy and communication only")
+        for name, cls in ATTACKS.items():
+            opts = ", ".join(f"{flag_of(k)} {shown(o.default)}" for k, o in cls.options.items()) or "-"
+            table.add_row(name, ", ".join(cls.roles), opts, cls.summary)
+    elif what == "datasets":
+        from fedaudit.data import DATASETS
+
+        table = Table("dataset", "what it is")
+        for name, text in DATASETS.items():
+            table.add_row(name, text)
+    else:
+        raise unknown_choice("list", what, ["methods", "attacks", "datasets"])
+    console().print(table)
+
+
+def point_summary(row: dict[str, Any], root: Path) -> tuple[str, str]:
+    """A finished point's unseen accuracy and its highest verdict tier, read from its metrics.json."""
+    from fedaudit.audit.verdict import TIER_ORDER
+
+    if row.get("status") != "complete" or not row.get("run_dir"):
+        return "-", "-"
+    metrics = json.loads((root / row["run_dir"] / "metrics.json").read_text())
+    acc = (metrics.get("accuracy") or {}).get("unseen_domain")
+    tiers = [r.get("tier") for r in metrics.get("verdict") or [] if r.get("tier") in TIER_ORDER]
+    return _acc(acc), max(tiers, key=TIER_ORDER.get, default="-")
+
+
