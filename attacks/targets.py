@@ -187,13 +187,7 @@ def _client_targets(ctx: _Context, victims: list[str], out: Targets, own_weight:
     for kind in sorted({a.kind for a in received}, key=lambda k: k.value):
         art = max((a for a in received if a.kind == kind), key=lambda a: a.round)
         if kind in BANK_KINDS:  # the broadcast bank names every client's entries: no differencing needed
-            for v in victims:
-                entries = {k[len(v) + 1:]: t for k, t in art.tensors.items() if k.startswith(f"{v}/")}
-                if entries:
-                    out.banks.append(BankTarget(v, art, entries))
-                else:
-                    out.unavailable.append(Unavailable(v, kind.value, "not applicable",
-                                                       f"the broadcast bank holds no entry of {v}"))
+            _broadcast_bank(art, victims, out)
             continue
         reason = ctx.skip_reason(art)
         if reason is not None:
@@ -207,19 +201,37 @@ def _client_targets(ctx: _Context, victims: list[str], out: Targets, own_weight:
             continue
         use_ce = info.pop("use_ce")
         out.stats.append(StatsTarget(kind.value, list(victims), state, use_ce, dict(info, variant="global")))
-        mine = ctx.own_stats(own, art.round)
-        if mine is None:
-            out.unavailable += [Unavailable(v, f"{kind.value}:{DIFFERENCING}", "not applicable",
-                                            "the attacker never uploaded its own BN statistics") for v in victims]
-            continue
-        own_art, own_stats = mine
-        k = ctx.prior.num_clients
-        pooled = kind == ArtifactKind.GLOBAL_STATS  # FedFD pools second moments; FedAvg averages buffers
-        others = difference_stats({key: state[key] for key in ctx.keys}, own_stats, k, own_weight, pooled)
-        diff_state = {**state, **{key: t.to(state[key].dtype) for key, t in others.items()}}
-        out.stats.append(StatsTarget(f"{kind.value}:{DIFFERENCING}", list(victims), diff_state, use_ce, dict(
-            info, variant=DIFFERENCING, clients=k, own_weight=own_weight or 1.0 / k, pooled=pooled,
-            own_round=own_art.round, exact_round=own_art.round == art.round - 1)))
+        _differenced(ctx, art, own, state, use_ce, info, victims, out, own_weight)
+
+
+def _broadcast_bank(art: Artifact, victims: list[str], out: Targets) -> None:
+    """Each victim's entries of a broadcast bank (keys ``<victim>/<entry>``), or why it holds none."""
+    for v in victims:
+        entries = {k[len(v) + 1:]: t for k, t in art.tensors.items() if k.startswith(f"{v}/")}
+        if entries:
+            out.banks.append(BankTarget(v, art, entries))
+        else:
+            out.unavailable.append(Unavailable(v, art.kind.value, "not applicable",
+                                               f"the broadcast bank holds no entry of {v}"))
+
+
+def _differenced(ctx: _Context, art: Artifact, own: list[Artifact], state: dict[str, Tensor], use_ce: bool,
+                 info: dict[str, Any], victims: list[str], out: Targets, own_weight: float | None) -> None:
+    """The other clients' statistics: the broadcast aggregate with the attacker's own upload taken out."""
+    kind = art.kind
+    mine = ctx.own_stats(own, art.round)
+    if mine is None:
+        out.unavailable += [Unavailable(v, f"{kind.value}:{DIFFERENCING}", "not applicable",
+                                        "the attacker never uploaded its own BN statistics") for v in victims]
+        return
+    own_art, own_stats = mine
+    k = ctx.prior.num_clients
+    pooled = kind == ArtifactKind.GLOBAL_STATS  # FedFD pools second moments; FedAvg averages buffers
+    others = difference_stats({key: state[key] for key in ctx.keys}, own_stats, k, own_weight, pooled)
+    diff_state = {**state, **{key: t.to(state[key].dtype) for key, t in others.items()}}
+    out.stats.append(StatsTarget(f"{kind.value}:{DIFFERENCING}", list(victims), diff_state, use_ce, dict(
+        info, variant=DIFFERENCING, clients=k, own_weight=own_weight or 1.0 / k, pooled=pooled,
+        own_round=own_art.round, exact_round=own_art.round == art.round - 1)))
 
 
 @dataclass

@@ -225,46 +225,13 @@ class DeepInversion(Attack):
         statistic of uniform-noise images (a bank that carries no data)."""
         st = self.settings
         kind = jobs[0].artifact.kind
-        g = torch.Generator().manual_seed(st.seed)
-        mean = torch.tensor(prior.mean).view(1, -1, 1, 1)
-        std = torch.tensor(prior.std).view(1, -1, 1, 1)
-        cap = st.per_class * prior.num_classes
         info: dict[str, Any] = {"status": "attacked"}
-        if kind == ArtifactKind.STYLE_BANK:
-            encoder, weights_from = style_encoder_in_view(fresh, view, device)
-            rows = jobs[0].entries["mean"].shape[0]
-            if any(j.entries["mean"].shape != jobs[0].entries["mean"].shape for j in jobs):
-                return [self._status_of(view.role, j.victim, kind.value, "not yet supported",
-                                        "victims' style entries differ in shape; invert them one victim at a time "
-                                        "(--victim)") for j in jobs]
-            pooled = rows == 1  # CCST's overall style; K single-image styles otherwise
-            n = cap if pooled else rows * st.per_class
-            noise = ((torch.rand(n if pooled else rows, prior.channels, prior.image_size, prior.image_size,
-                                 generator=g) - mean) / std).to(device)
-            with torch.no_grad():
-                f = encoder(noise).float()
-            if pooled:
-                f = f.transpose(0, 1).flatten(1)[None, :, :, None]  # every position of every image: one "image"
-            var, mu = torch.var_mean(f, dim=(2, 3), correction=0)
-            control = {"target_mean": mu, "target_std": (var + STYLE_EPS).sqrt()}
-            probe = StyleProbe(encoder, control["target_mean"], control["target_std"], pooled, STYLE_EPS)
-            victims = [{"target_mean": j.entries["mean"], "target_std": j.entries["std"]} for j in jobs]
-            info.update(mode="overall" if pooled else "single", styles=rows, weights_from=weights_from)
-            matcher = "style"
-        else:
-            n = min(cap, *(j.entries["amplitude"].shape[0] for j in jobs))
-            shape = (prior.channels, prior.image_size, prior.image_size)
-            bad = [j for j in jobs if tuple(j.entries["amplitude"].shape[1:]) != shape]
-            if bad:
-                return [self._status_of(view.role, j.victim, kind.value, "not applicable",
-                                        f"spectra of shape {tuple(j.entries['amplitude'].shape[1:])} do not match the "
-                                        f"images {shape}") for j in jobs]
-            noise = torch.rand(n, *shape, generator=g)
-            control = {"target": amplitude_spectrum(noise).to(device)}
-            probe = AmplitudeProbe(amplitude_spectrum(noise), prior.mean, prior.std)
-            victims = [{"target": j.entries["amplitude"][:n].float()} for j in jobs]
-            info.update(spectra=n)
-            matcher = "amplitude"
+        setup = self._style_problem if kind == ArtifactKind.STYLE_BANK else self._amplitude_problem
+        problem = setup(fresh, jobs, prior, view, device, info)
+        if isinstance(problem, str):
+            status, reason = problem.split(": ", 1)
+            return [self._status_of(view.role, j.victim, kind.value, status, reason) for j in jobs]
+        n, control, probe, victims, matcher = problem
         targets = [InversionTarget(f"{kind.value}/{i}", {k: t.to(device) for k, t in v.items()}) for i, v in enumerate(victims)]
         controls = [InversionTarget(f"control/{t.name}", control) for t in targets] if st.nulls else []
         priors = [InversionTarget(f"prior/{t.name}", t.state, {matcher: 0.0}) for t in targets] if st.nulls else []
@@ -285,6 +252,51 @@ class DeepInversion(Attack):
                                         targets=None, control_images=result.images[len(jobs) + i] if controls else None,
                                         nulls=nulls, info=entry))
         return outputs
+
+    def _style_problem(self, fresh: nn.Module, jobs: list[BankTarget], prior: AttackerPrior, view: WireView,
+                       device: torch.device, info: dict[str, Any]) -> tuple | str:
+        """Style inversion: (images per target, the noise bank's statistics, probe, each victim's target, matcher),
+        or "status: reason" when the victims' banks cannot be inverted together."""
+        st = self.settings
+        g = torch.Generator().manual_seed(st.seed)
+        mean = torch.tensor(prior.mean).view(1, -1, 1, 1)
+        std = torch.tensor(prior.std).view(1, -1, 1, 1)
+        encoder, weights_from = style_encoder_in_view(fresh, view, device)
+        rows = jobs[0].entries["mean"].shape[0]
+        if any(j.entries["mean"].shape != jobs[0].entries["mean"].shape for j in jobs):
+            return ("not yet supported: victims' style entries differ in shape; invert them one victim at a time "
+                    "(--victim)")
+        pooled = rows == 1  # CCST's overall style; K single-image styles otherwise
+        n = st.per_class * prior.num_classes if pooled else rows * st.per_class
+        noise = ((torch.rand(n if pooled else rows, prior.channels, prior.image_size, prior.image_size,
+                             generator=g) - mean) / std).to(device)
+        with torch.no_grad():
+            f = encoder(noise).float()
+        if pooled:
+            f = f.transpose(0, 1).flatten(1)[None, :, :, None]  # every position of every image: one "image"
+        var, mu = torch.var_mean(f, dim=(2, 3), correction=0)
+        control = {"target_mean": mu, "target_std": (var + STYLE_EPS).sqrt()}
+        probe = StyleProbe(encoder, control["target_mean"], control["target_std"], pooled, STYLE_EPS)
+        victims = [{"target_mean": j.entries["mean"], "target_std": j.entries["std"]} for j in jobs]
+        info.update(mode="overall" if pooled else "single", styles=rows, weights_from=weights_from)
+        return n, control, probe, victims, "style"
+
+    def _amplitude_problem(self, fresh: nn.Module, jobs: list[BankTarget], prior: AttackerPrior, view: WireView,
+                           device: torch.device, info: dict[str, Any]) -> tuple | str:
+        """Phase retrieval: the same five parts from the victims' amplitude spectra, or "status: reason"."""
+        g = torch.Generator().manual_seed(self.settings.seed)
+        n = min(self.settings.per_class * prior.num_classes, *(j.entries["amplitude"].shape[0] for j in jobs))
+        shape = (prior.channels, prior.image_size, prior.image_size)
+        bad = [j for j in jobs if tuple(j.entries["amplitude"].shape[1:]) != shape]
+        if bad:
+            return (f"not applicable: spectra of shape {tuple(bad[0].entries['amplitude'].shape[1:])} do not match "
+                    f"the images {shape}")
+        noise = torch.rand(n, *shape, generator=g)
+        control = {"target": amplitude_spectrum(noise).to(device)}
+        probe = AmplitudeProbe(amplitude_spectrum(noise), prior.mean, prior.std)
+        victims = [{"target": j.entries["amplitude"][:n].float()} for j in jobs]
+        info.update(spectra=n)
+        return n, control, probe, victims, "amplitude"
 
     def _status_of(self, role: str, victim: str, artifact: str, status: str, reason: str) -> AttackOutput:
         return AttackOutput(self.name, role, victim, artifact, info={"status": status, "reason": reason})

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -307,20 +307,11 @@ def invert(model: nn.Module, targets: Sequence[InversionTarget], num_classes: in
             h.remove()
 
 
-def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int, size: int, settings: InversionSettings,
-              lo: Tensor, hi: Tensor, device: torch.device, matchers: list[Matcher], weights: dict[str, float],
-              names: list[str], log_every: int, t0: float) -> InversionResult:
-    v = len(targets)
-    y = target_labels(num_classes, settings.per_class, device)
-    n = y.numel()
-    template = model.state_dict()
+def _victims_forward(model: nn.Module, states: list[dict[str, Tensor]], gates: Tensor, matchers: list[Matcher],
+                     y: Tensor, use_vmap: bool) -> Callable[[Tensor], Tensor]:
+    """x [V, n, C, H, W] → each victim's weighted matcher losses [V, matchers], its state loaded functionally:
+    in one vmapped call (CUDA), or a loop over victims."""
     param_names = {k for k, _ in model.named_parameters()}
-    # Contiguous whatever layout a victim arrives in: a CUDA-trained state is channels_last, and cuDNN's
-    # BatchNorm inside vmap asks for a layout vmap cannot answer (issue 38).
-    states = [{k: (t.state[k].to(device) if k in t.state else template[k]).contiguous() for k in template}
-              for t in targets]
-    gates = torch.tensor([[t.gates.get(name, 1.0) * weights.get(name, 1.0) for name in names] for t in targets],
-                         device=device, dtype=torch.float32)
 
     def split(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         params = {k: s.detach() for k, s in state.items() if k in param_names}
@@ -333,21 +324,31 @@ def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int
         logits = functional_call(model, (params, buffers), (x,))
         return torch.stack([m.loss(x, logits, y) for m in matchers]) * gate
 
-    use_vmap = settings.victims == "vmap" or (settings.victims == "auto" and device.type == "cuda")
     if use_vmap:
         stacked = [split(s) for s in states]
         params = {k: torch.stack([p[k] for p, _ in stacked]) for k in stacked[0][0]}
         buffers = {k: torch.stack([b[k] for _, b in stacked]) for k in stacked[0][1]}
         batched = vmap(per_victim, in_dims=(0, 0, 0, 0))
+        return lambda x: batched(params, buffers, x, gates)
+    parts = [split(s) for s in states]
+    return lambda x: torch.stack([per_victim(p, b, x[i], gates[i]) for i, (p, b) in enumerate(parts)])
 
-        def forward(x: Tensor) -> Tensor:
-            return batched(params, buffers, x, gates)
-    else:
-        parts = [split(s) for s in states]
 
-        def forward(x: Tensor) -> Tensor:
-            return torch.stack([per_victim(p, b, x[i], gates[i]) for i, (p, b) in enumerate(parts)])
-
+def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int, size: int, settings: InversionSettings,
+              lo: Tensor, hi: Tensor, device: torch.device, matchers: list[Matcher], weights: dict[str, float],
+              names: list[str], log_every: int, t0: float) -> InversionResult:
+    v = len(targets)
+    y = target_labels(num_classes, settings.per_class, device)
+    n = y.numel()
+    template = model.state_dict()
+    # Contiguous whatever layout a victim arrives in: a CUDA-trained state is channels_last, and cuDNN's
+    # BatchNorm inside vmap asks for a layout vmap cannot answer (issue 38).
+    states = [{k: (t.state[k].to(device) if k in t.state else template[k]).contiguous() for k in template}
+              for t in targets]
+    gates = torch.tensor([[t.gates.get(name, 1.0) * weights.get(name, 1.0) for name in names] for t in targets],
+                         device=device, dtype=torch.float32)
+    use_vmap = settings.victims == "vmap" or (settings.victims == "auto" and device.type == "cuda")
+    forward = _victims_forward(model, states, gates, matchers, y, use_vmap)
     channels = lo.numel()
     g = torch.Generator(device="cpu")
     g.manual_seed(settings.seed)

@@ -206,6 +206,33 @@ def _lr_factor(decay: str, step: int, total: int) -> float:
     return 0.1 ** sum(step >= int(m * total) for m in STEP_MILESTONES)
 
 
+def _descend(model: nn.Module, params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor, labels: Tensor,
+             recipe: LocalRecipe, target: dict[str, Tensor], target_norm: Tensor, settings: GradInvSettings,
+             lo: Tensor | None, hi: Tensor | None) -> Tensor:
+    """One restart: Adam on the images (sign of the gradient if ``signed``) toward the target update's direction,
+    kept inside the pixel box; returns the detached images."""
+    if lo is not None:
+        x = torch.maximum(torch.minimum(x, hi), lo)
+    x.requires_grad_(True)
+    opt = torch.optim.Adam([x], lr=settings.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(settings.decay, s, settings.iters))
+    for _step in range(settings.iters):
+        sim = simulate_update(model, params, buffers, x, labels, recipe)
+        loss, _ = _cosine_loss(sim, target, target_norm)
+        if settings.tv_weight:
+            loss = loss + settings.tv_weight * image_priors(x[None])[0][0]
+        opt.zero_grad(set_to_none=True)
+        (grad,) = torch.autograd.grad(loss, [x])
+        x.grad = grad.sign() if settings.signed else grad
+        opt.step()
+        sched.step()
+        if lo is not None:
+            with torch.no_grad():
+                x.copy_(torch.maximum(torch.minimum(x, hi), lo))
+    with torch.no_grad():
+        return x.detach()
+
+
 def invert_update(model: nn.Module, params_before: Mapping[str, Tensor], target_delta: Mapping[str, Tensor],
                   labels: Tensor, recipe: LocalRecipe, shape: tuple[int, ...], settings: GradInvSettings,
                   generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, Any]]:
@@ -239,27 +266,8 @@ def invert_update(model: nn.Module, params_before: Mapping[str, Tensor], target_
     trials = []
     for _ in range(max(1, settings.restarts)):
         x = torch.randn(shape, generator=g, device=g.device).to(device)
-        if lo is not None:
-            x = torch.maximum(torch.minimum(x, hi), lo)
-        x.requires_grad_(True)
-        opt = torch.optim.Adam([x], lr=settings.lr)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(settings.decay, s, settings.iters))
-        for _step in range(settings.iters):
-            sim = simulate_update(model, params, buffers, x, labels, recipe)
-            loss, _ = _cosine_loss(sim, target, target_norm)
-            if settings.tv_weight:
-                loss = loss + settings.tv_weight * image_priors(x[None])[0][0]
-            opt.zero_grad(set_to_none=True)
-            (grad,) = torch.autograd.grad(loss, [x])
-            x.grad = grad.sign() if settings.signed else grad
-            opt.step()
-            sched.step()
-            if lo is not None:
-                with torch.no_grad():
-                    x.copy_(torch.maximum(torch.minimum(x, hi), lo))
+        x = _descend(model, params, buffers, x, labels, recipe, target, target_norm, settings, lo, hi)
         # Score the final images themselves (the loop's last loss belongs to the images before the last step).
-        with torch.no_grad():
-            x = x.detach()
         sim = simulate_update(model, params, buffers, x, labels, recipe)
         with torch.no_grad():
             rec, cos = _cosine_loss(sim, target, target_norm)

@@ -181,35 +181,8 @@ def _artifact_controls(attack: Attack, section: dict[str, dict[str, Any]], view:
             e["controls"] = ("not available: counterfactual artifacts are built for the server's view only; a client "
                              "sees aggregates whose counterfactual would need the server's aggregation rule")
         return
-    victims = sorted({v for _, v, _ in entries})
-    cases, pseudo_challenges, pseudo_truths = [], {}, {}
-    trimmed: set[str] = set()  # victims whose power records were cut to a bank's size
-    for victim in victims:
-        client = next(c for c in fed.clients if c.domain == victim)
-        members, _ = client.data.members()
-        real = challenges[victim]
-        twin = pseudo_name(victim, TWIN)
-        if client.data.val_x.shape[0] > 0:
-            cases.append(Counterfactual(victim, TWIN, client.data.val_x.to(fed.device), swap_out=members.to(fed.device)))
-            pseudo_challenges[twin] = MembershipChallenge(twin, real.images, real.labels, real.population_images,
-                                                          real.population_labels)
-            pseudo_truths[twin] = truths[victim]
-        power = pseudo_name(victim, power_case(ARTIFACT_POWER_PER_CLASS))
-        chosen = power_records(fed, victim, ARTIFACT_POWER_PER_CLASS, cfg.seed)
-        rows = _bank_rows(view, victim)
-        if rows is not None and rows < chosen.shape[0]:  # a bank of k single-record entries holds k power records
-            chosen = chosen[:rows]
-            trimmed.add(victim)
-        cases.append(Counterfactual(victim, power_case(ARTIFACT_POWER_PER_CLASS), chosen.to(fed.device)))
-        holdout = client.data.holdout_x
-        images = torch.cat([chosen, holdout.to(chosen.device)])
-        truth = torch.cat([torch.ones(chosen.shape[0], dtype=torch.bool), torch.zeros(holdout.shape[0], dtype=torch.bool)])
-        g = torch.Generator().manual_seed(derive_seed(cfg.seed, CHALLENGE_STREAM, 6, stable_int(victim)) % 2**63)
-        order = torch.randperm(truth.shape[0], generator=g)
-        labels = torch.zeros(truth.shape[0], dtype=torch.long, device=images.device)  # unused by the artifact test
-        pseudo_challenges[power] = MembershipChallenge(power, images[order.to(images.device)], labels,
-                                                       real.population_images, real.population_labels)
-        pseudo_truths[power] = truth[order]
+    cases, pseudo_challenges, pseudo_truths, trimmed = _control_cases(sorted({v for _, v, _ in entries}), view, fed,
+                                                                       cfg, challenges, truths)
     recipe = TrainingRecipe(fed.preprocess, cfg.augment, cfg.batch_size)
     cf_view, skipped = counterfactual_view(view, prior, cases, fed.device, recipe, seed=cfg.seed,
                                            latent_encoders=latent_encoders(cfg, fed))
@@ -219,25 +192,75 @@ def _artifact_controls(attack: Attack, section: dict[str, dict[str, Any]], view:
     for artifact, victim, e in entries:
         for case, name in (("twin", pseudo_name(victim, TWIN)),
                            ("power", pseudo_name(victim, power_case(ARTIFACT_POWER_PER_CLASS)))):
-            out = by_key.get((name, artifact))
             why = (skipped.get(name) or {}).get(artifact.split(":")[0])
-            if name not in pseudo_challenges:
-                e[case] = {"status": NOT_APPLICABLE, "reason": "the victim has no val records to build the twin from"}
-            elif why is not None:
-                e[case] = {"status": NOT_APPLICABLE, "reason": f"not a counterfactual: {why}"}
-            elif out is None or out.scores is None:
-                e[case] = {"status": (out.info.get("status") if out else None) or NOT_APPLICABLE,
-                           "reason": (out.info.get("reason") if out else None) or "the control produced no scores"}
-            else:
-                truth = pseudo_truths[name]
-                scores = out.scores.double().cpu()
-                e[case] = scored(scores[truth], scores[~truth], out.info.get("signal", ""), 0)
-                if case == "power":
-                    e[case]["records"] = int(truth.sum())
-                    if victim not in trimmed:
-                        e[case]["per_class"] = ARTIFACT_POWER_PER_CLASS
-                else:
-                    e[case]["records"] = "val"
+            e[case] = _control_entry(case, name in pseudo_challenges, why, by_key.get((name, artifact)),
+                                     pseudo_truths.get(name))
+            if case == "power" and "records" in e[case] and victim not in trimmed:
+                e[case]["per_class"] = ARTIFACT_POWER_PER_CLASS
+
+
+def _control_cases(victims: list[str], view: WireView, fed: Federation, cfg: RunConfig,
+                   challenges: dict[str, MembershipChallenge], truths: dict[str, Tensor]
+                   ) -> tuple[list[Counterfactual], dict[str, MembershipChallenge], dict[str, Tensor], set[str]]:
+    """Each victim's twin (where it has val records) and positive control: the counterfactual artifacts to build,
+    the challenges that score them with their truths, and the victims whose power records were cut to a bank."""
+    cases, pseudo_challenges, pseudo_truths = [], {}, {}
+    trimmed: set[str] = set()
+    for victim in victims:
+        client = next(c for c in fed.clients if c.domain == victim)
+        real = challenges[victim]
+        if client.data.val_x.shape[0] > 0:
+            members, _ = client.data.members()
+            twin = pseudo_name(victim, TWIN)
+            cases.append(Counterfactual(victim, TWIN, client.data.val_x.to(fed.device), swap_out=members.to(fed.device)))
+            pseudo_challenges[twin] = MembershipChallenge(twin, real.images, real.labels, real.population_images,
+                                                          real.population_labels)
+            pseudo_truths[twin] = truths[victim]
+        case, challenge, truth, cut = _power_case(victim, client, real, view, fed, cfg)
+        cases.append(case)
+        pseudo_challenges[challenge.victim], pseudo_truths[challenge.victim] = challenge, truth
+        if cut:
+            trimmed.add(victim)
+    return cases, pseudo_challenges, pseudo_truths, trimmed
+
+
+def _power_case(victim: str, client: Any, real: MembershipChallenge, view: WireView, fed: Federation, cfg: RunConfig
+                ) -> tuple[Counterfactual, MembershipChallenge, Tensor, bool]:
+    """The positive control of one victim: the artifact of a few members per class alone (cut to a per-record
+    bank's size), and the challenge that scores those members against the victim's holdout. Also whether the
+    records were cut."""
+    power = pseudo_name(victim, power_case(ARTIFACT_POWER_PER_CLASS))
+    chosen = power_records(fed, victim, ARTIFACT_POWER_PER_CLASS, cfg.seed)
+    rows = _bank_rows(view, victim)
+    cut = rows is not None and rows < chosen.shape[0]  # a bank of k single-record entries holds k power records
+    if cut:
+        chosen = chosen[:rows]
+    holdout = client.data.holdout_x
+    images = torch.cat([chosen, holdout.to(chosen.device)])
+    truth = torch.cat([torch.ones(chosen.shape[0], dtype=torch.bool), torch.zeros(holdout.shape[0], dtype=torch.bool)])
+    g = torch.Generator().manual_seed(derive_seed(cfg.seed, CHALLENGE_STREAM, 6, stable_int(victim)) % 2**63)
+    order = torch.randperm(truth.shape[0], generator=g)
+    labels = torch.zeros(truth.shape[0], dtype=torch.long, device=images.device)  # unused by the artifact test
+    challenge = MembershipChallenge(power, images[order.to(images.device)], labels, real.population_images,
+                                    real.population_labels)
+    case = Counterfactual(victim, power_case(ARTIFACT_POWER_PER_CLASS), chosen.to(fed.device))
+    return case, challenge, truth[order], cut
+
+
+def _control_entry(case: str, built: bool, why: str | None, out: AttackOutput | None, truth: Tensor | None
+                   ) -> dict[str, Any]:
+    """One control's entry beside the artifact test's: its scores split by the kept truth, or why there are none."""
+    if not built:
+        return {"status": NOT_APPLICABLE, "reason": "the victim has no val records to build the twin from"}
+    if why is not None:
+        return {"status": NOT_APPLICABLE, "reason": f"not a counterfactual: {why}"}
+    if out is None or out.scores is None:
+        return {"status": (out.info.get("status") if out else None) or NOT_APPLICABLE,
+                "reason": (out.info.get("reason") if out else None) or "the control produced no scores"}
+    scores = out.scores.double().cpu()
+    entry = scored(scores[truth], scores[~truth], out.info.get("signal", ""), 0)
+    entry["records"] = int(truth.sum()) if case == "power" else "val"
+    return entry
 
 
 def _bank_rows(view: WireView, victim: str) -> int | None:

@@ -143,6 +143,14 @@ def score_output(attack: str, out: AttackOutput, counter: dict[Key, AttackOutput
                       "source": "half of the victim's holdout (never trained on)"} if twin is not None else
                      {"status": "not available", "reason": _why_absent(absent, out.victim, out.artifact, TWIN)})
     entry["power"] = _power(auditor, out, counter, absent, latent, raw.get("prior_only"))
+    _add_details(entry, attack, out, cases, raw, auditor, run_dir)
+    return entry, raw
+
+
+def _add_details(entry: dict[str, Any], attack: str, out: AttackOutput, cases: dict[str, Any],
+                 raw: dict[str, dict[str, Any]], auditor: Auditor, run_dir: Path) -> None:
+    """Matched scores of unordered batch reconstructions, each set's predicted domains, the optimisation's final
+    losses (attack and nulls) and, for images, the grid beside the nearest members."""
     if out.info.get("batch_matching") and out.images is not None:
         # Unordered batch reconstructions: each is matched to a distinct member (Hungarian).
         entry["metrics"]["matched"] = {
@@ -160,7 +168,6 @@ def score_output(attack: str, out: AttackOutput, counter: dict[Key, AttackOutput
             entry["metrics"]["lpips_mean"] = auditor.lpips_status
         entry["image_grid"] = save_reconstruction_grid(run_dir, attack, out, cases, auditor, raw["attack"])
         entry["grid_columns"] = ["real nearest member", *(GRID_NAMES[c] for c in GRID_COLUMNS if cases.get(c) is not None)]
-    return entry, raw
 
 
 def _scorer(auditor: Auditor, out: AttackOutput) -> Callable[..., dict[str, Any]] | None:
@@ -187,28 +194,7 @@ def _power(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput]
                    "no prior-only control ran" if prior_only is None else "not scored")
             sizes[str(k)] = {"status": "not available", "reason": why}
             continue
-        recon = cf.latents if latent else cf.images
-        mine = score(recon, cf.targets)
-        sources = auditor.score_power(out.victim, k, recon, cf.targets, latent)
-        null = auditor.score_power(out.victim, k, out.nulls["prior_only"], out.targets, latent)
-        ident = sources["identifiability"]
-        row: dict[str, Any] = {"per_class": k, "images": int(auditor.power_records(out.victim, k).shape[0])}
-        lifts = []
-        for metric in ("domain_attribution", "class_fidelity"):
-            if metric in mine and metric in prior_only:
-                p = fisher_greater(mine[metric], mine["n"], prior_only[metric], prior_only["n"])
-                row[metric] = {"attack": mine[metric], "prior_only": prior_only[metric], "p_value": p}
-                lifts.append(p if mine[metric] > prior_only[metric] else 1.0)
-        row.update(identifiability=ident["value"], ci95=ident["ci95"], p_value=ident["p_value"], chance=ident["chance"],
-                   prior_only=null["identifiability"]["value"])
-        if "psnr" in sources:
-            row["psnr_to_sources"] = {"attack_mean": float(sources["psnr"].mean()), "attack_best": float(sources["psnr"].max()),
-                                      "prior_only_mean": float(null["psnr"].mean())}
-        # One p-value per question, Bonferroni over the metrics that answer it; the victim's sizes and the
-        # row's victims are corrected where power is summed up (below, and in the verdict).
-        row["p_reveals"] = min(1.0, len(lifts) * min(lifts)) if lifts else 1.0
-        row["p_record_level"] = ident["p_value"] if ident["value"] > row["prior_only"] else 1.0
-        sizes[str(k)] = row
+        sizes[str(k)] = _power_size(auditor, out, cf, k, score, latent, prior_only)
     ran = [r for r in sizes.values() if "p_reveals" in r]
     if not ran:
         reasons = sorted({r["reason"] for r in sizes.values()})
@@ -219,6 +205,34 @@ def _power(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput]
     return {"status": "measured", "p_value": min(p_reveals, p_record), "p_record_level": p_record,
             "reached": p_reveals <= POWER_ALPHA or p_record <= POWER_ALPHA, "record_level": p_record <= POWER_ALPHA,
             "sizes": sizes, "rule": POWER_RULE}
+
+
+def _power_size(auditor: Auditor, out: AttackOutput, cf: AttackOutput, k: int, score: Callable[..., dict[str, Any]],
+                latent: bool, prior_only: dict[str, Any]) -> dict[str, Any]:
+    """One size of the positive control (k member images per class): what its reconstructions reveal against the
+    prior-only control's, with one p-value per question."""
+    recon = cf.latents if latent else cf.images
+    mine = score(recon, cf.targets)
+    sources = auditor.score_power(out.victim, k, recon, cf.targets, latent)
+    null = auditor.score_power(out.victim, k, out.nulls["prior_only"], out.targets, latent)
+    ident = sources["identifiability"]
+    row: dict[str, Any] = {"per_class": k, "images": int(auditor.power_records(out.victim, k).shape[0])}
+    lifts = []
+    for metric in ("domain_attribution", "class_fidelity"):
+        if metric in mine and metric in prior_only:
+            p = fisher_greater(mine[metric], mine["n"], prior_only[metric], prior_only["n"])
+            row[metric] = {"attack": mine[metric], "prior_only": prior_only[metric], "p_value": p}
+            lifts.append(p if mine[metric] > prior_only[metric] else 1.0)
+    row.update(identifiability=ident["value"], ci95=ident["ci95"], p_value=ident["p_value"], chance=ident["chance"],
+               prior_only=null["identifiability"]["value"])
+    if "psnr" in sources:
+        row["psnr_to_sources"] = {"attack_mean": float(sources["psnr"].mean()), "attack_best": float(sources["psnr"].max()),
+                                  "prior_only_mean": float(null["psnr"].mean())}
+    # One p-value per question, Bonferroni over the metrics that answer it; the victim's sizes and the
+    # row's victims are corrected where power is summed up (in _power, and in the verdict).
+    row["p_reveals"] = min(1.0, len(lifts) * min(lifts)) if lifts else 1.0
+    row["p_record_level"] = ident["p_value"] if ident["value"] > row["prior_only"] else 1.0
+    return row
 
 
 def fisher_greater(a: float, n_a: int, b: float, n_b: int) -> float:
