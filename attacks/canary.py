@@ -28,10 +28,11 @@ from fedaudit.attacks.mia.reference_models import eval_views
 from fedaudit.errors import FedauditError
 from fedaudit.run.options import Option
 from fedaudit.simulation.gradient_canaries import unit_direction
-from fedaudit.simulation.wire import SERVER, ArtifactKind, WireView, client_role
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 from fedaudit.attacks.mia.scorers import loss_signal
 
-from .mia import GLOBAL, LAST_UPLOAD, NOT_APPLICABLE, Skipped, attacker_preprocess, last_upload
+from .mia import GLOBAL, LAST_UPLOAD
+from .mia.signals import NOT_APPLICABLE, Skipped, attacker_preprocess, last_upload
 
 if TYPE_CHECKING:
     from fedaudit.run.config import RunConfig
@@ -134,20 +135,11 @@ def gradient_scores(view: WireView, victim: str, challenge: GradientCanaryChalle
     """Per gradient canary, what the server computes from the victim's uploads and the broadcasts they started from:
     the projection of the victim's summed update onto the canary's direction, sign-flipped (a descent step moves
     the weights against the gradient). Float64 on the CPU; higher = looks included."""
-    role = client_role(victim)
-    if view.role != SERVER:
-        return Skipped(f"a gradient canary is read from {victim}'s uploads, which only the server sees", NOT_APPLICABLE)
-    ups = {a.round: a for a in view if a.sender == role and a.kind in WEIGHT_KINDS}
-    downs = {a.round: a for a in view if a.receiver == role and a.kind in WEIGHT_KINDS}
-    rounds = sorted(set(ups) & set(downs))
+    pairs = _update_pairs(view, victim, [name for name, _ in challenge.space])
+    if isinstance(pairs, Skipped):
+        return pairs
+    ups, downs, rounds = pairs
     names = [name for name, _ in challenge.space]
-    if not rounds:
-        return Skipped(f"no round holds both a broadcast to {victim} and its weight upload (kinds "
-                       f"{', '.join(k.value for k in WEIGHT_KINDS)})", NOT_APPLICABLE)
-    missing = sorted({n for r in rounds for n in names if n not in ups[r].tensors or n not in downs[r].tensors})
-    if missing:
-        return Skipped(f"the canaries live in weights the wire does not carry both ways ({', '.join(missing[:3])}"
-                       f"{' …' if len(missing) > 3 else ''})", NOT_APPLICABLE)
     total = torch.zeros(sum(math.prod(shape) for _, shape in challenge.space), dtype=torch.float64)
     for r in rounds:
         total += torch.cat([(ups[r].tensors[n].double().cpu() - downs[r].tensors[n].double().cpu()).flatten()
@@ -156,6 +148,26 @@ def gradient_scores(view: WireView, victim: str, challenge: GradientCanaryChalle
     scores = torch.tensor([-float(unit_direction(challenge.seed, i, total.numel()) @ total32)
                            for i in range(challenge.count)], dtype=torch.float64)
     return scores, {"target": "model updates", "rounds": len(rounds), "signal": GRADIENT_SIGNAL}
+
+
+def _update_pairs(view: WireView, victim: str, names: list[str]
+                  ) -> tuple[dict[int, Artifact], dict[int, Artifact], list[int]] | Skipped:
+    """The victim's weight uploads and the broadcasts they started from, by round, for the rounds that hold both
+    and carry every canary weight; or why there are none."""
+    role = client_role(victim)
+    if view.role != SERVER:
+        return Skipped(f"a gradient canary is read from {victim}'s uploads, which only the server sees", NOT_APPLICABLE)
+    ups = {a.round: a for a in view if a.sender == role and a.kind in WEIGHT_KINDS}
+    downs = {a.round: a for a in view if a.receiver == role and a.kind in WEIGHT_KINDS}
+    rounds = sorted(set(ups) & set(downs))
+    if not rounds:
+        return Skipped(f"no round holds both a broadcast to {victim} and its weight upload (kinds "
+                       f"{', '.join(k.value for k in WEIGHT_KINDS)})", NOT_APPLICABLE)
+    missing = sorted({n for r in rounds for n in names if n not in ups[r].tensors or n not in downs[r].tensors})
+    if missing:
+        return Skipped(f"the canaries live in weights the wire does not carry both ways ({', '.join(missing[:3])}"
+                       f"{' …' if len(missing) > 3 else ''})", NOT_APPLICABLE)
+    return ups, downs, rounds
 
 
 __all__ = ["GRADIENT_SIGNAL", "SIGNAL", "CanaryAudit", "gradient_scores"]

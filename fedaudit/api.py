@@ -296,7 +296,7 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     from fedaudit.methods import get_method
     from fedaudit.interop.audit_recording import (NO_DATA, audit, audited_model, auditor_data, check_audit_options, data_free_attacks,
                                    name_model_records, recorded_config, recorded_shares)
-    from fedaudit.interop.recording import read_recording
+    from fedaudit.interop.recording_reader import read_recording
 
     rec = read_recording(recording)
     explicit = {k: v for k, v in explicit.items() if v is not None}

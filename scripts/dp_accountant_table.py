@@ -4,8 +4,8 @@
 
 For each ε (default 8 and 1) it runs the README's DP command — ``fedaudit evaluate --method fedavg --dataset
 digits --norm gn --attack none --dp-epsilon E`` (the DP-SGD recipe, seed 0) — twice in this process: once as
-fedaudit ships it (σ chosen by the tight accountant, :func:`fedaudit.simulation.dp_sgd.noise_for`) and once with σ chosen by
-RDP (:func:`fedaudit.simulation.dp_sgd.rdp_noise_for` patched in for the run; the recipe is otherwise identical, including its
+fedaudit ships it (σ chosen by the tight accountant, :func:`fedaudit.simulation.dp_accounting.noise_for`) and once with σ chosen by
+RDP (:func:`fedaudit.simulation.dp_accounting.rdp_noise_for` patched in for the run; the recipe is otherwise identical, including its
 step scaling by the noise-to-signal ratio the σ leaves). Each row gives per client the σ, the ε the tight
 accountant and RDP give for it, and source-val / unseen accuracy. The table is written with its provenance
 (commit, torch, threads, date) so re-measuring is running this script.

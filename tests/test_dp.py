@@ -28,8 +28,8 @@ from fedaudit.cli import app
 from fedaudit.data import load_dataset
 from fedaudit.run import run_directory
 from fedaudit.run.config import DP_LR_TIMES_NORM, DP_MAX_STEP_FACTOR, DP_NOISE_TO_SIGNAL, DP_RECIPE, resolve
-from fedaudit.simulation.dp_sgd import (ALPHAS, GAUSSIAN, batches_per_epoch, coverage, noise_for, rdp_epsilon,
-                                        spent_epsilon)
+from fedaudit.simulation.dp_accounting import ALPHAS, GAUSSIAN, coverage, noise_for, rdp_epsilon, spent_epsilon
+from fedaudit.simulation.dp_sgd import batches_per_epoch
 from fedaudit.simulation.recipes import DPSGDRecipe, SGDRecipe
 from fedaudit.statistics.gaussian_dp import gaussian_epsilon
 from fedaudit.simulation.training import Preprocess
@@ -118,7 +118,7 @@ def test_the_rdp_noise_search_over_orders_near_the_best_integer_one_finds_the_fu
 
     from opacus.accountants.utils import get_noise_multiplier
 
-    from fedaudit.simulation.dp_sgd import ALPHAS_FROM_1_1, rdp_noise_for
+    from fedaudit.simulation.dp_accounting import ALPHAS_FROM_1_1, rdp_noise_for
 
     for epsilon, rate, steps in ((8.0, 0.25, 60), (1.0, 1 / 8, 120)):
         with warnings.catch_warnings():
@@ -133,7 +133,7 @@ def test_the_tight_accountant_is_exact_where_a_closed_form_exists_and_never_abov
     PRV accountant must sit above it by no more than twice its stated error, and every tight ε must sit at or below RDP's bound."""
     from scipy.stats import norm
 
-    from fedaudit.simulation.dp_sgd import PRV_EPS_ERROR, prv_epsilon
+    from fedaudit.simulation.dp_accounting import PRV_EPS_ERROR, prv_epsilon
 
     eps = gaussian_epsilon(3 / 1.913, 1e-5)  # the recipe's σ at ε = 8 under RDP, 9 full-batch steps
     assert round(eps, 2) == 7.44 and round(rdp_epsilon([(1.913, 1.0, 9)], 1e-5), 2) == 8.00
@@ -148,7 +148,7 @@ def test_the_tight_accountant_is_exact_where_a_closed_form_exists_and_never_abov
     for history in ([(1.0, 0.1, 300)], [(0.909, 32 / 225, 42)], [(3.75, 32 / 225, 42), (2.0, 1.0, 3)]):
         assert spent_epsilon(history, 1e-5) <= rdp_epsilon(history, 1e-5) + 1e-12
     # the name stored beside ε says which accountant gave it: PRV for subsampled steps, RDP past the PRV's reach
-    from fedaudit.simulation.dp_sgd import PRV, RDP, TIGHT_MAX_EPSILON, accountant_name
+    from fedaudit.simulation.dp_accounting import PRV, RDP, TIGHT_MAX_EPSILON, accountant_name
 
     assert accountant_name([(0.909, 32 / 225, 42)], 1e-5) == PRV
     weak = [(0.1656, 32 / 225, 42)]  # ε ≈ 300

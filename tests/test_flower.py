@@ -25,8 +25,9 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from fedaudit.errors import FedauditError  # noqa: E402
 from fedaudit.interop.flower import RecordingGrid, recording_mod, start_recording  # noqa: E402
-from fedaudit.interop.recording import RecordingWriter, classify_record, read_recording  # noqa: E402
-from fedaudit.simulation.dp_sgd import GAUSSIAN  # noqa: E402
+from fedaudit.interop.recording import RecordingWriter, classify_record  # noqa: E402
+from fedaudit.interop.recording_reader import read_recording  # noqa: E402
+from fedaudit.simulation.dp_accounting import GAUSSIAN  # noqa: E402
 from fedaudit.simulation.wire import ArtifactKind  # noqa: E402
 
 SERVER_NODE = 1

@@ -14,7 +14,8 @@ from fedaudit.attack import AttackerPrior
 from fedaudit.attacks import get_attacks
 from fedaudit.attacks.gradinv import GradInv
 from fedaudit.attacks.gradinv.engine import GradInvSettings, LocalRecipe, recover_labels, simulate_update, split_state
-from fedaudit.audit.leakage import matched_fidelity, psnr, ssim
+from fedaudit.audit.judges import psnr, ssim
+from fedaudit.audit.leakage import matched_fidelity
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
 
 SIZE, CLASSES = 16, 10

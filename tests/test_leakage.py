@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fedaudit.audit.identifiability import identifiability_test
-from fedaudit.audit.leakage import PSNR_CAP_DB, domain_matrix, load_lpips, macro_diagonal, nearest_in_class, psnr, ssim
+from fedaudit.audit.judges import PSNR_CAP_DB, load_lpips, nearest_in_class, psnr, ssim
+from fedaudit.audit.leakage import domain_matrix, macro_diagonal
 from fedaudit.statistics.intervals import clopper_pearson
 
 

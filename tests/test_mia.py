@@ -13,7 +13,8 @@ import fedaudit.attacks.mia as mia
 from fedaudit.api import evaluate
 from fedaudit.attack import MembershipChallenge
 from fedaudit.attacks import get_attacks
-from fedaudit.attacks.mia import MembershipInference, consistency, mia_variants
+from fedaudit.attacks.mia import MembershipInference, mia_variants
+from fedaudit.attacks.mia.scorers import consistency
 from fedaudit.audit.membership import audit_membership, make_challenge
 from fedaudit.audit.session import attacker_prior
 from fedaudit.errors import FedauditError

@@ -16,7 +16,8 @@ from fedaudit.api import audit_recording, evaluate
 from fedaudit.cli import app
 from fedaudit.data import load_dataset, lodo_split
 from fedaudit.errors import FedauditError
-from fedaudit.interop.recording import Recorder, read_recording
+from fedaudit.interop.recording import Recorder
+from fedaudit.interop.recording_reader import read_recording
 from fedaudit.models import bn_layers, build_model, head_layer
 from fedaudit.simulation.training import Preprocess, cross_entropy_loss, index_batches, make_optimizer, train_steps
 

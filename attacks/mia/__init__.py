@@ -82,8 +82,6 @@ Deviations and choices, with reasons:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -92,11 +90,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from fedaudit.run import run_directory
-from fedaudit.simulation.aggregation import load_state_
 from fedaudit.attack import (
     NO_ACCESS,
     Access,
@@ -110,7 +105,6 @@ from fedaudit.attack import (
 from fedaudit.attacks.mia.artifact import ARTIFACT, artifact_outputs
 from fedaudit.attacks.mia.reference_models import (
     REFERENCE_PATHS,
-    ReferenceLogits,
     TrainOne,
     choose_path,
     eval_views,
@@ -118,13 +112,15 @@ from fedaudit.attacks.mia.reference_models import (
     train_reference_models,
 )
 from fedaudit.errors import FedauditError, unknown_choice
-from fedaudit.tensor_ops.augment import SimCLRAugment
-from fedaudit.attacks.mia.scorers import lira_offline, lira_online, lira_signal, loss_signal, rmia_prob, rmia_score
+from fedaudit.attacks.mia.logit_cache import cache_key, cache_paths, load_cache, save_cache, tensors_of
+from fedaudit.attacks.mia.signals import (MIA_STREAM, NOT_APPLICABLE, Skipped, attacker_preprocess, consistency_views,
+                                          last_upload, target_signals)
+from fedaudit.attacks.mia.scorers import (consistency, fisher_z, lira_offline, lira_online, lira_signal, loss_signal,
+                                          rmia_prob, rmia_score)
 from fedaudit.run.options import Option
 from fedaudit.run.seeds import derive_seed, stable_int
 from fedaudit.simulation.training import Preprocess
-from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
-from fedaudit.simulation.wire_views import count_sources, latest_weights, overlay_state
+from fedaudit.simulation.wire import WireView
 
 if TYPE_CHECKING:
     from fedaudit.run.config import RunConfig
@@ -143,22 +139,9 @@ MODEL_VARIANTS = ("loss", "lira", "rmia")  # the variants that query a model abo
 GLOBAL, LAST_UPLOAD = "global_model", "last_upload"
 TARGETS = (GLOBAL, LAST_UPLOAD)
 ALL_DOMAINS = "all"
-NOT_APPLICABLE = "not applicable"
 CONSISTENCY_PAIRS = 4
-MIA_STREAM = 9_001  # derive_seed stream: challenge shuffles, reference models, consistency views
-CACHE_FORMAT = 1
 MAX_REFERENCE_MODELS = 4_096
 DEFAULT_REFERENCE_MODELS = 8
-
-@dataclass(frozen=True)
-class Skipped:
-    """A variant or target that could not run, and why (stored as is in metrics)."""
-
-    reason: str
-    status: str = NOT_APPLICABLE
-
-    def to_json(self) -> dict[str, str]:
-        return {"status": self.status, "reason": self.reason}
 
 
 @dataclass
@@ -328,7 +311,8 @@ class MembershipInference(Attack):
         last, info[LAST_UPLOAD] = self._last_upload(view, prior, challenge.victim, device)
         forwards[LAST_UPLOAD] = last
         want_rmia = "rmia" in variants and not prior.label_free and challenge.population_labels.numel() > 0
-        signals = {t: f if isinstance(f, Skipped) else self._signals(f, challenge, pre, prior, want_rmia)
+        signals = {t: f if isinstance(f, Skipped) else target_signals(f, challenge, pre, prior, want_rmia, self.precision,
+                                                                                       self.seed, self.consistency_pairs)
                    for t, f in forwards.items()}
 
         ref: dict[str, Tensor] | Skipped | None = None
@@ -365,35 +349,6 @@ class MembershipInference(Attack):
 
     # -- signals ---------------------------------------------------------------------
 
-    def _signals(self, forward: Query, challenge: MembershipChallenge, pre: Preprocess, prior: AttackerPrior,
-                 want_rmia: bool) -> dict[str, Tensor]:
-        """Per-record signals of one target: ``loss`` and LiRA's ``phi`` (and RMIA's ``p_x``/``p_z``)."""
-        y = challenge.labels.cpu()
-        if prior.label_free:
-            views = self._consistency_views(challenge, prior)
-            (emb,) = eval_views(forward, [views], pre, False, self.precision)
-            c = consistency(emb, self.consistency_pairs)
-            return {"loss": c, "phi": fisher_z(c)}
-        sets = [challenge.images, challenge.population_images] if want_rmia else [challenge.images]
-        outs = list(eval_views(forward, sets, pre, prior.hflip, self.precision))
-        logits, flipped = outs.pop(0), outs.pop(0) if prior.hflip else None
-        sig = {"loss": loss_signal(logits, y), "phi": lira_signal(logits, y, flipped)}
-        if want_rmia:
-            pop, pop_flipped = outs.pop(0), outs.pop(0) if prior.hflip else None
-            sig["p_x"] = rmia_prob(logits, y, flipped_logits=flipped)
-            sig["p_z"] = rmia_prob(pop, challenge.population_labels.cpu(), flipped_logits=pop_flipped)
-        return sig
-
-    def _consistency_views(self, challenge: MembershipChallenge, prior: AttackerPrior) -> Tensor:
-        """uint8 [2·pairs·n, C, H, W]: for each pair k, view A of every record, then view B (fixed seed)."""
-        images = challenge.images
-        g = torch.Generator(device=images.device)
-        g.manual_seed(derive_seed(self.seed, MIA_STREAM, 2, stable_int(challenge.victim)))
-        augment = SimCLRAugment(hflip=prior.hflip)
-        unit = images.float() / 255.0
-        views = [augment(unit, g) for _ in range(2 * self.consistency_pairs)]
-        return torch.cat(views).mul_(255.0).round_().clamp_(0, 255).to(torch.uint8)
-
     # -- reference models --------------------------------------------------------------
 
     def _reference_signals(self, challenge: MembershipChallenge, prior: AttackerPrior, pre: Preprocess,
@@ -413,15 +368,15 @@ class MembershipInference(Attack):
         # The path that will run, not the one asked for: "auto" is vmap on CUDA and sequential on a CPU, and
         # the two agree to float error only, so a cache made by one is not the other's.
         path, reason = choose_path(self.path, prior.build_model(), recipe, masks.sum(1).tolist(), device)
-        paths = _cache_paths(cache_dir, challenge.victim)
+        paths = cache_paths(cache_dir, challenge.victim)
         key = self._cache_key(challenge, prior, seed, recipe, path, device) if paths is not None else None
-        loaded = _load_cache(paths, challenge.victim, key)
+        loaded = load_cache(paths, challenge.victim, key)
         if loaded is None:
             t0 = time.perf_counter()
             tensors, made = self._train(challenge, prior, pre, seed, recipe, masks, path)
             made["path_reason"] = reason  # why this path (training it again reports only "asked for")
             made["seconds"] = round(time.perf_counter() - t0, 3)
-            _save_cache(paths, key, tensors, made)
+            save_cache(paths, key, tensors, made)
             self.trained += 1
             source = "trained"
         else:
@@ -444,7 +399,7 @@ class MembershipInference(Attack):
                recipe: TrainOne, masks: Tensor, path: str) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """The tensors to cache, and how they were made (training path and why)."""
         if prior.label_free:
-            views = self._consistency_views(challenge, prior)
+            views = consistency_views(challenge, prior, self.seed, self.consistency_pairs)
             ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, recipe,
                                          preprocess=pre, population=views, seed=seed, path=path, flip=False,
                                          precision=self.precision)
@@ -456,27 +411,13 @@ class MembershipInference(Attack):
             ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, recipe,
                                          preprocess=pre, population=population, seed=seed, path=path,
                                          flip=prior.hflip, precision=self.precision)
-            tensors = _tensors_of(ref)
+            tensors = tensors_of(ref)
         return tensors, {"path": ref.path, "path_reason": ref.reason}
 
     def _cache_key(self, challenge: MembershipChallenge, prior: AttackerPrior, seed: int, recipe: TrainOne,
                    path: str, device: torch.device) -> dict[str, Any]:
-        shapes = sorted((k, list(v.shape)) for k, v in prior.build_model().state_dict().items())
-        return {
-            "format": CACHE_FORMAT,
-            "victim": challenge.victim,
-            "reference_models": self.reference_models,
-            "recipe": repr(recipe),
-            "seed": seed,
-            "path": path,
-            "device": device.type,
-            "precision": self.precision,
-            "signal": f"consistency/{self.consistency_pairs}" if prior.label_free else "logits",
-            "flip": bool(prior.hflip),
-            "architecture": _digest(json.dumps(shapes).encode()),
-            "pool": _digest_tensors(challenge.images, challenge.labels),
-            "population": _digest_tensors(challenge.population_images, challenge.population_labels),
-        }
+        signal = f"consistency/{self.consistency_pairs}" if prior.label_free else "logits"
+        return cache_key(challenge, prior, self.reference_models, seed, recipe, path, device, self.precision, signal)
 
     # -- targets -----------------------------------------------------------------------
 
@@ -493,7 +434,7 @@ class MembershipInference(Attack):
         if prior.label_free:
             probe = MembershipChallenge(ALL_DOMAINS, challenge.images, challenge.labels, challenge.images[:0],
                                         challenge.labels[:0])
-            (emb,) = eval_views(query, [self._consistency_views(probe, prior)], pre, False, self.precision)
+            (emb,) = eval_views(query, [consistency_views(probe, prior, self.seed, self.consistency_pairs)], pre, False, self.precision)
             return consistency(emb, self.consistency_pairs)
         (logits,) = eval_views(query, [challenge.images], pre, False, self.precision)
         return loss_signal(logits, challenge.labels.cpu())
@@ -549,109 +490,6 @@ def mia_variants(classes: Iterable[type[Attack]]) -> tuple[str, ...]:
     """The union of variants of the selected mia classes (``--attack mia-loss,mia-lira``), in canonical order."""
     chosen = {v for cls in classes if issubclass(cls, MembershipInference) for v in cls.variants}
     return tuple(v for v in VARIANTS if v in chosen)
-
-
-# -- signals and helpers -----------------------------------------------------------------
-
-
-def last_upload(view: WireView, prior: AttackerPrior, victim: str,
-                device: torch.device) -> tuple[Query | Skipped, dict[str, Any]]:
-    """The victim's newest uploaded weights as a queryable model (through the method's public ``predict``),
-    or why there are none in this view; with where its weights came from."""
-    if view.role != SERVER:
-        return Skipped(f"only a curious server sees a client's uploads; this attacker is {view.role}"), {}
-    me = client_role(victim)
-    sent = [a for a in view if a.sender == me]
-    uploads = latest_weights(sent, sender=me)
-    if not uploads:
-        kinds = ", ".join(sorted({a.kind.value for a in sent})) or "nothing"
-        return Skipped(f"the server's view holds no weight-bearing upload (full_model or partial_model) from "
-                       f"{victim}; it sent {kinds}"), {}
-    broadcast = latest_weights([a for a in view if a.sender == SERVER], receiver=me)
-    stats = [a for a in sent if a.kind == ArtifactKind.BN_STATS_ALL_LAYERS]
-    layers: list[Artifact] = [*broadcast, *uploads, *([max(stats, key=lambda a: a.round)] if stats else [])]
-    model = prior.build_model()
-    base = {k: v.detach().to(device) for k, v in model.state_dict().items()}
-    state, source = overlay_state(base, layers, device)
-    load_state_(model, state)
-    model = model.to(device).eval()
-    info = {"round": max(a.round for a in uploads), "weights_from": count_sources(source)}
-    return (lambda x: prior.predict(model, x)), info
-
-
-
-def consistency(embeddings: Tensor, pairs: int) -> Tensor:
-    """Mean cosine of view pairs: [..., 2·pairs·n, D] laid out as pair k's A views then its B views → [..., n] (float64)."""
-    e = embeddings.double()
-    n = e.shape[-2] // (2 * pairs)
-    e = e.reshape(*e.shape[:-2], pairs, 2, n, e.shape[-1])
-    return F.cosine_similarity(e[..., 0, :, :], e[..., 1, :, :], dim=-1).mean(-2)
-
-
-def fisher_z(c: Tensor) -> Tensor:
-    """atanh of a cosine, clamped off ±1 so a perfectly consistent record stays finite."""
-    return torch.atanh(c.double().clamp(-1 + 1e-6, 1 - 1e-6))
-
-
-def attacker_preprocess(prior: AttackerPrior, device: torch.device) -> Preprocess:
-    """The federation's normalisation and augmentation, rebuilt from public knowledge."""
-    return Preprocess(prior.mean, prior.std, device, hflip=prior.hflip, channels_last=device.type == "cuda")
-
-
-def _tensors_of(ref: ReferenceLogits) -> dict[str, Tensor]:
-    named = {"logits": ref.logits, "flipped": ref.flipped, "population_logits": ref.population_logits,
-             "population_flipped": ref.population_flipped, "masks": ref.masks.to(torch.uint8)}
-    return {k: v for k, v in named.items() if v is not None}
-
-
-def _digest(blob: bytes) -> str:
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def _digest_tensors(*tensors: Tensor) -> str:
-    h = hashlib.sha256()
-    for t in tensors:
-        h.update(str(tuple(t.shape)).encode())
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def _cache_paths(cache_dir: Path | None, victim: str) -> tuple[Path, Path] | None:
-    if cache_dir is None:
-        return None
-    stem = run_directory.safe_name(victim) + "-reference-logits"
-    return cache_dir / f"{stem}.safetensors", cache_dir / f"{stem}.json"
-
-
-def _load_cache(paths: tuple[Path, Path] | None, victim: str,
-                key: dict[str, Any] | None) -> tuple[dict[str, Tensor], dict[str, Any]] | None:
-    """(tensors, how they were made) when the cache holds this key, else None."""
-    if paths is None or not all(p.is_file() for p in paths):
-        return None
-    from safetensors.torch import load_file
-
-    try:
-        meta = run_directory.read_json(paths[1])
-        if meta.get("key") != key:
-            log.info("mia: reference-logit cache for %s was made by other settings; retraining", victim)
-            return None
-        return load_file(str(paths[0])), dict(meta.get("made", {}))
-    except (OSError, ValueError, json.JSONDecodeError) as exc:
-        log.warning("mia: unreadable reference-logit cache for %s (%s); retraining", victim, exc)
-        return None
-
-
-def _save_cache(paths: tuple[Path, Path] | None, key: dict[str, Any] | None, tensors: dict[str, Tensor],
-                made: dict[str, Any]) -> None:
-    if paths is None:
-        return
-    from safetensors.torch import save_file
-
-    paths[0].parent.mkdir(parents=True, exist_ok=True)
-    with run_directory.atomic_path(paths[0]) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
-    # Written last: a matching key marks a complete cache.
-    run_directory.write_json(paths[1], {"key": key, "made": made, "tensors": sorted(tensors)})
 
 
 __all__ = ["ALL_DOMAINS", "GLOBAL", "LAST_UPLOAD", "MIA_ATTACKS", "MIA_STREAM", "NOT_APPLICABLE", "VARIANTS",

@@ -70,6 +70,7 @@ import math
 import warnings
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from fedaudit.errors import FedauditError
@@ -314,3 +315,18 @@ def ledoit_wolf_shrinkage(z: Tensor) -> float:
     if float(distance) <= 0.0:
         return 1.0
     return float((spread / distance).clamp(0.0, 1.0))
+
+
+def consistency(embeddings: Tensor, pairs: int) -> Tensor:
+    """Mean cosine of view pairs: [..., 2·pairs·n, D] laid out as pair k's A views then its B views → [..., n] (float64)."""
+    e = embeddings.double()
+    n = e.shape[-2] // (2 * pairs)
+    e = e.reshape(*e.shape[:-2], pairs, 2, n, e.shape[-1])
+    return F.cosine_similarity(e[..., 0, :, :], e[..., 1, :, :], dim=-1).mean(-2)
+
+
+def fisher_z(c: Tensor) -> Tensor:
+    """atanh of a cosine, clamped off ±1 so a perfectly consistent record stays finite."""
+    return torch.atanh(c.double().clamp(-1 + 1e-6, 1 - 1e-6))
+
+

@@ -32,7 +32,7 @@ from fedaudit.data.base import ClientData, LODOSplit
 from fedaudit.data.split import stratified_split, thin_splits
 from fedaudit.errors import FedauditError
 from fedaudit.interop.recorded_dp import recorded_privacy
-from fedaudit.interop.recording import Recording
+from fedaudit.interop.recording_reader import Recording
 from fedaudit.models import build_model, is_factory
 from fedaudit.run import run_directory
 from fedaudit.run.config import RunConfig

@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from fedaudit.errors import FedauditError
-from fedaudit.simulation.dp_sgd import accountant_name, rdp_epsilon, spent_epsilon
+from fedaudit.simulation.dp_accounting import accountant_name, rdp_epsilon, spent_epsilon
 from fedaudit.simulation.wire import SERVER, ArtifactKind
 
 if TYPE_CHECKING:
-    from fedaudit.interop.recording import Recording
+    from fedaudit.interop.recording_reader import Recording
 
 # mechanism name → who clips (the server always adds the noise)
 MECHANISMS = {

@@ -19,8 +19,9 @@ rows are appended under an exclusive lock, node files are written once each.
 
 A recording is one run: the manifest's ``run_id`` is on every ledger row (with the framework's own run
 id where there is one), a directory holding another run is refused when recording starts, and reading
-refuses rows of two runs or a message recorded twice. Reading a recording turns it into a
-:class:`~fedaudit.simulation.wire.Wire`: the same ledger and views the attacks get from fedaudit's own simulation.
+refuses rows of two runs or a message recorded twice. Reading a recording
+(:mod:`fedaudit.interop.recording_reader`) turns it into a :class:`~fedaudit.simulation.wire.Wire`: the same
+ledger and views the attacks get from fedaudit's own simulation.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import os
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
 from fedaudit.run.run_directory import atomic_path, safe_name
-from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, LedgerEntry, Wire, client_role, direction
+from fedaudit.simulation.wire import SERVER, ArtifactKind, client_role
 
 FORMAT = "fedaudit-recording/1"
 MANIFEST = "manifest.json"
@@ -233,20 +233,7 @@ class RecordingWriter:
         to, where known. Returns the ledger rows written."""
         self._join_run(framework_run_id)
         metrics, configs = metrics or {}, configs or {}
-        tensors: dict[str, Tensor] = {}
-        shapes: dict[str, dict[str, tuple[int, ...]]] = {}
-        for record, items in arrays.items():
-            shapes[record] = {}
-            for key, value in items.items():
-                t = torch.as_tensor(value).detach().cpu().contiguous()
-                tensors[f"{record}/{key}"] = t
-                shapes[record][key] = tuple(t.shape)
-        numbers: dict[str, int] = {}
-        for record, items in metrics.items():
-            for key, value in items.items():
-                t = torch.as_tensor(value, dtype=torch.float64 if _has_float(value) else torch.int64)
-                tensors[f"{METRICS_PREFIX}{record}/{key}"] = t
-                numbers[record] = numbers.get(record, 0) + t.numel() * t.element_size()
+        tensors, shapes, numbers = _message_tensors(arrays, metrics)
         stem = "-".join([self.recorded_by, f"r{round:04d}", safe_name(message_type),
                          f"{src_node_id}to{dst_node_id}", safe_name(message_id)[:24] or "x", uuid.uuid4().hex[:8]])
         file = f"{MESSAGES}/{stem}.safetensors"
@@ -260,12 +247,12 @@ class RecordingWriter:
                 **({"framework_run_id": framework_run_id} if framework_run_id is not None else {})}
         state = {k: tuple(v) for k, v in (self.manifest.get("model_state") or {}).items()}
         declared = self.manifest.get("record_kinds") or {}
-        rows = []
-        for record, items in arrays.items():
-            kind = classify_record(record, shapes[record], sent_up=sent_up, model_state=state, declared=declared)
-            nbytes = sum(tensors[f"{record}/{k}"].numel() * tensors[f"{record}/{k}"].element_size() for k in items)
-            rows.append({**base, "kind": kind.value, "record": record, "bytes": nbytes, "tensors": len(items),
-                         "shapes": {k: list(v) for k, v in shapes[record].items()}})
+        rows = [{**base, "kind": classify_record(record, shapes[record], sent_up=sent_up, model_state=state,
+                                                 declared=declared).value,
+                 "record": record, "bytes": sum(tensors[f"{record}/{k}"].numel() * tensors[f"{record}/{k}"].element_size()
+                                                for k in items),
+                 "tensors": len(items), "shapes": {k: list(v) for k, v in shapes[record].items()}}
+                for record, items in arrays.items()]
         for record, nbytes in numbers.items():
             rows.append({**base, "kind": ArtifactKind.SCALARS.value, "record": f"{METRICS_PREFIX}{record}",
                          "bytes": nbytes, "tensors": len(metrics[record])})
@@ -346,6 +333,27 @@ class Recorder:
         return self._nodes[name]
 
 
+def _message_tensors(arrays: Mapping[str, Mapping[str, Any]], metrics: Mapping[str, Mapping[str, Any]]
+                     ) -> tuple[dict[str, Tensor], dict[str, dict[str, tuple[int, ...]]], dict[str, int]]:
+    """A message's tensors as the file stores them (``record/key``, ``metrics:record/key``), each array record's
+    shapes, and each metrics record's size in bytes."""
+    tensors: dict[str, Tensor] = {}
+    shapes: dict[str, dict[str, tuple[int, ...]]] = {}
+    for record, items in arrays.items():
+        shapes[record] = {}
+        for key, value in items.items():
+            t = torch.as_tensor(value).detach().cpu().contiguous()
+            tensors[f"{record}/{key}"] = t
+            shapes[record][key] = tuple(t.shape)
+    numbers: dict[str, int] = {}
+    for record, items in metrics.items():
+        for key, value in items.items():
+            t = torch.as_tensor(value, dtype=torch.float64 if _has_float(value) else torch.int64)
+            tensors[f"{METRICS_PREFIX}{record}/{key}"] = t
+            numbers[record] = numbers.get(record, 0) + t.numel() * t.element_size()
+    return tensors, shapes, numbers
+
+
 def _scalar(key: str, value: Any) -> float | int | list[float] | list[int]:
     v = value.tolist() if hasattr(value, "tolist") else value
     if isinstance(v, bool) or not isinstance(v, (int, float, list)):
@@ -387,192 +395,4 @@ class _locked:
         self.fh.close()
 
 
-# -- reading ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Recording:
-    """A recording read back: its manifest, node names and ledger rows (one recorder's per message)."""
-
-    root: Path
-    manifest: dict[str, Any]
-    nodes: dict[int, str]
-    rows: list[dict[str, Any]]
-
-    def reclassify(self, model_state: Mapping[str, tuple[int, ...]]) -> int:
-        """Name the generic records that are the given model's state (whole or part) — for a recording made
-        without ``start_recording(model=...)``, once the audit knows the architecture. Returns how many rows."""
-        declared = self.manifest.get("record_kinds") or {}
-        changed = 0
-        for row in self.rows:
-            if row["kind"] != ArtifactKind.RECORD.value or row["record"] in declared or "shapes" not in row:
-                continue
-            kind = classify_record(row["record"], {k: tuple(v) for k, v in row["shapes"].items()},
-                                   sent_up=row["direction"] == "up", model_state=model_state)
-            if kind != ArtifactKind.RECORD:
-                row["kind"] = kind.value
-                changed += 1
-        return changed
-
-    def shares(self) -> set[tuple[ArtifactKind, str]]:
-        """(kind, direction) pairs the ledger holds: what the recorded protocol sends."""
-        return {(ArtifactKind(r["kind"]), r["direction"]) for r in self.rows if r["kind"] != "config"}
-
-    def wire(self, device: torch.device | str = "cpu") -> Wire:
-        """The recording as fedaudit's wire: every row in the ledger; the newest artifact of each
-        (kind, sender, receiver) retained, as the simulation's wire retains it — from training
-        messages: an evaluation broadcast of the same round would hide the weights that round's
-        local training started from, which the auditor's counterfactual replays need."""
-        wire = Wire()
-        newest: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for row in self.rows:
-            if row["kind"] == "config":
-                continue
-            wire.ledger.append(LedgerEntry(row["kind"], row["sender"], row["receiver"], row["round"], row["bytes"],
-                                           row["tensors"]))
-            key = (row["kind"], row["sender"], row["receiver"])
-            if not is_evaluation(row) and (key not in newest or row["round"] >= newest[key]["round"]):
-                newest[key] = row
-        for key, row in newest.items():
-            wire.retained[key] = self.artifact(row, device)
-        return wire
-
-    def deployed(self, device: torch.device | str = "cpu") -> Artifact | None:
-        """The newest whole model the server sent (an evaluation broadcast after the last aggregation when the
-        strategy evaluates, else the last round's training broadcast): the model the federation deploys."""
-        down = [r for r in self.rows if r["kind"] == ArtifactKind.FULL_MODEL.value and r["sender"] == SERVER]
-        return self.artifact(down[-1], device) if down else None
-
-    def artifact(self, row: dict[str, Any], device: torch.device | str = "cpu") -> Artifact:
-        """The artifact one ledger row stands for, its tensors read from the message file."""
-        tensors = load_message(self.root / row["file"])
-        prefix = f"{row['record']}/"
-        mine = {k[len(prefix):]: t.to(device) for k, t in tensors.items() if k.startswith(prefix)}
-        order = list(row.get("shapes") or {})  # the order they were sent in (the file's is alphabetical)
-        mine = {k: mine[k] for k in order if k in mine} | mine
-        return Artifact(ArtifactKind(row["kind"]), row["sender"], row["receiver"], row["round"], mine,
-                        {"record": row["record"], "message_type": row["message_type"]})
-
-    def bytes_by_round(self, kinds: set[str] | None = None) -> dict[int, int]:
-        """Ledger bytes per round (of these kinds), both directions."""
-        out: dict[int, int] = {}
-        for row in self.rows:
-            if kinds is None or row["kind"] in kinds:
-                out[row["round"]] = out.get(row["round"], 0) + row["bytes"]
-        return out
-
-
-def is_evaluation(row: Mapping[str, Any]) -> bool:
-    """Flower's ``evaluate`` messages (and ``evaluate.<name>``): they carry a model to score, not to train."""
-    return str(row.get("message_type", "")).split(".")[0] == "evaluate"
-
-
-def load_message(path: Path) -> dict[str, Tensor]:
-    """One message file's tensors; a missing or truncated file is a one-line error naming it."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    if not path.is_file():
-        raise FedauditError(f"recorded message {path} is missing; the recording is incomplete — record the run again")
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise FedauditError(f"recorded message {path} is not a readable safetensors file ({exc}); "
-                            "it may be truncated — record the run again") from None
-
-
-def read_recording(root: str | Path) -> Recording:
-    """Read a recording directory (manifest, node names, ledger), each problem a one-line error."""
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        raise FedauditError(f"recording {root} does not exist; give the directory the recorder wrote")
-    path = root / MANIFEST
-    if not path.is_file():
-        raise FedauditError(f"{root} has no {MANIFEST}: not a fedaudit recording; record with fedaudit.interop.flower "
-                            "(recording_mod / RecordingGrid), which writes it")
-    try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FedauditError(f"{path} is not valid JSON ({exc}); record the run again") from None
-    if manifest.get("format") != FORMAT:
-        raise FedauditError(f"{path} has format {manifest.get('format')!r}, this fedaudit reads {FORMAT!r}")
-    nodes = {int(k): v for k, v in (manifest.get("nodes") or {}).items()}
-    for node_file in sorted((root / NODES).glob("*.json")):
-        item = json.loads(node_file.read_text())
-        nodes.setdefault(int(item["node_id"]), item["name"])
-    ledger = root / LEDGER
-    if not ledger.is_file():
-        raise FedauditError(f"{root} has no {LEDGER}: nothing was recorded; check that the mod or recorder ran")
-    raw = []
-    for n, line in enumerate(ledger.read_text().splitlines(), 1):
-        try:
-            raw.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise FedauditError(f"{ledger} line {n} is not a JSON row (truncated?); record the run again") from None
-    _one_run(raw, manifest, ledger)
-    server_node = manifest.get("server_node_id", SERVER_NODE_ID)
-    rows = [_named(r, nodes, server_node, ledger) for r in _one_recorder_per_message(raw)]
-    rows.sort(key=lambda r: (r["round"], r["time"]))
-    _no_repeats(rows, ledger)
-    return Recording(root, manifest, nodes, rows)
-
-
-def _one_run(rows: list[dict[str, Any]], manifest: Mapping[str, Any], ledger: Path) -> None:
-    """A recording is one run: every row carries the manifest's run id, and one framework run id unless the
-    run was continued (``append``)."""
-    for n, row in enumerate(rows, 1):
-        if row.get("run_id") not in (None, manifest.get("run_id")):
-            raise FedauditError(f"{ledger} line {n} belongs to run {row['run_id']}, the manifest to run "
-                                f"{manifest.get('run_id')}: the recording mixes runs; record each run into its own directory")
-    runs = sorted({str(r["framework_run_id"]) for r in rows if r.get("framework_run_id") is not None})
-    if len(runs) > 1 and not manifest.get("appended"):
-        raise FedauditError(f"{ledger} holds messages of {len(runs)} framework runs ({', '.join(runs[:3])}): the "
-                            "recording mixes runs; record each run into its own directory")
-
-
-def _no_repeats(rows: list[dict[str, Any]], ledger: Path) -> None:
-    """Each (round, sender, receiver, record, message type) once: a repeat means two runs, or a round recorded twice."""
-    seen: set[tuple[Any, ...]] = set()
-    for row in rows:
-        key = (row["round"], row["sender"], row["receiver"], row["record"], row["message_type"])
-        if key in seen:
-            raise FedauditError(f"{ledger} records {row['record']!r} from {row['sender']} to {row['receiver']} in "
-                                f"round {row['round']} ({row['message_type']}) twice: the recording mixes runs or "
-                                "repeats a round; record each run into its own directory")
-        seen.add(key)
-
-
-def _one_recorder_per_message(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """When both sides recorded, keep what left the sender: the client's rows for uploads, the
-    server's for broadcasts; a message only one side recorded is kept as recorded."""
-    preferred = {"up": "client", "down": "server"}
-    by_message: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
-    for r in rows:
-        key = (r["src_node_id"], r["dst_node_id"], r["round"], r["message_type"])
-        by_message.setdefault(key, {}).setdefault(r["recorded_by"], []).append(r)
-    kept = []
-    for sides in by_message.values():
-        some = next(iter(sides.values()))
-        kept += sides.get(preferred[some[0]["direction"]], some)
-    return kept
-
-
-def _named(row: dict[str, Any], nodes: dict[int, str], server_node: int, ledger: Path) -> dict[str, Any]:
-    out = dict(row)
-    for role, node in (("sender", "src_node_id"), ("receiver", "dst_node_id")):
-        if out.get(role):
-            continue
-        if row[node] == server_node:
-            out[role] = SERVER
-        elif row[node] in nodes:
-            out[role] = client_role(nodes[row[node]])
-        else:
-            raise FedauditError(f"{ledger}: node {row[node]} has no name (no nodes/{row[node]}.json and none in the "
-                                "manifest's nodes); install fedaudit's recording mod on every ClientApp, or name "
-                                "the node in the manifest")
-    out["direction"] = direction(out["receiver"])
-    return out
-
-
-__all__ = ["FORMAT", "Recorder", "Recording", "RecordingWriter", "start_recording", "classify_record", "check_kinds", "load_message",
-           "read_recording", "write_manifest"]
+__all__ = ["FORMAT", "Recorder", "RecordingWriter", "start_recording", "classify_record", "check_kinds", "write_manifest"]

@@ -10,7 +10,7 @@ import torch
 
 from fedaudit.run import run_directory
 from fedaudit.run.numerics import numerics
-from fedaudit.simulation.dp_sgd import coverage
+from fedaudit.simulation.dp_accounting import coverage
 from fedaudit.simulation.wire import ArtifactKind
 
 if TYPE_CHECKING:

@@ -208,7 +208,7 @@ def dp_curve(epsilon: float, delta: float) -> InversePower:
 
 def curve_of(claim: dict[str, Any]) -> InversePower:
     """The inverse power of a stored claim: ``{"curve": "gaussian", "mu": μ}`` or ``{"curve": "epsilon_delta",
-    "epsilon": ε, "delta": δ}`` (:func:`fedaudit.simulation.dp_sgd.claimed_curve` writes them)."""
+    "epsilon": ε, "delta": δ}`` (:func:`fedaudit.simulation.dp_accounting.claimed_curve` writes them)."""
     if claim.get("curve") == "gaussian":
         return gaussian_curve(float(claim["mu"]))
     if claim.get("curve") == "epsilon_delta":
