@@ -33,6 +33,7 @@ from fedaudit.reports import write_report_or_warn
 from fedaudit.run import run_directory
 from fedaudit.run.config import RunConfig, from_json, load_toml, parse_method_options, resolve
 from fedaudit.run.numerics import run_numerics
+from fedaudit.run.results import RunMetrics, write_metrics
 from fedaudit.run.summary import communication, privacy, provenance, summarise_targets
 from fedaudit.simulation.dp_sgd import private_config
 from fedaudit.simulation.federation import Federation
@@ -199,8 +200,7 @@ def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, target
             run_directory.write_json(sub / "config.json", {"config": {**cfg.to_json(), "target_domain": target},
                                                   "config_hash": cfg.hash(), "command": command, "targets": [target]})
         per_target[target] = run_one(sub, cfg, dataset, target, device, reporter, on_round_end, command, data_seconds)
-    metrics = summarise_targets(cfg, per_target)
-    run_directory.write_json(root / "metrics.json", metrics)
+    metrics = write_metrics(root / "metrics.json", summarise_targets(cfg, per_target))
     run_directory.mark_complete(root, ["config.json", "metrics.json", *(f"{run_directory.target_dirname(t)}/{run_directory.COMPLETE}" for t in targets)])
     write_report_or_warn(root)  # one report for all targets, rendered from the root and its target-*/ folders
     return EvaluateResult(root, metrics)
@@ -268,25 +268,17 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
     attack_seconds = time.perf_counter() - t0
 
     stages = {"data": data_seconds, **fed.timings, "attacks": attack_seconds, "wall": time.perf_counter() - wall0}
-    metrics = {
-        "schema_version": run_directory.SCHEMA_VERSION,
-        "method": cfg.method,
-        "dataset": cfg.dataset,
-        "target_domain": target,
-        "source_domains": [c.domain for c in fed.clients],
-        "accuracy": accuracy,
-        "communication": communication(fed),
-        "leakage": leakage,
-        "privacy": privacy(fed),
-        "provenance": {**provenance(cfg, dataset, device, command, stages, unpinned, fed.model), "data_warnings": thin},
-    }
+    metrics = RunMetrics(
+        method=cfg.method, dataset=cfg.dataset, target_domain=target, source_domains=[c.domain for c in fed.clients],
+        accuracy=accuracy, communication=communication(fed), leakage=leakage, privacy=privacy(fed),
+        provenance={**provenance(cfg, dataset, device, command, stages, unpinned, fed.model), "data_warnings": thin})
     # The verdict is computed once, here, from the evidence just stored; the report renders it.
-    metrics["verdict"] = judge(metrics, cfg.to_json(), RiskThresholds())
-    metrics["verdict_thresholds"] = asdict(RiskThresholds())
-    run_directory.write_json(run_dir / "metrics.json", metrics)
+    metrics.verdict = judge(metrics.to_json(), cfg.to_json(), RiskThresholds())
+    metrics.verdict_thresholds = asdict(RiskThresholds())
+    written = write_metrics(run_dir / "metrics.json", metrics)
     run_directory.mark_complete(run_dir, RUN_FILES)
     run_directory.drop_checkpoint(run_dir)
-    return metrics
+    return written
 
 
 def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any) -> tuple[Path, dict[str, Any]]:

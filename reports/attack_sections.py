@@ -7,11 +7,11 @@ import base64
 import io
 from typing import Any
 
-from fedaudit.audit.verdict import ARTIFACT, MIA, NOT_RECONSTRUCTIONS, advice, mia_level
+from fedaudit.audit.verdict import ARTIFACT, MIA, advice, mia_level
 from fedaudit.reports import plots
 from fedaudit.reports.cells import (LEVELS, MISSING, RESOLVE_PER_LEVEL, Table, as_text, ci_text, f3, f4, is_interval,
                                     mia_count, mia_tpr_ci, p_fmt)
-from fedaudit.reports.leakage_sections import NOT_SECTIONS, mia_entries_of, victim_metrics
+from fedaudit.reports.leakage_sections import victim_metrics
 from fedaudit.reports.load import Unit
 
 
@@ -19,32 +19,25 @@ MAX_IMAGE_SIDE = 900  # px; the stored grids are ~200×660, this only bounds a l
 REDACT_BLUR = 0.06  # Gaussian radius as a fraction of the grid's short side: a 64-px digit cell becomes a smudge
 def reconstructions(u: Unit, redact: bool) -> dict[str, Any]:
     items, notes = [], []
-    attacks = {a: s for a, s in u.leakage.items() if a not in NOT_RECONSTRUCTIONS and isinstance(s, dict)}
-    for attack, sec in attacks.items():
-        for key, victims in sec.items():
-            if key in NOT_SECTIONS or not isinstance(victims, dict):
-                continue
-            for victim, e in victims.items():
-                if not isinstance(e, dict):
-                    continue
-                head = f"{attack} · {key} · victim {victim}"
-                rel = e.get("image_grid")
-                if e.get("status") != "attacked":
-                    notes.append(f"{head}: {e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}")
-                elif rel is None and (e.get("metrics") or {}).get("status") == "unscored":
-                    notes.append(f"{head}: attacked in latent space (no images to show), not scored — "
-                                 f"{e['metrics'].get('reason', 'no reason stored')}")
-                elif rel is None:
-                    notes.append(f"{head}: attacked in latent space (no images to show); its scores are in “Side by side”")
-                elif rel not in u.images:
-                    notes.append(f"{head}: the image {rel} is missing from the run directory")
-                else:
-                    items.append({"title": head, "uri": image_uri(u.images[rel], redact),
-                                  "columns": ", ".join(e.get("grid_columns") or ["real nearest member", "reconstruction",
-                                                                                 "untrained-model control"]),
-                                  "scores": " · ".join(f"{label}: {text}" for label, text in victim_metrics(e)[:2])})
+    for attack, key, victim, e in u.results.reconstructions():
+        head = f"{attack} · {key} · victim {victim}"
+        rel = e.get("image_grid")
+        if e.get("status") != "attacked":
+            notes.append(f"{head}: {e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}")
+        elif rel is None and (e.get("metrics") or {}).get("status") == "unscored":
+            notes.append(f"{head}: attacked in latent space (no images to show), not scored — "
+                         f"{e['metrics'].get('reason', 'no reason stored')}")
+        elif rel is None:
+            notes.append(f"{head}: attacked in latent space (no images to show); its scores are in “Side by side”")
+        elif rel not in u.images:
+            notes.append(f"{head}: the image {rel} is missing from the run directory")
+        else:
+            items.append({"title": head, "uri": image_uri(u.images[rel], redact),
+                          "columns": ", ".join(e.get("grid_columns") or ["real nearest member", "reconstruction",
+                                                                         "untrained-model control"]),
+                          "scores": " · ".join(f"{label}: {text}" for label, text in victim_metrics(e)[:2])})
     why = None
-    if not attacks:
+    if not u.results.reconstruction_sections():
         why = "no reconstruction attack ran in this run; run with --attack deepinversion"
     elif not items:
         why = "no attack in this run produced images (see the notes below)"
@@ -68,10 +61,10 @@ def image_uri(png: bytes, redact: bool) -> str:
 
 def membership(u: Unit) -> dict[str, Any]:
     """Per variant: a log-log ROC plot and the TPR@FPR table with intervals; gaps and warnings spelled out."""
-    if not isinstance(u.leakage.get(MIA), dict) or not u.leakage[MIA]:
+    if not u.results.sections.get(MIA):
         return {"blocks": [], "notes": [], "why": "no membership attack in this run; run with --attack mia"}
     by_variant: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
-    for variant, target, victim, e in mia_entries_of(u):
+    for variant, target, victim, e in u.results.membership():
         by_variant.setdefault(variant, []).append((target, victim, e))
     notes: list[str] = []
     blocks = [b for variant, entries in by_variant.items() if (b := _membership_block(u, variant, entries, notes))]

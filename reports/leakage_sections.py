@@ -7,7 +7,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fedaudit.audit.verdict import BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_RECONSTRUCTIONS, mia_level
+from fedaudit.audit.verdict import CANARY, CANARY_GRADIENT, mia_level
+from fedaudit.audit.verdict.wording import fdp_bound
+from fedaudit.run.results import result_tables
 from fedaudit.reports import plots
 from fedaudit.reports.cells import (MISSING, NULL_LABELS, Table, aligned, as_text, ci_text, f3, is_finite, mia_tpr_ci,
                                     p_fmt, with_control)
@@ -69,13 +71,9 @@ def _accuracy(u: Unit, key: str) -> float:
 def leakage_table(units: Sequence[Unit]) -> Table:
     def cells(u: Unit) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
-        for attack, sec in u.leakage.items():
-            if attack in NOT_RECONSTRUCTIONS or not isinstance(sec, dict):
-                continue
+        for attack, sec in u.results.reconstruction_sections().items():
             summary = sec.get("summary") or {}
-            for key, victims in sec.items():
-                if key in NOT_SECTIONS or not isinstance(victims, dict):
-                    continue
+            for key, victims in result_tables(sec):
                 head = f"{attack} · {key}"
                 s = summary.get(key) or {}
                 macro = (s.get("domain_attribution") or {}).get("macro")
@@ -108,7 +106,7 @@ def leakage_table(units: Sequence[Unit]) -> Table:
                             f"on members (trained on {dom.get('trained_on', '?')})"))
             for victim, j in (judges.get("class_classifier") or {}).items():
                 out.append((f"{attack} · judge: class classifier accuracy, {victim}", f"{f3(j.get('accuracy_on_members'))} on members"))
-        for variant, target, victim, e in mia_entries_of(u):
+        for variant, target, victim, e in u.results.membership():
             if "status" in e and "advantage" not in e:
                 out.append((f"mia · {variant} · {target} · {victim}", f"{e['status']} — {e.get('reason', 'no reason stored')}"))
                 continue
@@ -151,8 +149,7 @@ def _fdp_bound(e: dict[str, Any]) -> str:
     gdp = e.get("gdp") if isinstance(e.get("gdp"), dict) else {}
     text = ""
     if is_finite(gdp.get("mu_lower_bound")):
-        text += (f" · f-DP bound: μ ≥ {f3(gdp['mu_lower_bound'])} (ε ≥ {f3(gdp.get('epsilon_if_gaussian'))} if the "
-                 f"curve is Gaussian; at most μ {f3(gdp.get('mu_max_certifiable'))} certifiable)")
+        text += " · " + fdp_bound(gdp, ceiling=True)
     claim = e.get("claim") if isinstance(e.get("claim"), dict) else {}
     if is_finite(e.get("p_claim")):
         curve = (f"μ-GDP, μ {f3(claim.get('mu'))}" if claim.get("curve") == "gaussian" else
@@ -281,30 +278,15 @@ def scatter_section(units: Sequence[Unit]) -> dict[str, Any]:
 
 def _scatter_metrics(u: Unit) -> dict[str, tuple[float, float | None, str]]:
     out: dict[str, tuple[float, float | None, str]] = {}
-    for attack, sec in u.leakage.items():
-        if attack in NOT_RECONSTRUCTIONS or not isinstance(sec, dict):
-            continue
+    for attack, sec in u.results.reconstruction_sections().items():
         for key, s in (sec.get("summary") or {}).items():
             for name, d in ((f"{attack}: domain attribution (macro)", (s.get("domain_attribution") or {}).get("macro")),
                             (f"{attack}: class fidelity", s.get("class_fidelity"))):
                 if isinstance(d, dict) and is_finite(d.get("attack")) and (name not in out or d["attack"] > out[name][0]):
                     out[name] = (float(d["attack"]), d.get("control"), key)
-    for variant, target, victim, e in mia_entries_of(u):
+    for variant, target, victim, e in u.results.membership():
         name = f"mia {variant} on {target}: AUC"
         if is_finite(e.get("auc")) and (name not in out or e["auc"] > out[name][0]):
             out[name] = (float(e["auc"]), 0.5, victim)
     return out
 
-
-def mia_entries_of(u: Unit) -> list[tuple[str, str, str, dict[str, Any]]]:
-    """Every stored (variant, target, victim, entry) of the membership attack, bookkeeping keys skipped."""
-    mia = u.leakage.get(MIA)
-    if not isinstance(mia, dict):
-        return []
-    return [(variant, target, victim, e) for variant, by_target in mia.items()
-            if variant not in BOOKKEEPING and isinstance(by_target, dict)
-            for target, by_victim in by_target.items() if isinstance(by_victim, dict)
-            for victim, e in by_victim.items() if isinstance(e, dict)]
-
-
-NOT_SECTIONS = BOOKKEEPING

@@ -18,6 +18,7 @@ from typing import Any
 
 from fedaudit.errors import FedauditError
 from fedaudit.run import run_directory
+from fedaudit.run.results import Leakage, schema_version
 
 
 @dataclass
@@ -48,6 +49,16 @@ class Unit:
     def leakage(self) -> dict[str, Any]:
         return self.metrics.get("leakage") or {}
 
+    @property
+    def schema(self) -> int:
+        """The metrics schema this unit was written in (1: before the version was declared)."""
+        return schema_version(self.metrics, self.run_dir / "metrics.json")
+
+    @property
+    def results(self) -> Leakage:
+        """The leakage sections, walked once (:class:`fedaudit.run.results.Leakage`)."""
+        return Leakage.of(self.metrics)
+
 
 @dataclass
 class Run:
@@ -74,6 +85,7 @@ def load_run(path: str | Path) -> Run:
                             f"finish it with `fedaudit evaluate --resume {root}` first")
     config = _read_json(root / "config.json")
     metrics = _read_json(root / "metrics.json")
+    schema_version(metrics, root / "metrics.json")  # a newer fedaudit's run is a one-line error naming the version
     if metrics.get("target_domain") != "all":
         return Run(root, config, metrics, [_load_unit(root, config, metrics)])
 

@@ -38,6 +38,7 @@ from fedaudit.reports.cells import (MISSING, Table, aligned, as_text, ci_text, c
 from fedaudit.reports.leakage_sections import dp_curve_section, dp_of, leakage_table, scatter_section
 from fedaudit.reports.load import Run, Unit, load_run
 from fedaudit.run import run_directory
+from fedaudit.run.results import SCHEMA_VERSION
 
 log = logging.getLogger("fedaudit")
 
@@ -200,11 +201,9 @@ def verdict_table(units: Sequence[Unit], t: RiskThresholds | None
     per_unit: list[dict[str, dict]] = []
     judged = 0
     for u in units:
-        stored = u.metrics.get("verdict")
-        if t is not None or not isinstance(stored, list):
-            stored = judge(u.metrics, _config(u), t)
-            judged += 1
-        per_unit.append({r["row"]: r for r in stored if isinstance(r, dict) and "row" in r})
+        rows, rejudged = verdict_rows(u, t)
+        judged += rejudged
+        per_unit.append({r["row"]: r for r in rows})
     keys: list[str] = []
     for rows in per_unit:
         keys += [k for k in rows if k not in keys]
@@ -218,11 +217,21 @@ def verdict_table(units: Sequence[Unit], t: RiskThresholds | None
     if t is not None:
         note = "Re-judged at report time from the stored evidence with the thresholds below (--risk-thresholds)."
     elif judged:
-        note = (f"{judged} run(s) stored no verdict (made before verdicts were stored): judged at report time from their "
-                "stored evidence with the default thresholds; evidence those runs did not store counts against them.")
+        note = (f"{judged} run(s) stored no verdict in this version's rows (made before metrics schema {SCHEMA_VERSION}): "
+                "judged at report time from their stored evidence with the default thresholds; evidence those runs "
+                "did not store counts against them.")
     else:
         note = "The verdict each run stored (metrics.json → verdict), with the thresholds below."
     return table, note
+
+
+def verdict_rows(u: Unit, t: RiskThresholds | None) -> tuple[list[dict[str, Any]], bool]:
+    """The unit's verdict rows as the page shows them, and whether they were judged now: the stored rows, or the
+    stored evidence re-judged (other thresholds, or a run stored before this schema's rows)."""
+    stored = u.metrics.get("verdict")
+    if t is not None or not isinstance(stored, list) or u.schema < SCHEMA_VERSION:
+        return judge(u.metrics, _config(u), t), True
+    return [r for r in stored if isinstance(r, dict) and "row" in r], False
 
 
 def verdict_evidence(row: dict[str, Any], limit: int = 4) -> list[str]:

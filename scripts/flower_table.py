@@ -24,6 +24,7 @@ from pathlib import Path
 from fedaudit.api import audit_recording, evaluate
 from fedaudit.audit.verdict import membership_row_of
 from fedaudit.run import run_directory
+from fedaudit.run.results import RunMetrics
 from leakage_table import rows  # scripts/ is on sys.path when run as python scripts/flower_table.py
 
 ATTACKS = "deepinversion,mia-loss"
@@ -38,13 +39,15 @@ def finished(out: Path) -> Path | None:
 def membership_rows(run_dir: Path, label: str) -> list[str]:
     """The loss attack's rows: AUC mean and range over victims, advantage with its smallest KS p-value."""
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    verdict = {r["row"]: r["tier"] for r in metrics["verdict"]}
-    row_of = membership_row_of(metrics, metrics["provenance"]["config"])
+    run = RunMetrics.from_json(metrics, run_dir / "metrics.json")
+    verdict = {r.row: r.tier for r in run.rows()}
+    row_of = membership_row_of(metrics, run.provenance["config"])
+    by_target: dict[str, list[dict]] = {}
+    for r in run.results.membership():
+        if r.variant == "loss" and "auc" in r.entry:
+            by_target.setdefault(r.target, []).append(dict(r.entry))
     out = []
-    for target, victims in metrics["leakage"]["mia"]["loss"].items():
-        entries = [e for e in victims.values() if isinstance(e, dict) and "auc" in e]
-        if not entries:
-            continue
+    for target, entries in by_target.items():
         aucs = [e["auc"] for e in entries]
         best = max(entries, key=lambda e: e["advantage"])
         out.append(f"| {label} | loss | {target} | {verdict.get(row_of.get(('loss', target), ''), '?')} | "

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fedaudit.api import evaluate
 from fedaudit.audit.verdict import judge
+from fedaudit.run.results import Leakage
 from fedaudit.statistics.intervals import clopper_pearson
 from method_table import finished  # scripts/ is on sys.path when run as python scripts/leakage_table.py
 
@@ -62,15 +63,14 @@ def rows(run_dir: Path, method: str, attacker: str) -> list[str]:
     """One row per attacked artifact: the stored verdict row's tier, then each headline metric beside its
     nulls (untrained; prior-only; twin; chance), identifiability pooled over victims, and the power."""
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    di = metrics["leakage"]["deepinversion"]
-    summary = di.get("summary", {})
+    summary = (Leakage.of(metrics).sections.get("deepinversion") or {}).get("summary", {})
     # The verdict is a pure function of the stored evidence: judged here with the current rules, it is what a
     # run made now stores (runs made before a rule changed are not re-run for it).
     verdict = {r["row"]: r["tier"] for r in judge(metrics, metrics["provenance"]["config"])}
     arrow = "↑" if attacker == "server" else "↓"
     out = []
-    for artifact, victims in di.items():
-        if artifact in ("summary", "auditor", "settings") or artifact not in summary:
+    for attack, artifact, victims in Leakage.of(metrics).attacked_artifacts():
+        if attack != "deepinversion" or artifact not in summary:
             continue
         entries = [e for e in victims.values() if "metrics" in e and "identifiability" in e["metrics"]]
         idents = [e["metrics"]["identifiability"] for e in entries]

@@ -31,6 +31,7 @@ from pathlib import Path
 from fedaudit.api import evaluate
 from fedaudit.audit.verdict import judge, membership_row_of
 from fedaudit.run import run_directory
+from fedaudit.run.results import Leakage, MembershipResult
 
 METHODS = ("fedavg", "fedgala", "fedlsi")
 # (label, method, options) of the artifact-level table
@@ -54,15 +55,15 @@ def artifact_rows(run_dir: Path, label: str) -> list[str]:
     metrics = json.loads((run_dir / "metrics.json").read_text())
     verdict = {r["row"]: r["tier"] for r in judge(metrics, metrics["provenance"]["config"])}
     row_of = membership_row_of(metrics, metrics["provenance"]["config"])
-    mia = metrics["leakage"]["mia"]
-    loss = [e["auc"] for e in (mia.get("loss") or {}).get("global_model", {}).values() if "auc" in e]
+    found = Leakage.of(metrics).membership()
+    loss = [r.entry["auc"] for r in found if (r.variant, r.target) == ("loss", "global_model") and "auc" in r.entry]
     beside = f"{sum(loss) / len(loss):.3f}" if loss else "–"
 
     def mean(values: list[float]) -> str:
         return f"{sum(values) / len(values):.3f}" if values else "–"
 
     out = []
-    for artifact, victims in mia.get("artifact", {}).items():
+    for artifact, victims in _tables(found, "artifact").items():
         done = {v: e for v, e in victims.items() if "auc" in e}
         if not done:
             reason = next(iter(victims.values())).get("reason", "not run")
@@ -81,6 +82,15 @@ def artifact_rows(run_dir: Path, label: str) -> list[str]:
     return out
 
 
+def _tables(found: list[MembershipResult], variant: str) -> dict[str, dict[str, dict]]:
+    """target → victim → entry of one variant's stored results."""
+    out: dict[str, dict[str, dict]] = {}
+    for r in found:
+        if r.variant == variant:
+            out.setdefault(r.target, {})[r.victim] = dict(r.entry)
+    return out
+
+
 def rows(run_dir: Path, method: str) -> list[str]:
     metrics = json.loads((run_dir / "metrics.json").read_text())
     # The verdict is a pure function of the stored evidence: judged here with the current rules, it is what a
@@ -88,8 +98,8 @@ def rows(run_dir: Path, method: str) -> list[str]:
     verdict = {r["row"]: r["tier"] for r in judge(metrics, metrics["provenance"]["config"])}
     row_of = membership_row_of(metrics, metrics["provenance"]["config"])
     out = []
-    for variant, targets in metrics["leakage"]["mia"].items():
-        for target, victims in targets.items():
+    for variant in dict.fromkeys(r.variant for r in Leakage.of(metrics).membership()):
+        for target, victims in _tables(Leakage.of(metrics).membership(), variant).items():
             done = {v: e for v, e in victims.items() if "auc" in e}
             row = row_of.get((variant, target), "")
             if not done:

@@ -16,6 +16,11 @@ from fedaudit.api import evaluate
 TINY = dict(attack="none", dataset="digits", image_size=16, rounds=2, batch_size=32, device="cpu", judge_steps=60, quiet=None)
 
 
+# Every metrics.json a test's run writes is held to the published schema (fedaudit/run/metrics.schema.json): a writer
+# that adds an undeclared key or drops a required one fails the test that ran it (users only get a warning). Set at
+# import, so the CLI subprocesses the tests start inherit it.
+os.environ.setdefault("FEDAUDIT_STRICT_SCHEMA", "1")
+
 # Under pytest-xdist (the default: two workers, see pyproject.toml) each worker takes one core.
 THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
 

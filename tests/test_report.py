@@ -294,7 +294,7 @@ def test_multi_target_layout_renders_one_column_per_target(run_dir, tmp_path):
     (root / f"target-{target}" / "report.html").unlink()
     saved = json.loads((run_dir / "config.json").read_text())
     cfg = RunConfig(**{**saved["config"], "split": tuple(saved["config"]["split"])})
-    metrics = summarise_targets(cfg, {target: json.loads((run_dir / "metrics.json").read_text())})
+    metrics = summarise_targets(cfg, {target: json.loads((run_dir / "metrics.json").read_text())}).to_json()
     (root / "config.json").write_text(json.dumps({**saved, "targets": [target]}))
     (root / "metrics.json").write_text(json.dumps(metrics))
     (root / "COMPLETE").write_text("")

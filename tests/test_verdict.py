@@ -388,7 +388,7 @@ def test_a_gaussian_claim_beyond_the_delta_cap_is_refuted_by_the_fdp_test_of_its
     assert entry["epsilon_lower_bound"] < 8.0 < entry["gdp"]["epsilon_if_gaussian"]
     refuted = row({"curve": "gaussian", "mu": 1.666})
     assert refuted["tier"] == HIGH and "THE DP GUARANTEE DOES NOT HOLD" in refuted["reason"], refuted["reason"]
-    assert "the f-DP bound: not μ-GDP for μ below" in refuted["reason"]
+    assert "the f-DP bound: μ ≥" in refuted["reason"] and "if the privacy curve is Gaussian" in refuted["reason"]
     assert "DOES NOT HOLD" not in row(None)["reason"]  # the (ε, δ) test alone cannot reach ε = 8
     assert "DOES NOT HOLD" not in row({"curve": "gaussian", "mu": 3.0})["reason"]
 

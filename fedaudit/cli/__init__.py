@@ -23,6 +23,7 @@ from rich.table import Table
 from fedaudit.errors import FedauditError, PointCrashed, unknown_choice
 from fedaudit.models.factory import parse_model_args
 from fedaudit.run.config import parse_split
+from fedaudit.run.results import RunMetrics
 
 from .flags import audit_signature, declared_options, evaluate_signature, method_flags
 from .output import (RichReporter, console, err_console, listing, point_summary, print_listing, print_summary,
@@ -152,10 +153,11 @@ def gate(all_metrics: list[dict[str, Any]], fail_on: str | None) -> None:
                             "gate cannot pass such an audit — give the auditor the clients' records",
                             highlight=False, markup=False)
         raise typer.Exit(GATE_EXIT)
-    hits = [row for m in all_metrics for row in m.get("verdict") or [] if TIER_ORDER.get(row.get("tier"), -1) >= TIER_ORDER[fail_on]]
+    hits = [row for m in all_metrics for row in RunMetrics.from_json(m).rows()
+            if TIER_ORDER.get(row.tier, -1) >= TIER_ORDER[fail_on]]
     if hits:
         err_console().print(f"--fail-on {fail_on}: {len(hits)} verdict row(s) reached it, e.g. "
-                            f"{hits[0].get('title', hits[0].get('row'))}: {hits[0]['tier'].upper()}",
+                            f"{hits[0].title or hits[0].row}: {hits[0].tier.upper()}",
                             highlight=False, markup=False)
         raise typer.Exit(GATE_EXIT)
 

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from fedaudit.errors import unknown_choice
 from fedaudit.run.options import flag_of
+from fedaudit.run.results import RunMetrics, VerdictRow
 
 from .flags import shown
 
@@ -76,28 +77,26 @@ def summary_json(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 QUESTION_WORDS = {"inversion": "inversion", "membership": "membership", "dp_audit": "DP claim"}
 OBSERVER_WORDS = {"anyone holding the released model": "model holders"}
-def verdict_label(row: dict[str, Any]) -> str:
+def verdict_label(row: VerdictRow) -> str:
     """``full_model ↑ · membership · server``: the artifact, the question and whose view, in a few words."""
-    artifact = str(row.get("artifact") or row.get("row") or "?")
+    artifact = row.artifact or row.row or "?"
     artifact = f"{artifact[:-1]} {artifact[-1]}" if artifact[-1:] in "↑↓" else artifact
-    observer = str(row.get("observer") or "")
-    return " · ".join(x for x in (artifact, QUESTION_WORDS.get(str(row.get("question")), ""),
-                                  OBSERVER_WORDS.get(observer, observer)) if x)
+    return " · ".join(x for x in (artifact, QUESTION_WORDS.get(row.question, ""),
+                                  OBSERVER_WORDS.get(row.observer, row.observer)) if x)
 
 
 def print_verdict(metrics: dict[str, Any], run_dir: Path) -> None:
     """One row per question: the tier, what and whose view, and the fact that decided it (the row's short form, written
     from its facts; the full reason and evidence are in the report)."""
-    rows = metrics.get("verdict") or []
+    rows = RunMetrics.from_json(metrics).rows()
     if rows:
         table = Table(title="verdict (full reasons and evidence: the report)")
         table.add_column("tier", no_wrap=True)
         table.add_column("artifact · question · observer / deciding fact", overflow="fold")
-        many = len({row.get("target") for row in rows}) > 1
+        many = len({row.target for row in rows}) > 1
         for row in rows:
-            label = verdict_label(row) + (f" [{row['target']}]" if many and row.get("target") else "")
-            fact = str(row.get("short") or row.get("reason", ""))
-            tier = str(row.get("tier", "?"))
+            label = verdict_label(row) + (f" [{row.target}]" if many and row.target else "")
+            fact, tier = row.short or row.reason, row.tier
             table.add_row(TIER_STYLE.get(tier, escape(tier)), f"{escape(label)}\n[dim]{escape(fact)}[/]")
         console().print(table)
     report = run_dir / "report.html"
@@ -208,7 +207,7 @@ def point_summary(row: dict[str, Any], root: Path) -> tuple[str, str]:
         return "-", "-"
     metrics = json.loads((root / row["run_dir"] / "metrics.json").read_text())
     acc = (metrics.get("accuracy") or {}).get("unseen_domain")
-    tiers = [r.get("tier") for r in metrics.get("verdict") or [] if r.get("tier") in TIER_ORDER]
+    tiers = [r.tier for r in RunMetrics.from_json(metrics).rows() if r.tier in TIER_ORDER]
     return _acc(acc), max(tiers, key=TIER_ORDER.get, default="-")
 
 

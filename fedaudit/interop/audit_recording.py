@@ -35,6 +35,7 @@ from fedaudit.interop.recorded_dp import recorded_privacy
 from fedaudit.interop.recording_reader import Recording
 from fedaudit.models import build_model, is_factory
 from fedaudit.run import run_directory
+from fedaudit.run.results import RunMetrics, write_metrics
 from fedaudit.run.config import RunConfig
 from fedaudit.run.seeds import derive_seed
 from fedaudit.run.summary import communication, privacy, provenance
@@ -322,23 +323,19 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
                 {"status": "unscored", "why": UNSCORED, "unseen_domain": None, "source_val": {"mean": None, "per_domain": {}},
                  "selected_round": deployed.round,
                  "note": "the deployed model (the last whole model the server sent) was not scored"})
-    metrics = {
-        "schema_version": run_directory.SCHEMA_VERSION,
-        "method": cfg.method,
-        "dataset": cfg.dataset,
-        "target_domain": target,
-        "source_domains": clients,
-        "auditor_data": ({"status": "held", "dataset": cfg.dataset} if scored else
+    metrics = RunMetrics(
+        method=cfg.method, dataset=cfg.dataset, target_domain=target, source_domains=clients,
+        auditor_data=({"status": "held", "dataset": cfg.dataset} if scored else
                          {"status": "none", "why": UNSCORED, "left_out": dict(left_out or {}),
                           "needs_data": ["every leakage score and its nulls, twin and positive control",
                                          "membership inference", "accuracy of the deployed model"]}),
-        "accuracy": accuracy,
-        "communication": communication(fed, shares),
-        "leakage": leakage,
-        "privacy": recorded_privacy(rec, shares) or privacy(
+        accuracy=accuracy,
+        communication=communication(fed, shares),
+        leakage=leakage,
+        privacy=recorded_privacy(rec, shares) or privacy(
             fed, shares, no_dp="no DP mechanism in the recording's manifest: whether the clients trained with one is "
                                "not known here (start_recording(dp=...) declares it)"),
-        "provenance": {"data_warnings": thin, **provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
+        provenance={"data_warnings": thin, **provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
                                                                     "wall": time.perf_counter() - wall0}, unpinned,
                                    fed.model),
                        "recording": {"path": str(rec.root.resolve()), "framework": rec.manifest.get("framework"),
@@ -346,15 +343,14 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
                                      "framework_run_id": rec.manifest.get("framework_run_id"),
                                      "nodes": {str(k): v for k, v in rec.nodes.items()},
                                      "deployed_model": {"round": deployed.round,
-                                                        "message_type": deployed.meta.get("message_type")}}},
-    }
-    metrics["verdict"] = judge(metrics, cfg.to_json(), RiskThresholds())
-    metrics["verdict_thresholds"] = asdict(RiskThresholds())
+                                                        "message_type": deployed.meta.get("message_type")}}})
+    metrics.verdict = judge(metrics.to_json(), cfg.to_json(), RiskThresholds())
+    metrics.verdict_thresholds = asdict(RiskThresholds())
     run_directory.write_csv(run_dir / "history.csv", fed.history)
     run_directory.write_jsonl(run_dir / "wire.jsonl", wire.ledger_rows())
-    run_directory.write_json(run_dir / "metrics.json", metrics)
+    written = write_metrics(run_dir / "metrics.json", metrics)
     run_directory.mark_complete(run_dir, ["config.json", "metrics.json", "history.csv", "wire.jsonl"])
-    return run_dir, metrics
+    return run_dir, written
 
 
 __all__ = ["AUDIT_OPTIONS", "NO_DATA", "audit", "audited_model", "auditor_data", "check_architecture", "check_audit_options",

@@ -38,7 +38,6 @@ from fedaudit.errors import FedauditError
 
 log = logging.getLogger("fedaudit")
 
-SCHEMA_VERSION = 1
 COMPLETE = "COMPLETE"
 CHECKPOINT = "checkpoint"
 

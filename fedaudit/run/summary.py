@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedaudit.run import run_directory
 from fedaudit.run.numerics import numerics
+from fedaudit.run.results import RunMetrics
 from fedaudit.simulation.dp_accounting import coverage
 from fedaudit.simulation.wire import ArtifactKind
 
@@ -38,34 +38,31 @@ def communication(fed: Federation, shares: Shares | None = None) -> dict[str, An
     }
 
 
-def summarise_targets(cfg: RunConfig, per_target: dict[str, dict]) -> dict[str, Any]:
+def summarise_targets(cfg: RunConfig, per_target: dict[str, dict]) -> RunMetrics:
     """Mean over targets of the headline numbers, with every target's own."""
     def mean(values: list[float]) -> float:
         return sum(values) / len(values)
 
     accs = {t: m["accuracy"] for t, m in per_target.items()}
     first = next(iter(per_target.values()))
-    return {
-        "schema_version": run_directory.SCHEMA_VERSION,
-        "method": cfg.method,
-        "dataset": cfg.dataset,
-        "target_domain": "all",
-        "accuracy": {
+    return RunMetrics(
+        method=cfg.method, dataset=cfg.dataset, target_domain="all",
+        accuracy={
             "unseen_domain": mean([a["unseen_domain"] for a in accs.values()]),
             "source_val": {"mean": mean([a["source_val"]["mean"] for a in accs.values()])},
             "per_target": {t: {"unseen_domain": a["unseen_domain"], "source_val_mean": a["source_val"]["mean"],
                                "selected_round": a["selected_round"]} for t, a in accs.items()},
         },
-        "communication": {
+        communication={
             "bytes_up": sum(m["communication"]["bytes_up"] for m in per_target.values()),
             "bytes_down": sum(m["communication"]["bytes_down"] for m in per_target.values()),
             "per_target": {t: m["communication"] for t, m in per_target.items()},
         },
-        "leakage": {t: m["leakage"] for t, m in per_target.items()},
-        "privacy": {t: m.get("privacy") for t, m in per_target.items()},
-        "verdict": [{**row, "target": t} for t, m in per_target.items() for row in m.get("verdict") or []],
-        "provenance": {**first["provenance"], "seconds": {t: m["provenance"]["seconds"] for t, m in per_target.items()}},
-    }
+        leakage={t: m["leakage"] for t, m in per_target.items()},
+        privacy={t: m.get("privacy") for t, m in per_target.items()},
+        verdict=[{**row, "target": t} for t, m in per_target.items() for row in m.get("verdict") or []],
+        provenance={**first["provenance"], "seconds": {t: m["provenance"]["seconds"] for t, m in per_target.items()}},
+    )
 
 
 NO_DP = "no DP: trained without a privacy mechanism"

@@ -82,10 +82,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedaudit.run.results import BOOKKEEPING, CANARY, CANARY_GRADIENT, Leakage, MIA, NOT_RECONSTRUCTIONS
+
 from .canary import canary_row
-from .evidence import (ARTIFACT, BOOKKEEPING, CANARY, CANARY_GRADIENT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM,
-                       MIA, NOT_ASSESSED, NOT_RECONSTRUCTIONS, NULL_NAMES, POWER_ALPHA, TIER_ORDER, Evidence, Row,
-                       mia_level)
+from .evidence import (ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, NULL_NAMES,
+                       POWER_ALPHA, TIER_ORDER, Evidence, Row, mia_level)
 from .inversion import inversion_row
 from .membership import membership_groups, membership_row
 from .thresholds import CORRECTION, RiskThresholds, load_thresholds
@@ -104,7 +105,7 @@ def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThres
     rows += [membership_row(key, attacks, metrics, config, t) for key, attacks in groups.items()
              if key not in declared and key != GLOBAL]
     rows.append(membership_row(GLOBAL, groups.get(GLOBAL, []), metrics, config, t))
-    if any(isinstance((metrics.get("leakage") or {}).get(k), dict) for k in (CANARY, CANARY_GRADIENT)):
+    if Leakage.of(metrics).canary_sections():
         rows.append(canary_row(metrics, t))
     data = metrics.get("auditor_data") or {}
     if data.get("status") == "none":  # nothing was scored: every row says so first, whatever else it says

@@ -17,20 +17,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedaudit.run.results import CANARY, CANARY_GRADIENT, Leakage
 from fedaudit.statistics.membership_statistics import holm
 
-from .evidence import (ANYONE, CANARY, CANARY_GRADIENT, DP_AUDIT, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED,
-                       Decision, Evidence, Row, decide, isnum, strongest)
-from .thresholds import CORRECTION, RiskThresholds
-from .wording import clause, p_text, pct, short
+from .evidence import (ANYONE, DP_AUDIT, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, Decision, Evidence, Row,
+                       decide, isnum, strongest)
+from .thresholds import RiskThresholds
+from .wording import canary_finding, canary_reason, canary_short
 
 KEY, TITLE = "membership:canary", "DP audit: do planted canaries prove more privacy loss than claimed?"
 
 
 def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> Row:
-    leakage = metrics.get("leakage") or {}
-    audits = [("input", v, e) for v, e in (leakage.get(CANARY) or {}).items()]
-    audits += [("gradient", v, e) for v, e in (leakage.get(CANARY_GRADIENT) or {}).items()]
+    sections = Leakage.of(metrics).canary_sections()
+    audits = [("input", v, e) for v, e in (sections.get(CANARY) or {}).items()]
+    audits += [("gradient", v, e) for v, e in (sections.get(CANARY_GRADIENT) or {}).items()]
     evidence, notes, ceilings = _evidence(audits, t)
     observer = ", ".join(sorted({_observer(ev) for ev in evidence})) or "server"
 
@@ -47,7 +48,7 @@ def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> Row:
         "ceiling": max(ceilings, default=0.0)})
     if d.rule == "refuted":
         d.facts["top"].tier = HIGH
-    return row(d.tier, _reason(d, evidence), _short(d, evidence), d.rule)
+    return row(d.tier, canary_reason(d, evidence), canary_short(d, evidence), d.rule)
 
 
 def _observer(ev: Evidence) -> str:
@@ -77,7 +78,7 @@ def _evidence(audits: list[tuple[str, str, Any]], t: RiskThresholds) -> tuple[li
         ceilings.append(float(e.get("epsilon_max_certifiable") or 0.0))
         evidence.append(Evidence("canary_epsilon", f"{variant} canaries / {victim}", bound, 0.0, "ε = 0 (no privacy loss)",
                                  p, tier=tier_of_bound(bound, t), effect=bound,
-                                 text=_finding(variant, victim, e),
+                                 text=canary_finding(variant, victim, e),
                                  detail={"attack": f"{variant} canaries", "victim": victim, "target": e.get("target"),
                                          "epsilon_spent": spent, "epsilon_max_certifiable": e.get("epsilon_max_certifiable"),
                                          "p_claim": p_claim, "variant": variant, "ideal_bound": e.get("ideal_bound"),
@@ -106,63 +107,3 @@ def _uncertifiable(ceilings: list[float], t: RiskThresholds) -> Decision | None:
 
 def tier_of_bound(bound: float, t: RiskThresholds) -> str:
     return HIGH if bound >= t.canary_epsilon_high else MEDIUM if bound > 0 else LOW
-
-
-# -- wording --------------------------------------------------------------------------------------
-
-
-def _reason(d: Decision, evidence: list[Evidence]) -> str:
-    m = len(evidence)
-    top = d.facts.get("top")
-    if d.rule == "refuted":
-        return (f"THE DP GUARANTEE DOES NOT HOLD: {clause(top, m)}; the claimed ε {top.detail['epsilon_spent']:.2f} is "
-                f"rejected at p {p_text(top.detail['p_claim_adjusted'])} after {CORRECTION} correction over {m} "
-                f"audit(s). {top.text} The DP-SGD implementation, its accounting or the audit is broken (or the target "
-                "carries something ε does not cover: see the coverage table).")
-    if d.rule == "significant":
-        within = (f" The bound is within the claimed ε {float(top.detail['epsilon_spent']):.2f} (not rejected, p "
-                  f"{p_text(top.detail['p_claim_adjusted'])} after {CORRECTION}): the guarantee holds as far as this "
-                  "audit can tell, and the loss it proves is loss that ε allows." if isnum(top.detail.get("epsilon_spent"))
-                  else "")
-        return f"{clause(top, m)}. {top.text}{within}"
-    if d.rule == "uncertifiable":
-        return (f"no canary audit proved any privacy loss, but with these canaries it could certify at most ε "
-                f"{d.facts['ceiling']:.2f} (below {d.facts['high']:g}): plant more canaries (--canaries, "
-                "--gradient-canaries) or use a dataset with a larger holdout.")
-    return (f"no canary audit proved any privacy loss (all bounds 0 after {CORRECTION} correction), though it could "
-            f"have certified up to ε {d.facts['ceiling']:.2f}.")
-
-
-def _short(d: Decision, evidence: list[Evidence]) -> str:
-    top = d.facts.get("top")
-    if d.rule == "refuted":
-        return f"claimed ε {top.detail['epsilon_spent']:.2f} refuted, p {p_text(top.detail['p_claim_adjusted'])}"
-    if d.rule == "significant":
-        return short(top)
-    if d.rule == "uncertifiable":
-        return f"no loss proved; ceiling ε {d.facts['ceiling']:.2f}"
-    return f"no loss proved; could certify ε {d.facts['ceiling']:.2f}"
-
-
-def _finding(variant: str, victim: str, e: dict[str, Any]) -> str:
-    """One audit's sentence: what was planted, what it proves, and the claim beside it."""
-    bound, spent, m = float(e["epsilon_lower_bound"]), e.get("epsilon_spent"), int(e["canaries"])
-    counts = (f"{pct(e.get('confidence'))} confidence, δ {e.get('delta')}; {e['correct']} of {e['guesses']} guesses "
-              "right")
-    claim = "no DP claim" if not isnum(spent) else f"the accountant claims ε {float(spent):.2f}"
-    gdp = e.get("gdp") if isinstance(e.get("gdp"), dict) else {}
-    fdp = (f"; the f-DP bound: not μ-GDP for μ below {float(gdp['mu_lower_bound']):.2f}, which is ε ≥ "
-           f"{float(gdp['epsilon_if_gaussian']):.2f} if its privacy curve is Gaussian"
-           if isnum(gdp.get("mu_lower_bound")) and float(gdp["mu_lower_bound"]) > 0 else "")
-    if variant == "gradient":
-        ideal = e.get("ideal_bound")
-        estimate = (e.get("estimate") or {}).get("epsilon")
-        return (f"Of {m} gradient canaries planted in {victim}'s DP-SGD, the server's view of its updates proves "
-                f"ε ≥ {bound:.2f} ({counts}; {claim}{fdp}"
-                + (f"; a mechanism spending exactly that would give these canaries about ε ≥ {float(ideal):.2f}"
-                   + (f", μ ≥ {float(e['ideal_gdp_mu']):.2f}" if isnum(e.get("ideal_gdp_mu")) else "")
-                   if isnum(ideal) else "")
-                + (f"; the one-shot estimate, not a bound: ε ≈ {float(estimate):.2f}" if isnum(estimate) else "")
-                + f"; at most ε {float(e.get('epsilon_max_certifiable') or 0):.2f} certifiable).")
-    return (f"Of {m} canaries planted in {victim}'s training split, the {e.get('target', '?')} reveals which were "
-            f"trained on well enough to prove ε ≥ {bound:.2f} ({counts}; {claim}{fdp}).")

@@ -13,14 +13,9 @@ from .thresholds import CORRECTION, RiskThresholds, _num
 
 HIGH, MEDIUM, LOW, INCONCLUSIVE, NOT_ASSESSED = "high", "medium", "low", "inconclusive", "not_assessed"
 TIER_ORDER = {HIGH: 4, MEDIUM: 3, LOW: 2, INCONCLUSIVE: 1, NOT_ASSESSED: 0}
-MIA = "mia"
-CANARY = "canary"  # the one-run ε audit: a bound per victim, not a reconstruction section
-CANARY_GRADIENT = "canary_gradient"  # its white-box variant: gradient canaries inside the victim's DP-SGD
 DOMAIN = "domain"  # the domain-level membership variant: an attack on the released model
 ARTIFACT = "artifact"  # the artifact-level variant: membership from a shared bank or statistics, with twin and power
 GLOBAL, LAST_UPLOAD = "global_model", "last_upload"  # the model-based attacks' targets
-BOOKKEEPING = ("summary", "auditor", "settings")  # keys of an attack's section that are not results
-NOT_RECONSTRUCTIONS = (MIA, CANARY, CANARY_GRADIENT)  # leakage sections that are not {artifact: {victim: reconstruction scores}}
 NULL_NAMES = {"chance": "chance", "control": "untrained-model control", "prior_only": "prior-only control",
               "twin": "holdout twin"}
 POWER_ALPHA = 0.05  # level of the positive control (fedaudit.audit.reconstruction) after its corrections
@@ -103,20 +98,7 @@ def strongest(evidence: list[Evidence]) -> Evidence:
     return max(evidence, key=lambda e: (TIER_ORDER[e.tier], e.effect or 0.0))
 
 
-# -- readers of the stored membership section -------------------------------------------------
-
-
-def mia_entries(mia: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any]]]:
-    """(variant, target, victim, entry) of every stored membership result, sorted (a verdict judged from a reloaded
-    metrics.json must equal the one judged before it was written); bookkeeping keys and non-tables skipped."""
-    out = []
-    for variant, by_target in mia.items():
-        if variant in BOOKKEEPING or not isinstance(by_target, dict):
-            continue
-        for target, by_victim in by_target.items():
-            if isinstance(by_victim, dict):
-                out += [(variant, target, v, e) for v, e in by_victim.items() if isinstance(e, dict)]
-    return sorted(out, key=lambda x: x[:3])
+# -- readers of a stored membership entry -----------------------------------------------------
 
 
 def mia_level(entry: dict[str, Any], level: float) -> dict[str, Any] | None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedaudit.run.results import BOOKKEEPING, Leakage
 from fedaudit.statistics.membership_statistics import holm
 
-from .evidence import (BOOKKEEPING, HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NOT_ASSESSED, NOT_RECONSTRUCTIONS,
-                       NULL_NAMES, POWER_ALPHA, Decision, Evidence, Row, decide, interval, isnum, pair, strongest)
-from .thresholds import CORRECTION, RiskThresholds
-from .wording import (advice, clause, fmt, fmt_count, inversion_title, observer_of, p_text, pct, points, short)
+from .evidence import (HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NOT_ASSESSED, NULL_NAMES, POWER_ALPHA, Decision,
+                       Evidence, Row, decide, interval, isnum, pair, strongest)
+from .thresholds import RiskThresholds
+from .wording import (identifiability_finding, inversion_lead, inversion_reason, inversion_short, inversion_title,
+                      lift_finding, lift_lead, not_assessed, observer_of, pct)
 
 
 def inversion_row(key: str, metrics: dict[str, Any], config: dict[str, Any], t: RiskThresholds) -> Row:
@@ -30,38 +32,32 @@ def inversion_row(key: str, metrics: dict[str, Any], config: dict[str, Any], t: 
     found = _attacks_on(kind, metrics)
     unseen = _unseen(arrow, observer, attacker, kind, metrics, found)
     if unseen:
-        return row(NOT_ASSESSED, *unseen)
+        return row(NOT_ASSESSED, *not_assessed(INVERSION, unseen))
     evidence, skipped, powers = _gather(found, attacker, t)
     if not evidence:
-        return row(NOT_ASSESSED, "; ".join(skipped) or f"no score with nulls stored for {kind}",
-                   "not applicable" if skipped and all(s.startswith("not applicable") for s in skipped) else "not scored")
+        return row(NOT_ASSESSED, *not_assessed(INVERSION, Decision(NOT_ASSESSED, "no_score", {"subject": kind,
+                                                                                           "skipped": skipped})))
     decide(evidence, t)
     decision = (_significant(evidence) or _uninformative(evidence, t) or _powered(evidence, powers)
                 or _unpowered(evidence, powers))
-    return row(decision.tier, _reason(decision, evidence, metrics), _short(decision, evidence), evidence, decision.rule)
+    return row(decision.tier, inversion_reason(decision, evidence, metrics), inversion_short(decision, evidence), evidence, decision.rule)
 
 
 def _attacks_on(kind: str, metrics: dict[str, Any]) -> list[tuple[str, str, dict]]:
     """(attack, key, section) of every reconstruction result whose target is this kind."""
-    leakage = metrics.get("leakage") or {}
-    return [(name, k, sec) for name, sec in leakage.items() if name not in NOT_RECONSTRUCTIONS and isinstance(sec, dict)
+    return [(name, k, sec) for name, sec in Leakage.of(metrics).reconstruction_sections().items()
             for k in sec if k not in BOOKKEEPING and k.split(":")[0] == kind]
 
 
 def _unseen(arrow: str, observer: str, attacker: str, kind: str, metrics: dict[str, Any],
-            found: list[tuple[str, str, dict]]) -> tuple[str, str] | None:
-    """Why a row has nothing to judge (reason, short form), or None."""
-    leakage = metrics.get("leakage") or {}
-    if not any(name not in NOT_RECONSTRUCTIONS and isinstance(sec, dict) for name, sec in leakage.items()):
-        return "no reconstruction attack ran in this run; run with --attack deepinversion", "no inversion attack ran"
-    sees = "↑" if attacker == "server" else "↓"
-    if arrow != sees:
-        other = "--attacker client:<domain>" if attacker == "server" else "--attacker server"
-        return (f"judged from {observer}'s view, which this run's attacker ({attacker}) does not hold (it sees "
-                f"{'uploads' if sees == '↑' else 'broadcasts'} only); assess it with {other}",
-                f"{observer}'s view: {other}")
+            found: list[tuple[str, str, dict]]) -> Decision | None:
+    """Why a row has nothing to judge, or None."""
+    if not Leakage.of(metrics).reconstruction_sections():
+        return Decision(NOT_ASSESSED, "no_attack")
+    if arrow != ("↑" if attacker == "server" else "↓"):
+        return Decision(NOT_ASSESSED, "other_view", {"observer": observer, "attacker": attacker})
     if not found:
-        return f"no attack in this run targets {kind}", "no attack targets it"
+        return Decision(NOT_ASSESSED, "no_target", {"subject": kind})
     return None
 
 
@@ -124,57 +120,6 @@ def _unpowered(evidence: list[Evidence], powers: list[tuple[str, dict[str, Any]]
     return Decision(INCONCLUSIVE, "unpowered", {"why": [] if ran else why})
 
 
-# -- wording ------------------------------------------------------------------------------------
-
-
-def _reason(d: Decision, evidence: list[Evidence], metrics: dict[str, Any]) -> str:
-    m = len(evidence)
-    if d.rule == "significant":
-        return f"{clause(d.facts['top'], m)}. {d.facts['top'].text}"
-    notes = _notes(evidence)
-    if d.rule == "uninformative":
-        stronger = advice(metrics, "stronger_inversion")
-        return (f"no test beat its strongest null ({notes}), and at these counts none could have: even a perfect "
-                f"result would not reach medium after {CORRECTION} correction over {m} test(s) "
-                f"({', '.join(d.facts['counts']) or 'counts not stored'})"
-                + (f"; saturated: {', '.join(d.facts['saturated'])}" if d.facts["saturated"] else "")
-                + f". Give each client more records, and {stronger[0].lower()}{stronger[1:]}")
-    if d.rule == "powered":
-        scope = ("it also singled out the source records, so record-level leakage was testable" if d.facts["record_level"]
-                 else "it could not single out the source records even there, so record-level leakage was not "
-                      "testable at this budget; this LOW covers distribution-level leakage")
-        return (f"no test beat its strongest null after {CORRECTION} correction ({notes}). On the positive control "
-                f"({d.facts['control']}) the attack did reveal the domain or class of a few member images from their "
-                f"statistics; {scope}.")
-    budget = (f"no positive control ran ({'; '.join(d.facts['why'])})" if d.facts["why"] else
-              "the attack could not recover even the artifact of a handful of member images at this budget")
-    return (f"no test beat its strongest null ({notes}), but {budget}: a low reading cannot be told from a weak "
-            f"attack. {advice(metrics, 'stronger_inversion')}")
-
-
-def _short(d: Decision, evidence: list[Evidence]) -> str:
-    closest = min(evidence, key=lambda e: e.p_adjusted)
-    if d.rule == "significant":
-        return short(d.facts["top"])
-    if d.rule == "uninformative":
-        return "too few records for any test to decide"
-    if d.rule == "powered":
-        return f"{short(closest)}; had power"
-    return f"{short(closest)}; no power"
-
-
-def _note(e: Evidence) -> str:
-    base = f"{e.baseline_name} {fmt(e.baseline)}" if e.baseline is not None else "no baseline"
-    return f"{e.test} {fmt(e.value)} vs {base}, p {p_text(e.p_adjusted)}"
-
-
-def _notes(evidence: list[Evidence], limit: int = 3) -> str:
-    """The tests closest to significance, one short note each (all are in the row's evidence)."""
-    ranked = sorted(evidence, key=lambda e: e.p_adjusted)
-    text = "; ".join(_note(e) for e in ranked[:limit])
-    return text + (f"; {len(ranked) - limit} more in the evidence" if len(ranked) > limit else "")
-
-
 # -- evidence -----------------------------------------------------------------------------------
 
 
@@ -217,12 +162,7 @@ def reconstruction_evidence(attack: str, key: str, attacker: str, entries: dict[
                 and "identifiability" in e["metrics"]}
     what = "images" if any("image_grid" in e for e in attacked.values()) else "latent features"
     victims = list((summary.get("domain_attribution") or {}).get("victims") or attacked)
-    if attacker == "server":
-        who = f"the {victims[0]} client" if len(victims) == 1 else f"the {len(victims)} source clients ({', '.join(victims)})"
-        lead = f"From what {who} uploaded ({key}), the server synthesised {what}"
-    else:
-        lead = f"From the {key} broadcasts it received, the {attacker.split(':', 1)[-1]} client synthesised {what} of {', '.join(victims)}"
-    out = _distribution_evidence(attack, key, summary, victims, lead, t)
+    out = _distribution_evidence(attack, key, summary, victims, inversion_lead(key, attacker, victims, what), t)
     for victim, e in attacked.items():
         found = _record_evidence(attack, key, victim, e, what)
         if found is not None:
@@ -234,14 +174,13 @@ def _distribution_evidence(attack: str, key: str, summary: dict[str, Any], victi
                            t: RiskThresholds) -> list[Evidence]:
     attribution = summary.get("domain_attribution") or {}
     tests = (("domain_attribution", attribution.get("macro") or {}, attribution.get("counts"),
-              (t.domain_attribution_lift_high, t.domain_attribution_lift_medium),
-              f"attributes to {victims[0] if len(victims) == 1 else 'each victim’s own domain'}"),
+              (t.domain_attribution_lift_high, t.domain_attribution_lift_medium)),
              ("class_fidelity", summary.get("class_fidelity") or {}, (summary.get("class_fidelity") or {}).get("counts"),
-              (t.class_fidelity_lift_high, t.class_fidelity_lift_medium), "labels as the intended class"))
+              (t.class_fidelity_lift_high, t.class_fidelity_lift_medium)))
     source = {"domain_attribution": f"{attack} {key} (macro over {len(victims)} victim(s))",
               "class_fidelity": f"{attack} {key} (mean over {len(victims)} victim(s))"}
-    found = [_lift_evidence(test, source[test], metric, counts or {}, levels, f"{lead} that an independent classifier "
-                            f"{verb}", len(victims)) for test, metric, counts, levels, verb in tests]
+    found = [_lift_evidence(test, source[test], metric, counts or {}, levels, lift_lead(test, lead, victims),
+                            len(victims)) for test, metric, counts, levels in tests]
     return [e for e in found if e is not None]
 
 
@@ -256,10 +195,7 @@ def _lift_evidence(test: str, source: str, metric: dict[str, Any], counts: dict[
     p = lift_p_value(counts.get("attack"), counts.get(name), base if name == "chance" else None)
     lift = metric["attack"] - base
     tier = HIGH if lift >= high - 1e-9 else MEDIUM if lift >= medium - 1e-9 else LOW
-    twin = f"; holdout twin {pct(metric['twin'])}" if isnum(metric.get("twin")) else ""
-    text = (f"{lead} {pct(metric['attack'])} of the time{'' if victims == 1 else ' on average'} — {points(lift)} over "
-            f"the strongest null, the {NULL_NAMES[name]} ({pct(base)}; chance {pct(metric.get('chance'))}, untrained "
-            f"control {pct(metric.get('control'))}, prior-only control {pct(metric.get('prior_only'))}{twin}).")
+    text = lift_finding(lead, metric, victims, lift, NULL_NAMES[name], base)
     return Evidence(test, source, float(metric["attack"]), base, NULL_NAMES[name], p,
                     nulls={**nulls, **({"twin": metric["twin"]} if isnum(metric.get("twin")) else {})},
                     tier=tier, text=text, effect=lift,
@@ -284,13 +220,8 @@ def _record_evidence(attack: str, key: str, victim: str, e: dict[str, Any], what
     p = max(p_each.values())
     above_all = interval(ci) and all(ci[0] > v for v in measured.values())
     tier = HIGH if above_all else MEDIUM
-    finding = ("record-level leakage" if tier == HIGH else "a record-level signal above every null, though its "
-               "interval does not clear them all")
-    text = (f"{fmt_count(ident.get('attack_k'))} of {n} {what} synthesised for {victim} sit closer to one of its "
-            f"training records than to a fresh record of the same domain ({pct(ident['attack'])}, 95% CI "
-            f"{pct(ci[0]) if interval(ci) else '?'}–{pct(ci[1]) if interval(ci) else '?'}; equal numbers of members "
-            f"and non-members per class, chance {pct(ident.get('chance'))} (permutation p {p_text(p_each['chance'])}); "
-            f"strongest null the {NULL_NAMES[name]} at {pct(base)}, every null beaten at p {p_text(p)}): {finding}.")
+    text = identifiability_finding(ident, n, what, victim, ci if interval(ci) else None, p_each["chance"], p,
+                                   NULL_NAMES[name], base, tier == HIGH)
     return Evidence("identifiability", f"{attack} {key} / {victim}", float(ident["attack"]), base, NULL_NAMES[name],
                     p, interval=ci if interval(ci) else None, nulls=nulls,
                     power=_power_summary(e.get("power")), tier=tier, text=text,

@@ -25,16 +25,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from fedaudit.run.results import Leakage, MIA, MembershipResult
 from fedaudit.statistics.membership_statistics import advantage_null_quantile
 
 from .evidence import (ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAST_UPLOAD, LOW, MEDIUM, MEMBERSHIP,
-                       MIA, NOT_ASSESSED, Decision, Evidence, Row, decide, interval, isnum, mia_entries, mia_level,
-                       strongest)
-from .thresholds import CORRECTION, RiskThresholds
-from .wording import (advice, attack_of, clause, fmt, membership_title, observer_of, p_text, pct, short,
-                      subject_name)
+                       NOT_ASSESSED, Decision, Evidence, Row, decide, interval, isnum, mia_level, strongest)
+from .thresholds import RiskThresholds
+from .wording import (membership_finding, membership_reason, membership_short, membership_title, not_assessed,
+                      observer_of)
 
-Attack = tuple[str, str, str, dict[str, Any]]  # (variant, target, victim, entry)
+Attack = MembershipResult  # (variant, target, victim, entry)
 WEIGHTS_FROM = re.compile(r"^(\w+)@r\d+ from client:")
 
 
@@ -44,13 +44,10 @@ WEIGHTS_FROM = re.compile(r"^(\w+)@r\d+ from client:")
 def membership_groups(metrics: dict[str, Any], config: dict[str, Any]) -> dict[str, list[Attack]]:
     """Every stored membership attack under the subject its input is: a share key (``full_model↑``), ``global_model``
     (the released model), or ``last_upload`` where a run stored no way to tell which share the upload was."""
-    mia = (metrics.get("leakage") or {}).get(MIA)
     groups: dict[str, list[Attack]] = {}
-    if not isinstance(mia, dict):
-        return groups
     declared = list((metrics.get("communication") or {}).get("declared") or [])
     sees = "↑" if str(config.get("attacker") or "server") == "server" else "↓"
-    for variant, target, victim, entry in mia_entries(mia):
+    for variant, target, victim, entry in Leakage.of(metrics).membership(ordered=True):
         if variant == DOMAIN or target == GLOBAL:
             keys = [GLOBAL]
         elif target == LAST_UPLOAD:
@@ -60,7 +57,7 @@ def membership_groups(metrics: dict[str, Any], config: dict[str, Any]) -> dict[s
         else:
             keys = [target]
         for key in keys:
-            groups.setdefault(key, []).append((variant, target, victim, entry))
+            groups.setdefault(key, []).append(MembershipResult(variant, target, victim, entry))
     return groups
 
 
@@ -91,36 +88,33 @@ def membership_row(subject: str, attacks: list[Attack], metrics: dict[str, Any],
 
     unseen = _unseen(subject, observer, attacker, attacks, metrics)
     if unseen:
-        return row(NOT_ASSESSED, *unseen)
+        return row(NOT_ASSESSED, *not_assessed(MEMBERSHIP, unseen))
     evidence, skipped = _evidence(attacks, t)
     if not evidence:
-        return row(NOT_ASSESSED, f"no membership result for {subject_name(subject)}: {'; '.join(skipped) or 'none stored'}",
-                   "no result stored")
+        return row(NOT_ASSESSED, *not_assessed(MEMBERSHIP, Decision(NOT_ASSESSED, "no_score", {"subject": subject,
+                                                                                            "skipped": skipped})))
     decide(evidence, t)
     artifact_tests = [(victim, e) for variant, _, victim, e in attacks if variant == ARTIFACT and "advantage" in e]
     discounted = _discount_twins(evidence, artifact_tests, t)
     decision = (_exact_match(artifact_tests) or _significant(evidence) or _twin_only(discounted)
                 or _no_control(artifact_tests, t) or _undetectable(evidence, t) or _low(evidence, t))
-    reason = _reason(decision, subject, evidence, artifact_tests, metrics, t)
-    return row(decision.tier, reason, _short(decision, evidence), evidence, decision.rule)
+    reason = membership_reason(decision, subject, evidence, artifact_tests, metrics, t)
+    return row(decision.tier, reason, membership_short(decision, evidence), evidence, decision.rule)
 
 
 def _unseen(subject: str, observer: str, attacker: str, attacks: list[Attack],
-            metrics: dict[str, Any]) -> tuple[str, str] | None:
-    """Why a row has nothing to judge (reason, short form), or None."""
+            metrics: dict[str, Any]) -> Decision | None:
+    """Why a row has nothing to judge, or None."""
     if subject[-1:] in "↑↓" and subject.endswith("↑") != (attacker == "server"):
-        other = "--attacker client:<domain>" if attacker == "server" else "--attacker server"
-        return (f"judged from {observer}'s view, which this run's attacker ({attacker}) does not hold; assess it with "
-                f"{other} --attack mia", f"{observer}'s view: {other}")
+        return Decision(NOT_ASSESSED, "other_view", {"observer": observer, "attacker": attacker})
     if attacks:
         return None
     data = metrics.get("auditor_data") or {}
     if data.get("status") == "none":
-        return (f"membership inference needs the clients' records: {data.get('why', 'the auditor holds none')}",
-                "no records to test")
-    if not isinstance((metrics.get("leakage") or {}).get(MIA), dict) or not (metrics.get("leakage") or {}).get(MIA):
-        return "no membership attack in this run; run with --attack mia", "no membership attack ran"
-    return (f"no membership attack in this run takes {subject_name(subject)} as its input", "no attack reads it")
+        return Decision(NOT_ASSESSED, "no_records", {"why": data.get("why")})
+    if not Leakage.of(metrics).sections.get(MIA):
+        return Decision(NOT_ASSESSED, "no_attack")
+    return Decision(NOT_ASSESSED, "no_target", {"subject": subject})
 
 
 def _evidence(attacks: list[Attack], t: RiskThresholds) -> tuple[list[Evidence], list[str]]:
@@ -152,7 +146,7 @@ def _evidence(attacks: list[Attack], t: RiskThresholds) -> tuple[list[Evidence],
                                      e.get("advantage_null_95"), "95% quantile with no signal at these counts", float(p),
                                      tier=tier, effect=float(adv), detail=detail))
     for e in evidence:
-        e.text = _finding(e)
+        e.text = membership_finding(e)
     return evidence, skipped
 
 
@@ -223,126 +217,7 @@ def _low(evidence: list[Evidence], t: RiskThresholds) -> Decision:
     return Decision(LOW, "low", {"detectable": detectable, "tests": m})
 
 
-# -- wording ------------------------------------------------------------------------------------------
-
-
-def _finding(e: Evidence) -> str:
-    """The sentence after the deciding clause: what the test found, in the reader's words."""
-    d = e.detail or {}
-    counts = f"{d['members']} members vs {d['nonmembers']} non-members"
-    on = {GLOBAL: "the released model", LAST_UPLOAD: "the victim's last upload"}.get(d["target"], f"the shared {d['target']}")
-    if e.test == "mia_tpr":
-        ci = e.interval
-        span = f"{pct(ci[0])}–{pct(ci[1])}" if ci else "?"
-        if d["variant"] == DOMAIN:
-            return (f"Querying {on}, the domain-level attack tells {d['victim']} records (never trained on) from "
-                    f"unseen-domain records: TPR {pct(e.value)} at 1% FPR (95% CI {span}; chance 1%; {counts}) — the "
-                    f"model reveals that {d['victim']} took part.")
-        return (f"The {d['attack']} on {on} flags {pct(e.value)} of {d['victim']}'s training records at 1% false "
-                f"positives (95% CI {span}; chance 1%; {counts}).")
-    auc = f", AUC {d['auc']:.2f}" if isnum(d.get("auc")) else ""
-    return (f"The {d['attack']} on {on} separates {d['victim']}'s members from non-members with advantage "
-            f"{e.value:.2f} (max TPR − FPR; no signal gives ≥ {fmt(e.baseline)} only 5% of the time at {counts}{auc}).")
-
-
-def _others(evidence: list[Evidence], top: Evidence | None) -> str:
-    """Every other attack on the artifact with its best advantage and corrected p: the reviewer sees them all."""
-    best: dict[str, Evidence] = {}
-    for e in evidence:
-        name = attack_of(e)
-        if e.test == "mia_advantage" and (top is None or name != attack_of(top)):
-            if name not in best or e.p_adjusted < best[name].p_adjusted:
-                best[name] = e
-    return "; ".join(f"{name} {e.value:.2f} on {(e.detail or {}).get('victim')} (p {p_text(e.p_adjusted)})"
-                     for name, e in best.items())
-
-
-def _reason(d: Decision, subject: str, evidence: list[Evidence], artifact_tests: list[tuple[str, dict]],
-            metrics: dict[str, Any], t: RiskThresholds) -> str:
-    what, m = subject_name(subject), len(evidence)
-    top = d.facts.get("top")
-    others = _others(evidence, top)
-    also = f" Other attacks on {what}: {others}." if others else ""
-    closest = min(evidence, key=lambda e: e.p_adjusted)
-    verbatim = _verbatim(artifact_tests)
-    if d.rule == "exact_match":
-        return (f"{_matched(d.facts['found'])}: {what} carries members' records verbatim (HIGH by the exact-match rule, "
-                f"whatever the counts).{also}")
-    if d.rule == "significant":
-        rule = (f" HIGH by the advantage rule: significant after {CORRECTION} correction and at least "
-                f"{t.mia_advantage_high:g}, whatever the low-FPR figures." if top.tier == HIGH and top.test == "mia_advantage"
-                else "")
-        return f"{clause(top, m)}. {top.text}{rule}{also}{verbatim}"
-    if d.rule == "twin_only":
-        return (f"{clause(closest, m)}, but the test separates members for {', '.join(d.facts['victims'])} and so does "
-                f"its holdout twin (the artifact with those members swapped out): the signal is not this artifact's, "
-                f"and what the artifact adds cannot be told apart — {_twin_readings(artifact_tests, d.facts['victims'])}."
-                f"{also}")
-    lead = f"no attack on {what} was significant after {CORRECTION} correction over {m} tests (closest {clause(closest, m)})"
-    if d.rule == "no_control":
-        shown = "; ".join(f"{victim}: " + (f"AUC {fmt((e.get('power') or {}).get('auc'))}, KS p "
-                                           f"{p_text((e.get('power') or {}).get('advantage_p_value'))} on "
-                                           f"{(e.get('power') or {}).get('records', '?')} records"
-                                           if "advantage" in (e.get("power") or {})
-                                           else str((e.get("power") or {}).get("reason") or e.get("controls") or "not run"))
-                          for victim, e in d.facts["weak"])
-        return (f"{lead}, but the artifact test did not find the members of its positive control (the artifact "
-                f"recomputed from a few members alone, significant at {t.alpha:g} needed) — {shown}: a silence from a "
-                f"test without power says nothing.{also}{verbatim}")
-    caveat = _miscalibrated(subject, metrics)
-    if d.rule == "undetectable":
-        return (f"{lead}, but at these counts an advantage below {d.facts['detectable']:.2f} could not have been "
-                f"detected across {d.facts['tests']} tests (the medium threshold is {t.mia_advantage_medium:g}): "
-                f"{advice(metrics, 'more_records')}.{also}{caveat}{verbatim}")
-    return (f"{lead}; every attack had its power: an advantage of {d.facts['detectable']:.2f} or more would have been "
-            f"detected.{also}{caveat}{verbatim}")
-
-
-def _short(d: Decision, evidence: list[Evidence]) -> str:
-    closest = min(evidence, key=lambda e: e.p_adjusted)
-    if d.rule == "exact_match":
-        return f"{sum(e['exact_matches']['members'] for _, e in d.facts['found'])} members' entries found verbatim"
-    if d.rule == "significant":
-        return short(d.facts["top"])
-    if d.rule == "twin_only":
-        return f"{short(closest)}; its twin too"
-    if d.rule == "no_control":
-        return f"{short(closest)}; control missed"
-    if d.rule == "undetectable":
-        return f"{short(closest)}; can't see <{d.facts['detectable']:.2f}"
-    return f"{short(closest)}; sees ≥{d.facts['detectable']:.2f}"
-
-
-def _miscalibrated(subject: str, metrics: dict[str, Any]) -> str:
-    mia = (metrics.get("leakage") or {}).get(MIA) or {}
-    bad = sorted({f"{variant}/{victim}" for variant, target, victim, e in mia_entries(mia)
-                  if (e.get("calibration") or {}).get("status") == "miscalibrated"})
-    return (f" The reference models did not stand in for the target ({', '.join(bad)}: see the membership section), "
-            "so those variants' silence says little." if bad else "")
-
-
-def _verbatim(artifact_tests: list[tuple[str, dict]]) -> str:
-    """A note naming the records a per-record bank carries verbatim (their own entry, found exactly, within the
-    float error of recomputing it)."""
-    found = [(victim, e) for victim, e in artifact_tests if isinstance(e.get("exact_matches"), dict)
-             and e["exact_matches"].get("members")]
-    return f" The bank carries records verbatim: {_matched(found)}." if found else ""
-
-
-def _matched(found: list[tuple[str, dict[str, Any]]]) -> str:
-    return "; ".join(
-        f"{e['exact_matches']['members']} of {victim}'s members have their own entry in it exactly (non-members: "
-        f"{e['exact_matches'].get('nonmembers', 0)}"
-        + (f"; tolerance {e['exact_tolerance']:.2g}" if isnum(e.get("exact_tolerance")) else "") + ")"
-        for victim, e in found)
-
-
 def _twin_separates(artifact_tests: list[tuple[str, dict[str, Any]]], t: RiskThresholds) -> set[str]:
     """Victims whose holdout twin (the artifact with the members swapped out) separates members significantly."""
     return {victim for victim, e in artifact_tests if isinstance(e.get("twin"), dict)
             and isnum(e["twin"].get("advantage_p_value")) and e["twin"]["advantage_p_value"] <= t.alpha}
-
-
-def _twin_readings(artifact_tests: list[tuple[str, dict[str, Any]]], victims: list[str]) -> str:
-    return "; ".join(f"{victim}: twin AUC {fmt(e['twin'].get('auc'))}, KS p {p_text(e['twin'].get('advantage_p_value'))}"
-                     for victim, e in artifact_tests if victim in victims)

@@ -1,11 +1,16 @@
-"""How the verdict says things: numbers, titles, the advice for what to run next, and the short forms a
-terminal shows. Rules decide; this module only writes."""
+"""How the verdict says things: every row's reason and short form, written from the facts a rule returned
+(:class:`~fedaudit.audit.verdict.evidence.Decision`), and the numbers, titles, observers and advice they share —
+the report writes the canary audit's f-DP bound with the same words. Rules decide (inversion.py, membership.py,
+canary.py); this module only writes."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .evidence import Evidence, isnum
+from fedaudit.run.results import Leakage
+
+from .evidence import DOMAIN, GLOBAL, HIGH, INVERSION, LAST_UPLOAD, Decision, Evidence, isnum
+from .thresholds import CORRECTION, RiskThresholds
 
 # What to do next, in the words of the command that made the run: `fedaudit audit` takes no training or data option
 # (they come from the recording), so its advice names what it does take or how to record differently.
@@ -139,3 +144,310 @@ def short(e: Evidence) -> str:
     beat = ">" if e.tier in ("high", "medium") else "vs"
     ref = f" {beat} {base} {fmt(e.baseline)}" if e.baseline is not None else ""
     return f"{attack_of(e).removesuffix(' attack')} {label} {fmt(e.value)}{ref}, {p_short(e.p_adjusted)}"
+
+
+# -- rows with nothing to judge ---------------------------------------------------------------------------
+
+
+def not_assessed(question: str, d: Decision) -> tuple[str, str]:
+    """Why a row has nothing to judge, and its short form, from the case its rule found (``d.rule``)."""
+    f = d.facts
+    if d.rule == "other_view":
+        other = "--attacker client:<domain>" if f["attacker"] == "server" else "--attacker server"
+        if question == INVERSION:
+            sees = "uploads" if f["attacker"] == "server" else "broadcasts"
+            return (f"judged from {f['observer']}'s view, which this run's attacker ({f['attacker']}) does not hold (it "
+                    f"sees {sees} only); assess it with {other}", f"{f['observer']}'s view: {other}")
+        return (f"judged from {f['observer']}'s view, which this run's attacker ({f['attacker']}) does not hold; assess "
+                f"it with {other} --attack mia", f"{f['observer']}'s view: {other}")
+    if d.rule == "no_attack":
+        return (("no reconstruction attack ran in this run; run with --attack deepinversion", "no inversion attack ran")
+                if question == INVERSION else
+                ("no membership attack in this run; run with --attack mia", "no membership attack ran"))
+    if d.rule == "no_records":
+        return (f"membership inference needs the clients' records: {f.get('why') or 'the auditor holds none'}",
+                "no records to test")
+    if d.rule == "no_target":
+        return ((f"no attack in this run targets {f['subject']}", "no attack targets it") if question == INVERSION else
+                (f"no membership attack in this run takes {subject_name(f['subject'])} as its input",
+                 "no attack reads it"))
+    skipped = f["skipped"]  # no_score: attacks ran on it, none stored a score with its nulls
+    if question == INVERSION:
+        return ("; ".join(skipped) or f"no score with nulls stored for {f['subject']}",
+                "not applicable" if skipped and all(s.startswith("not applicable") for s in skipped) else "not scored")
+    return (f"no membership result for {subject_name(f['subject'])}: {'; '.join(skipped) or 'none stored'}",
+            "no result stored")
+
+
+# -- inversion rows ------------------------------------------------------------------------------------
+
+
+def inversion_reason(d: Decision, evidence: list[Evidence], metrics: dict[str, Any]) -> str:
+    m = len(evidence)
+    if d.rule == "significant":
+        return f"{clause(d.facts['top'], m)}. {d.facts['top'].text}"
+    notes = inversion_notes(evidence)
+    if d.rule == "uninformative":
+        stronger = advice(metrics, "stronger_inversion")
+        return (f"no test beat its strongest null ({notes}), and at these counts none could have: even a perfect "
+                f"result would not reach medium after {CORRECTION} correction over {m} test(s) "
+                f"({', '.join(d.facts['counts']) or 'counts not stored'})"
+                + (f"; saturated: {', '.join(d.facts['saturated'])}" if d.facts["saturated"] else "")
+                + f". Give each client more records, and {stronger[0].lower()}{stronger[1:]}")
+    if d.rule == "powered":
+        scope = ("it also singled out the source records, so record-level leakage was testable" if d.facts["record_level"]
+                 else "it could not single out the source records even there, so record-level leakage was not "
+                      "testable at this budget; this LOW covers distribution-level leakage")
+        return (f"no test beat its strongest null after {CORRECTION} correction ({notes}). On the positive control "
+                f"({d.facts['control']}) the attack did reveal the domain or class of a few member images from their "
+                f"statistics; {scope}.")
+    budget = (f"no positive control ran ({'; '.join(d.facts['why'])})" if d.facts["why"] else
+              "the attack could not recover even the artifact of a handful of member images at this budget")
+    return (f"no test beat its strongest null ({notes}), but {budget}: a low reading cannot be told from a weak "
+            f"attack. {advice(metrics, 'stronger_inversion')}")
+
+
+def inversion_short(d: Decision, evidence: list[Evidence]) -> str:
+    closest = min(evidence, key=lambda e: e.p_adjusted)
+    if d.rule == "significant":
+        return short(d.facts["top"])
+    if d.rule == "uninformative":
+        return "too few records for any test to decide"
+    if d.rule == "powered":
+        return f"{short(closest)}; had power"
+    return f"{short(closest)}; no power"
+
+
+def _inversion_note(e: Evidence) -> str:
+    base = f"{e.baseline_name} {fmt(e.baseline)}" if e.baseline is not None else "no baseline"
+    return f"{e.test} {fmt(e.value)} vs {base}, p {p_text(e.p_adjusted)}"
+
+
+def inversion_notes(evidence: list[Evidence], limit: int = 3) -> str:
+    """The tests closest to significance, one short note each (all are in the row's evidence)."""
+    ranked = sorted(evidence, key=lambda e: e.p_adjusted)
+    text = "; ".join(_inversion_note(e) for e in ranked[:limit])
+    return text + (f"; {len(ranked) - limit} more in the evidence" if len(ranked) > limit else "")
+
+
+def inversion_lead(key: str, attacker: str, victims: list[str], what: str) -> str:
+    """Who synthesised what from which share: the start of a distribution-level finding."""
+    if attacker == "server":
+        who = f"the {victims[0]} client" if len(victims) == 1 else f"the {len(victims)} source clients ({', '.join(victims)})"
+        return f"From what {who} uploaded ({key}), the server synthesised {what}"
+    return (f"From the {key} broadcasts it received, the {attacker.split(':', 1)[-1]} client synthesised {what} of "
+            f"{', '.join(victims)}")
+
+
+def lift_lead(test: str, lead: str, victims: list[str]) -> str:
+    verb = ({"domain_attribution": f"attributes to {victims[0] if len(victims) == 1 else 'each victim’s own domain'}",
+             "class_fidelity": "labels as the intended class"}[test])
+    return f"{lead} that an independent classifier {verb}"
+
+
+def lift_finding(lead: str, metric: dict[str, Any], victims: int, lift: float, null_name: str, base: float) -> str:
+    """A distribution-level test's sentence: the attack's rate, its lift over the strongest null, every null."""
+    twin = f"; holdout twin {pct(metric['twin'])}" if isnum(metric.get("twin")) else ""
+    return (f"{lead} {pct(metric['attack'])} of the time{'' if victims == 1 else ' on average'} — {points(lift)} over "
+            f"the strongest null, the {null_name} ({pct(base)}; chance {pct(metric.get('chance'))}, untrained "
+            f"control {pct(metric.get('control'))}, prior-only control {pct(metric.get('prior_only'))}{twin}).")
+
+
+def identifiability_finding(ident: dict[str, Any], n: int, what: str, victim: str, ci: list[float] | None,
+                            p_chance: float, p: float, null_name: str, base: float, clears_all: bool) -> str:
+    """A record-level test's sentence: how many synthesised items sit closer to a member, against every null."""
+    finding = ("record-level leakage" if clears_all else "a record-level signal above every null, though its "
+               "interval does not clear them all")
+    return (f"{fmt_count(ident.get('attack_k'))} of {n} {what} synthesised for {victim} sit closer to one of its "
+            f"training records than to a fresh record of the same domain ({pct(ident['attack'])}, 95% CI "
+            f"{pct(ci[0]) if ci else '?'}–{pct(ci[1]) if ci else '?'}; equal numbers of members "
+            f"and non-members per class, chance {pct(ident.get('chance'))} (permutation p {p_text(p_chance)}); "
+            f"strongest null the {null_name} at {pct(base)}, every null beaten at p {p_text(p)}): {finding}.")
+
+
+# -- membership rows ------------------------------------------------------------------------------------------
+
+
+def membership_finding(e: Evidence) -> str:
+    """The sentence after the deciding clause: what the test found, in the reader's words."""
+    d = e.detail or {}
+    counts = f"{d['members']} members vs {d['nonmembers']} non-members"
+    on = {GLOBAL: "the released model", LAST_UPLOAD: "the victim's last upload"}.get(d["target"], f"the shared {d['target']}")
+    if e.test == "mia_tpr":
+        ci = e.interval
+        span = f"{pct(ci[0])}–{pct(ci[1])}" if ci else "?"
+        if d["variant"] == DOMAIN:
+            return (f"Querying {on}, the domain-level attack tells {d['victim']} records (never trained on) from "
+                    f"unseen-domain records: TPR {pct(e.value)} at 1% FPR (95% CI {span}; chance 1%; {counts}) — the "
+                    f"model reveals that {d['victim']} took part.")
+        return (f"The {d['attack']} on {on} flags {pct(e.value)} of {d['victim']}'s training records at 1% false "
+                f"positives (95% CI {span}; chance 1%; {counts}).")
+    auc = f", AUC {d['auc']:.2f}" if isnum(d.get("auc")) else ""
+    return (f"The {d['attack']} on {on} separates {d['victim']}'s members from non-members with advantage "
+            f"{e.value:.2f} (max TPR − FPR; no signal gives ≥ {fmt(e.baseline)} only 5% of the time at {counts}{auc}).")
+
+
+def _other_attacks(evidence: list[Evidence], top: Evidence | None) -> str:
+    """Every other attack on the artifact with its best advantage and corrected p: the reviewer sees them all."""
+    best: dict[str, Evidence] = {}
+    for e in evidence:
+        name = attack_of(e)
+        if e.test == "mia_advantage" and (top is None or name != attack_of(top)):
+            if name not in best or e.p_adjusted < best[name].p_adjusted:
+                best[name] = e
+    return "; ".join(f"{name} {e.value:.2f} on {(e.detail or {}).get('victim')} (p {p_text(e.p_adjusted)})"
+                     for name, e in best.items())
+
+
+def membership_reason(d: Decision, subject: str, evidence: list[Evidence], artifact_tests: list[tuple[str, dict]],
+            metrics: dict[str, Any], t: RiskThresholds) -> str:
+    what, m = subject_name(subject), len(evidence)
+    top = d.facts.get("top")
+    others = _other_attacks(evidence, top)
+    also = f" Other attacks on {what}: {others}." if others else ""
+    closest = min(evidence, key=lambda e: e.p_adjusted)
+    verbatim = _verbatim(artifact_tests)
+    if d.rule == "exact_match":
+        return (f"{_matched(d.facts['found'])}: {what} carries members' records verbatim (HIGH by the exact-match rule, "
+                f"whatever the counts).{also}")
+    if d.rule == "significant":
+        rule = (f" HIGH by the advantage rule: significant after {CORRECTION} correction and at least "
+                f"{t.mia_advantage_high:g}, whatever the low-FPR figures." if top.tier == HIGH and top.test == "mia_advantage"
+                else "")
+        return f"{clause(top, m)}. {top.text}{rule}{also}{verbatim}"
+    if d.rule == "twin_only":
+        return (f"{clause(closest, m)}, but the test separates members for {', '.join(d.facts['victims'])} and so does "
+                f"its holdout twin (the artifact with those members swapped out): the signal is not this artifact's, "
+                f"and what the artifact adds cannot be told apart — {twin_readings(artifact_tests, d.facts['victims'])}."
+                f"{also}")
+    lead = f"no attack on {what} was significant after {CORRECTION} correction over {m} tests (closest {clause(closest, m)})"
+    if d.rule == "no_control":
+        shown = "; ".join(f"{victim}: " + (f"AUC {fmt((e.get('power') or {}).get('auc'))}, KS p "
+                                           f"{p_text((e.get('power') or {}).get('advantage_p_value'))} on "
+                                           f"{(e.get('power') or {}).get('records', '?')} records"
+                                           if "advantage" in (e.get("power") or {})
+                                           else str((e.get("power") or {}).get("reason") or e.get("controls") or "not run"))
+                          for victim, e in d.facts["weak"])
+        return (f"{lead}, but the artifact test did not find the members of its positive control (the artifact "
+                f"recomputed from a few members alone, significant at {t.alpha:g} needed) — {shown}: a silence from a "
+                f"test without power says nothing.{also}{verbatim}")
+    caveat = _miscalibrated(subject, metrics)
+    if d.rule == "undetectable":
+        return (f"{lead}, but at these counts an advantage below {d.facts['detectable']:.2f} could not have been "
+                f"detected across {d.facts['tests']} tests (the medium threshold is {t.mia_advantage_medium:g}): "
+                f"{advice(metrics, 'more_records')}.{also}{caveat}{verbatim}")
+    return (f"{lead}; every attack had its power: an advantage of {d.facts['detectable']:.2f} or more would have been "
+            f"detected.{also}{caveat}{verbatim}")
+
+
+def membership_short(d: Decision, evidence: list[Evidence]) -> str:
+    closest = min(evidence, key=lambda e: e.p_adjusted)
+    if d.rule == "exact_match":
+        return f"{sum(e['exact_matches']['members'] for _, e in d.facts['found'])} members' entries found verbatim"
+    if d.rule == "significant":
+        return short(d.facts["top"])
+    if d.rule == "twin_only":
+        return f"{short(closest)}; its twin too"
+    if d.rule == "no_control":
+        return f"{short(closest)}; control missed"
+    if d.rule == "undetectable":
+        return f"{short(closest)}; can't see <{d.facts['detectable']:.2f}"
+    return f"{short(closest)}; sees ≥{d.facts['detectable']:.2f}"
+
+
+def _miscalibrated(subject: str, metrics: dict[str, Any]) -> str:
+    bad = sorted({f"{r.variant}/{r.victim}" for r in Leakage.of(metrics).membership()
+                  if (r.entry.get("calibration") or {}).get("status") == "miscalibrated"})
+    return (f" The reference models did not stand in for the target ({', '.join(bad)}: see the membership section), "
+            "so those variants' silence says little." if bad else "")
+
+
+def _verbatim(artifact_tests: list[tuple[str, dict]]) -> str:
+    """A note naming the records a per-record bank carries verbatim (their own entry, found exactly, within the
+    float error of recomputing it)."""
+    found = [(victim, e) for victim, e in artifact_tests if isinstance(e.get("exact_matches"), dict)
+             and e["exact_matches"].get("members")]
+    return f" The bank carries records verbatim: {_matched(found)}." if found else ""
+
+
+def _matched(found: list[tuple[str, dict[str, Any]]]) -> str:
+    return "; ".join(
+        f"{e['exact_matches']['members']} of {victim}'s members have their own entry in it exactly (non-members: "
+        f"{e['exact_matches'].get('nonmembers', 0)}"
+        + (f"; tolerance {e['exact_tolerance']:.2g}" if isnum(e.get("exact_tolerance")) else "") + ")"
+        for victim, e in found)
+
+
+def twin_readings(artifact_tests: list[tuple[str, dict[str, Any]]], victims: list[str]) -> str:
+    return "; ".join(f"{victim}: twin AUC {fmt(e['twin'].get('auc'))}, KS p {p_text(e['twin'].get('advantage_p_value'))}"
+                     for victim, e in artifact_tests if victim in victims)
+
+
+# -- the DP audit row --------------------------------------------------------------------------------------
+
+
+def canary_reason(d: Decision, evidence: list[Evidence]) -> str:
+    m = len(evidence)
+    top = d.facts.get("top")
+    if d.rule == "refuted":
+        return (f"THE DP GUARANTEE DOES NOT HOLD: {clause(top, m)}; the claimed ε {top.detail['epsilon_spent']:.2f} is "
+                f"rejected at p {p_text(top.detail['p_claim_adjusted'])} after {CORRECTION} correction over {m} "
+                f"audit(s). {top.text} The DP-SGD implementation, its accounting or the audit is broken (or the target "
+                "carries something ε does not cover: see the coverage table).")
+    if d.rule == "significant":
+        within = (f" The bound is within the claimed ε {float(top.detail['epsilon_spent']):.2f} (not rejected, p "
+                  f"{p_text(top.detail['p_claim_adjusted'])} after {CORRECTION}): the guarantee holds as far as this "
+                  "audit can tell, and the loss it proves is loss that ε allows." if isnum(top.detail.get("epsilon_spent"))
+                  else "")
+        return f"{clause(top, m)}. {top.text}{within}"
+    if d.rule == "uncertifiable":
+        return (f"no canary audit proved any privacy loss, but with these canaries it could certify at most ε "
+                f"{d.facts['ceiling']:.2f} (below {d.facts['high']:g}): plant more canaries (--canaries, "
+                "--gradient-canaries) or use a dataset with a larger holdout.")
+    return (f"no canary audit proved any privacy loss (all bounds 0 after {CORRECTION} correction), though it could "
+            f"have certified up to ε {d.facts['ceiling']:.2f}.")
+
+
+def canary_short(d: Decision, evidence: list[Evidence]) -> str:
+    top = d.facts.get("top")
+    if d.rule == "refuted":
+        return f"claimed ε {top.detail['epsilon_spent']:.2f} refuted, p {p_text(top.detail['p_claim_adjusted'])}"
+    if d.rule == "significant":
+        return short(top)
+    if d.rule == "uncertifiable":
+        return f"no loss proved; ceiling ε {d.facts['ceiling']:.2f}"
+    return f"no loss proved; could certify ε {d.facts['ceiling']:.2f}"
+
+
+def canary_finding(variant: str, victim: str, e: dict[str, Any]) -> str:
+    """One audit's sentence: what was planted, what it proves, and the claim beside it."""
+    bound, spent, m = float(e["epsilon_lower_bound"]), e.get("epsilon_spent"), int(e["canaries"])
+    counts = (f"{pct(e.get('confidence'))} confidence, δ {e.get('delta')}; {e['correct']} of {e['guesses']} guesses "
+              "right")
+    claim = "no DP claim" if not isnum(spent) else f"the accountant claims ε {float(spent):.2f}"
+    gdp = e.get("gdp") if isinstance(e.get("gdp"), dict) else {}
+    fdp = f"; the {fdp_bound(gdp)}" if isnum(gdp.get("mu_lower_bound")) and float(gdp["mu_lower_bound"]) > 0 else ""
+    if variant == "gradient":
+        ideal = e.get("ideal_bound")
+        estimate = (e.get("estimate") or {}).get("epsilon")
+        return (f"Of {m} gradient canaries planted in {victim}'s DP-SGD, the server's view of its updates proves "
+                f"ε ≥ {bound:.2f} ({counts}; {claim}{fdp}"
+                + (f"; a mechanism spending exactly that would give these canaries about ε ≥ {float(ideal):.2f}"
+                   + (f", μ ≥ {float(e['ideal_gdp_mu']):.2f}" if isnum(e.get("ideal_gdp_mu")) else "")
+                   if isnum(ideal) else "")
+                + (f"; the one-shot estimate, not a bound: ε ≈ {float(estimate):.2f}" if isnum(estimate) else "")
+                + f"; at most ε {float(e.get('epsilon_max_certifiable') or 0):.2f} certifiable).")
+    return (f"Of {m} canaries planted in {victim}'s training split, the {e.get('target', '?')} reveals which were "
+            f"trained on well enough to prove ε ≥ {bound:.2f} ({counts}; {claim}{fdp}).")
+
+
+def fdp_bound(gdp: dict[str, Any], ceiling: bool = False) -> str:
+    """The f-DP bound of a canary audit (``gdp``: its μ, and what μ is as ε for a Gaussian curve), in the words the
+    verdict and the report both use; ``ceiling`` adds the largest μ these canaries could certify."""
+    mu, eps = gdp.get("mu_lower_bound"), gdp.get("epsilon_if_gaussian")
+    if not isnum(mu):
+        return ""
+    most = (f"; at most μ {float(gdp['mu_max_certifiable']):.2f} certifiable"
+            if ceiling and isnum(gdp.get("mu_max_certifiable")) else "")
+    as_eps = f"ε ≥ {float(eps):.2f} if the privacy curve is Gaussian" if isnum(eps) else "ε unknown"
+    return f"f-DP bound: μ ≥ {float(mu):.2f} ({as_eps}{most})"

@@ -1,0 +1,253 @@
+"""metrics.json as typed objects: what the auditor writes, and what the verdict, the report and the scripts read.
+
+``RunMetrics`` is one run's ``metrics.json`` (one target, or the mean of a ``--target-domain all`` run);
+``Leakage`` its attack sections, with the one walk over them that every reader uses (membership results by
+variant, target and victim; reconstruction results by attack, artifact and victim); ``VerdictRow`` one stored
+verdict row. The file's shape is declared in ``metrics.schema.json``, shipped beside this module and versioned by
+``SCHEMA_VERSION``; ``validate`` holds a file to it (users can gate CI on the same file: ``python -m
+fedaudit.run.results RUN_DIR/metrics.json``). The numeric blocks inside (accuracy, communication, privacy,
+provenance, an attack's entry) stay mappings: the schema names their keys and types, and their writers own them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from fedaudit.errors import FedauditError
+
+log = logging.getLogger("fedaudit")
+
+# 2: one verdict row per artifact, question and observer (issue 36), and this schema; 1: runs before it.
+SCHEMA_VERSION = 2
+SCHEMA_FILE = Path(__file__).with_name("metrics.schema.json")
+STRICT_ENV = "FEDAUDIT_STRICT_SCHEMA"  # set (tests do): a metrics.json that breaks the schema is an error, not a warning
+
+MIA = "mia"
+CANARY = "canary"  # the one-run ε audit: a bound per victim, not a reconstruction section
+CANARY_GRADIENT = "canary_gradient"  # its white-box variant: gradient canaries inside the victim's DP-SGD
+NOT_RECONSTRUCTIONS = (MIA, CANARY, CANARY_GRADIENT)  # leakage sections that are not {artifact: {victim: scores}}
+BOOKKEEPING = ("summary", "auditor", "settings")  # keys of an attack's section that are not results
+
+
+class MembershipResult(NamedTuple):
+    """One stored membership test: ``leakage.mia.<variant>.<target>.<victim>``."""
+
+    variant: str  # loss, lira_online, lira_offline, rmia, domain, artifact
+    target: str  # global_model, last_upload, or the artifact kind a shared-artifact test read
+    victim: str  # a source domain, or "all"
+    entry: Mapping[str, Any]
+
+
+class ReconstructionResult(NamedTuple):
+    """One stored reconstruction: ``leakage.<attack>.<artifact>.<victim>``."""
+
+    attack: str  # deepinversion, gradinv
+    artifact: str  # the attacked share: "full_model", "head", "head:<client>", ...
+    victim: str
+    entry: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Leakage:
+    """``metrics.json → leakage``: one section per attack that ran."""
+
+    sections: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, metrics: Mapping[str, Any]) -> Leakage:
+        leakage = metrics.get("leakage")
+        return cls(leakage if isinstance(leakage, Mapping) else {})
+
+    def membership(self, *, ordered: bool = False) -> list[MembershipResult]:
+        """Every stored membership result, in the order the attack wrote them or, ``ordered``, sorted by
+        (variant, target, victim) (a verdict judged from a reloaded metrics.json must equal the one judged before it
+        was written); bookkeeping keys and non-tables skipped."""
+        mia = self.sections.get(MIA)
+        if not isinstance(mia, Mapping):
+            return []
+        out = [MembershipResult(variant, target, victim, entry)
+               for variant, by_target in mia.items() if variant not in BOOKKEEPING and isinstance(by_target, Mapping)
+               for target, by_victim in by_target.items() if isinstance(by_victim, Mapping)
+               for victim, entry in by_victim.items() if isinstance(entry, Mapping)]
+        return sorted(out, key=lambda r: r[:3]) if ordered else out
+
+    def reconstruction_sections(self) -> dict[str, Mapping[str, Any]]:
+        """attack → its section, for every reconstruction attack that ran (in the order they ran)."""
+        return {name: sec for name, sec in self.sections.items()
+                if name not in NOT_RECONSTRUCTIONS and isinstance(sec, Mapping)}
+
+    def attacked_artifacts(self) -> list[tuple[str, str, Mapping[str, Any]]]:
+        """(attack, artifact, {victim: entry}) of every reconstruction attack's result table."""
+        return [(name, key, by_victim) for name, sec in self.reconstruction_sections().items()
+                for key, by_victim in result_tables(sec)]
+
+    def reconstructions(self) -> list[ReconstructionResult]:
+        """Every stored reconstruction entry, in the order the attacks wrote them."""
+        return [ReconstructionResult(name, key, victim, entry) for name, key, by_victim in self.attacked_artifacts()
+                for victim, entry in by_victim.items() if isinstance(entry, Mapping)]
+
+    def canary_sections(self) -> dict[str, Mapping[str, Any]]:
+        return {k: self.sections[k] for k in (CANARY, CANARY_GRADIENT) if isinstance(self.sections.get(k), Mapping)}
+
+
+def result_tables(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(artifact, {victim: entry}) of one reconstruction attack's section, its bookkeeping keys skipped."""
+    return [(key, by_victim) for key, by_victim in section.items()
+            if key not in BOOKKEEPING and isinstance(by_victim, Mapping)]
+
+
+@dataclass(frozen=True)
+class VerdictRow:
+    """One stored verdict row (written by :mod:`fedaudit.audit.verdict`): one question about one artifact, judged
+    from one observer's view."""
+
+    row: str  # stable key: "full_model↑", "membership:full_model↑", "membership:global_model", "membership:canary"
+    title: str
+    question: str  # inversion, membership, dp_audit
+    artifact: str
+    observer: str
+    tier: str  # high, medium, low, inconclusive, not_assessed
+    reason: str  # leads with the attack, its number, the null and p
+    short: str  # the same facts in a few words, for a terminal
+    rule: str | None = None
+    correction: str | None = None
+    evidence: tuple[Mapping[str, Any], ...] = ()
+    target: str | None = None  # the unseen target, in a --target-domain all run's list
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> VerdictRow:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{"title": "", "question": "", "artifact": "", "observer": "", "tier": "not_assessed",
+                      "reason": "", "short": "", **known, "evidence": tuple(data.get("evidence") or ())})
+
+
+@dataclass
+class RunMetrics:
+    """One run's metrics.json."""
+
+    method: str
+    dataset: str
+    target_domain: str  # "all" for the mean over targets
+    accuracy: dict[str, Any]
+    communication: dict[str, Any]
+    leakage: dict[str, Any]
+    privacy: dict[str, Any] | None
+    provenance: dict[str, Any]
+    source_domains: list[str] | None = None  # None in the mean over targets
+    auditor_data: dict[str, Any] | None = None  # fedaudit audit: whether the auditor held the clients' records
+    verdict: list[dict[str, Any]] = field(default_factory=list)
+    verdict_thresholds: dict[str, Any] | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        """The dict written as metrics.json (keys in a fixed order; absent optional blocks left out)."""
+        out = {"schema_version": self.schema_version, "method": self.method, "dataset": self.dataset,
+               "target_domain": self.target_domain, "source_domains": self.source_domains,
+               "auditor_data": self.auditor_data, "accuracy": self.accuracy, "communication": self.communication,
+               "leakage": self.leakage, "privacy": self.privacy, "provenance": self.provenance,
+               "verdict": self.verdict, "verdict_thresholds": self.verdict_thresholds}
+        optional = ("source_domains", "auditor_data", "verdict_thresholds")
+        return {k: v for k, v in out.items() if v is not None or k not in optional}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str | Path = "metrics.json") -> RunMetrics:
+        """A stored metrics.json; one written by a newer fedaudit is a one-line error naming the version it needs."""
+        version = schema_version(data, where)
+        fields = [f for f in cls.__dataclass_fields__ if f != "schema_version"]
+        blank = {"accuracy": {}, "communication": {}, "leakage": {}, "provenance": {}, "verdict": []}
+        return cls(**{f: data.get(f, blank.get(f)) for f in fields}, schema_version=version)
+
+    @property
+    def results(self) -> Leakage:
+        return Leakage(self.leakage)
+
+    def rows(self) -> list[VerdictRow]:
+        return [VerdictRow.from_json(r) for r in self.verdict if isinstance(r, Mapping) and "row" in r]
+
+
+def schema_version(data: Mapping[str, Any], where: str | Path = "metrics.json") -> int:
+    """The file's schema version (1 when it names none); a newer one than this fedaudit reads is a user error."""
+    version = data.get("schema_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise FedauditError(f"{where}: schema_version {version!r} is not a version number; the file is damaged — "
+                            "re-run it")
+    if version > SCHEMA_VERSION:
+        raise FedauditError(f"{where} is metrics schema {version}; this fedaudit reads schema {SCHEMA_VERSION} and "
+                            "earlier: upgrade fedaudit (pip install -U fedaudit)")
+    return version
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    """The JSON Schema of metrics.json (this version)."""
+    return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+
+
+def problems(data: Any, definition: str | None = None) -> list[str]:
+    """Where ``data`` breaks the schema (or its ``$defs/<definition>``), one line each: path and what is wrong."""
+    import jsonschema
+
+    root = schema()
+    target = root if definition is None else {"$ref": f"#/$defs/{definition}", "$defs": root["$defs"]}
+    validator = jsonschema.Draft202012Validator(target)
+    return [f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}"
+            for e in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
+
+
+def validate(metrics: Mapping[str, Any], where: str | Path = "metrics.json") -> None:
+    """Hold a metrics dict about to be written to the schema: a breach is a bug in fedaudit, so it warns (the run's
+    numbers are kept) — or raises under ``FEDAUDIT_STRICT_SCHEMA=1``, as the tests run."""
+    try:
+        found = problems(metrics)
+    except ImportError:  # a bare environment (a GPU machine with torch only): the run is written unvalidated
+        if os.environ.get(STRICT_ENV):
+            raise
+        log.info("%s written without a schema check: jsonschema is not installed (pip install jsonschema)", where)
+        return
+    if not found:
+        return
+    message = f"{where} does not match metrics.schema.json v{SCHEMA_VERSION}: {found[0]}" + (
+        f" (and {len(found) - 1} more)" if len(found) > 1 else "")
+    if os.environ.get(STRICT_ENV):
+        raise AssertionError(message + "\n" + "\n".join(found))
+    log.warning("%s; the run is kept — please report this as a fedaudit bug", message)
+
+
+def write_metrics(path: Path, metrics: RunMetrics) -> dict[str, Any]:
+    """Validate and write a run's metrics.json; returns the dict written."""
+    from fedaudit.run import run_directory
+
+    data = metrics.to_json()
+    validate(json.loads(run_directory.json_text(data)), path)  # as it will be read back (tensors, paths as JSON)
+    run_directory.write_json(path, data)
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fedaudit.run.results FILE...``: check metrics.json files against the schema (exit 1 on a breach)."""
+    failed = 0
+    for name in argv if argv is not None else sys.argv[1:]:
+        try:
+            data = json.loads(Path(name).read_text(encoding="utf-8"))
+            version = schema_version(data, name)
+        except (OSError, ValueError, FedauditError) as exc:
+            print(f"{name}: {exc}")
+            failed += 1
+            continue
+        found = problems(data) if version == SCHEMA_VERSION else [
+            f"(top): metrics schema {version}; the shipped schema describes version {SCHEMA_VERSION}"]
+        failed += bool(found)
+        print(f"{name}: " + ("valid (metrics schema %d)" % version if not found else "\n  ".join(["invalid", *found])))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
