@@ -37,6 +37,7 @@ from fedaudit.reports.cells import (MISSING, Table, aligned, as_text, ci_text, c
                                     p_fmt, rounds_text, signed, size_text, to_float, value_text)
 from fedaudit.reports.leakage_sections import dp_curve_section, dp_of, leakage_table, scatter_section
 from fedaudit.reports.load import Run, Unit, load_run
+from fedaudit.reports.summary import dpia, first_screen
 from fedaudit.run import run_directory
 from fedaudit.run.results import SCHEMA_VERSION
 
@@ -136,6 +137,8 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
         "has_images": any(section["items"] for _, section in recon),
         "differences": comparability(run_list) if compare else {},
         "unscored": unscored_notes(units),
+        "summaries": [] if compare else [first_screen(u, verdict_rows(u, thresholds)[0]) for u in units],
+        "dpia": [] if compare else [dpia(u, verdict_rows(u, thresholds)[0]) for u in units],
         "membership": [(u.label, membership(u)) for u in units],
         "rounds": rounds_section(units),
         "provenance": provenance_table(units),

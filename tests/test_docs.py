@@ -1,5 +1,7 @@
-"""The documentation's links hold: every relative link in the README and docs/ reaches a file, and every
-Markdown file the code cites exists in the repository (the design notes it used to cite lived outside it)."""
+"""The documentation's links hold: every relative link in the README and docs/ reaches a file and, where it
+names a section (``page.md#section``, ``#section``), a heading of that page; every docs/ page is linked from the
+README; and every Markdown file the code cites exists in the repository (the design notes it used to cite lived
+outside it)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,24 @@ CITED = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]*[A-Za-z]\.md)\b")
 
 
 def broken_links(page: Path) -> list[str]:
-    """The relative link targets of ``page`` that reach no file (web addresses and same-page anchors skipped)."""
-    return [target for target in LINK.findall(page.read_text(encoding="utf-8"))
-            if not re.match(r"[a-z]+:", target) and not target.startswith("#")
-            and not (page.parent / target.split("#", 1)[0]).exists()]
+    """The relative link targets of ``page`` that reach no file, or name a section the page it reaches does not
+    have (web addresses skipped)."""
+    out = []
+    for target in LINK.findall(page.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, section = target.partition("#")
+        reached = page if not file else page.parent / file
+        if not reached.exists() or (section and reached.suffix == ".md" and section not in sections(reached)):
+            out.append(target)
+    return out
+
+
+def sections(page: Path) -> set[str]:
+    """The anchors of a Markdown page's headings, as GitHub makes them (lower case, punctuation dropped,
+    spaces to hyphens)."""
+    return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for line in page.read_text(encoding="utf-8").splitlines() if line.startswith("#")}
 
 
 def missing_citations(path: Path, root: Path = ROOT) -> list[str]:
@@ -32,6 +48,14 @@ def test_every_relative_link_in_the_readme_and_docs_reaches_a_file():
     assert {str(page.relative_to(ROOT)): broken_links(page) for page in PAGES if broken_links(page)} == {}
 
 
+def test_every_docs_page_is_linked_from_the_readme():
+    readme = ROOT / "README.md"
+    linked = {(readme.parent / t.partition("#")[0]).resolve() for t in LINK.findall(readme.read_text(encoding="utf-8"))
+              if not re.match(r"[a-z]+:", t)}
+    pages = {p.resolve() for p in (ROOT / "docs").glob("*.md")}
+    assert {str(p.relative_to(ROOT)) for p in pages - linked} == set()
+
+
 def test_every_markdown_file_the_code_cites_exists():
     assert len(CODE) > 100
     assert {str(path.relative_to(ROOT)): missing_citations(path) for path in CODE if missing_citations(path)} == {}
@@ -39,8 +63,9 @@ def test_every_markdown_file_the_code_cites_exists():
 
 def test_the_checks_catch_a_broken_link_and_a_missing_citation(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("[self](page.md) [web](https://example.org) [gone](nowhere.md) [anchor](#x)", encoding="utf-8")
-    assert broken_links(page) == ["nowhere.md"]
+    page.write_text("# A title\n[self](page.md) [web](https://example.org) [gone](nowhere.md) [anchor](#x) "
+                    "[here](#a-title) [there](page.md#a-title) [lost](page.md#no-such-part)", encoding="utf-8")
+    assert broken_links(page) == ["nowhere.md", "#x", "page.md#no-such-part"]
     code = tmp_path / "module.py"
     code.write_text('"""see ATTACKS.md, page.md and docs/attacks.md"""', encoding="utf-8")
     assert missing_citations(code, tmp_path) == ["ATTACKS.md", "docs/attacks.md"]

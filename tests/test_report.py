@@ -20,7 +20,8 @@ from fedaudit.api import evaluate
 from fedaudit.cli import app
 
 runner = CliRunner()
-SECTIONS = ["notice", "verdict", "side-by-side", "wire", "reconstructions", "membership", "rounds", "provenance"]
+SECTIONS = ["notice", "summary", "verdict", "dpia", "side-by-side", "wire", "reconstructions", "membership", "rounds",
+            "provenance"]
 # One round, one local epoch, one victim: the auditor's judges (trained per victim) dominate the cost.
 TINY = dict(dataset="digits", image_size=16, rounds=1, local_epochs=1, batch_size=32, device="cpu",
             attack="deepinversion", victim="clean", inversion_iters=30, inversion_batch=10, judge_steps=60)
@@ -331,3 +332,96 @@ def test_equal_series_stay_two_visible_lines():
     two = str(plots.rounds_plot([("MB up", [1, 2, 3], [1.0, 1.0, 1.0]), ("MB down", [1, 2, 3], [1.0, 1.0, 1.0])],
                                 "MB", "traffic"))
     assert "stroke-dasharray" not in one and "stroke-dasharray" in two
+
+
+# -- issue 34: the first screen a reviewer signs or sends back, the DPIA facts, the PDF ----------------------------
+
+
+def test_the_summary_names_the_deployment_every_finding_and_what_would_decide_the_rest(run_dir):
+    page = Page((run_dir / "report.html").read_text(encoding="utf-8"))
+    summary, dpia = page.text["summary"], page.text["dpia"]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    rows = metrics["verdict"]
+    for fact in ("fedavg, as run by fedaudit's simulation", "digits: clients", "the server as attacker", "deepinversion"):
+        assert fact in summary, fact
+    judged = [r["tier"] for r in rows if r["tier"] != "not_assessed"]
+    order = ["inconclusive", "low", "medium", "high"]
+    assert max(judged, key=order.index).replace("_", " ") in summary  # the highest tier, from the rows
+    for r in rows:  # every row has its place on the first screen, with its observer
+        assert r["title"] in summary, r["title"]
+        if r["tier"] == "inconclusive":
+            assert r["short"] in summary and "Needs:" in summary
+    assert ("To act on before sign-off" in summary) == any(r["tier"] in ("high", "medium") for r in rows)
+    # the DPIA facts: what crossed, to whom, how often; the threat model; the measures; residual risk; no legal advice
+    for fact in ("full_model", "client → server", "server → client", "1 of 1", "No privacy mechanism",
+                 "Residual risk per artifact", "not legal advice"):
+        assert fact in dpia, fact
+
+
+@pytest.mark.parametrize(("method", "artifact", "expected"), [
+    ("gperxan", "full_model↑", "--gperxan-upload partial"),
+    ("elcfs", "amplitude_bank↑", "--elcfs-fraction"),
+    ("ccst", "style_bank↑", "--ccst-style overall"),
+    ("fedavg", "full_model↑", "--dp-sweep 1,8,inf"),
+    ("fedavg", "released model", "--dp-sweep 1,8,inf"),
+    ("fedfd", "bn_stats_all_layers↑", "drop the artifact"),
+    ("fedsb", "full_model↑", "fedsb cannot be trained with DP-SGD"),
+])
+def test_each_finding_names_a_mitigation_fedaudit_can_measure(method, artifact, expected):
+    from fedaudit.reports.load import Unit
+    from fedaudit.reports.summary import mitigation
+    from fedaudit.run.results import VerdictRow
+
+    unit = Unit(Path("run"), {}, {"method": method, "provenance": {}}, [], [])
+    row = VerdictRow.from_json({"row": f"membership:{artifact}", "artifact": artifact, "question": "membership",
+                                "tier": "high", "reason": "x", "short": "x"})
+    assert expected in mitigation(row, unit)
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"no {name} (apt-get install -y --no-install-recommends chromium poppler-utils; .ci/run does this)")
+    return found
+
+
+def test_pdf_holds_the_summary_and_verdict_and_its_redacted_images_are_blurred(run_dir, tmp_path):
+    for name in ("chromium", "pdftotext", "pdftoppm", "pdfimages"):
+        _tool(name)
+    work = tmp_path / "run"
+    shutil.copytree(run_dir, work)
+    for flags, pdf in (([], work / "report.pdf"), (["--redact"], work / "report-redacted.pdf")):
+        result = runner.invoke(app, ["report", str(work), "--pdf", *flags])
+        assert result.exit_code == 0, result.output
+        assert pdf.read_bytes().startswith(b"%PDF")
+    text = subprocess.run(["pdftotext", "-layout", str(work / "report-redacted.pdf"), "-"], capture_output=True,
+                          text=True, check=True).stdout
+    for heading in ("Summary", "For a DPIA", "Verdict", "Residual risk per artifact", "not legal advice"):
+        assert heading in text, heading
+    flat = " ".join(text.split())
+    for row in json.loads((work / "metrics.json").read_text())["verdict"]:
+        assert " ".join(row["title"].split()) in flat, row["title"]
+    pages = subprocess.run(["pdftoppm", "-r", "30", "-png", str(work / "report-redacted.pdf"), str(tmp_path / "page")],
+                           capture_output=True, check=True)
+    shots = sorted(tmp_path.glob("page*.png"))
+    assert pages.returncode == 0 and len(shots) >= 2
+    assert all(len(Image.open(p).convert("L").getcolors(1 << 16) or []) > 2 for p in shots)  # no blank page
+    # the images the PDF embeds: the redacted PDF's reconstruction grid has lost the detail the sharp one has
+    grids = {}
+    for name in ("report", "report-redacted"):
+        out = tmp_path / name
+        out.mkdir()
+        subprocess.run(["pdfimages", "-png", str(work / f"{name}.pdf"), str(out / "img")], check=True)
+        images = [np.asarray(Image.open(p).convert("L"), dtype=np.float64) for p in sorted(out.glob("img*.png"))]
+        grids[name] = max(images, key=lambda a: a.size)  # the grid, not a plot's raster
+    assert _detail(grids["report-redacted"]) < 0.3 * _detail(grids["report"])
+
+
+def test_pdf_without_a_browser_is_a_one_line_error_before_anything_is_written(run_dir, tmp_path, monkeypatch):
+    work = tmp_path / "run"
+    shutil.copytree(run_dir, work)
+    monkeypatch.setenv("FEDAUDIT_CHROMIUM", str(tmp_path / "no-such-browser"))
+    before = sorted(p.name for p in work.iterdir())
+    result = runner.invoke(app, ["report", str(work), "--pdf", "--redact"])
+    assert result.exit_code == 2 and "FEDAUDIT_CHROMIUM" in result.output and "Traceback" not in result.output
+    assert sorted(p.name for p in work.iterdir()) == before  # no half-done command: not even the HTML copy

@@ -202,18 +202,25 @@ def report(
     redact: bool = typer.Option(False, "--redact", help="Write a redacted copy, report-redacted.html (or -o), every embedded reconstruction blurred; the sharp report stays."),
     risk_thresholds: Optional[Path] = typer.Option(None, help="TOML or JSON file of risk-tier thresholds (keys listed in the report)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Where to write (default RUN_DIR/report.html)."),
+    pdf: bool = typer.Option(False, "--pdf", help="Also print it to PDF beside the HTML (report.pdf, or "
+                                                  "report-redacted.pdf with --redact), with headless Chromium."),
 ) -> None:
     """Re-render a run's HTML leakage report from its stored files.
 
     RUN_DIR is a finished run directory (written by `fedaudit evaluate` or `fedaudit audit`).
     """
     from fedaudit.reports import write_report
+    from fedaudit.reports.pdf import browser, write_pdf
 
     try:
+        if pdf:
+            browser()  # before rendering: a missing browser is a user error, not a half-done command
         path = write_report(run_dir, output, redact=redact, thresholds=risk_thresholds)
+        console().print(f"report: {path}", highlight=False, markup=False)
+        if pdf:
+            console().print(f"pdf: {write_pdf(path)}", highlight=False, markup=False)
     except FedauditError as exc:
         fail(str(exc))
-    console().print(f"report: {path}", highlight=False, markup=False)
 
 
 def compare(

@@ -42,6 +42,27 @@ def advice(metrics: dict[str, Any], what: str) -> str:
     return ADVICE[made_by(metrics)][what]
 
 
+def to_conclude(question: str, rule: str | None, metrics: dict[str, Any]) -> str:
+    """What would turn an INCONCLUSIVE row (decided by ``rule``) into a conclusive one, in the words of the command
+    that made the run — the report's summary lists it beside each such row."""
+    if rule == "uninformative":
+        return ("more records per client, so that a test could reach medium at all: "
+                f"{advice(metrics, 'more_records')}")
+    if rule == "unpowered":
+        return "an attack strong enough to pass its positive control: " + advice(metrics, "stronger_inversion")
+    if rule == "undetectable":
+        return f"enough records to detect an advantage of 0.1 after the correction: {advice(metrics, 'more_records')}"
+    if rule == "no_control":
+        return ("an artifact test that finds the members of its positive control: more records per victim ("
+                f"{advice(metrics, 'more_records')})")
+    if rule == "twin_only":
+        return ("a signal the holdout twin does not share: the artifact carries no more than a model without those "
+                "members would; more records per victim tell the two apart")
+    if rule == "uncertifiable":
+        return "more canaries (--canaries, --gradient-canaries) or a dataset with a larger holdout"
+    return "see the row's reason in the verdict"
+
+
 # -- titles and observers -------------------------------------------------------------------
 
 
