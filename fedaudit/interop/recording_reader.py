@@ -15,6 +15,7 @@ from torch import Tensor
 
 from fedaudit.errors import FedauditError
 from fedaudit.interop.recording import FORMAT, LEDGER, MANIFEST, NODES, SERVER_NODE_ID, classify_record
+from fedaudit.interop.recording_checks import DAMAGED, check_row, inside, own_file
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, LedgerEntry, Wire, client_role, direction
 
 @dataclass
@@ -117,31 +118,54 @@ def read_recording(root: str | Path) -> Recording:
     if not path.is_file():
         raise FedauditError(f"{root} has no {MANIFEST}: not a fedaudit recording; record with fedaudit.interop.flower "
                             "(recording_mod / RecordingGrid), which writes it")
+    own_file(root, path)
     try:
         manifest = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise FedauditError(f"{path} is not valid JSON ({exc}); record the run again") from None
+    if not isinstance(manifest, dict):
+        raise FedauditError(f"{path} is not a JSON object; {DAMAGED}")
     if manifest.get("format") != FORMAT:
         raise FedauditError(f"{path} has format {manifest.get('format')!r}, this fedaudit reads {FORMAT!r}")
-    nodes = {int(k): v for k, v in (manifest.get("nodes") or {}).items()}
+    named = manifest.get("nodes") or {}
+    if not isinstance(named, dict) or not all(str(k).isdigit() and isinstance(v, str) for k, v in named.items()):
+        raise FedauditError(f"{path}: field 'nodes' must map node ids to client names; {DAMAGED}")
+    nodes = {int(k): v for k, v in named.items()}
     for node_file in sorted((root / NODES).glob("*.json")):
-        item = json.loads(node_file.read_text())
-        nodes.setdefault(int(item["node_id"]), item["name"])
+        item = _node(root, node_file)
+        nodes.setdefault(item["node_id"], item["name"])
     ledger = root / LEDGER
     if not ledger.is_file():
         raise FedauditError(f"{root} has no {LEDGER}: nothing was recorded; check that the mod or recorder ran")
+    own_file(root, ledger)
     raw = []
     for n, line in enumerate(ledger.read_text().splitlines(), 1):
         try:
-            raw.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             raise FedauditError(f"{ledger} line {n} is not a JSON row (truncated?); record the run again") from None
+        check_row(row, f"{ledger} line {n}")  # every row held to the format, and its file to the directory,
+        inside(root, row["file"], f"{ledger} line {n}")  # before anything is read or judged
+        raw.append(row)
     _one_run(raw, manifest, ledger)
     server_node = manifest.get("server_node_id", SERVER_NODE_ID)
     rows = [_named(r, nodes, server_node, ledger) for r in _one_recorder_per_message(raw)]
     rows.sort(key=lambda r: (r["round"], r["time"]))
     _no_repeats(rows, ledger)
     return Recording(root, manifest, nodes, rows)
+
+
+def _node(root: Path, node_file: Path) -> dict[str, Any]:
+    """One node file: inside the recording, with an integer id and a name."""
+    own_file(root, node_file)
+    try:
+        item = json.loads(node_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise FedauditError(f"{node_file} is not valid JSON; {DAMAGED}") from None
+    if not (isinstance(item, dict) and isinstance(item.get("node_id"), int) and not isinstance(item["node_id"], bool)
+            and isinstance(item.get("name"), str)):
+        raise FedauditError(f"{node_file} does not hold a node_id (a whole number) and a name (a string); {DAMAGED}")
+    return item
 
 
 def _one_run(rows: list[dict[str, Any]], manifest: Mapping[str, Any], ledger: Path) -> None:
