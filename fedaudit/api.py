@@ -281,7 +281,8 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
     return written
 
 
-def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any) -> tuple[Path, dict[str, Any]]:
+def audit_recording(recording: str | Path, *, command: str = "", unverified: bool = False,
+                    **explicit: Any) -> tuple[Path, dict[str, Any]]:
     """``fedaudit audit``: attack a recorded federation as ``evaluate`` attacks its own (see
     :mod:`fedaudit.interop.audit_recording`); returns (run directory, metrics)."""
     from fedaudit.attacks import AUTO, attack_options, attack_schema, auto_attacks, get_attacks
@@ -289,8 +290,12 @@ def audit_recording(recording: str | Path, *, command: str = "", **explicit: Any
     from fedaudit.interop.audit_recording import (NO_DATA, audit, audited_model, auditor_data, check_audit_options, data_free_attacks,
                                    name_model_records, recorded_config, recorded_shares)
     from fedaudit.interop.recording_reader import read_recording
+    from fedaudit.interop.recording_verify import verify_recording
 
     rec = read_recording(recording)
+    t0 = time.perf_counter()
+    rec.verification = verify_recording(rec, unverified=unverified)  # whole, before anything is judged
+    rec.verification["seconds"] = round(time.perf_counter() - t0, 3)
     explicit = {k: v for k, v in explicit.items() if v is not None}
     check_audit_options(explicit, set(attack_options()))
     base = audited_model(rec, recorded_config(rec), explicit)

@@ -37,7 +37,7 @@ from fedaudit.reports.cells import (MISSING, Table, aligned, as_text, ci_text, c
                                     p_fmt, rounds_text, signed, size_text, to_float, value_text)
 from fedaudit.reports.leakage_sections import dp_curve_section, dp_of, leakage_table, scatter_section
 from fedaudit.reports.load import Run, Unit, load_run
-from fedaudit.reports.summary import dpia, first_screen
+from fedaudit.reports.summary import dpia, first_screen, verification_text
 from fedaudit.run import run_directory
 from fedaudit.run.results import SCHEMA_VERSION
 
@@ -479,6 +479,7 @@ def provenance_table(units: Sequence[Unit]) -> Table:
                                             + (f" ({framework.get('name')} run {recording['framework_run_id']})"
                                                if recording.get("framework_run_id") is not None else ""))),
                     ("recorded nodes", as_text(", ".join(f"{k} = {v}" for k, v in (recording.get("nodes") or {}).items()))),
+                    ("recording verified", as_text(verification_text(recording.get("verification")))),
                     ("deployed model", as_text(f"the server's {deployed.get('message_type', '?')} broadcast of round "
                                              f"{deployed.get('round', '?')}"))]
         for k, v in (p.get("versions") or {}).items():

@@ -102,7 +102,10 @@ def deployment(u: Unit, run: RunMetrics) -> list[tuple[str, str]]:
     sees = "every upload (client → server)" if attacker == "server" else "every broadcast it receives (server → client)"
     attacks = ", ".join(_attacks_run(run)) or "none"
     clients = ", ".join(run.source_domains or []) or "?"
+    evidence = ([("recording", verification_text(recording.get("verification")))]
+                if isinstance(recording, dict) else [])
     return [
+        *evidence,
         ("method", f"{run.method}, as run by {where}"),
         ("model", f"{built} ({model.get('parameters', '?')} parameters)" if model.get("parameters") else str(built)),
         ("data", f"{run.dataset}: clients {clients}; unseen domain {run.target_domain}"),
@@ -172,3 +175,23 @@ def _residual(rows: list[VerdictRow]) -> list[dict[str, str]]:
             best[r.artifact] = r
     return [{"artifact": a, "tier": r.tier, "question": r.title, "observer": r.observer, "fact": r.short}
             for a, r in best.items()]
+
+
+def verification_text(v: dict[str, Any] | None) -> str:
+    """What was verified of a recording before it was audited (fedaudit.interop.recording_verify), and its digest."""
+    if not isinstance(v, dict):
+        return "not verified (audited before fedaudit verified recordings)"
+    found = "; ".join(f"{f['sender']} round {f['round']}: {f['record']}/{f['tensor']}" for f in v.get("non_finite") or [])
+    head = {"verified": "VERIFIED: every message matches the sha256 its ledger row carries and the ledger matches the "
+                        "digest sealed when the run ended",
+            "unverified: no hashes": "UNVERIFIED: the recording carries no hashes (made before the recorder wrote "
+                                     "them), so edits after the run cannot be detected",
+            "unverified: ledger not sealed": "PARTLY VERIFIED: every message matches its ledger row's sha256, but the "
+                                             "run never sealed its ledger (Recorder.close, seal_recording), so rows "
+                                             "added or removed since cannot be detected",
+            }.get(v.get("status"), "UNVERIFIED: audited with --unverified although " + "; ".join(v.get("mismatches") or []))
+    return (f"{head}. Checked whole before the audit: {v.get('messages')} message file(s), {v.get('bytes')} bytes, "
+            f"{v.get('rows')} ledger rows over {v.get('rounds')} round(s) from {v.get('clients')} client(s); ledger "
+            f"sha256 {v.get('ledger_sha256')}"
+            + (f". NON-FINITE values (NaN or infinity) in: {found}" if found else ""))
+

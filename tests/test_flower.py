@@ -285,6 +285,11 @@ def test_audit_of_the_example_recording_writes_a_run(example_recording, tmp_path
     for target in ("global_model", "last_upload"):
         assert set(metrics["leakage"]["mia"]["loss"][target]) >= {"clean", "colour", "rotated"}
     assert {"membership:global_model", "membership:full_model↑"} <= {r["row"] for r in metrics["verdict"]}
+    # issue 37: verified whole before the audit, and the report says what was verified and prints the digest
+    verification = metrics["provenance"]["recording"]["verification"]
+    assert verification["status"] == "verified" and verification["messages"] == len({r["file"] for r in rec.rows})
+    page = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert "VERIFIED: every message matches" in page and verification["ledger_sha256"] in page
 
 
 def test_audit_errors_name_the_problem(example_recording, tmp_path):
@@ -386,6 +391,7 @@ def test_audit_names_the_models_records_when_the_recording_declared_no_model(exa
     import shutil
 
     from fedaudit.api import audit_recording
+    from fedaudit.interop.recording import seal_recording
 
     rec_dir = tmp_path / "rec"
     shutil.copytree(example_recording, rec_dir)
@@ -395,6 +401,7 @@ def test_audit_names_the_models_records_when_the_recording_declared_no_model(exa
     rows = [json.loads(line) for line in (rec_dir / "wire.jsonl").read_text().splitlines()]
     (rec_dir / "wire.jsonl").write_text("".join(json.dumps({**r, "kind": "record"} if r["kind"] == "full_model" else r)
                                                 + "\n" for r in rows))
+    seal_recording(rec_dir)  # as the recorder would have sealed the ledger it wrote
     assert ("record", "up") in {(k.value, d) for k, d in read_recording(rec_dir).shares()}
     _, metrics = audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"), device="cpu")
     assert metrics["communication"]["declared"] == ["full_model↑", "full_model↓", "scalars↑"]

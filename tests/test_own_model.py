@@ -298,6 +298,8 @@ def test_the_plain_pytorch_example_records_and_audits_offline(tmp_path, monkeypa
     assert metrics["auditor_data"]["status"] == "held" and metrics["provenance"]["model"]["head_layer"] == "fc2"
     assert {r["row"] for r in metrics["verdict"]} >= {"full_model↑", "membership:global_model"}
     assert (run_dir / "report.html").exists()
+    verification = metrics["provenance"]["recording"]["verification"]  # issue 37: sealed by Recorder.close()
+    assert verification["status"] == "verified" and verification["ledger_sha256"] in (run_dir / "report.html").read_text()
 
 
 def test_a_loop_recordings_declared_dp_counts_its_rounds_and_the_weight_of_each_client(tmp_path):

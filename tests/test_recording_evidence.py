@@ -111,3 +111,111 @@ def test_an_intact_recording_reads_whole(recording):
     rec = read_recording(recording)
     assert len(rec.rows) == 8 and all(torch.equal(rec.artifact(r).tensors["w"], torch.full((3,), float(r["round"])))
                                       for r in rec.rows if r["direction"] == "up")
+
+
+# -- verified whole, tamper-evident (items 2 and 3) ------------------------------------------------------------
+
+
+def _sealed(root: Path) -> Path:
+    from fedaudit.interop.recording import seal_recording
+
+    seal_recording(root)
+    return root
+
+
+def _message(root: Path, round_: int = 1, direction: str = "up") -> tuple[dict, Path]:
+    rows = [json.loads(line) for line in (root / "wire.jsonl").read_text().splitlines()]
+    row = next(r for r in rows if r["round"] == round_ and r["direction"] == direction)
+    return row, root / row["file"]
+
+
+def _strip_hashes(root: Path) -> None:
+    _rewrite(root, lambda r, i: {k: v for k, v in r.items() if k != "sha256"})
+
+
+def _verify(root: Path, **kw):
+    from fedaudit.interop.recording_verify import verify_recording
+
+    return verify_recording(read_recording(root), **kw)
+
+
+def _audit_refused(root: Path, tmp_path: Path, *needles: str) -> None:
+    with pytest.raises(FedauditError) as caught:
+        _verify(root)
+    assert "\n" not in str(caught.value) and all(n in str(caught.value) for n in needles), str(caught.value)
+    out = tmp_path / "runs"
+    result = runner.invoke(app, ["audit", str(root), "--attack", "mia-loss", "--out", str(out)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_an_intact_sealed_recording_verifies_and_says_what_was_checked(recording):
+    from fedaudit.reports.summary import verification_text
+
+    v = _verify(_sealed(recording))
+    assert v["status"] == "verified" and v["messages"] == 8 and v["rows"] == 8 and v["rounds"] == 2
+    assert v["clients"] == 2 and v["non_finite"] == [] and len(v["ledger_sha256"]) == 64
+    assert verification_text(v).startswith("VERIFIED") and v["ledger_sha256"] in verification_text(v)
+    assert _verify(recording)["status"] == "verified"
+    unsealed = recording.parent / "unsealed"
+    shutil.copytree(recording, unsealed)
+    manifest = json.loads((unsealed / "manifest.json").read_text())
+    del manifest["ledger_sha256"]
+    (unsealed / "manifest.json").write_text(json.dumps(manifest))
+    assert _verify(unsealed)["status"] == "unverified: ledger not sealed"
+
+
+def test_an_edited_tensor_is_refused_unless_audited_as_unverified(recording, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    _sealed(recording)
+    row, path = _message(recording, round_=1)  # a round the attacks on the last upload never read
+    tensors = load_file(str(path))
+    save_file({k: v + 1 for k, v in tensors.items()}, str(path))
+    _audit_refused(recording, tmp_path, "does not match the sha256 its ledger row carries", "--unverified")
+    v = _verify(recording, unverified=True)
+    assert v["status"] == "unverified: accepted with --unverified" and "sha256" in v["mismatches"][0]
+
+
+def test_an_edited_ledger_after_the_seal_is_refused(recording, tmp_path):
+    _sealed(recording)
+    _rewrite(recording, lambda r, i: {**r, "bytes": r["bytes"]} if i else {**r, "time": r["time"] + 1})
+    _audit_refused(recording, tmp_path, "does not match the digest sealed in the manifest")
+
+
+def test_a_pickle_or_wrong_shapes_in_a_round_no_attack_reads_are_refused(recording, tmp_path):
+    import pickle
+
+    from safetensors.torch import save_file
+
+    _strip_hashes(recording)  # as a recording made before hashes: the file itself must still be checked
+    row, path = _message(recording, round_=1)
+    original = path.read_bytes()
+    path.write_bytes(pickle.dumps({"w": [1.0, 2.0, 3.0]}))
+    _audit_refused(recording, tmp_path, "round 1", "is not a safetensors file")
+    path.write_bytes(original)
+    save_file({f"{row['record']}/w": torch.ones(4)}, str(path))
+    _audit_refused(recording, tmp_path, "round 1", "tensor 'w' has shape [4], its ledger row declares [3]")
+
+
+def test_a_recording_without_hashes_reads_as_unverified_not_as_an_error(recording):
+    from fedaudit.reports.summary import verification_text
+
+    _strip_hashes(recording)
+    v = _verify(recording)
+    assert v["status"] == "unverified: no hashes" and v["messages"] == 8
+    assert verification_text(v).startswith("UNVERIFIED: the recording carries no hashes")
+
+
+def test_an_upload_of_nan_is_a_finding_that_names_client_round_and_tensor(tmp_path):
+    from fedaudit.reports.summary import verification_text
+
+    root = tmp_path / "nan"
+    with Recorder(root) as recorder:
+        recorder.send(1, "server", "clean", {"w": torch.ones(3)})
+        recorder.send(1, "clean", "server", {"w": torch.tensor([1.0, float("nan"), 0.0])})
+    v = _verify(root)
+    assert v["status"] == "verified"
+    assert v["non_finite"] == [{"sender": "client:clean", "receiver": "server", "round": 1, "record": "arrays",
+                                "tensor": "w", "kind": "record"}]
+    assert "NON-FINITE values (NaN or infinity) in: client:clean round 1: arrays/w" in verification_text(v)

@@ -31,7 +31,7 @@ from flwr.simulation import run_simulation  # noqa: E402
 
 from fedaudit.data import load_dataset  # noqa: E402
 from fedaudit.data.split import lodo_split  # noqa: E402
-from fedaudit.interop.flower import RecordingGrid, recording_mod, start_recording  # noqa: E402
+from fedaudit.interop.flower import RecordingGrid, recording_mod, seal_recording, start_recording  # noqa: E402
 from fedaudit.models import build_model  # noqa: E402
 from fedaudit.simulation.training import (Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer,  # noqa: E402
                                train_steps)
@@ -121,6 +121,7 @@ def run_server(grid: Grid, out: Path, rounds: int, local_epochs: int, seed: int,
                     recipe={**RECIPE, "local_epochs": local_epochs, "rounds": rounds})
     strategy.start(grid=RecordingGrid(grid, out), initial_arrays=ArrayRecord(new_model(seed).state_dict()),
                    num_rounds=rounds, train_config=ConfigRecord({"lr": RECIPE["lr"], "local-epochs": local_epochs}))
+    seal_recording(out)  # the run has ended: the ledger's sha256 goes into the manifest (tamper evidence)
 
 
 def make_server_app(out: Path, rounds: int, local_epochs: int, seed: int,

@@ -76,6 +76,7 @@ def fedavg(data: Path, out: Path, rounds: int, local_epochs: int, seed: int) -> 
         print(f"round {rnd}: averaged {len(states)} clients")
     for client in clients:  # the deployed model goes out once more, for the clients to evaluate
         recorder.send(rounds, "server", client, model.state_dict(), message_type="evaluate")
+    recorder.close()  # the run has ended: the ledger's sha256 goes into the manifest (tamper evidence)
 
 
 def write_digits(root: Path, seed: int) -> Path:

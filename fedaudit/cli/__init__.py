@@ -107,13 +107,13 @@ def audit(recording: Path, **given: Any) -> None:
     from fedaudit import api
 
     quiet, json_summary, fail_on = given.pop("quiet"), given.pop("json_summary"), given.pop("fail_on")
-    model_arg = given.pop("model_arg")
+    model_arg, unverified = given.pop("model_arg"), given.pop("unverified")
     _setup_logging(quiet)
     try:
         options = parsed_options(given, fail_on)
         if model_arg:
             options["model_args"] = parse_model_args(model_arg)
-        run_dir, metrics = api.audit_recording(recording, command=api.command_line(), **options)
+        run_dir, metrics = api.audit_recording(recording, command=api.command_line(), unverified=unverified, **options)
     except FedauditError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

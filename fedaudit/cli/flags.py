@@ -114,14 +114,18 @@ COMMAND_PARAMETERS = [
     ("fail_on", Optional[str], typer.Option(None, "--fail-on", metavar="high|medium",
                                             help="Exit with status 3 when any verdict row reaches this tier, after "
                                                  "every file is written (a CI gate; status 2 stays for user errors).")),
+    ("unverified", bool, typer.Option(False, "--unverified",
+                                      help="Audit a recording whose hashes do not match (edited after it was made); "
+                                           "the report marks it unverified on its first screen.")),
 ]
+AUDIT_ONLY = ("unverified",)
 
 
 def evaluate_signature() -> inspect.Signature:
     params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
     params += [_parameter(name, opt, panel) for name, (opt, panel) in declared_options().items()]
     params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
-               for name, annotation, info in COMMAND_PARAMETERS]
+               for name, annotation, info in COMMAND_PARAMETERS if name not in AUDIT_ONLY]
     return inspect.Signature(params)
 
 
@@ -135,7 +139,8 @@ def audit_signature() -> inspect.Signature:
     params += [_parameter(name, opt, panel) for name, (opt, panel) in declared_options().items()
                if name in AUDIT_OPTIONS or panel == "attack"]
     params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
-               for name, annotation, info in COMMAND_PARAMETERS if name in ("model_arg", "quiet", "json_summary", "fail_on")]
+               for name, annotation, info in COMMAND_PARAMETERS
+               if name in ("model_arg", "quiet", "json_summary", "fail_on", *AUDIT_ONLY)]
     return inspect.Signature(params)
 
 

@@ -339,6 +339,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
                                                                     "wall": time.perf_counter() - wall0}, unpinned,
                                    fed.model),
                        "recording": {"path": str(rec.root.resolve()), "framework": rec.manifest.get("framework"),
+                                     "verification": rec.verification,
                                      "run_id": rec.manifest.get("run_id"),
                                      "framework_run_id": rec.manifest.get("framework_run_id"),
                                      "nodes": {str(k): v for k, v in rec.nodes.items()},

@@ -28,7 +28,7 @@ from flwr.clientapp.typing import ClientAppCallable, Mod
 from flwr.serverapp import Grid
 
 from fedaudit.errors import FedauditError
-from fedaudit.interop.recording import SERVER_NODE_ID, RecordingWriter
+from fedaudit.interop.recording import SERVER_NODE_ID, RecordingWriter, seal_recording
 from fedaudit.interop.recording import start_recording as core_start_recording
 from fedaudit.simulation.wire import SERVER, client_role
 
@@ -204,5 +204,5 @@ def telemetry_off() -> None:
     os.environ["FLWR_TELEMETRY_ENABLED"] = "0"
 
 
-__all__ = ["RecordingGrid", "contents", "dp_parameters", "default_node_name", "message_round", "recording_mod", "start_recording",
+__all__ = ["RecordingGrid", "contents", "dp_parameters", "default_node_name", "message_round", "recording_mod", "seal_recording", "start_recording",
            "telemetry_off"]

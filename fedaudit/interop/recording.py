@@ -27,6 +27,7 @@ ledger and views the attacks get from fedaudit's own simulation.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import time
@@ -237,12 +238,14 @@ class RecordingWriter:
         stem = "-".join([self.recorded_by, f"r{round:04d}", safe_name(message_type),
                          f"{src_node_id}to{dst_node_id}", safe_name(message_id)[:24] or "x", uuid.uuid4().hex[:8]])
         file = f"{MESSAGES}/{stem}.safetensors"
-        _save(self.root / file, tensors, {"configs": configs, "message_type": message_type, "message_id": message_id})
+        digest = _save(self.root / file, tensors, {"configs": configs, "message_type": message_type,
+                                                   "message_id": message_id})
 
         sent_up = dst_node_id == self.manifest.get("server_node_id", SERVER_NODE_ID)
         base = {"sender": sender, "receiver": receiver, "src_node_id": int(src_node_id), "dst_node_id": int(dst_node_id),
                 "round": int(round), "direction": "up" if sent_up else "down", "message_type": message_type,
-                "message_id": message_id, "recorded_by": self.recorded_by, "file": file, "time": time.time(),
+                "message_id": message_id, "recorded_by": self.recorded_by, "file": file, "sha256": digest,
+                "time": time.time(),
                 "run_id": self.manifest.get("run_id"),
                 **({"framework_run_id": framework_run_id} if framework_run_id is not None else {})}
         state = {k: tuple(v) for k, v in (self.manifest.get("model_state") or {}).items()}
@@ -323,6 +326,16 @@ class Recorder:
                                     receiver=roles[receiver], round=round, message_type=message_type,
                                     message_id=uuid.uuid4().hex, arrays=arrays, metrics=metrics)
 
+    def close(self) -> str:
+        """The run has ended: seal the ledger (its sha256 into the manifest, see :func:`seal_recording`)."""
+        return seal_recording(self.root)
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _node(self, name: str) -> int:
         if not isinstance(name, str) or not name or name.startswith("client:"):
             raise FedauditError(f"Recorder.send: a client's name must be a plain non-empty string (as the auditor's "
@@ -372,11 +385,25 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _save(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any]) -> None:
-    from safetensors.torch import save_file
+def _save(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any]) -> str:
+    """Write one message file; returns its sha256, which its ledger rows carry (tamper evidence)."""
+    from safetensors.torch import save
 
+    data = save(tensors, metadata={"fedaudit": json.dumps(meta, default=_plain)})
     with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata={"fedaudit": json.dumps(meta, default=_plain)})
+        tmp.write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def seal_recording(root: str | Path) -> str:
+    """Write the ledger's sha256 into the manifest when the run ends (``Recorder.close`` does; a Flower server
+    calls it after its last round): an audit then verifies that no ledger row was added, removed or edited since.
+    Returns the digest."""
+    root = Path(root)
+    with _locked(root):
+        digest = hashlib.sha256((root / LEDGER).read_bytes()).hexdigest()
+    write_manifest(root, {"ledger_sha256": digest, "sealed_at": time.time()}, mode="join")
+    return digest
 
 
 class _locked:
@@ -395,4 +422,4 @@ class _locked:
         self.fh.close()
 
 
-__all__ = ["FORMAT", "Recorder", "RecordingWriter", "start_recording", "classify_record", "check_kinds", "write_manifest"]
+__all__ = ["FORMAT", "Recorder", "RecordingWriter", "seal_recording", "start_recording", "classify_record", "check_kinds", "write_manifest"]

@@ -26,6 +26,7 @@ class Recording:
     manifest: dict[str, Any]
     nodes: dict[int, str]
     rows: list[dict[str, Any]]
+    verification: dict[str, Any] | None = None  # what fedaudit.interop.recording_verify checked, once it has
 
     def reclassify(self, model_state: Mapping[str, tuple[int, ...]]) -> int:
         """Name the generic records that are the given model's state (whole or part) — for a recording made

@@ -1,0 +1,107 @@
+"""Verifying a recording whole before an audit judges anything (issue 37): the ledger against the digest the
+recorder sealed into the manifest, every message file against the sha256 its rows carry, and every file opened and
+held to what its rows declare (a safetensors file with each declared tensor at its declared shape and the declared
+byte count). A broken or edited file is refused in one line naming the ledger row; non-finite values are kept as
+findings (which client, round and tensor) for the report, and the attacks that would read them are refused.
+A recording made before the recorder wrote hashes reads as "unverified: no hashes", not as an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from fedaudit.errors import FedauditError
+from fedaudit.interop.recording import LEDGER
+from fedaudit.interop.recording_checks import DAMAGED
+from fedaudit.interop.recording_reader import Recording
+
+VERIFIED, NO_HASHES, OVERRIDDEN = "verified", "unverified: no hashes", "unverified: accepted with --unverified"
+NOT_SEALED = "unverified: ledger not sealed"  # messages hashed, but the run never sealed its ledger
+
+
+def verify_recording(rec: Recording, *, unverified: bool = False) -> dict[str, Any]:
+    """Check the whole recording; returns what was verified, for the report's provenance. ``unverified``: a hash
+    mismatch is recorded instead of refused (the report then says so on its first screen)."""
+    mismatches: list[str] = []
+    ledger = rec.root / LEDGER
+    digest = hashlib.sha256(ledger.read_bytes()).hexdigest()
+    sealed = rec.manifest.get("ledger_sha256")
+    if sealed is not None and sealed != digest:
+        mismatches.append(f"{ledger} does not match the digest sealed in the manifest ({str(sealed)[:12]}… ≠ "
+                          f"{digest[:12]}…): rows were added, removed or edited after the run ended")
+    hashed = [r for r in rec.rows if "sha256" in r]
+    if hashed and len(hashed) < len(rec.rows):
+        mismatches.append(f"{ledger}: {len(rec.rows) - len(hashed)} of {len(rec.rows)} rows carry no sha256 although "
+                          "the others do: hashes were removed")
+    non_finite: list[dict[str, Any]] = []
+    files: dict[str, bytes] = {}
+    for row in rec.rows:
+        data = files.get(row["file"])
+        if data is None:
+            data = files[row["file"]] = _read(rec, row)
+        if "sha256" in row and hashlib.sha256(data).hexdigest() != row["sha256"]:
+            mismatches.append(f"{row['file']} (round {row['round']}, {row['sender']} → {row['receiver']}) does not match "
+                              "the sha256 its ledger row carries: the message was edited after it was recorded")
+            continue
+        non_finite += _held_to_row(row, _tensors(data, row))
+    if mismatches and not unverified:
+        raise FedauditError(f"{mismatches[0]}; {DAMAGED} (or audit it anyway with --unverified, which the report "
+                            "marks on its first screen)")
+    status = (OVERRIDDEN if mismatches else NO_HASHES if not hashed else NOT_SEALED if sealed is None else VERIFIED)
+    return {"status": status, "ledger_sha256": digest, "sealed": sealed is not None, "mismatches": mismatches,
+            "messages": len(files), "rows": len(rec.rows), "bytes": sum(len(d) for d in files.values()),
+            "rounds": len({r["round"] for r in rec.rows}),
+            "clients": len({r["sender"] for r in rec.rows if r["direction"] == "up"}), "non_finite": non_finite}
+
+
+def _read(rec: Recording, row: Mapping[str, Any]) -> bytes:
+    path = rec.root / row["file"]
+    if not path.is_file():
+        raise FedauditError(f"{row['file']} (round {row['round']}, {row['sender']} → {row['receiver']}) is missing; "
+                            f"{DAMAGED}")
+    return path.read_bytes()
+
+
+def _tensors(data: bytes, row: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    try:
+        return load(data)
+    except (SafetensorError, ValueError, OSError) as exc:
+        raise FedauditError(f"{row['file']} (round {row['round']}, {row['sender']} → {row['receiver']}) is not a "
+                            f"safetensors file ({exc}); {DAMAGED}") from None
+
+
+def _held_to_row(row: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> list[dict[str, Any]]:
+    """The row's tensors exist at their declared shapes and add up to its bytes; returns its non-finite ones."""
+    where = f"{row['file']} (round {row['round']}, {row['sender']} → {row['receiver']}, record {row['record']!r})"
+    if row["kind"] == "config":
+        return []
+    prefix = row["record"] + "/"  # record/key, or metrics:record/key for a scalars row
+    mine = {k[len(prefix):]: t for k, t in tensors.items() if k.startswith(prefix)}
+    for key, shape in (row.get("shapes") or {}).items():
+        if key not in mine:
+            raise FedauditError(f"{where} lacks the tensor {key!r} its ledger row declares; {DAMAGED}")
+        if list(mine[key].shape) != list(shape):
+            raise FedauditError(f"{where}: tensor {key!r} has shape {list(mine[key].shape)}, its ledger row declares "
+                                f"{list(shape)}; {DAMAGED}")
+    if len(mine) != row["tensors"] or sum(t.numel() * t.element_size() for t in mine.values()) != row["bytes"]:
+        raise FedauditError(f"{where} holds {len(mine)} tensor(s) of "
+                            f"{sum(t.numel() * t.element_size() for t in mine.values())} bytes, its ledger row declares "
+                            f"{row['tensors']} of {row['bytes']}; {DAMAGED}")
+    return [{"sender": row["sender"], "receiver": row["receiver"], "round": row["round"], "record": row["record"],
+             "tensor": key, "kind": row["kind"]}
+            for key, t in mine.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+
+
+def unreadable_kinds(verification: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """(kind, sender) pairs whose recorded tensors hold NaN or infinity: the attacks that would read them refuse."""
+    return {(f["kind"], f["sender"]) for f in verification.get("non_finite") or []}
+
+
+__all__ = ["NO_HASHES", "NOT_SEALED", "OVERRIDDEN", "VERIFIED", "unreadable_kinds", "verify_recording"]
