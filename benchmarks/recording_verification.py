@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +24,8 @@ from fedaudit.api import audit_recording
 from fedaudit.interop.recording_reader import read_recording
 from fedaudit.interop.recording_verify import verify_recording
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -30,6 +33,7 @@ def main() -> None:
     parser.add_argument("--attack", default="mia-loss,deepinversion")
     parser.add_argument("--repeats", type=int, default=5, help="verifications timed (the median is reported)")
     args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))  # the example is a package of the repository, not of fedaudit
     from examples.pytorch_fedavg.run import fedavg, write_digits
 
     with tempfile.TemporaryDirectory() as tmp:
