@@ -14,19 +14,14 @@ accountant and RDP give for it, and source-val / unseen accuracy. The table is w
 from __future__ import annotations
 
 import argparse
-import datetime
-import platform
-import subprocess
 import time
 from pathlib import Path
 
-import torch
-
 import fedaudit
 import fedaudit.simulation.dp_sgd as dp
+import results_page  # scripts/ is on sys.path when run as python scripts/dp_accountant_table.py
 
-ROOT = Path(__file__).resolve().parent.parent
-TABLE = ROOT / "docs" / "results" / "dp_accountant.md"
+TABLE = results_page.RESULTS / "dp_accountant.md"
 COMMAND = "fedaudit evaluate --method fedavg --dataset digits --norm gn --attack none --dp-epsilon {eps:g}"
 
 
@@ -45,15 +40,6 @@ def run(eps: float, accountant: str, out: Path) -> dict:
     acc = result.metrics["accuracy"]
     return {"eps": eps, "accountant": accountant, "wall": wall, "clients": clients,
             "source_val": acc["source_val"]["mean"], "unseen": acc["unseen_domain"]}
-
-
-def provenance() -> str:
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain"], capture_output=True, text=True).stdout
-    return (f"commit {commit}{' (with uncommitted changes)' if dirty.strip() else ''}, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} thread(s), {platform.machine()}, "
-            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
 
 
 def table(rows: list[dict]) -> str:
@@ -76,14 +62,12 @@ def main() -> None:
     parser.add_argument("--write", type=Path, default=TABLE, help="where the table goes (markdown)")
     args = parser.parse_args()
     rows = [run(float(e), a, args.out) for e in args.epsilons.split(",") for a in ("tight", "rdp")]
-    text = (f"# The tight accountant against RDP on the DP-SGD recipe\n\nWritten by `python scripts/dp_accountant_table.py` "
-            f"({provenance()}). Each row: `{COMMAND.format(eps=0).replace(' 0', ' E')}`, seed 0, σ chosen by the "
-            f"accountant named (clients: clean / colour / rotated). One seed: the accuracy differences are within one "
-            f"standard error of the 135 source-val records (±0.037). Wall times are as they ran, not a benchmark.\n\n"
-            f"{table(rows)}\n")
-    args.write.parent.mkdir(parents=True, exist_ok=True)
-    args.write.write_text(text)
-    print(text)
+    about = (f"Each row: `{COMMAND.format(eps=0).replace(' 0', ' E')}`, seed 0, σ chosen by the accountant named "
+             f"(clients: clean / colour / rotated). One seed: the accuracy differences are within one standard error "
+             f"of the 135 source-val records (±0.037). Wall times are as they ran, not a benchmark.")
+    print(table(rows))
+    results_page.write("dp_accountant", "The tight accountant against RDP on the DP-SGD recipe", table(rows), about,
+                       path=args.write)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ from fedaudit.api import audit_recording, evaluate
 from fedaudit.audit.verdict import membership_row_of
 from fedaudit.run import run_directory
 from fedaudit.run.results import RunMetrics
-from leakage_table import rows  # scripts/ is on sys.path when run as python scripts/flower_table.py
+import results_page  # scripts/ is on sys.path when run as python scripts/flower_table.py
+from leakage_table import rows
 
 ATTACKS = "deepinversion,mia-loss"
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "flower_digits" / "run.py"
@@ -60,6 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recording", type=Path, default=Path("runs/flower-digits"))
     parser.add_argument("--out", type=Path, default=Path("runs/flower-table"))
+    parser.add_argument("--write", type=Path, default=None, help="where the tables go (default docs/results/flower.md)")
     args = parser.parse_args()
     if not (args.recording / "wire.jsonl").exists():
         subprocess.run([sys.executable, str(EXAMPLE), "--out", str(args.recording)], check=True)
@@ -67,22 +69,28 @@ def main() -> None:
                                                                out=str(args.out / "flower"))[0]
     simulated = finished(args.out / "fedaudit") or evaluate("fedavg", dataset="digits", attack=ATTACKS,
                                                             out=str(args.out / "fedaudit")).run_dir
-    print("| federation | attacker | artifact | verdict | domain attribution, macro (untrained; prior-only; twin; chance) "
-          "| class fidelity (untrained; prior-only; twin; chance) | identifiability [95% CI], smallest p (untrained; "
-          "prior-only; twin) | power (victims) | PSNR dB to nearest member (prior-only; untrained) | unseen acc |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for label, run_dir in (("Flower, recorded", audited), ("fedaudit, simulated", simulated)):
-        for row in rows(run_dir, "fedavg", "server"):
-            print(row.replace("| fedavg |", f"| {label} |", 1))
-    print("\n| federation | variant | target | verdict (row) | AUC, mean over victims (range) | largest advantage (smallest KS p) |")
-    print("|---|---|---|---|---|---|")
-    for label, run_dir in (("Flower, recorded", audited), ("fedaudit, simulated", simulated)):
-        print("\n".join(membership_rows(run_dir, label)))
-    for label, run_dir in (("Flower, recorded", audited), ("fedaudit, simulated", simulated)):
+    both = (("Flower, recorded", audited), ("fedaudit, simulated", simulated))
+    lines = ["| federation | attacker | artifact | verdict | domain attribution, macro (untrained; prior-only; twin; "
+             "chance) | class fidelity (untrained; prior-only; twin; chance) | identifiability [95% CI], smallest p "
+             "(untrained; prior-only; twin) | power (victims) | PSNR dB to nearest member (prior-only; untrained) | "
+             "unseen acc |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [row.replace("| fedavg |", f"| {label} |", 1) for label, run_dir in both
+              for row in rows(run_dir, "fedavg", "server")]
+    lines += ["", "| federation | variant | target | verdict (row) | AUC, mean over victims (range) | largest "
+              "advantage (smallest KS p) |", "|---|---|---|---|---|---|"]
+    lines += [row for label, run_dir in both for row in membership_rows(run_dir, label)]
+    lines.append("")
+    for label, run_dir in both:
         m = json.loads((run_dir / "metrics.json").read_text())
         c = m["communication"]
-        print(f"{label}: {run_dir} — bytes up {c['bytes_up']:,}, down {c['bytes_down']:,} over {c['rounds']} rounds "
-              f"({', '.join(c['declared'])}); wall {m['provenance']['seconds'].get('wall', 0):.0f} s")
+        lines.append(f"- {label}: bytes up {c['bytes_up']:,}, down {c['bytes_down']:,} over {c['rounds']} rounds "
+                     f"({', '.join(c['declared'])}); wall {m['provenance']['seconds'].get('wall', 0):.0f} s")
+    print("\n".join(lines))
+    results_page.write("flower", "FedAvg audited in a Flower recording and in fedaudit's simulation", "\n".join(lines),
+                       f"Both audited with `--attack {ATTACKS}` (server attacker, every victim): the Flower side is "
+                       f"`examples/flower_digits/run.py`'s recording through `fedaudit audit`, the simulated side "
+                       f"`fedaudit evaluate --method fedavg --dataset digits`. The verdicts are by the rules of the "
+                       f"commit named.", path=args.write)
 
 
 if __name__ == "__main__":

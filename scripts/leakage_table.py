@@ -11,7 +11,8 @@ and how many victims' attacks reached power on the positive control.
     python scripts/leakage_table.py --out runs/leakage-shapes --dataset shapes --only fedprox:server,fedsb:server
 
 Runs that already finished are read back, not redone. Each row is
-reproducible with the command in its run's ``config.json``.
+reproducible with the command in its run's ``config.json``. The table goes to
+``docs/results/leakage_<dataset>.md`` (``--write PATH`` elsewhere) with the command and its provenance.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from fedaudit.api import evaluate
 from fedaudit.audit.verdict import judge
 from fedaudit.run.results import Leakage
 from fedaudit.statistics.intervals import clopper_pearson
-from method_table import finished  # scripts/ is on sys.path when run as python scripts/leakage_table.py
+import results_page  # scripts/ is on sys.path when run as python scripts/leakage_table.py
+from method_table import finished
 
 # (method, attacker): the server sees every upload; a curious client sees its broadcasts.
 CASES = [
@@ -45,6 +47,15 @@ def run(out: Path, method: str, attacker: str, dataset: str) -> Path:
     return evaluate(method, out=str(out), dataset=dataset, attack="deepinversion", attacker=attacker,
                     victim="all").run_dir
 
+
+ABOUT = ("Quick profile on `{dataset}`, default target domain, seed 0, every source client a victim, "
+         "`--attack deepinversion`. Each metric cell is the attack, then its nulls in brackets (untrained control; "
+         "prior-only control; holdout twin; computed chance; a curious client's entries have no twin); domain "
+         "attribution is the macro average over victims; identifiability is pooled over victims with its 95% "
+         "interval and the smallest victim's p-value (before the row's correction). Power counts the victims whose "
+         "attack found, on the positive control, what the tests look for, and those where it also singled out the "
+         "source records. The verdict is the tier of that artifact's inversion row, judged by the rules of the "
+         "commit named.")
 
 NULLS = (("control", "untrained"), ("prior_only", "prior-only"), ("twin", "twin"))
 
@@ -107,6 +118,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated methods or method:attacker cases (default: all); "
                                                    "a method:attacker case not in the default list is run too")
     parser.add_argument("--dataset", default="digits")
+    parser.add_argument("--write", type=Path, default=None, help="where the table goes (default docs/results/leakage_<dataset>.md)")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
     extra = [tuple(c.split(":", 1)) for c in sorted(only) if ":" in c and tuple(c.split(":", 1)) not in CASES]
@@ -120,6 +132,8 @@ def main() -> None:
         run_dir = run(args.out / f"{method}-{attacker.replace(':', '-')}", method, attacker, args.dataset)
         lines += rows(run_dir, method, attacker)
     print("\n".join(lines))
+    results_page.write(f"leakage_{results_page.slug(args.dataset)}", f"DeepInversion against each method's shared artifacts on `{args.dataset}`",
+                       "\n".join(lines), ABOUT.format(dataset=args.dataset), path=args.write)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ runs ONE round of the paper profile per method (iteration counts shrunk and
 
     python scripts/method_table.py --out runs/method-table [--paper-bytes] [--reuse runs/leakage-table,...]
 
-Prints a markdown table. Runs that already finished are read back, not redone. With ``--reuse DIRS``
+Prints a markdown table and writes it to ``docs/results/methods.md`` (``--write PATH`` elsewhere) with the
+command and its provenance. Runs that already finished are read back, not redone. With ``--reuse DIRS``
 a finished run under those folders (e.g. the leakage or membership tables' runs) is read back when it
 trained the same configuration: the options that only choose and score attacks are set aside, since
 training does not read them (a canary audit changes the training split, so such runs are never reused).
@@ -24,6 +25,8 @@ from fedaudit.api import evaluate
 from fedaudit.methods import METHODS
 from fedaudit.run import run_directory
 from fedaudit.run.config import parse_method_options, resolve
+
+import results_page  # scripts/ is on sys.path when run as python scripts/method_table.py
 
 DATASETS = ("shapes", "digits")
 # Options that choose, aim or score attacks: training never reads them, so runs differing only here trained the same.
@@ -134,6 +137,7 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--reuse", default="", help="comma-separated folders whose finished runs of the same training "
                                                 "configuration are read back (e.g. runs/leakage-table)")
+    ap.add_argument("--write", type=Path, default=None, help="where the table goes (default docs/results/methods.md)")
     args = ap.parse_args()
     reuse = [Path(p) for p in args.reuse.split(",") if p]
     out = Path(args.out)
@@ -158,11 +162,18 @@ def main() -> None:
             row["paper_bytes"] = per_round(run_dir)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| method | shapes unseen (source-val) | digits unseen (source-val) | per client per round, quick | per client per round, paper |")
-    print("|---|---|---|---|---|")
+    lines = ["| method | shapes unseen (source-val) | digits unseen (source-val) | per client per round, quick | "
+             "per client per round, paper |", "|---|---|---|---|---|"]
     for r in rows:
         s, d = r["shapes"], r["digits"]
-        print(f"| {r['method']} | {s[0]:.3f} ({s[1]:.3f}) | {d[0]:.3f} ({d[1]:.3f}) | {r['quick_bytes']} | {r.get('paper_bytes', '')} |")
+        lines.append(f"| {r['method']} | {s[0]:.3f} ({s[1]:.3f}) | {d[0]:.3f} ({d[1]:.3f}) | {r['quick_bytes']} | "
+                     f"{r.get('paper_bytes', '')} |")
+    print("\n" + "\n".join(lines))
+    results_page.write("methods", "Accuracy and bytes per round of every method", "\n".join(lines),
+                       "Quick profile, default target domain, seed 0: unseen-domain accuracy with the mean source-val "
+                       "accuracy in brackets, and the bytes one client sends per round, read from each run's ledger; "
+                       "the paper column is one round of the paper profile (iteration counts shrunk, 32 px: the "
+                       "tensors sent are the paper's).", path=args.write)
 
 
 if __name__ == "__main__":

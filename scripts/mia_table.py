@@ -19,7 +19,9 @@ model of the same run beside it.
 
     python scripts/mia_table.py --artifacts --out runs/artifact-mia-table
 
-Runs that already finished are read back, not redone.
+Runs that already finished are read back, not redone. The table goes to ``docs/results/membership_<dataset>.md``
+(``membership_artifacts_<dataset>.md`` with ``--artifacts``; ``--write PATH`` elsewhere) with the command and its
+provenance.
 """
 
 from __future__ import annotations
@@ -33,7 +35,17 @@ from fedaudit.audit.verdict import judge, membership_row_of
 from fedaudit.run import run_directory
 from fedaudit.run.results import Leakage, MembershipResult
 
+import results_page  # scripts/ is on sys.path when run as python scripts/mia_table.py
+
 METHODS = ("fedavg", "fedgala", "fedlsi")
+ABOUT = ("`--attack mia` on `{dataset}`: quick profile, default target domain, seed 0, server attacker, every "
+         "victim, 8 reference models per victim. AUC, advantage and TPR are means over victims; the verdict is the "
+         "tier of the row that judges that target, by the rules of the commit named (⚠: fewer non-members than "
+         "1% FPR can resolve).")
+ARTIFACT_ABOUT = ("`--attack mia-loss,mia-artifact` on `{dataset}`: quick profile, default target domain, seed 0, "
+                  "every victim; one row per (method, artifact) with the loss attack on the same run's global "
+                  "model beside it. The verdict is the tier of the artifact's membership row, by the rules of the "
+                  "commit named.")
 # (label, method, options) of the artifact-level table
 ARTIFACT_RUNS = (
     ("elcfs", "elcfs", {}),
@@ -130,6 +142,7 @@ def main() -> None:
     parser.add_argument("--only", default="")
     parser.add_argument("--dataset", default="digits", help="digits (180 non-members per victim) or shapes:375 (1,051)")
     parser.add_argument("--artifacts", action="store_true", help="the artifact-level table (mia-artifact)")
+    parser.add_argument("--write", type=Path, default=None, help="where the table goes (default under docs/results/)")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
     if args.artifacts:
@@ -141,6 +154,9 @@ def main() -> None:
                 out = args.out / run_directory.safe_name(f"{label}-{args.dataset}")
                 lines += artifact_rows(run(out, method, args.dataset, "mia-loss,mia-artifact", **options), label)
         print("\n".join(lines))
+        results_page.write(f"membership_artifacts_{results_page.slug(args.dataset)}",
+                           f"Membership inference against shared banks and statistics on `{args.dataset}`",
+                           "\n".join(lines), ARTIFACT_ABOUT.format(dataset=args.dataset), path=args.write)
         return
     lines = ["| method | variant | target | verdict (row) | AUC (mean over victims) | advantage (smallest KS p) | "
              "TPR at 1% FPR [widest 95% CI] | calibration: non-members / members vs OUT / IN (σ) | members / non-members per victim |",
@@ -149,6 +165,8 @@ def main() -> None:
         if not only or method in only:
             lines += rows(run(args.out / run_directory.safe_name(f"{method}-{args.dataset}"), method, args.dataset), method)
     print("\n".join(lines))
+    results_page.write(f"membership_{results_page.slug(args.dataset)}", f"Membership inference on `{args.dataset}`",
+                       "\n".join(lines), ABOUT.format(dataset=args.dataset), path=args.write)
 
 
 if __name__ == "__main__":

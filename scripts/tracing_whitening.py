@@ -22,6 +22,8 @@ from fedaudit.statistics.membership_statistics import membership_metrics
 from fedaudit.attacks.mia.scorers import tracing_scores
 from fedaudit.tensor_ops.bn_statistics import bn_modules
 
+import results_page  # scripts/ is on sys.path when run as python scripts/tracing_whitening.py
+
 NONMEMBERS, DRAWS = 420, 5
 
 
@@ -40,9 +42,7 @@ def main() -> None:
     with torch.no_grad():
         feats = _layer_moments(model, bn_modules(model), images, Preprocess(ds.mean, ds.std, torch.device("cpu"),
                                                                                hflip=ds.hflip), "fp32")
-    print(f"{feats.shape[1]} statistics per record; AUC, mean over {DRAWS} draws")
-    print("| records behind the statistics | standardised only | whitened |")
-    print("|---|---|---|")
+    lines = ["| records behind the statistics | standardised only | whitened |", "|---|---|---|"]
     for k in (7, 14, 28, 70):
         aucs = {"standardised": [], "whitened": []}
         for draw in range(DRAWS):
@@ -52,7 +52,13 @@ def main() -> None:
             for name, test in (("standardised", standardised_only), ("whitened", tracing_scores)):
                 s = test(candidates, shared)
                 aucs[name].append(membership_metrics(s[:k], s[k:])["auc"])
-        print(f"| {k} | {sum(aucs['standardised']) / DRAWS:.2f} | {sum(aucs['whitened']) / DRAWS:.2f} |")
+        lines.append(f"| {k} | {sum(aucs['standardised']) / DRAWS:.2f} | {sum(aucs['whitened']) / DRAWS:.2f} |")
+    print("\n".join(lines))
+    results_page.write("tracing_whitening", "Why the tracing test is whitened", "\n".join(lines),
+                       f"A freshly initialised `cnn` (seed 0) on the first `shapes` domain, {feats.shape[1]} BatchNorm "
+                       f"statistics per record; the candidates are the k records behind the shared statistics and "
+                       f"{NONMEMBERS} others. AUC of the tracing test, mean over {DRAWS} draws, with the records' "
+                       f"statistics standardised only and whitened.")
 
 
 if __name__ == "__main__":

@@ -69,3 +69,40 @@ def test_the_checks_catch_a_broken_link_and_a_missing_citation(tmp_path):
     code = tmp_path / "module.py"
     code.write_text('"""see ATTACKS.md, page.md and docs/attacks.md"""', encoding="utf-8")
     assert missing_citations(code, tmp_path) == ["ATTACKS.md", "docs/attacks.md"]
+
+
+# The header scripts/results_page.py writes: the command (a script in the repository) and its provenance.
+RESULT_HEADER = re.compile(r"^Written by `python ((?:scripts|benchmarks)/[\w.]+\.py)[^`]*` \(commit [0-9a-f]{7,}"
+                           r".*?\b20\d\d-\d\d-\d\d \d\d:\d\d UTC", re.M)
+
+
+def unproven_results(folder: Path) -> list[str]:
+    """The pages under ``folder`` whose numbers do not carry the command and provenance that produced them: no
+    ``Written by`` header with a commit and a date, or one naming a script that is not in the repository."""
+    out = []
+    for page in sorted(folder.glob("*.md")):
+        header = RESULT_HEADER.search(page.read_text(encoding="utf-8"))
+        if not header or not (ROOT / header.group(1)).exists():
+            out.append(page.name)
+    return out
+
+
+def test_every_measured_table_carries_its_command_and_provenance():
+    assert len(list((ROOT / "docs" / "results").glob("*.md"))) >= 5
+    assert unproven_results(ROOT / "docs" / "results") == []
+
+
+def test_a_results_page_written_by_the_scripts_passes_and_a_hand_edited_one_does_not(tmp_path, monkeypatch):
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import results_page
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "scripts" / "mia_table.py"), "--only", "fedavg"])
+    results_page.write("table", "A table", "| a |\n|---|\n| 1 |", "What the rows are.", path=tmp_path / "table.md")
+    text = (tmp_path / "table.md").read_text(encoding="utf-8")
+    assert "`python scripts/mia_table.py --only fedavg`" in text and "| 1 |" in text
+    (tmp_path / "edited.md").write_text("# A table\n\nMeasured last week.\n\n| a |\n|---|\n| 2 |\n", encoding="utf-8")
+    (tmp_path / "gone.md").write_text(text.replace("mia_table.py", "no_such_script.py"), encoding="utf-8")
+    assert unproven_results(tmp_path) == ["edited.md", "gone.md"]

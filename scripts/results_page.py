@@ -1,0 +1,65 @@
+"""Where a measured table goes: ``docs/results/<name>.md``, headed by the exact command that wrote it and its
+provenance (commit, torch build, threads, CPU, date), so re-measuring is running the script again — never
+editing prose. Every script that measures a table for the documentation writes it through :func:`write`;
+``tests/test_docs.py`` holds every page in ``docs/results/`` to the header this writes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results"
+
+
+def provenance() -> str:
+    """``commit 1a2b3c4, torch 2.14.1+cu130, 2 thread(s), x86_64 (CPU model, 2 cores), 2026-11-27 08:15 UTC``;
+    a checkout with uncommitted changes says so, since its commit alone would not reproduce the numbers."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return (f"commit {commit}{dirty}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+            f"{platform.machine()} ({cpu_model()}, {os.cpu_count()} cores), "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "CPU model unknown"
+
+
+def command() -> str:
+    """The command line this process was started with, as a user would type it from the repository root."""
+    script = Path(sys.argv[0]).resolve()
+    shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script
+    return shlex.join(["python", str(shown), *sys.argv[1:]])
+
+
+def slug(text: str) -> str:
+    """A file-name part from an option value (``shapes:375`` → ``shapes_375``)."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+
+
+def write(name: str, title: str, body: str, about: str = "", path: Path | None = None) -> Path:
+    """Write ``docs/results/<name>.md`` (or ``path``): the title, the command and provenance, ``about`` (what the
+    rows are, in a sentence or two), then ``body`` (the table and anything read from it). Prints where it went."""
+    path = path or RESULTS / f"{name}.md"
+    text = f"# {title}\n\nWritten by `{command()}` ({provenance()}).{' ' + about if about else ''}\n\n{body.strip()}\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"\nwrote {path}", file=sys.stderr)
+    return path
