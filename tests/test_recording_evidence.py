@@ -217,5 +217,83 @@ def test_an_upload_of_nan_is_a_finding_that_names_client_round_and_tensor(tmp_pa
     v = _verify(root)
     assert v["status"] == "verified"
     assert v["non_finite"] == [{"sender": "client:clean", "receiver": "server", "round": 1, "record": "arrays",
-                                "tensor": "w", "kind": "record"}]
+                                "tensor": "w", "kind": "record", "message_type": "train"}]
     assert "NON-FINITE values (NaN or infinity) in: client:clean round 1: arrays/w" in verification_text(v)
+
+
+# -- a recording that is whole but does not fit, or holds NaN where an attack reads ----------------------------
+
+
+def _model_recording(tmp_path: Path) -> Path:
+    """Two rounds of a hand-written FedAvg loop on digits (fedaudit's cnn at 16 px), recorded and sealed."""
+    from tests.test_own_model import record_loop
+
+    return record_loop(tmp_path / "loop", "cnn", rounds=2)
+
+
+def _remade(root: Path, round_: int, sender: str, change) -> str:
+    """Rewrite one upload's message file with ``change(tensors)`` as if the deployment had sent it so: its ledger
+    row's shapes, bytes and sha256 follow, and the ledger is sealed again. Returns the first tensor changed."""
+    import hashlib
+
+    from safetensors.torch import load_file, save_file
+
+    rows = [json.loads(line) for line in (root / "wire.jsonl").read_text().splitlines()]
+    row = next(r for r in rows if r["round"] == round_ and r["sender"] == sender and r["kind"] == "full_model")
+    path = root / row["file"]
+    tensors = load_file(str(path))
+    changed = change(tensors)
+    save_file(tensors, str(path))
+    prefix = row["record"] + "/"
+    mine = {k[len(prefix):]: t for k, t in tensors.items() if k.startswith(prefix)}
+    row.update(shapes={k: list(t.shape) for k, t in mine.items()}, sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+               bytes=sum(t.numel() * t.element_size() for t in mine.values()))
+    (root / "wire.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _sealed(root)
+    return changed
+
+
+def test_an_upload_that_does_not_fit_the_model_is_refused_in_a_round_no_attack_reads(tmp_path):
+    root = _model_recording(tmp_path)
+
+    def widen(tensors):
+        name = next(k for k in tensors if k.endswith(".weight") and tensors[k].dim() == 4)
+        tensors[name] = torch.zeros(tensors[name].shape[0] + 1, *tensors[name].shape[1:])
+        return name.split("/", 1)[1]
+
+    tensor = _remade(root, 1, "client:clean", widen)
+    assert _verify(root)["status"] == "verified"  # whole and sealed: only the model it claims to be says otherwise
+    _audit_refused_after_verification(root, tmp_path, f"recorded full_model from client:clean in round 1: tensor "
+                                                      f"{tensor!r} has shape", "--model")
+
+
+def _audit_refused_after_verification(root: Path, tmp_path: Path, *needles: str, args: tuple = ()) -> None:
+    out = tmp_path / "runs"
+    result = runner.invoke(app, ["audit", str(root), "--attack", "mia-loss", "--device", "cpu", "--out", str(out), *args])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert all(n in text for n in needles), text
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_nan_where_an_attack_reads_refuses_it_and_elsewhere_is_a_finding_in_the_report(tmp_path):
+    """A NaN in the victim's newest upload refuses the attacks on it, in one line naming the message, the tensor and
+    the way to audit the rest; audited without that victim, the run completes and its report names the finding."""
+    root = _model_recording(tmp_path)
+
+    def poison(tensors):
+        name = next(k for k in tensors if k.endswith(".weight"))
+        tensors[name] = tensors[name].clone()
+        tensors[name].view(-1)[0] = float("nan")
+        return name.split("/", 1)[1]
+
+    tensor = _remade(root, 2, "client:clean", poison)
+    assert _verify(root)["non_finite"][0]["tensor"] == tensor
+    _audit_refused_after_verification(root, tmp_path, f"client:clean → server, round 2: tensor arrays/{tensor} holds NaN "
+                                                      "or infinity", "--victim colour")
+    out = tmp_path / "audited"
+    result = runner.invoke(app, ["audit", str(root), "--attack", "mia-loss", "--victim", "colour", "--device", "cpu",
+                                 "--quiet", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    page = next(out.glob("*/report.html")).read_text(encoding="utf-8")
+    assert f"client:clean round 2: arrays/{tensor}" in page

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from fedaudit.run.summary import communication, privacy, provenance
 from fedaudit.simulation.aggregation import clone_state
 from fedaudit.simulation.federation import Federation
 from fedaudit.simulation.method import Method
-from fedaudit.simulation.wire import SERVER, ArtifactKind, Wire
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
 
 log = logging.getLogger("fedaudit")
 
@@ -232,22 +232,56 @@ def recorded_shares(rec: Recording) -> tuple[tuple[ArtifactKind, str], ...]:
     return tuple(sorted(rec.shares(), key=lambda s: (s[0].value, s[1])))
 
 
-def check_architecture(model: torch.nn.Module, wire: Wire, cfg: RunConfig) -> None:
-    """Every recorded model tensor must be one of the architecture's, with its shape: else name the first that is not."""
+def check_architecture(model: torch.nn.Module, rec: Recording, cfg: RunConfig) -> None:
+    """Every recorded model tensor, in every round, must be one of the architecture's with its shape (the shapes
+    verification read from each message file): else name the first that is not, with its round."""
     state = model.state_dict()
-    for art in wire.retained.values():
-        if art.kind not in (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL):
+    hint = ("give the model the clients trained: --model cnn/resnet18/resnet50 with --norm and --image-size, or "
+            "their own as --model PKG.MODULE:CALLABLE (with --model-arg KEY=VALUE)")
+    given = f"--model {cfg.model}" + (f" (norm {cfg.norm})" if not is_factory(cfg.model) else "")
+    models = (ArtifactKind.FULL_MODEL.value, ArtifactKind.PARTIAL_MODEL.value)
+    for row in rec.rows:
+        if row["kind"] not in models:
             continue
-        for name, tensor in art.tensors.items():
-            hint = ("give the model the clients trained: --model cnn/resnet18/resnet50 with --norm and --image-size, or "
-                    "their own as --model PKG.MODULE:CALLABLE (with --model-arg KEY=VALUE)")
-            given = f"--model {cfg.model}" + (f" (norm {cfg.norm})" if not is_factory(cfg.model) else "")
+        for name, shape in (row.get("shapes") or {}).items():
+            where = f"recorded {row['kind']} from {row['sender']} in round {row['round']}"
             if name not in state:
-                raise FedauditError(f"recorded {art.kind.value} from {art.sender} holds tensor {name!r}, which "
-                                    f"{given} does not have; {hint}")
-            if tuple(state[name].shape) != tuple(tensor.shape):
-                raise FedauditError(f"recorded {art.kind.value} tensor {name!r} has shape {tuple(tensor.shape)}, but "
-                                    f"{given} has {tuple(state[name].shape)}; {hint}")
+                raise FedauditError(f"{where} holds tensor {name!r}, which {given} does not have; {hint}")
+            if tuple(state[name].shape) != tuple(shape):
+                raise FedauditError(f"{where}: tensor {name!r} has shape {tuple(shape)}, but {given} has "
+                                    f"{tuple(state[name].shape)}; {hint}")
+
+
+def check_finite_reads(rec: Recording, wire: Wire, deployed: Artifact, role: str, victims: Sequence[str],
+                       attacks: bool) -> None:
+    """A recorded tensor holding NaN or infinity is a finding for the report; an attack that would read one is
+    refused here, in one line naming the message and the tensor, before any work — not a crash or a score of NaN
+    later. What the attacks read: the deployed model (and, with it, the accuracy the audit scores), and the newest
+    training message to or from each victim (the server's view) or to or from the attacking client (its view)."""
+    findings = (rec.verification or {}).get("non_finite") or []
+    parties = {client_role(v) for v in victims} if role == SERVER else {role}
+    read = {_message_key(deployed.sender, deployed.receiver, deployed.round, deployed.meta): "the deployed model, "
+            "which the audit scores and every membership attack queries"}
+    if attacks:
+        for art in wire.retained.values():
+            if art.sender in parties or art.receiver in parties:
+                read.setdefault(_message_key(art.sender, art.receiver, art.round, art.meta),
+                                f"the newest {art.kind.value} {art.sender} → {art.receiver}, which the attacks "
+                                f"from {role}'s view read")
+    for f in findings:
+        why = read.get(_message_key(f["sender"], f["receiver"], f["round"], f))
+        if why is None:
+            continue
+        others = sorted({r["sender"] for r in rec.rows if r["direction"] == "up"} - {f["sender"]})
+        fix = (f"audit another client with --victim {others[0][len('client:'):]}, or ask for a recording whose "
+               f"tensors are finite" if role == SERVER and f["sender"] in parties and others
+               else "ask for a recording whose tensors are finite")
+        raise FedauditError(f"{f['sender']} → {f['receiver']}, round {f['round']}: tensor {f['record']}/{f['tensor']} "
+                            f"holds NaN or infinity, and it is {why}; {fix}")
+
+
+def _message_key(sender: str, receiver: str, round_: int, meta: Mapping[str, Any]) -> tuple[Any, ...]:
+    return sender, receiver, round_, meta.get("record"), meta.get("message_type")
 
 
 def data_free_attacks(selected: Sequence[type[Attack]], chosen_by_auto: bool) -> tuple[list[type[Attack]], dict[str, str]]:
@@ -293,15 +327,16 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
     thin = thin_splits(split, dataset.classes) if scored else []
     for line in thin:
         log.warning("thin split: %s", line)
-    attack_role_and_victims(cfg, clients)  # a bad --attacker/--victim fails before any work
+    role, victims = attack_role_and_victims(cfg, clients)  # a bad --attacker/--victim fails before any work
 
     wire = rec.wire(device)
     fed = Federation(cfg, method, dataset, split, device, wire)
-    check_architecture(fed.model, wire, cfg)
+    check_architecture(fed.model, rec, cfg)
     deployed = rec.deployed(device)
     if deployed is None:
         raise FedauditError(f"{rec.root}: the server sent no whole model, so there is no deployed model to audit; "
                             "this audit needs full_model broadcasts")
+    check_finite_reads(rec, wire, deployed, role, victims, bool(selected))
     method.global_state = clone_state(deployed.tensors)
     fed.rounds_done = deployed.round
     if scored:  # the engine's own scoring of the one model there is (no training loss: nothing was trained here)
@@ -355,5 +390,6 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
 
 
 __all__ = ["AUDIT_OPTIONS", "NO_DATA", "audit", "audited_model", "auditor_data", "check_architecture", "check_audit_options",
+           "check_finite_reads",
            "data_free_attacks", "name_model_records", "public_data", "recorded_clients", "recorded_config",
            "recorded_shares"]

@@ -2,7 +2,8 @@
 recorder sealed into the manifest, every message file against the sha256 its rows carry, and every file opened and
 held to what its rows declare (a safetensors file with each declared tensor at its declared shape and the declared
 byte count). A broken or edited file is refused in one line naming the ledger row; non-finite values are kept as
-findings (which client, round and tensor) for the report, and the attacks that would read them are refused.
+findings (which client, round and tensor) for the report; the audit refuses the attacks that would read one
+(:func:`fedaudit.interop.audit_recording.check_finite_reads`).
 A recording made before the recorder wrote hashes reads as "unverified: no hashes", not as an error.
 """
 
@@ -84,6 +85,8 @@ def _held_to_row(row: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) ->
         return []
     prefix = row["record"] + "/"  # record/key, or metrics:record/key for a scalars row
     mine = {k[len(prefix):]: t for k, t in tensors.items() if k.startswith(prefix)}
+    if "shapes" not in row:  # a row that declared none: the shapes as read, which the model check then holds
+        row["shapes"] = {key: list(t.shape) for key, t in mine.items()}  # (recording.rows is a read-back copy)
     for key, shape in (row.get("shapes") or {}).items():
         if key not in mine:
             raise FedauditError(f"{where} lacks the tensor {key!r} its ledger row declares; {DAMAGED}")
@@ -95,13 +98,8 @@ def _held_to_row(row: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) ->
                             f"{sum(t.numel() * t.element_size() for t in mine.values())} bytes, its ledger row declares "
                             f"{row['tensors']} of {row['bytes']}; {DAMAGED}")
     return [{"sender": row["sender"], "receiver": row["receiver"], "round": row["round"], "record": row["record"],
-             "tensor": key, "kind": row["kind"]}
+             "tensor": key, "kind": row["kind"], "message_type": row["message_type"]}
             for key, t in mine.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
 
 
-def unreadable_kinds(verification: Mapping[str, Any]) -> set[tuple[str, str]]:
-    """(kind, sender) pairs whose recorded tensors hold NaN or infinity: the attacks that would read them refuse."""
-    return {(f["kind"], f["sender"]) for f in verification.get("non_finite") or []}
-
-
-__all__ = ["NO_HASHES", "NOT_SEALED", "OVERRIDDEN", "VERIFIED", "unreadable_kinds", "verify_recording"]
+__all__ = ["NO_HASHES", "NOT_SEALED", "OVERRIDDEN", "VERIFIED", "verify_recording"]
