@@ -63,7 +63,6 @@ def main() -> None:
         lines += rows(run_dir, dataset)
         seconds = [json.loads(p.read_text())["provenance"]["seconds"]["wall"] for p in run_dir.glob("*/metrics.json")]
         walls.append(f"{dataset} {min(seconds):.0f}–{max(seconds):.0f} s per target")
-    print("\n".join(lines))
     commands = " and ".join(f"`{COMMAND.format(dataset=d)}`" for d in DATASETS)
     results_page.write("accuracy", "Accuracy on the built-in data", "\n".join(lines),
                        f"FedAvg, quick profile (`cnn` with BatchNorm, 32 px, 20 rounds × 3 local epochs, SGD lr 0.01, "

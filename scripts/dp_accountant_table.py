@@ -65,7 +65,6 @@ def main() -> None:
     about = (f"Each row: `{COMMAND.format(eps=0).replace(' 0', ' E')}`, seed 0, σ chosen by the accountant named "
              f"(clients: clean / colour / rotated). One seed: the accuracy differences are within one standard error "
              f"of the 135 source-val records (±0.037). Wall times are as they ran, not a benchmark.")
-    print(table(rows))
     results_page.write("dp_accountant", "The tight accountant against RDP on the DP-SGD recipe", table(rows), about,
                        path=args.write)
 

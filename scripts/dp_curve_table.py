@@ -65,7 +65,6 @@ def main() -> None:
     lines = ["| ε | source-val | unseen | loss AUC | LiRA online / offline AUC | RMIA AUC | records behind the global "
              "model: tier | domain-level AUC (tier) | wall |", "|---|---|---|---|---|---|---|---|---|"]
     lines += [row(m) for m in points(args.out, args.epsilons)]
-    print("\n".join(lines))
     results_page.write("dp_curve", "The privacy–utility curve on digits", "\n".join(lines),
                        f"`fedaudit evaluate --method fedavg --dataset digits --dp-sweep {args.epsilons} --attack mia` "
                        f"(quick profile, GroupNorm at every point, seed 0, server attacker, every victim). AUCs are the "

@@ -85,7 +85,6 @@ def main() -> None:
         c = m["communication"]
         lines.append(f"- {label}: bytes up {c['bytes_up']:,}, down {c['bytes_down']:,} over {c['rounds']} rounds "
                      f"({', '.join(c['declared'])}); wall {m['provenance']['seconds'].get('wall', 0):.0f} s")
-    print("\n".join(lines))
     results_page.write("flower", "FedAvg audited in a Flower recording and in fedaudit's simulation", "\n".join(lines),
                        f"Both audited with `--attack {ATTACKS}` (server attacker, every victim): the Flower side is "
                        f"`examples/flower_digits/run.py`'s recording through `fedaudit audit`, the simulated side "

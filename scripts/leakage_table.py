@@ -131,7 +131,6 @@ def main() -> None:
             continue
         run_dir = run(args.out / f"{method}-{attacker.replace(':', '-')}", method, attacker, args.dataset)
         lines += rows(run_dir, method, attacker)
-    print("\n".join(lines))
     results_page.write(f"leakage_{results_page.slug(args.dataset)}", f"DeepInversion against each method's shared artifacts on `{args.dataset}`",
                        "\n".join(lines), ABOUT.format(dataset=args.dataset), path=args.write)
 

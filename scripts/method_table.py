@@ -168,7 +168,6 @@ def main() -> None:
         s, d = r["shapes"], r["digits"]
         lines.append(f"| {r['method']} | {s[0]:.3f} ({s[1]:.3f}) | {d[0]:.3f} ({d[1]:.3f}) | {r['quick_bytes']} | "
                      f"{r.get('paper_bytes', '')} |")
-    print("\n" + "\n".join(lines))
     results_page.write("methods", "Accuracy and bytes per round of every method", "\n".join(lines),
                        "Quick profile, default target domain, seed 0: unseen-domain accuracy with the mean source-val "
                        "accuracy in brackets, and the bytes one client sends per round, read from each run's ledger; "

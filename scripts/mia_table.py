@@ -153,7 +153,6 @@ def main() -> None:
             if not only or method in only:
                 out = args.out / run_directory.safe_name(f"{label}-{args.dataset}")
                 lines += artifact_rows(run(out, method, args.dataset, "mia-loss,mia-artifact", **options), label)
-        print("\n".join(lines))
         results_page.write(f"membership_artifacts_{results_page.slug(args.dataset)}",
                            f"Membership inference against shared banks and statistics on `{args.dataset}`",
                            "\n".join(lines), ARTIFACT_ABOUT.format(dataset=args.dataset), path=args.write)
@@ -164,7 +163,6 @@ def main() -> None:
     for method in METHODS:
         if not only or method in only:
             lines += rows(run(args.out / run_directory.safe_name(f"{method}-{args.dataset}"), method, args.dataset), method)
-    print("\n".join(lines))
     results_page.write(f"membership_{results_page.slug(args.dataset)}", f"Membership inference on `{args.dataset}`",
                        "\n".join(lines), ABOUT.format(dataset=args.dataset), path=args.write)
 

@@ -53,7 +53,6 @@ def main() -> None:
                 s = test(candidates, shared)
                 aucs[name].append(membership_metrics(s[:k], s[k:])["auc"])
         lines.append(f"| {k} | {sum(aucs['standardised']) / DRAWS:.2f} | {sum(aucs['whitened']) / DRAWS:.2f} |")
-    print("\n".join(lines))
     results_page.write("tracing_whitening", "Why the tracing test is whitened", "\n".join(lines),
                        f"A freshly initialised `cnn` (seed 0) on the first `shapes` domain, {feats.shape[1]} BatchNorm "
                        f"statistics per record; the candidates are the k records behind the shared statistics and "
