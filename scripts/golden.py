@@ -30,6 +30,41 @@ METHODS = ("fedavg", "gperxan", "fedlsi", "ccst")
 OPTIONS: dict[str, Any] = dict(dataset="digits", rounds=2, seed=0, attack="deepinversion,mia", inversion_iters=20,
                                reference_models=2, device="cpu")
 KEPT = ("accuracy", "communication", "leakage", "verdict")
+MACHINE = GOLDEN_DIR / "machine.json"  # what wrote the files: CPU-exact numbers hold on that machine only
+
+
+def machine() -> dict[str, Any]:
+    """The CPU (its model and a digest of its feature flags: AVX-512 and the like choose the kernels), the torch
+    build and its threads — what makes two identical runs' floats equal."""
+    import hashlib
+    import platform
+
+    import torch
+
+    info = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "flags") and key.strip() not in info:
+                info[key.strip()] = value.strip()
+    except OSError:
+        pass
+    flags = " ".join(sorted(info.get("flags", "").split()))
+    return {"cpu": info.get("model name") or platform.processor() or platform.machine(),
+            "cpu_flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16], "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
+
+
+def other_machine() -> str:
+    """Empty when this machine is the one that wrote the golden files; else one line saying what to do."""
+    written = json.loads(MACHINE.read_text(encoding="utf-8")) if MACHINE.exists() else None
+    here = machine()
+    if written == here:
+        return ""
+    return (f"the golden files were written on {written or 'an unrecorded machine'}, this is {here}: CPU-exact "
+            "numbers differ between machines, so compare like with like — write them at the base commit on this "
+            "machine (a second clone at that commit, installed in its own venv: scripts/golden.py --write) and "
+            "check this commit against those")
 
 
 def strip_timings(value: Any) -> Any:
@@ -83,6 +118,7 @@ def main() -> int:
             if args.write:
                 GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+                MACHINE.write_text(json.dumps(machine(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
                 print(f"{method}: wrote {path}")
                 continue
             diff = differences(json.loads(path.read_text(encoding="utf-8")), got)
@@ -90,6 +126,8 @@ def main() -> int:
             print(f"{method}: {'identical' if not diff else f'{len(diff)} difference(s)'}")
             for line in diff[:40]:
                 print("  " + line)
+    if failed and other_machine():
+        print(other_machine())
     return 1 if failed else 0
 
 

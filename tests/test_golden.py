@@ -25,7 +25,7 @@ def test_golden_run_is_unchanged(method, tmp_path):
     expected = json.loads((golden.GOLDEN_DIR / f"{method}.json").read_text(encoding="utf-8"))
     got = json.loads(json.dumps(golden.golden_metrics(method, tmp_path)))
     diff = golden.differences(expected, got)
-    assert not diff, "\n".join(diff[:40])
+    assert not diff, "\n".join([golden.other_machine(), *diff[:40]])
 
 
 def test_differences_finds_a_moved_number_and_a_missing_key():
