@@ -26,9 +26,11 @@ def provenance() -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    # pages this folder already holds do not change a number; any other change to a tracked file might
-    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                                                  ":!docs/results") else ""
+    # pages this folder already holds do not change a number; any other change to a tracked file might, and so
+    # does a script the commit does not hold
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/results")
+    changed += git("status", "--porcelain", "--", str(Path(sys.argv[0]).resolve()))
+    dirty = " (with uncommitted changes)" if changed else ""
     return (f"commit {commit}{dirty}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
             f"{platform.machine()} ({cpu_model()}, {os.cpu_count()} cores), "
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
