@@ -62,7 +62,8 @@ def main() -> None:
         run_dir = run(args.out / dataset, dataset)
         lines += rows(run_dir, dataset)
         seconds = [json.loads(p.read_text())["provenance"]["seconds"]["wall"] for p in run_dir.glob("*/metrics.json")]
-        span = f"{min(seconds):.0f}" if round(min(seconds)) == round(max(seconds)) else f"{min(seconds):.0f}–{max(seconds):.0f}"
+        low, high = round(min(seconds)), round(max(seconds))
+        span = f"{low}" if low == high else f"{low}–{high}"
         walls.append(f"{dataset} {span} s per target")
     commands = " and ".join(f"`{COMMAND.format(dataset=d)}`" for d in DATASETS)
     results_page.write("accuracy", "Accuracy on the built-in data", "\n".join(lines),

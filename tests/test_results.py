@@ -15,7 +15,8 @@ from fedaudit.errors import FedauditError
 from fedaudit.run import results
 from fedaudit.run.results import SCHEMA_VERSION, Leakage, RunMetrics, problems
 
-GOLDEN = sorted(p for p in (Path(__file__).parent / "golden").glob("*.json") if p.name != "machine.json")  # machine: who wrote them
+# the golden runs (machine.json beside them says which machine wrote them)
+GOLDEN = sorted(p for p in (Path(__file__).parent / "golden").glob("*.json") if p.name != "machine.json")
 KEPT = {"accuracy": "accuracy", "communication": "communication", "leakage": "leakage", "verdict": "verdict"}
 
 
