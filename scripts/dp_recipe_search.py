@@ -35,7 +35,8 @@ at ε = 10,000 it shows whether clipping and step scaling alone cost accuracy (i
 point).
 
 Every point is an ordinary run directory (``fedaudit report`` opens it); a second invocation skips the
-points already complete. The table printed at the end is what the README's DP section quotes.
+points already complete. The tables go to ``docs/results/dp_recipe_<stage>.md`` with the command and its
+provenance; docs/dp.md's DP section reads them.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ from typing import Any
 
 from fedaudit.run.config import OPTIONS
 from fedaudit.sweeps.grid import Grid, run_grid
+
+import results_page  # scripts/ is on sys.path when run as python scripts/dp_recipe_search.py
 
 BASE: dict[str, Any] = {"method": "fedavg", "dataset": "digits", "model": "cnn", "norm": "gn", "attack": "none",
                         "seed": 0, "dp_max_grad_norm": 1.0}
@@ -112,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per point")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    page: list[str] = []
+
+    def say(text: str) -> None:  # printed as each stage ends, and kept for the results page
+        print(text, flush=True)
+        page.append(text)
+
     base = {**BASE, **({"rounds": args.rounds} if args.rounds else {})}
     chosen = dict(START)
     chosen["lr"], chosen["batch_size"] = STAGES["batch"]["lr"][0], STAGES["batch"]["batch_size"][0]
@@ -130,18 +139,18 @@ def main(argv: list[str] | None = None) -> int:
             best = candidates[-1]  # within the noise of the val split: keep what the earlier stages chose
         chosen.update({k: best[k] for k in axes})
         incumbent = best
-        print(f"\n## stage {name} (ε = {EPSILON:g}; fixed: "
+        say(f"\n## stage {name} (ε = {EPSILON:g}; fixed: "
               f"{', '.join(f'{k}={v}' for k, v in fixed.items() if k not in BASE)})\n")
-        print(table(candidates, list(axes)))
-        print(f"\nbest: {', '.join(f'{k}={best[k]}' for k in axes)} (source-val {best['source_val']:.3f})")
+        say(table(candidates, list(axes)))
+        say(f"\nbest: {', '.join(f'{k}={best[k]}' for k in axes)} (source-val {best['source_val']:.3f})")
     if args.stage in ("batch-low-noise", "all"):
         # The batch where noise is small: ε = 10,000 (σ ≈ 0.06–0.07), the clean step (lr 0.5, no shrink, as a
         # given --batch-size turns it off). With the ε = 8 stages' "all records" it sets the batch target:
         # the largest ratio a batch may leave (DP_NOISE_TO_SIGNAL, fedaudit.simulation.dp_sgd.choose_batch).
         low = run_stage(out, "batch-low-noise", {**base, **START, "dp_epsilon": 10_000.0, "lr": 0.5},
                         {"batch_size": [32, 64, 128, 256]}, args.jobs, args.threads)
-        print("\n## batch-low-noise: ε = 10,000, lr 0.5 (the clean step), noise-to-signal per step in metrics.json\n")
-        print(table(low, ["batch_size"]))
+        say("\n## batch-low-noise: ε = 10,000, lr 0.5 (the clean step), noise-to-signal per step in metrics.json\n")
+        say(table(low, ["batch_size"]))
     if args.stage in ("steps", "all"):
         # The recipe as shipped (no batch given, so the noise target picks it) where the target is met; a given
         # --dp-max-step-factor is the only change. Two seeds: the choice is a rule for every run, not one draw.
@@ -149,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         steps = run_stage(out, "steps", recipe, {"seed": [0, 1], "dp_epsilon": [10_000.0, 1_000.0],
                                                  "dp_max_step_factor": [1, 2]}, args.jobs, args.threads)
         steps += run_stage(out, "steps-no-dp", recipe, {"seed": [0, 1]}, args.jobs, args.threads)
-        print("\n## steps: the recipe at ε = 10,000 and 1,000 with the method's local steps or up to twice them\n")
-        print(table(steps, ["seed", "dp_epsilon", "dp_max_step_factor"]))
+        say("\n## steps: the recipe at ε = 10,000 and 1,000 with the method's local steps or up to twice them\n")
+        say(table(steps, ["seed", "dp_epsilon", "dp_max_step_factor"]))
     if args.stage in ("clean", "all"):
         # A control, not a private run: the DP path (Poisson batches, per-record clipping at norm 1) with the
         # noise taken out, to find the step clipping needs when noise is no limit. In this process only.
@@ -163,18 +172,22 @@ def main(argv: list[str] | None = None) -> int:
                               {"lr": [0.1, 0.5, 2.0]}, 1, args.threads * args.jobs)
         finally:
             fedaudit.simulation.dp_sgd.noise_for = noise_for
-        print("\n## clean: the DP path without noise (σ = 0, a control), batch 32 (the non-private one)\n")
-        print(table(clean, ["lr"]))
+        say("\n## clean: the DP path without noise (σ = 0, a control), batch 32 (the non-private one)\n")
+        say(table(clean, ["lr"]))
     if args.stage in ("check", "all"):
         # The recipe as fedaudit's defaults now hold it (set DP_RECIPE from the stages above first): no recipe
         # option is given, so each point trains as `fedaudit evaluate --dp-epsilon E` would.
         check = run_stage(out, "check", {k: v for k, v in base.items() if k != "dp_max_grad_norm"},
                           {"dp_epsilon": [10_000.0, EPSILON, 1.0, None]}, args.jobs, args.threads)
-        print("\n## check: the default recipe at ε = 10,000 (little noise), 8 and 1, and the run without DP\n")
-        print(table(check, ["dp_epsilon"]))
+        say("\n## check: the default recipe at ε = 10,000 (little noise), 8 and 1, and the run without DP\n")
+        say(table(check, ["dp_epsilon"]))
     if incumbent is not None:  # an ε = 8 stage ran (or was found finished): what they chose together
-        print(f"\nthe ε = {EPSILON:g} stages' choice (the shipped recipe turns it into a rule: "
+        say(f"\nthe ε = {EPSILON:g} stages' choice (the shipped recipe turns it into a rule: "
               f"fedaudit.simulation.dp_sgd.choose_batch): {json.dumps(chosen)}")
+    results_page.write(f"dp_recipe_{args.stage}", f"The DP-SGD recipe search: {args.stage}", "\n".join(page),
+                       "fedavg on `digits`, `cnn` with GroupNorm, the quick profile's rounds, seed 0 unless a table "
+                       "names seeds; every point an ordinary run, ranked by source-val accuracy only (the unseen "
+                       "column is never used to choose). Seconds per point as they ran.", echo=False)
     return 0
 
 

@@ -58,14 +58,15 @@ def slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
 
 
-def write(name: str, title: str, body: str, about: str = "", path: Path | None = None) -> Path:
+def write(name: str, title: str, body: str, about: str = "", path: Path | None = None, echo: bool = True) -> Path:
     """Write ``docs/results/<name>.md`` (or ``path``): the title, the command and provenance, ``about`` (what the
-    rows are, in a sentence or two), then ``body`` (the table and anything read from it). Prints the body, and where
-    it went."""
+    rows are, in a sentence or two), then ``body`` (the table and anything read from it). Prints the body (unless
+    ``echo`` is off: a script that printed it as it went), and where it went."""
     path = path or RESULTS / f"{name}.md"
     text = f"# {title}\n\nWritten by `{command()}` ({provenance()}).{' ' + about if about else ''}\n\n{body.strip()}\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
-    print(body.strip())
+    if echo:
+        print(body.strip())
     print(f"\nwrote {path}", file=sys.stderr)
     return path
