@@ -32,9 +32,8 @@ COMMAND = "fedaudit evaluate --method fedavg --dataset digits --attack canary"
 
 
 def run(out: Path, options: dict[str, Any]) -> dict:
-    done = [d for d in sorted(out.glob("*")) if run_directory.is_complete(d)] if out.exists() else []
-    run_dir = done[-1] if done else evaluate("fedavg", dataset="digits", attack="canary", victim="all", out=str(out),
-                                             device="cpu", **options).run_dir
+    run_dir = results_page.finished_run(out) or evaluate("fedavg", dataset="digits", attack="canary", victim="all",
+                                                         out=str(out), device="cpu", **options).run_dir
     return json.loads((run_dir / "metrics.json").read_text())
 
 

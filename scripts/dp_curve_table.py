@@ -27,10 +27,10 @@ VARIANTS = ("loss", "lira_online", "lira_offline", "rmia")
 
 def points(out: Path, epsilons: str) -> list[dict]:
     """Each point's metrics, in the sweep's order: a finished sweep under ``out`` read back, or a new one."""
-    done = [d for d in sorted(out.glob("*")) if run_directory.is_complete(d)] if out.exists() else []
+    done = results_page.finished_run(out)
     if done:
-        index = run_directory.read_json(done[-1] / "sweep.json")
-        return [json.loads((done[-1] / p["run_dir"] / "metrics.json").read_text()) for p in index["points"]]
+        index = run_directory.read_json(done / "sweep.json")
+        return [json.loads((done / p["run_dir"] / "metrics.json").read_text()) for p in index["points"]]
     return sweep_dp(parse_epsilons(epsilons), "fedavg", dataset="digits", attack="mia", out=str(out)).metrics
 
 

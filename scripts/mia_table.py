@@ -58,9 +58,8 @@ ARTIFACT_RUNS = (
 
 
 def run(out: Path, method: str, dataset: str, attack: str = "mia", **options) -> Path:
-    done = [d for d in sorted(out.glob("*")) if run_directory.is_complete(d)] if out.exists() else []
-    return done[0] if done else evaluate(method, out=str(out), dataset=dataset, attack=attack, victim="all",
-                                         **options).run_dir
+    return results_page.finished_run(out) or evaluate(method, out=str(out), dataset=dataset, attack=attack,
+                                                      victim="all", **options).run_dir
 
 
 def artifact_rows(run_dir: Path, label: str) -> list[str]:

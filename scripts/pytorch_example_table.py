@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 from fedaudit.api import audit_recording
-from fedaudit.run import run_directory
 
 import results_page  # scripts/ is on sys.path when run as python scripts/pytorch_example_table.py
 
@@ -35,8 +34,7 @@ def main() -> None:
     if not (recording / "manifest.json").exists():
         subprocess.run([sys.executable, "-m", "examples.pytorch_fedavg.run", "--out", str(recording)], check=True,
                        cwd=results_page.ROOT)
-    done = [d for d in sorted(audits.glob("*")) if run_directory.is_complete(d)] if audits.exists() else []
-    run_dir = done[-1] if done else audit_recording(recording, model=MODEL, out=str(audits))[0]
+    run_dir = results_page.finished_run(audits) or audit_recording(recording, model=MODEL, out=str(audits))[0]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     lines = ["| row | tier | short form (the row's deciding facts) |", "|---|---|---|"]
     for row in metrics["verdict"]:

@@ -53,6 +53,15 @@ def command() -> str:
     return shlex.join(["python", str(shown), *sys.argv[1:]])
 
 
+def finished_run(out: Path) -> Path | None:
+    """The newest complete run directory under ``out``: a script run again reads its runs back and retrains
+    nothing (delete the folder to measure afresh)."""
+    from fedaudit.run import run_directory
+
+    done = [d for d in sorted(out.glob("*")) if run_directory.is_complete(d)] if out.exists() else []
+    return done[-1] if done else None
+
+
 def slug(text: str) -> str:
     """A file-name part from an option value (``shapes:375`` → ``shapes_375``)."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
