@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     results_page.write(f"dp_recipe_{args.stage}", f"The DP-SGD recipe search: {args.stage}", "\n".join(page),
                        "fedavg on `digits`, `cnn` with GroupNorm, the quick profile's rounds, seed 0 unless a table "
                        "names seeds; every point an ordinary run, ranked by source-val accuracy only (the unseen "
-                       "column is never used to choose). Seconds per point as they ran.", echo=False)
+                       f"column is never used to choose). {args.jobs} point(s) at once, {args.threads} torch "
+                       "thread(s) each; seconds per point as they ran.", echo=False)
     return 0
 
 
