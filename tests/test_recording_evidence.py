@@ -175,6 +175,12 @@ def test_an_edited_tensor_is_refused_unless_audited_as_unverified(recording, tmp
     _audit_refused(recording, tmp_path, "does not match the sha256 its ledger row carries", "--unverified")
     v = _verify(recording, unverified=True)
     assert v["status"] == "unverified: accepted with --unverified" and "sha256" in v["mismatches"][0]
+    # accepted unverified, the edited message is still held to its row: a NaN put in is found, a wrong shape refused
+    save_file({k: torch.full_like(v, float("nan")) for k, v in tensors.items()}, str(path))
+    assert [f["round"] for f in _verify(recording, unverified=True)["non_finite"]] == [1]
+    save_file({k: torch.ones(4) for k in tensors}, str(path))
+    with pytest.raises(FedauditError, match="has shape \\[4\\], its ledger row declares \\[3\\]"):
+        _verify(recording, unverified=True)
 
 
 def test_an_edited_ledger_after_the_seal_is_refused(recording, tmp_path):

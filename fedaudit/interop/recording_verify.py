@@ -47,7 +47,9 @@ def verify_recording(rec: Recording, *, unverified: bool = False) -> dict[str, A
         if "sha256" in row and hashlib.sha256(data).hexdigest() != row["sha256"]:
             mismatches.append(f"{row['file']} (round {row['round']}, {row['sender']} → {row['receiver']}) does not match "
                               "the sha256 its ledger row carries: the message was edited after it was recorded")
-            continue
+            if not unverified:
+                continue  # refused below, naming the first mismatch
+        # an edited message audited with --unverified is still held to its row: format, shapes, non-finite values
         non_finite += _held_to_row(row, _tensors(data, row))
     if mismatches and not unverified:
         raise FedauditError(f"{mismatches[0]}; {DAMAGED} (or audit it anyway with --unverified, which the report "
