@@ -19,14 +19,13 @@ from typing import Any
 
 from fedaudit.api import evaluate
 from fedaudit.audit.verdict import judge
-from fedaudit.run import run_directory
 from fedaudit.run.results import Leakage
 
 import results_page  # scripts/ is on sys.path when run as python scripts/canary_table.py
 
-RUNS = {  # label → evaluate options
-    "no DP": {},
-    "`--dp-epsilon 8`": {"norm": "gn", "dp_epsilon": 8.0},
+RUNS = {  # label → (folder under --out, evaluate options)
+    "no DP": ("no-dp", {}),
+    "`--dp-epsilon 8`": ("dp-epsilon-8", {"norm": "gn", "dp_epsilon": 8.0}),
 }
 COMMAND = "fedaudit evaluate --method fedavg --dataset digits --attack canary"
 
@@ -71,7 +70,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/canary-table"))
     parser.add_argument("--write", type=Path, default=None, help="where the tables go (default docs/results/canaries.md)")
     args = parser.parse_args()
-    found = {label: run(args.out / run_directory.safe_name(label.strip("`")), options) for label, options in RUNS.items()}
+    found = {label: run(args.out / folder, options) for label, (folder, options) in RUNS.items()}
     lines = ["| run | victim | correct / guesses | ε lower bound (95%, δ 1e-5) | power | ε spent | unseen acc |",
              "|---|---|---|---|---|---|---|"]
     for label, metrics in found.items():

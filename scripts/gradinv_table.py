@@ -18,11 +18,11 @@ from typing import Any
 
 from fedaudit.api import evaluate
 from fedaudit.audit.verdict import judge
-from fedaudit.run import run_directory
 
 import results_page  # scripts/ is on sys.path when run as python scripts/gradinv_table.py
 
-RUNS = {"fedavg": {}, "fedavg, `--dp-epsilon 8`": {"dp_epsilon": 8.0}}
+# label → (folder under --out, evaluate options)
+RUNS = {"fedavg": ("no-dp", {}), "fedavg, `--dp-epsilon 8`": ("dp-epsilon-8", {"dp_epsilon": 8.0})}
 ARTIFACT = "full_model:update"
 
 
@@ -58,8 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     lines = ["| run | unseen acc | cosine to the real update | matched PSNR dB, mean | matched SSIM, mean | "
              "class fidelity | full_model↑ inversion row | wall |", "|---|---|---|---|---|---|---|---|"]
-    lines += [row(label, run(args.out / run_directory.safe_name(label.replace("`", "")), options))
-              for label, options in RUNS.items()]
+    lines += [row(label, run(args.out / folder, options)) for label, (folder, options) in RUNS.items()]
     results_page.write("gradinv", "Inverting Gradients against FedAvg's last-round update on digits", "\n".join(lines),
                        "`fedaudit evaluate --method fedavg --attack gradinv --dataset digits` and the same with "
                        "`--dp-epsilon 8` (the DP-SGD recipe): quick profile, seed 0, every victim, 40 dummies per "
