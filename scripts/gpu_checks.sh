@@ -7,6 +7,8 @@
 #     bash scripts/gpu_checks.sh methods   # --attack all for every method on digits (2 rounds each)
 #     bash scripts/gpu_checks.sh bench     # the three benchmarks, ResNet-18 (the issue's point 5 targets)
 #     bash scripts/gpu_checks.sh audit REC # fedaudit audit of a recording REC on the GPU
+#     bash scripts/gpu_checks.sh lease     # what fits one 15-minute lease (one call under 9 minutes): the card's
+#                                          # command (cnn, then resnet18), the three benchmarks, shortened
 #
 # A recording for `audit` is made here on the CPU (Flower is not on the device) and carried:
 #     python examples/flower_digits/run.py --rounds 2 --local-epochs 1 --out gpu-recording
@@ -14,7 +16,7 @@
 # else ./gpu-checks), its output to $OUT/<name>.log, and every run directory's metrics.json to $OUT/runs/.
 set -u
 cd "$(dirname "$0")/.."
-export PYTHONPATH=.
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}  # keep wheels carried into /tmp/site
 out=${OUT:-gpu-checks}
 mkdir -p "$out/runs"
 summary="$out/summary.md"
@@ -56,12 +58,19 @@ case "${1:-card}" in
         check inversion-speed 300 python3 benchmarks/inversion_speed.py --device cuda --model resnet18 --batch 256
         check reference-models 300 python3 benchmarks/reference_models.py --device cuda --models 64
         ;;
+    lease)  # ordered by what a crash would reopen first; the limits sum to 540 s
+        evaluate card-cnn 120 --method gperxan --attack deepinversion
+        check inversion-speed 60 python3 benchmarks/inversion_speed.py --device cuda --model resnet18 --batch 256
+        check reference-models 60 python3 benchmarks/reference_models.py --device cuda --models 64
+        evaluate card-resnet18 150 --method gperxan --attack deepinversion --profile paper --model resnet18 --rounds 3
+        check engine-overhead 150 python3 benchmarks/engine_overhead.py --device cuda --model resnet18 --deterministic --repeats 4
+        ;;
     audit)
         check audit 300 python3 -m fedaudit.cli audit "${2:?give the recording directory}" --device cuda \
             --out "$out/runs/audit"
         ;;
     *)
-        echo "usage: bash scripts/gpu_checks.sh card|methods|bench|audit REC" >&2
+        echo "usage: bash scripts/gpu_checks.sh card|methods|bench|lease|audit REC" >&2
         exit 2
         ;;
 esac

@@ -109,7 +109,7 @@ def test_the_engine_inverts_channels_last_victims_batched_under_vmap(precision):
         invert(gpu, [InversionTarget("a", state), InversionTarget("b", state)], 10, SIZE, settings,
                torch.full((3,), -1.0), torch.full((3,), 1.0), CUDA)
 
-    assert run_faked(invert_two) == "backward engine.py:_optimise"  # the forward pass of every victim ran
+    assert run_faked(invert_two) == "backward engine.py:_step_gradients"  # the forward pass of every victim ran
 
 
 @pytest.mark.parametrize("model", ["cnn", "resnet18"])
@@ -132,11 +132,11 @@ def test_the_card_command_inverts_a_cuda_federations_uploads(model, digits):
     assert attack.settings.victims == "auto"  # vmap on CUDA
     victims = [c.domain for c in fed.clients]
     view = fed.wire.view(SERVER)
-    assert run_faked(lambda: attack.run_batch(view, prior, victims, CUDA)) == "backward engine.py:_optimise"
+    assert run_faked(lambda: attack.run_batch(view, prior, victims, CUDA)) == "backward engine.py:_step_gradients"
     # The twin and positive-control inversions (audit/reconstruction.py): the victims alone, no untrained
     # control stacked beside them — where the issue's resnet18 run still crashed after a first fix.
     counterfactual = attack.for_counterfactual()
-    assert run_faked(lambda: counterfactual.run_batch(view, prior, victims, CUDA)) == "backward engine.py:_optimise"
+    assert run_faked(lambda: counterfactual.run_batch(view, prior, victims, CUDA)) == "backward engine.py:_step_gradients"
 
 
 def test_reference_models_train_batched_under_vmap_on_cuda(digits):
@@ -178,7 +178,7 @@ def _to_cuda(obj):
 # Where each attack stops on fake CUDA, having placed its inputs: an optimisation's first backward pass, a
 # statistic read on the host, or the end (the loss attack computes on the device and reads once).
 ATTACK_STOPS = {
-    "deepinversion": "backward engine.py:_optimise",
+    "deepinversion": "backward engine.py:_step_gradients",
     "gradinv": "read __init__.py:_attack",  # which parameters the victim moved: one read, before simulating
     "mia": "backward training.py:train_steps",  # mia = loss, LiRA, RMIA, domain: the reference models' training
     "mia-loss": "completed",

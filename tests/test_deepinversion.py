@@ -94,6 +94,47 @@ def test_batched_victims_give_the_same_images_as_one_victim_at_a_time():
     assert float(a.images.min()) >= -1.0 and float(a.images.max()) <= 1.0  # clipped to the valid range
 
 
+def _out_of_memory_above(monkeypatch, most):
+    """The device runs out of memory whenever a launch holds more than ``most`` victims."""
+    from fedaudit.attacks.deepinversion import engine
+
+    real, widths = engine._step_gradients, []
+
+    def step(x, groups, *args):
+        widths.append(max(w.stop - w.start for w, _ in groups))
+        if widths[-1] > most:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(x, groups, *args)
+
+    monkeypatch.setattr(engine, "_step_gradients", step)
+    return widths
+
+
+def test_an_out_of_memory_launch_is_retried_with_half_the_victims_and_gives_the_same_images(monkeypatch):
+    """The paper profile's resnet18 inversion ran out of an H100's 80 GB with every victim in one vmapped
+    launch (gpu_checks 2026-11-27); the step is retried with fewer victims per launch, same result."""
+    targets = [InversionTarget(f"v{i}", _model(i).state_dict()) for i in range(5)]
+    settings = InversionSettings(iters=3, per_class=1, seed=3, victims="vmap")
+    kw = dict(num_classes=CLASSES, image_size=SIZE, lo=LO, hi=HI, device=torch.device("cpu"))
+    whole = invert(_model(0), targets, settings=settings, **kw)
+    widths = _out_of_memory_above(monkeypatch, 2)
+    halved = invert(_model(0), targets, settings=settings, **kw)
+    assert (whole.per_launch, halved.per_launch) == (5, 2)
+    assert widths[:3] == [5, 2, 2]  # the failed step is retried, not skipped; later steps keep the width that fit
+    torch.testing.assert_close(halved.images, whole.images, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(halved.history, whole.history, rtol=1e-4, atol=1e-4)
+
+
+def test_one_victim_that_does_not_fit_is_a_user_error_naming_the_option(monkeypatch):
+    from fedaudit.errors import FedauditError
+
+    _out_of_memory_above(monkeypatch, 0)
+    targets = [InversionTarget(f"v{i}", _model(i).state_dict()) for i in range(2)]
+    with pytest.raises(FedauditError, match="--inversion-batch"):
+        invert(_model(0), targets, CLASSES, SIZE, InversionSettings(iters=2, per_class=1, victims="vmap"), LO, HI,
+               torch.device("cpu"))
+
+
 def test_the_loop_lowers_the_bn_statistics_loss():
     # Statistics that some images do produce: one pass of smooth random images in train mode.
     model = _model(1)

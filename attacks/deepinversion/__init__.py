@@ -159,7 +159,7 @@ class DeepInversion(Attack):
                         device)
         for i, job in enumerate(jobs):
             info = {**job.info, "ce": job.use_ce, "losses": result.losses[targets[i].name], "seconds_shared": result.seconds,
-                    "victims_batched": result.batching}
+                    "victims_batched": result.batching, "victims_per_launch": result.per_launch}
             nulls = {}
             if controls:
                 info.update(control_losses=result.losses[controls[i].name], prior_only_losses=result.losses[priors[i].name])

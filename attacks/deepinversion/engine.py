@@ -29,9 +29,12 @@ and the per-victim loss runs under :func:`torch.func.vmap` over
 :func:`torch.func.functional_call` — one launch per layer for all victims,
 what a GPU needs; ``"loop"`` runs the same per-victim function once per
 victim (on a 2-core CPU vmap's grouped convolutions buy nothing);
-``"auto"`` picks vmap on CUDA and the loop elsewhere. There is no host sync
-inside the loop: loss components are written into a device tensor and read
-once at the end.
+``"auto"`` picks vmap on CUDA and the loop elsewhere. Each step's gradient is
+taken one launch at a time (a victim's loss depends on its own images only),
+so memory holds one launch's graph: the loop's one victim, or vmap's group,
+all victims until the device runs out of memory, then half as many, down to
+one (``InversionResult.per_launch``). There is no host sync inside the loop:
+loss components are written into a device tensor and read once at the end.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from torch.func import functional_call, vmap
 from torch.utils.hooks import RemovableHandle
 
 from fedaudit.attacks.image_optim import DEFAULT_ITERS, DEFAULT_LR, image_priors, warmup_cosine
+from fedaudit.errors import FedauditError
 from fedaudit.simulation.training import autocast
 from fedaudit.tensor_ops.bn_statistics import bn_modules
 
@@ -260,7 +264,8 @@ class InversionTarget:
 class InversionResult:
     """``images`` [V, n, C, H, W] in normalised input space; ``labels`` [n];
     ``losses`` per victim and term at the last step; ``history`` [steps, V, terms]; ``batching``: how the
-    victims ran, "vmap" or "loop" (``auto`` resolved)."""
+    victims ran, "vmap" or "loop" (``auto`` resolved); ``per_launch``: victims per forward pass (the loop's
+    one; under vmap all of them, or fewer where the device ran out of memory with more)."""
 
     images: Tensor
     labels: Tensor
@@ -269,6 +274,7 @@ class InversionResult:
     history: Tensor
     seconds: float = 0.0
     batching: str = "loop"
+    per_launch: int = 1
 
 
 def target_labels(num_classes: int, per_class: int, device: torch.device) -> Tensor:
@@ -308,9 +314,10 @@ def invert(model: nn.Module, targets: Sequence[InversionTarget], num_classes: in
 
 
 def _victims_forward(model: nn.Module, states: list[dict[str, Tensor]], gates: Tensor, matchers: list[Matcher],
-                     y: Tensor, use_vmap: bool) -> Callable[[Tensor], Tensor]:
-    """x [V, n, C, H, W] → each victim's weighted matcher losses [V, matchers], its state loaded functionally:
-    in one vmapped call (CUDA), or a loop over victims."""
+                     y: Tensor, use_vmap: bool, per_launch: int) -> list[tuple[slice, Callable[[Tensor], Tensor]]]:
+    """The victims in groups of ``per_launch`` (the loop: one): each group's slice of the victims and its
+    forward, x [v, n, C, H, W] → the group's weighted matcher losses [v, matchers], each state loaded
+    functionally — one vmapped call per group, or one call per victim."""
     param_names = {k for k, _ in model.named_parameters()}
 
     def split(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
@@ -324,14 +331,33 @@ def _victims_forward(model: nn.Module, states: list[dict[str, Tensor]], gates: T
         logits = functional_call(model, (params, buffers), (x,))
         return torch.stack([m.loss(x, logits, y) for m in matchers]) * gate
 
-    if use_vmap:
-        stacked = [split(s) for s in states]
-        params = {k: torch.stack([p[k] for p, _ in stacked]) for k in stacked[0][0]}
-        buffers = {k: torch.stack([b[k] for _, b in stacked]) for k in stacked[0][1]}
-        batched = vmap(per_victim, in_dims=(0, 0, 0, 0))
-        return lambda x: batched(params, buffers, x, gates)
     parts = [split(s) for s in states]
-    return lambda x: torch.stack([per_victim(p, b, x[i], gates[i]) for i, (p, b) in enumerate(parts)])
+    if not use_vmap:
+        return [(slice(i, i + 1), lambda x, p=p, b=b, i=i: per_victim(p, b, x[0], gates[i])[None])
+                for i, (p, b) in enumerate(parts)]
+    batched = vmap(per_victim, in_dims=(0, 0, 0, 0))
+    groups = []
+    for start in range(0, len(parts), per_launch):
+        group = parts[start:start + per_launch]
+        params = {k: torch.stack([p[k] for p, _ in group]) for k in group[0][0]}
+        buffers = {k: torch.stack([b[k] for _, b in group]) for k in group[0][1]}
+        where = slice(start, start + len(group))
+        groups.append((where, lambda x, p=params, b=buffers, w=where: batched(p, b, x, gates[w])))
+    return groups
+
+
+def _step_gradients(x: Tensor, groups: list[tuple[slice, Callable[[Tensor], Tensor]]], augment: Callable[[Tensor], Tensor],
+                    device: torch.device, precision: str) -> Tensor:
+    """One step's gradient of every victim's matcher losses, accumulated into ``x.grad`` one group at a time:
+    a victim's loss depends on its own images alone, so only one group's graph is held at once. Returns the
+    losses [V, matchers], detached."""
+    matched = []
+    for where, forward in groups:
+        with autocast(device, precision):
+            part = forward(augment(x[where]))
+        part.float().sum().backward()
+        matched.append(part.detach())
+    return torch.cat(matched)
 
 
 def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int, size: int, settings: InversionSettings,
@@ -348,7 +374,8 @@ def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int
     gates = torch.tensor([[t.gates.get(name, 1.0) * weights.get(name, 1.0) for name in names] for t in targets],
                          device=device, dtype=torch.float32)
     use_vmap = settings.victims == "vmap" or (settings.victims == "auto" and device.type == "cuda")
-    forward = _victims_forward(model, states, gates, matchers, y, use_vmap)
+    per_launch = v if use_vmap else 1
+    groups = _victims_forward(model, states, gates, matchers, y, use_vmap, per_launch)
     channels = lo.numel()
     g = torch.Generator(device="cpu")
     g.manual_seed(settings.seed)
@@ -365,22 +392,31 @@ def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int
     prior_w = torch.tensor([settings.tv_weight, settings.l2_weight], device=device)
     for step in range(settings.iters):
         dy, dx = rng.randint(-jitter, jitter), rng.randint(-jitter, jitter)
-        xa = torch.roll(x, shifts=(dy, dx), dims=(-2, -1))
-        if settings.flip and rng.random() < 0.5:
-            xa = xa.flip(-1)
-        with autocast(device, settings.precision):
-            matched = forward(xa)  # [V, matchers], already weighted
+        flip = settings.flip and rng.random() < 0.5
+
+        def augment(xs: Tensor) -> Tensor:
+            xa = torch.roll(xs, shifts=(dy, dx), dims=(-2, -1))
+            return xa.flip(-1) if flip else xa
+
+        opt.zero_grad(set_to_none=True)
+        while True:
+            try:
+                matched = _step_gradients(x, groups, augment, device, settings.precision)
+                break
+            except torch.cuda.OutOfMemoryError:
+                pass  # recovered below, outside the except: its traceback still holds the failed graph
+            x.grad = None
+            per_launch = _fewer_per_launch(per_launch, n, size, device)
+            groups = _victims_forward(model, states, gates, matchers, y, use_vmap, per_launch)
         tv, l2 = image_priors(x)
         priors = torch.stack([tv, l2], 1) * prior_w
-        loss = matched.float().sum() + priors.sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        priors.sum().backward()
         opt.step()
         sched.step()
         with torch.no_grad():
             x.copy_(torch.maximum(torch.minimum(x, hi_b), lo_b))
             if step % log_every == 0 or step == settings.iters - 1:
-                last = torch.cat([matched.detach().float(), priors.detach()], 1)
+                last = torch.cat([matched.float(), priors.detach()], 1)
                 if step % log_every == 0:
                     history[step // log_every] = last
     final = last.cpu()  # the one host sync
@@ -388,6 +424,17 @@ def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int
         torch.cuda.synchronize(device)
     losses = {t.name: {name: float(final[i, j]) for j, name in enumerate(terms)} for i, t in enumerate(targets)}
     return InversionResult(x.detach(), y, terms, losses, history, time.perf_counter() - t0,
-                           "vmap" if use_vmap else "loop")
+                           "vmap" if use_vmap else "loop", per_launch)
+
+
+def _fewer_per_launch(per_launch: int, images: int, size: int, device: torch.device) -> int:
+    """Half as many victims per launch after the device ran out of memory; one victim that does not fit is
+    the user's to fix (a victim's batch statistics need all its images in one forward pass)."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    if per_launch > 1:
+        return per_launch // 2
+    raise FedauditError(f"deepinversion: one victim's {images} images at {size} px do not fit in {device.type}'s "
+                        f"memory; lower --inversion-batch (or --image-size), or use --precision bf16")
 
 
