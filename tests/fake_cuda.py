@@ -44,6 +44,9 @@ from torch.utils._python_dispatch import _disable_current_modes
 HOST_READS = (DataDependentOutputException, DynamicOutputShapeException)
 CUDA = torch.device("cuda")
 PROJECT = Path(__file__).resolve().parents[1]
+# The project's own code, by its packages: a virtual environment inside the checkout (.venv/…/site-packages/torch)
+# lies under PROJECT too, so a path prefix alone would take torch's frames for ours.
+OWN_PACKAGES = tuple(PROJECT / room for room in ("fedaudit", "methods", "attacks", "reports", "examples"))
 
 
 class _CpuGenerator(torch.Generator):
@@ -153,10 +156,14 @@ def fake_cuda(count_host_copies: bool = False) -> Iterator[FakeCudaMode]:
         yield mode
 
 
+def is_own_code(filename: str) -> bool:
+    path = Path(filename).resolve()
+    return any(path.is_relative_to(room) for room in OWN_PACKAGES)
+
+
 def stopped_at(exc: BaseException) -> str:
     """``file:function`` of the innermost frame of fedaudit's own code (not torch's) when ``exc`` was raised."""
-    ours = [f for f in traceback.extract_tb(exc.__traceback__)
-            if Path(f.filename).resolve().is_relative_to(PROJECT) and "/tests/" not in f.filename]
+    ours = [f for f in traceback.extract_tb(exc.__traceback__) if is_own_code(f.filename)]
     if not ours:
         return "<outside fedaudit>"
     last = ours[-1]

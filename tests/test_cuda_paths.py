@@ -36,7 +36,7 @@ from fedaudit.simulation.federation import Federation
 from fedaudit.simulation.recipes import SGDRecipe
 from fedaudit.simulation.training import Preprocess
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire, WireView
-from tests.fake_cuda import CUDA, run_faked
+from tests.fake_cuda import CUDA, PROJECT, is_own_code, run_faked
 
 SIZE = 16
 TINY = dict(dataset="digits", image_size=SIZE, rounds=1, local_epochs=1, batch_size=32, judge_steps=2,
@@ -51,6 +51,16 @@ FIRST_STOP = {"fedsb": "unfaked mixstyle.py:forward", "elcfs": "backward elcfs.p
 def digits():
     ds = load_dataset("digits", SIZE)
     return ds, lodo_split(ds, ds.domains[-1], seed=0)
+
+
+def test_where_faking_stopped_is_told_by_the_projects_packages_not_by_a_path_prefix():
+    """Issue 46: with a virtual environment inside the checkout (the layout a newcomer makes), torch's frames
+    under .venv/…/site-packages lie under the checkout too and were taken for the project's."""
+    venv_torch = PROJECT / ".venv/lib/python3.11/site-packages/torch/autograd/graph.py"
+    assert not is_own_code(str(venv_torch))
+    assert not is_own_code(str(PROJECT / "tests/test_cuda_paths.py"))
+    assert is_own_code(str(PROJECT / "fedaudit/simulation/training.py"))
+    assert is_own_code(str(PROJECT / "attacks/deepinversion/engine.py"))
 
 
 def _config(method: str, **options):
