@@ -1,0 +1,147 @@
+"""Every third-party package the code imports is declared in pyproject.toml (issue 46).
+
+An AST scan, not an import: a module-level import in the package's rooms must be a core dependency (it runs
+when fedaudit is imported); an import inside a function or a ``try`` (an optional feature: Flower, Ray) may
+be declared by an extra instead; tests, scripts and benchmarks may use any extra. scipy arrived through
+scikit-learn for months without being declared: this test names such a package.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_ROOMS = ("fedaudit", "methods", "attacks", "reports")
+OTHER_ROOMS = ("examples", "scripts", "benchmarks", "tests")
+# A package module that is an extra's entry point: it imports its framework at module level, and nothing in
+# the package imports it (the user does, having installed the extra).
+EXTRA_MODULES = {"fedaudit/interop/flower.py": "flower"}
+
+
+def _name(requirement: str) -> str:
+    """The normalised distribution name of a PEP 508 requirement ("flwr[simulation]==1.41.0" → "flwr")."""
+    match = re.match(r"[A-Za-z0-9._-]+", requirement.strip())
+    assert match, requirement
+    return re.sub(r"[-_.]+", "-", match.group(0)).lower()
+
+
+def declared(pyproject: dict) -> tuple[set[str], set[str]]:
+    """(core dependencies, every extra's) as normalised distribution names."""
+    project = pyproject["project"]
+    core = {_name(r) for r in project.get("dependencies", [])}
+    extras = {_name(r) for reqs in project.get("optional-dependencies", {}).values() for r in reqs}
+    return core, extras
+
+
+def _local_names() -> set[str]:
+    """Top-level names that are this checkout's own: its folders, and scripts importing their neighbours."""
+    names = {p.name for p in ROOT.iterdir() if p.is_dir()}
+    for room in OTHER_ROOMS:
+        names |= {p.stem for p in (ROOT / room).rglob("*.py")}
+    return names
+
+
+def imports(path: Path) -> list[tuple[str, bool]]:
+    """(top-level module, at module level and unconditional) for every absolute import in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    unconditional = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [(name.split(".")[0], id(node) in unconditional) for name in names]
+    return found
+
+
+@functools.cache
+def _installed() -> dict[str, list[str]]:
+    return packages_distributions()
+
+
+def _distributions(module: str) -> set[str]:
+    """Distribution names that may provide ``module``: what is installed says, else the module's own name."""
+    return {re.sub(r"[-_.]+", "-", d).lower() for d in [*_installed().get(module, []), module]}
+
+
+def undeclared(pyproject: dict) -> list[str]:
+    """'file: module' for every third-party import that pyproject.toml does not declare where it must."""
+    core, extras = declared(pyproject)
+    local = _local_names()
+    problems = []
+    for room in PACKAGE_ROOMS + OTHER_ROOMS:
+        for path in sorted((ROOT / room).rglob("*.py")):
+            for module, at_import_time in imports(path):
+                if module in sys.stdlib_module_names or module in local or module == "__future__":
+                    continue
+                core_only = room in PACKAGE_ROOMS and at_import_time and str(path.relative_to(ROOT)) not in EXTRA_MODULES
+                allowed = core if core_only else core | extras
+                if not _distributions(module) & allowed:
+                    where = "dependencies" if allowed is core else "dependencies or an extra"
+                    problems.append(f"{path.relative_to(ROOT)}: {module} (not in pyproject.toml's {where})")
+    return sorted(set(problems))
+
+
+@pytest.fixture(scope="module")
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def test_every_imported_package_is_declared(pyproject):
+    assert undeclared(pyproject) == []
+
+
+@pytest.mark.parametrize("dropped", ["scipy", "torch", "jsonschema", "markupsafe", "flwr"])
+def test_dropping_a_declared_package_that_the_code_imports_names_it(pyproject, dropped):
+    project = dict(pyproject["project"])
+    project["dependencies"] = [r for r in project["dependencies"] if _name(r) != dropped]
+    project["optional-dependencies"] = {extra: [r for r in reqs if _name(r) != dropped]
+                                        for extra, reqs in project.get("optional-dependencies", {}).items()}
+    problems = undeclared({"project": project})
+    assert problems and all(f": {dropped} (" in p for p in problems)
+
+
+def test_an_extras_module_is_imported_by_nothing_in_the_package():
+    for module_path in EXTRA_MODULES:
+        dotted = module_path.removesuffix(".py").replace("/", ".")
+        users = [str(p.relative_to(ROOT)) for room in PACKAGE_ROOMS for p in (ROOT / room).rglob("*.py")
+                 if any(node.module == dotted for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                        if isinstance(node, ast.ImportFrom))]
+        assert users == [], f"{module_path} is an extra's module; {users} import it"
+
+
+def test_the_python_floor_is_one_the_code_runs_on(pyproject):
+    """tomllib (3.11) is imported unconditionally: the declared floor says so."""
+    floor = re.search(r">=\s*3\.(\d+)", pyproject["project"]["requires-python"])
+    assert floor and int(floor.group(1)) >= 11, pyproject["project"]["requires-python"]
+
+
+def test_no_function_is_at_radon_d_or_worse():
+    """Issue 33's and 46's bar for the package: `radon cc -n D fedaudit methods attacks reports` prints nothing."""
+    worst = [f"{path.relative_to(ROOT)}: {name} {rank}" for room in PACKAGE_ROOMS
+             for path in sorted((ROOT / room).rglob("*.py"))
+             for name, rank in ranked_blocks(path.read_text(encoding="utf-8")) if rank >= "D"]
+    assert worst == []
+
+
+def ranked_blocks(source: str) -> list[tuple[str, str]]:
+    """(name, radon rank) of every function and method in ``source``, as `radon cc` lists them (not closures)."""
+    from radon.complexity import cc_rank, cc_visit
+
+    def flat(blocks):
+        for block in blocks:
+            yield block
+            yield from flat(getattr(block, "methods", []))
+
+    return [(block.name, cc_rank(block.complexity)) for block in flat(cc_visit(source))]
