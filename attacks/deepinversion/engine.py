@@ -374,8 +374,7 @@ def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int
     gates = torch.tensor([[t.gates.get(name, 1.0) * weights.get(name, 1.0) for name in names] for t in targets],
                          device=device, dtype=torch.float32)
     use_vmap = settings.victims == "vmap" or (settings.victims == "auto" and device.type == "cuda")
-    per_launch = v if use_vmap else 1
-    groups = _victims_forward(model, states, gates, matchers, y, use_vmap, per_launch)
+    launches = _Launches(model, states, gates, matchers, y, use_vmap, size)
     channels = lo.numel()
     g = torch.Generator(device="cpu")
     g.manual_seed(settings.seed)
@@ -399,15 +398,7 @@ def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int
             return xa.flip(-1) if flip else xa
 
         opt.zero_grad(set_to_none=True)
-        while True:
-            try:
-                matched = _step_gradients(x, groups, augment, device, settings.precision)
-                break
-            except torch.cuda.OutOfMemoryError:
-                pass  # recovered below, outside the except: its traceback still holds the failed graph
-            x.grad = None
-            per_launch = _fewer_per_launch(per_launch, n, size, device)
-            groups = _victims_forward(model, states, gates, matchers, y, use_vmap, per_launch)
+        matched = launches.gradients(x, augment, device, settings.precision)
         tv, l2 = image_priors(x)
         priors = torch.stack([tv, l2], 1) * prior_w
         priors.sum().backward()
@@ -424,17 +415,35 @@ def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int
         torch.cuda.synchronize(device)
     losses = {t.name: {name: float(final[i, j]) for j, name in enumerate(terms)} for i, t in enumerate(targets)}
     return InversionResult(x.detach(), y, terms, losses, history, time.perf_counter() - t0,
-                           "vmap" if use_vmap else "loop", per_launch)
+                           "vmap" if use_vmap else "loop", launches.per_launch)
 
 
-def _fewer_per_launch(per_launch: int, images: int, size: int, device: torch.device) -> int:
-    """Half as many victims per launch after the device ran out of memory; one victim that does not fit is
-    the user's to fix (a victim's batch statistics need all its images in one forward pass)."""
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    if per_launch > 1:
-        return per_launch // 2
-    raise FedauditError(f"deepinversion: one victim's {images} images at {size} px do not fit in {device.type}'s "
-                        f"memory; lower --inversion-batch (or --image-size), or use --precision bf16")
+class _Launches:
+    """The victims' forward passes in launches: under vmap all victims in one, until the device runs out of
+    memory, then half as many per launch, down to one; the loop's one victim each."""
+
+    def __init__(self, model: nn.Module, states: list[dict[str, Tensor]], gates: Tensor, matchers: list[Matcher],
+                 y: Tensor, use_vmap: bool, size: int) -> None:
+        self.build = lambda per_launch: _victims_forward(model, states, gates, matchers, y, use_vmap, per_launch)
+        self.per_launch = len(states) if use_vmap else 1
+        self.groups = self.build(self.per_launch)
+        self.what = f"{y.numel()} images at {size} px"
+
+    def gradients(self, x: Tensor, augment: Callable[[Tensor], Tensor], device: torch.device,
+                  precision: str) -> Tensor:
+        """:func:`_step_gradients`, retried with half as many victims per launch while the device is out of memory."""
+        while True:
+            try:
+                return _step_gradients(x, self.groups, augment, device, precision)
+            except torch.cuda.OutOfMemoryError:
+                pass  # recovered below, outside the except: its traceback still holds the failed graph
+            x.grad = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            if self.per_launch == 1:  # a victim's batch statistics need all its images in one forward pass
+                raise FedauditError(f"deepinversion: one victim's {self.what} does not fit in {device.type}'s memory; "
+                                    "lower --inversion-batch (or --image-size), or use --precision bf16")
+            self.per_launch //= 2
+            self.groups = self.build(self.per_launch)
 
 

@@ -27,6 +27,22 @@ NOT_SEALED = "unverified: ledger not sealed"  # messages hashed, but the run nev
 def verify_recording(rec: Recording, *, unverified: bool = False) -> dict[str, Any]:
     """Check the whole recording; returns what was verified, for the report's provenance. ``unverified``: a hash
     mismatch is recorded instead of refused (the report then says so on its first screen)."""
+    digest, sealed, mismatches = _ledger_mismatches(rec)
+    files, non_finite = _messages_held_to_rows(rec, mismatches, unverified)
+    if mismatches and not unverified:
+        raise FedauditError(f"{mismatches[0]}; {DAMAGED} (or audit it anyway with --unverified, which the report "
+                            "marks on its first screen)")
+    hashed = any("sha256" in r for r in rec.rows)
+    status = (OVERRIDDEN if mismatches else NO_HASHES if not hashed else NOT_SEALED if sealed is None else VERIFIED)
+    return {"status": status, "ledger_sha256": digest, "sealed": sealed is not None, "mismatches": mismatches,
+            "messages": len(files), "rows": len(rec.rows), "bytes": sum(len(d) for d in files.values()),
+            "rounds": len({r["round"] for r in rec.rows}),
+            "clients": len({r["sender"] for r in rec.rows if r["direction"] == "up"}), "non_finite": non_finite}
+
+
+def _ledger_mismatches(rec: Recording) -> tuple[str, Any, list[str]]:
+    """(the ledger's sha256, the digest sealed in the manifest or None, what does not match): the ledger against
+    its seal, and hashes present on every row or on none."""
     mismatches: list[str] = []
     ledger = rec.root / LEDGER
     digest = hashlib.sha256(ledger.read_bytes()).hexdigest()
@@ -38,6 +54,13 @@ def verify_recording(rec: Recording, *, unverified: bool = False) -> dict[str, A
     if hashed and len(hashed) < len(rec.rows):
         mismatches.append(f"{ledger}: {len(rec.rows) - len(hashed)} of {len(rec.rows)} rows carry no sha256 although "
                           "the others do: hashes were removed")
+    return digest, sealed, mismatches
+
+
+def _messages_held_to_rows(rec: Recording, mismatches: list[str],
+                           unverified: bool) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
+    """Every message file read once, against its rows' sha256 (a mismatch appended to ``mismatches``) and held
+    to each row; returns the files' bytes and the non-finite tensors found."""
     non_finite: list[dict[str, Any]] = []
     files: dict[str, bytes] = {}
     for row in rec.rows:
@@ -48,17 +71,10 @@ def verify_recording(rec: Recording, *, unverified: bool = False) -> dict[str, A
             mismatches.append(f"{row['file']} (round {row['round']}, {row['sender']} → {row['receiver']}) does not match "
                               "the sha256 its ledger row carries: the message was edited after it was recorded")
             if not unverified:
-                continue  # refused below, naming the first mismatch
+                continue  # refused by the caller, naming the first mismatch
         # an edited message audited with --unverified is still held to its row: format, shapes, non-finite values
         non_finite += _held_to_row(row, _tensors(data, row))
-    if mismatches and not unverified:
-        raise FedauditError(f"{mismatches[0]}; {DAMAGED} (or audit it anyway with --unverified, which the report "
-                            "marks on its first screen)")
-    status = (OVERRIDDEN if mismatches else NO_HASHES if not hashed else NOT_SEALED if sealed is None else VERIFIED)
-    return {"status": status, "ledger_sha256": digest, "sealed": sealed is not None, "mismatches": mismatches,
-            "messages": len(files), "rows": len(rec.rows), "bytes": sum(len(d) for d in files.values()),
-            "rounds": len({r["round"] for r in rec.rows}),
-            "clients": len({r["sender"] for r in rec.rows if r["direction"] == "up"}), "non_finite": non_finite}
+    return files, non_finite
 
 
 def _read(rec: Recording, row: Mapping[str, Any]) -> bytes:
