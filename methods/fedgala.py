@@ -41,7 +41,7 @@ authors' code appears to probe the projector's 2048-d output):
   split. The labels are used by the auditor for evaluation only, as in the
   standard linear-eval protocol; training never sees them.
 
-Membership inference (``attacks/mia.py``): the model has no classes
+Membership inference (``attacks/mia/__init__.py``): the model has no classes
 (``label_free``), so attacks score augmentation consistency, and reference
 models train with the same SimCLR loss (:class:`SimCLRRecipe`, without the
 local alignment: a lone reference model has no global update to align with).

@@ -1,7 +1,7 @@
 """Recording a Flower federation: the client mod and the server-side grid write fedaudit's wire format.
 
-No Ray here: a ClientApp is called with a Message and a Context, and a fake Grid serves Flower's own
-FedAvg strategy by calling the ClientApps directly (the simulation is in test_flower_simulation.py).
+Most tests need no Ray: a ClientApp is called with a Message and a Context, and a fake Grid serves Flower's own
+FedAvg strategy by calling the ClientApps directly; the example's tests run Flower's own simulation.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One declaration per option: the flag, the TOML key, the range error and the recorded value all come from it.
 
-A dummy attack declares one option and registers itself; without touching cli.py, api.py or
+A dummy attack declares one option and registers itself; without touching cli/flags.py, api.py or
 config.py the option has its ``--flag`` (in ``--help`` too), its TOML key, its one-line range error
 and its value in ``config.json``.
 """

@@ -19,7 +19,7 @@ SGD functionally (``torch.func.functional_call``, ``create_graph=True``) so
 it stays differentiable with respect to the images. Labels come first, from
 the sign of the last layer's update (:func:`recover_labels`, iDLG).
 
-The engine knows no wire and no auditor: ``attacks/gradinv.py`` feeds it
+The engine knows no wire and no auditor: ``attacks/gradinv/__init__.py`` feeds it
 from the server's view, tests feed it directly.
 """
 
