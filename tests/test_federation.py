@@ -46,7 +46,7 @@ def test_run_directory_has_the_promised_files_and_schema(tiny_run):
         assert (result.run_dir / name).exists(), name
     assert not (result.run_dir / run_directory.CHECKPOINT).exists()
     m = json.loads((result.run_dir / "metrics.json").read_text())
-    assert m["schema_version"] == SCHEMA_VERSION == 2
+    assert m["schema_version"] == SCHEMA_VERSION == 3
     assert set(m["accuracy"]) >= {"unseen_domain", "source_val", "selected_round"}
     assert set(m["accuracy"]["source_val"]["per_domain"]) == set(m["source_domains"])
     assert set(m["communication"]) >= {"bytes_up", "bytes_down", "by_kind"}

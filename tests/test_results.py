@@ -111,7 +111,7 @@ def test_an_old_run_still_renders_rejudged_and_a_newer_one_says_the_version(fres
     old = _copy_with(fresh, tmp_path, schema_version=None,
                      verdict=[{"artifact": "the victim's last upload", "tier": "medium", "reason": "old wording"}])
     page = write_report(old).read_text()
-    assert "made before metrics schema 2" in page and "old wording" not in page
+    assert f"made before metrics schema {SCHEMA_VERSION}" in page and "old wording" not in page
     newer = _copy_with(fresh, tmp_path / "n", schema_version=SCHEMA_VERSION + 1)
     with pytest.raises(FedauditError, match=f"metrics schema {SCHEMA_VERSION + 1}; this fedaudit reads schema "
                                             f"{SCHEMA_VERSION} and earlier: upgrade fedaudit"):

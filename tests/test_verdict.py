@@ -20,11 +20,16 @@ from fedaudit.statistics.membership_statistics import membership_metrics
 SERVER = {"attacker": "server"}
 
 
-def _entry(ident: dict, power_reached: bool | None = True) -> dict:
+def _entry(ident: dict, power_reached: bool | None = True, record_level: bool | None = None) -> dict:
+    """A victim's stored reconstruction entry. Its positive control revealed the members' domain or class
+    (``power_reached``) and, unless ``record_level`` says otherwise, singled out the members too."""
+    record_level = power_reached if record_level is None else record_level
+    p_reveals, p_record = 0.001 if power_reached else 0.6, 0.001 if record_level else 0.5
     power = ({"status": "not available", "reason": "no counterfactual"} if power_reached is None else
-             {"status": "measured", "reached": power_reached, "record_level": False, "p_value": 0.001 if power_reached else 0.6,
-              "p_record_level": 0.5, "sizes": {"1": {"p_reveals": 0.001 if power_reached else 0.6, "p_record_level": 0.5,
-                                                     "identifiability": 0.5, "p_value": 0.5}}})
+             {"status": "measured", "reached": bool(power_reached or record_level), "record_level": record_level,
+              "p_value": min(p_reveals, p_record), "p_reveals": p_reveals, "p_record_level": p_record,
+              "sizes": {"1": {"p_reveals": p_reveals, "p_record_level": p_record, "identifiability": 0.5,
+                              "p_value": p_record}}})
     return {"status": "attacked", "image_grid": "images/x.png", "metrics": {"identifiability": ident}, "power": power}
 
 
@@ -38,6 +43,9 @@ def _metrics(entries: dict, summary: dict | None = None) -> dict:
             "leakage": {"deepinversion": {"full_model": entries, "summary": {"full_model": summary or {}}}}}
 
 
+DATA = "client_data:full_model↑"  # the client's data as a whole; "full_model↑" is the records row
+
+
 def _row(metrics: dict, key: str = "full_model↑", t: RiskThresholds | None = None) -> dict:
     return next(r for r in judge(metrics, SERVER, t) if r["row"] == key)
 
@@ -48,10 +56,11 @@ def _assessed(*args) -> dict:
     return row
 
 
-def test_record_level_high_needs_significance_and_an_interval_above_every_null():
+def test_records_medium_is_significance_beyond_every_null_and_high_needs_a_margin():
     strong = _ident(0.9, (0.76, 0.97), 0.002, control=0.5, prior_only=0.55, twin=0.52)
     row = _row(_metrics({"clean": _entry(strong)}))
-    assert row["tier"] == HIGH and "record-level leakage" in row["reason"]
+    assert row["tier"] == HIGH and "large record-level leakage" in row["reason"]
+    assert row["level"] == "records" and row["title"].endswith("can its training records be reconstructed?")
     ev = next(e for e in row["evidence"] if e["test"] == "identifiability")
     assert ev["baseline_name"] == "prior-only control" and ev["baseline"] == 0.55 and ev["p_adjusted"] <= 0.05
     # the holdout twin recovers about as much: the members add nothing record-level beyond the domain
@@ -64,11 +73,17 @@ def test_record_level_high_needs_significance_and_an_interval_above_every_null()
     assert against["chance"] == 0.002 and against["twin"] > 0.2  # beating chance is not beating the twin
     # a high value that its permutation null reaches as often is no finding (unequal counts, dependent images)
     assert _row(_metrics({"clean": _entry({**strong, "attack_p_value": 0.4})}))["tier"] == LOW
+    # Significant against every null (so the interval's low end is above each), but only 9 points above the
+    # strongest: MEDIUM. Without the margin rule this is HIGH; without significance, LOW.
+    detectable = _ident(0.75, (0.59, 0.87), 0.02, control=0.5, prior_only=0.5, twin=0.5)
+    row = _row(_metrics({"clean": _entry(detectable)}))
+    assert row["tier"] == MEDIUM and "not shown large" in row["reason"] and "+9 points" in row["reason"], row["reason"]
+    assert _row(_metrics({"clean": _entry(detectable)}), t=RiskThresholds(identifiability_margin_high=0.05))["tier"] == HIGH
 
 
 def test_many_victims_are_corrected_for_multiplicity():
     weak = _ident(0.75, (0.59, 0.87), 0.02, control=0.5, prior_only=0.5, twin=0.5)
-    assert _row(_metrics({"clean": _entry(weak)}))["tier"] == HIGH  # p 0.02 alone survives alpha 0.05
+    assert _row(_metrics({"clean": _entry(weak)}))["tier"] == MEDIUM  # p 0.02 alone survives alpha 0.05
     many = _metrics({f"v{i}": _entry(weak) for i in range(4)})
     row = _row(many)
     assert row["tier"] == LOW and row["correction"].startswith("Holm over 4")  # 4 × 0.02 > 0.05
@@ -77,7 +92,11 @@ def test_many_victims_are_corrected_for_multiplicity():
 def test_low_needs_power_otherwise_inconclusive():
     nothing = _ident(0.5, (0.34, 0.66), 0.5, control=0.5, prior_only=0.5, twin=0.5)
     low = _row(_metrics({"clean": _entry(nothing, power_reached=True)}))
-    assert low["tier"] == LOW and "record-level leakage was not testable" in low["reason"]
+    assert low["tier"] == LOW and "singled out a few member images" in low["reason"]
+    # A control that revealed the members' domain but could not single them out gives the records row no power:
+    # the LOW a reviewer reads about records is never one where records were not testable (issue 47).
+    domain_only = _row(_metrics({"clean": _entry(nothing, power_reached=True, record_level=False)}))
+    assert domain_only["tier"] == INCONCLUSIVE and "record-level leakage was not testable" in domain_only["reason"]
     weak_attack = _row(_metrics({"clean": _entry(nothing, power_reached=False)}))
     assert weak_attack["tier"] == INCONCLUSIVE and "--inversion-iters" in weak_attack["reason"]
     no_control = _row(_metrics({"clean": _entry(nothing, power_reached=None)}))
@@ -93,13 +112,15 @@ def test_distribution_level_lift_is_over_the_strongest_null_and_significant():
 
     nothing = _ident(0.5, (0.34, 0.66), 0.5)
     entries = {v: _entry(nothing) for v in ("a", "b", "c")}
-    row = _row(_metrics(entries, summary(0.83, 0.20, 0.25)))
-    assert row["tier"] == HIGH and "untrained control 20%" in row["reason"]
+    row = _row(_metrics(entries, summary(0.83, 0.20, 0.25)), DATA)
+    assert row["tier"] == HIGH and "untrained control 20%" in row["reason"] and row["level"] == "client_data"
+    # the records row is decided by records evidence alone: a domain revealed is not a record reconstructed
+    assert _row(_metrics(entries, summary(0.83, 0.20, 0.25)))["tier"] == LOW
     # smooth images alone (the prior-only control) already reach 0.70: only the lift over them counts
-    row = _row(_metrics(entries, summary(0.83, 0.20, 0.70)))
+    row = _row(_metrics(entries, summary(0.83, 0.20, 0.70)), DATA)
     assert row["tier"] == MEDIUM and "prior-only control (70%" in row["reason"]
     # a lift of 0.15 on 12 images is not significant
-    assert _row(_metrics(entries, summary(0.5, 0.2, 0.25, n=12)))["tier"] == LOW
+    assert _row(_metrics(entries, summary(0.5, 0.2, 0.25, n=12)), DATA)["tier"] == LOW
 
 
 def test_membership_without_signal_is_medium_or_high_in_at_most_5_percent_of_runs():
@@ -198,7 +219,7 @@ def test_the_statistics_of_a_few_member_images_are_rated_high(tiny_run):
 
     result = tiny_run("fedavg", dataset="shapes", rounds=2, local_epochs=1, attack="deepinversion", inversion_iters=50,
                       inversion_batch=7, on_round_end=plant)
-    row = next(r for r in result.metrics["verdict"] if r["row"] == "full_model↑")
+    row = next(r for r in result.metrics["verdict"] if r["row"] == DATA)
     assert row["tier"] == HIGH, row["reason"]
     top = next(e for e in row["evidence"] if e["tier"] == HIGH)
     assert top["test"] == "domain_attribution" and top["p_adjusted"] <= 0.05 and top["value"] - top["baseline"] >= 0.3
@@ -217,7 +238,8 @@ def test_an_artifact_membership_low_needs_its_positive_control():
     missed = membership_metrics(rng.normal(size=14), rng.normal(size=180))
     row = _assessed(_artifact_metrics({**quiet(3000, 3000), "power": {**found, "records": 14}}), SERVER)
     assert row["row"] == "membership:full_model↑" and row["tier"] == LOW, row["reason"]
-    assert row["title"] == "full_model ↑ (client → server): does it reveal membership?" and row["observer"] == "server"
+    assert row["title"] == "full_model ↑ (client → server): does it reveal which records were trained on?"
+    assert row["observer"] == "server" and row["level"] == "records"
     row = _assessed(_artifact_metrics({**quiet(3000, 3000), "power": {**missed, "records": 14}}), SERVER)
     assert row["tier"] == INCONCLUSIVE and "positive control" in row["reason"] and "14 records" in row["reason"]
     row = _assessed(_artifact_metrics({**quiet(3000, 3000), "controls": "not available: a client's view"}), SERVER)
@@ -276,6 +298,63 @@ def test_a_large_significant_membership_advantage_is_high_whatever_the_low_fpr_f
     assert row["tier"] == MEDIUM
 
 
+def test_a_significant_tpr_at_1pct_fpr_is_medium_and_high_needs_its_interval_above_the_threshold():
+    """k of 225 members scored far above 3,000 non-members, the rest far below. 20 members: TPR 0.089 at 1% FPR,
+    interval [0.055, 0.134] — HIGH (its low end above mia_tpr_ci_low, 0.05). 12 members: TPR 0.053, interval
+    [0.028, 0.091], p 2e-5 — significant, not shown large: MEDIUM. 6 members (the issue's case: interval
+    [0.010, 0.057], p 0.036) is not significant once the attack's two tests are corrected together: never HIGH."""
+    rng = np.random.default_rng(0)
+
+    def row(k: int) -> dict:
+        entry = membership_metrics(np.r_[np.full(k, 100.0), np.linspace(-100, -50, 225 - k)], rng.normal(size=3000))
+        metrics = {"communication": {"declared": []}, "leakage": {"mia": {"loss": {"global_model": {"a": entry}}}}}
+        return next(r for r in judge(metrics, SERVER) if r["row"] == "membership:global_model")
+
+    assert row(20)["tier"] == HIGH
+    medium = row(12)
+    assert medium["tier"] == MEDIUM and medium["evidence"][0]["test"] == "mia_tpr", medium["reason"]
+    assert row(6)["tier"] not in (HIGH, MEDIUM)
+
+
+def test_participation_must_beat_the_domain_twins_by_more_than_their_spread():
+    """The domain-level attack's AUC on the released model against its domain twins (the federation trained
+    without that domain, each with its own seed). A gap the twins show too is the domain's own difficulty; a gap
+    within their spread is training noise."""
+    rng = np.random.default_rng(4)
+    base = membership_metrics(rng.normal(1.2, size=400), rng.normal(size=900))  # AUC ≈ 0.80
+
+    def entry(*twins: float, reason: str = "a recording: its loop cannot be re-run") -> dict:
+        twin = ({"status": "measured", "aucs": list(twins)} if twins else {"status": "not applicable", "reason": reason})
+        return {**base, "domain_twin": twin}
+
+    def row(entries: dict) -> dict:
+        metrics = {"communication": {"declared": []}, "leakage": {"mia": {"domain": {"global_model": entries}}}}
+        return next(r for r in judge(metrics, SERVER) if r["row"] == "participation:global_model")
+
+    auc = base["auc"]
+    high = row({"a": entry(auc - 0.31, auc - 0.29), "b": entry(auc - 0.01, auc + 0.01)})
+    assert high["tier"] == HIGH and high["level"] == "participation" and "took part" in high["reason"], high["reason"]
+    assert high["title"] == "released model: does it reveal which domains took part?"
+    medium = row({"a": entry(auc - 0.11, auc - 0.09), "b": entry(auc - 0.01, auc + 0.01)})
+    assert medium["tier"] == MEDIUM, medium["reason"]
+    # the twins separate as well: the domain is easier than the unseen one, whether it took part or not
+    same = row({"a": entry(auc - 0.003, auc + 0.001), "b": entry(auc - 0.002, auc + 0.002)})
+    assert same["tier"] == LOW and same["evidence"][0]["baseline_name"] == "domain twins", same["reason"]
+    # far above chance, but with no twin (a recording): never MEDIUM or HIGH
+    no_twin = row({"a": entry()})
+    assert no_twin["tier"] == INCONCLUSIVE and "own difficulty" in no_twin["reason"]
+    # one twin each: no spread to tell training noise by
+    assert row({"a": entry(auc - 0.3), "b": entry(auc)})["tier"] == INCONCLUSIVE
+    # twins that spread widely: a lift of 0.05 could not be seen, so a quiet result is not LOW
+    noisy = row({"a": entry(auc - 0.2, auc + 0.2), "b": entry(auc - 0.2, auc + 0.2)})
+    assert noisy["tier"] == INCONCLUSIVE and "could not have been detected" in noisy["reason"], noisy["reason"]
+    # the participation evidence never enters the released model's records row
+    records = next(r for r in judge({"communication": {"declared": []},
+                                     "leakage": {"mia": {"domain": {"global_model": {"a": entry(0.5, 0.5)}}}}}, SERVER)
+                   if r["row"] == "membership:global_model")
+    assert records["tier"] == NOT_ASSESSED
+
+
 def test_advice_names_only_what_the_command_that_made_the_run_takes():
     """An audit of a recording takes no --profile, --split or --dataset: its INCONCLUSIVE rows say what it does take;
     evaluate's rows keep evaluate's options."""
@@ -285,8 +364,9 @@ def test_advice_names_only_what_the_command_that_made_the_run_takes():
     no_signal = membership_metrics(np.linspace(0, 1, 225), np.linspace(0, 1, 180))
     for made_by, provenance in (("evaluate", {}), ("audit", {"recording": {"path": "rec"}})):
         inversion = _row({**_metrics({"clean": _entry(nothing, power_reached=False)}), "provenance": provenance})
-        (membership,) = judge({"communication": {"declared": []}, "provenance": provenance,
-                               "leakage": {"mia": {"loss": {"global_model": {"a": no_signal}}}}}, SERVER)
+        membership = next(r for r in judge({"communication": {"declared": []}, "provenance": provenance,
+                                            "leakage": {"mia": {"loss": {"global_model": {"a": no_signal}}}}}, SERVER)
+                          if r["row"] == "membership:global_model")
         assert inversion["tier"] == membership["tier"] == INCONCLUSIVE
         assert ADVICE[made_by]["stronger_inversion"] in inversion["reason"]
         assert ADVICE[made_by]["more_records"] in membership["reason"]
@@ -315,17 +395,21 @@ def test_tiny_counts_never_read_low_and_a_saturated_null_is_said():
 
 
 def test_a_lift_test_on_a_handful_of_images_cannot_carry_a_low():
-    """Domain attribution on 3 synthesised images beside an identifiability test on 4: neither could reach
-    MEDIUM after the correction, so no LOW; the same attribution on 40 images could have, and the row reads LOW."""
+    """Domain attribution on 2 synthesised images (a perfect 2 of 2 against chance 1/3 is p 0.11), and an
+    identifiability test on 4: neither could reach MEDIUM, so neither row reads LOW; the same attribution on 40
+    images could have, and the client-data row reads LOW."""
     tiny_ident = {**_ident(0.5, (0.1, 0.9), 0.7, control=0.5, prior_only=0.5, twin=0.5), "n": 4, "attack_k": 2}
 
     def attribution(n: int) -> dict:
         return {"domain_attribution": {"victims": ["clean"], "counts": {"attack": [round(0.34 * n), n]},
                                        "macro": {"attack": 0.34, "chance": 0.33, "control": 0.1, "prior_only": 0.1}}}
 
-    row = _row(_metrics({"clean": _entry(tiny_ident)}, attribution(3)))
-    assert row["tier"] == INCONCLUSIVE and "domain_attribution on 3" in row["reason"], row["reason"]
-    assert _row(_metrics({"clean": _entry(tiny_ident)}, attribution(40)))["tier"] == LOW
+    row = _row(_metrics({"clean": _entry(tiny_ident)}, attribution(2)), DATA)
+    assert row["tier"] == INCONCLUSIVE and "domain_attribution on 2" in row["reason"], row["reason"]
+    assert _row(_metrics({"clean": _entry(tiny_ident)}, attribution(40)), DATA)["tier"] == LOW
+    # the records row has its own counts: identifiability on 4 images can never carry a LOW, whatever the lift test
+    records = _row(_metrics({"clean": _entry(tiny_ident)}, attribution(40)))
+    assert records["tier"] == INCONCLUSIVE and "identifiability on 4" in records["reason"]
 
 
 @pytest.mark.slow

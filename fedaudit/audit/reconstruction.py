@@ -202,7 +202,7 @@ def _power(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput]
     # Bonferroni over the sizes tried: the victim's power p-values.
     p_reveals = min(1.0, len(ran) * min(r["p_reveals"] for r in ran))
     p_record = min(1.0, len(ran) * min(r["p_record_level"] for r in ran))
-    return {"status": "measured", "p_value": min(p_reveals, p_record), "p_record_level": p_record,
+    return {"status": "measured", "p_value": min(p_reveals, p_record), "p_reveals": p_reveals, "p_record_level": p_record,
             "reached": p_reveals <= POWER_ALPHA or p_record <= POWER_ALPHA, "record_level": p_record <= POWER_ALPHA,
             "sizes": sizes, "rule": POWER_RULE}
 

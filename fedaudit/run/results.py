@@ -25,8 +25,9 @@ from fedaudit.errors import FedauditError
 
 log = logging.getLogger("fedaudit")
 
-# 2: one verdict row per artifact, question and observer (issue 36), and this schema; 1: runs before it.
-SCHEMA_VERSION = 2
+# 3: each verdict question at one level (records, client data, participation; issue 47); 2: one verdict row per
+# artifact, question and observer (issue 36), and this schema; 1: runs before it.
+SCHEMA_VERSION = 3
 SCHEMA_FILE = Path(__file__).with_name("metrics.schema.json")
 STRICT_ENV = "FEDAUDIT_STRICT_SCHEMA"  # set (tests do): a metrics.json that breaks the schema is an error, not a warning
 
@@ -109,9 +110,9 @@ class VerdictRow:
     """One stored verdict row (written by :mod:`fedaudit.audit.verdict`): one question about one artifact, judged
     from one observer's view."""
 
-    row: str  # stable key: "full_model↑", "membership:full_model↑", "membership:global_model", "membership:canary"
+    row: str  # stable key: "full_model↑", "client_data:full_model↑", "membership:global_model", "participation:…"
     title: str
-    question: str  # inversion, membership, dp_audit
+    question: str  # inversion, membership, dp_audit (records), client_data, participation
     artifact: str
     observer: str
     tier: str  # high, medium, low, inconclusive, not_assessed
@@ -121,6 +122,7 @@ class VerdictRow:
     correction: str | None = None
     evidence: tuple[Mapping[str, Any], ...] = ()
     target: str | None = None  # the unseen target, in a --target-domain all run's list
+    level: str = "records"  # records, client_data, participation (schema 3; older rows mixed records and domains)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> VerdictRow:

@@ -1,7 +1,16 @@
-"""The verdict: one row per question a reviewer asks — for each artifact and direction on the wire, *can it be
-inverted?* and *does it reveal membership?*; for the released model, *does it reveal membership?*; and, where
-canaries were planted, *does the DP claim hold?* — each judged from one observer's view (the server, a client, or
-anyone holding the released model) and decided by a rule over stored evidence.
+"""The verdict: one row per question a reviewer asks, each asked at one level and decided only by evidence of that
+level (issue 47) —
+
+* **records**: for each artifact and direction on the wire, *can its training records be reconstructed?* and *does it
+  reveal which records were trained on?*; the same membership question for the released model; and, where canaries
+  were planted, *does the (record-level) DP claim hold?*;
+* **the client's data as a whole**: for each artifact, *does it reveal what a client's data is like* (its domain,
+  its classes)?;
+* **participation**: *does the released model reveal which domains took part?* —
+
+each judged from one observer's view (the server, a client, or anyone holding the released model) and decided by a
+rule over stored evidence. A row's mitigation is of its level: record-level DP bounds what one record does, not what
+a whole client's data is like or whether it took part (the report's summary says which measure addresses which).
 
 A reviewer signs this, so every tier is a rule over numbers the run stored,
 and each row keeps the evidence that decided it: the test, its value, the
@@ -16,9 +25,9 @@ before and after correction, and the attack's power.
   twin. It must beat every one of them — the permutation test against
   chance, a one-sided Fisher test against each measured null — so its p-value
   is the largest of those (an intersection-union test), which must survive
-  the row's correction: MEDIUM; HIGH when, in addition, its 95% interval lies
-  wholly above every measured null.
-* Distribution level (``domain_attribution``, ``class_fidelity``): chance (the
+  the row's correction: MEDIUM; HIGH when, in addition, its 95% interval's low
+  end clears the strongest null by ``identifiability_margin_high``.
+* Distribution level (``domain_attribution``, ``class_fidelity``; the client-data rows): chance (the
   best guess that ignores the victim, or the image), the untrained control and
   the prior-only control — not the twin, which carries the domain as the
   members do (twin above the controls is itself the distribution-level
@@ -26,9 +35,13 @@ before and after correction, and the attack's power.
   thresholds, and the lift must be significant: a one-sided binomial test
   against chance, Fisher's exact test against a measured control.
 * Membership (``mia_tpr``, ``mia_advantage``): TPR at 1% FPR with its exact
-  hypergeometric p-value (HIGH at a resolvable level with its interval above
-  ``mia_tpr_ci_low``); the advantage max(TPR − FPR) with its one-sided KS
-  p-value at the run's counts (MEDIUM at ``mia_advantage_medium`` or more).
+  hypergeometric p-value (MEDIUM significant at a resolvable level, HIGH with
+  its interval above ``mia_tpr_ci_low``); the advantage max(TPR − FPR) with
+  its one-sided KS p-value at the run's counts (MEDIUM at
+  ``mia_advantage_medium`` or more).
+* Participation (``participation_auc``): the domain-level attack's AUC on the
+  released model against chance and against the **domain twin**, the same
+  federation trained without that domain (:mod:`.participation`).
 
 **Many tests, one row.** Every test behind a row (victims × attacks, or
 victims × variants × targets) enters Holm's step-down correction at the
@@ -43,7 +56,7 @@ attacks on the released model), so no two rows about one tensor and one
 observer can disagree (:mod:`.membership`).
 
 Layout: :mod:`.evidence` (the row and its tests), :mod:`.inversion`,
-:mod:`.membership` and :mod:`.canary` (each row's rules, small functions that
+:mod:`.membership`, :mod:`.participation` and :mod:`.canary` (each row's rules, small functions that
 return the tier and the facts that decided it), :mod:`.wording` (every
 sentence and short form), :mod:`.thresholds`.
 
@@ -85,26 +98,30 @@ from typing import Any
 from fedaudit.run.results import BOOKKEEPING, CANARY, CANARY_GRADIENT, Leakage, MIA, NOT_RECONSTRUCTIONS
 
 from .canary import canary_row
-from .evidence import (ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, NULL_NAMES,
-                       POWER_ALPHA, TIER_ORDER, Evidence, Row, mia_level)
-from .inversion import inversion_row
+from .evidence import (ARTIFACT, CLIENT_DATA, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LEVEL_OF, LEVELS, LOW, MEDIUM,
+                       NOT_ASSESSED, NULL_NAMES, PARTICIPATION, POWER_ALPHA, RECORDS, TIER_ORDER, Evidence, Row,
+                       mia_level)
+from .inversion import inversion_rows
 from .membership import membership_groups, membership_row
+from .participation import participation_row
 from .thresholds import CORRECTION, RiskThresholds, load_thresholds
 from .wording import ADVICE, advice, made_by, pct, share_title
 
 
 def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThresholds | None = None) -> list[dict[str, Any]]:
-    """The verdict rows of one target's metrics: both questions for every declared share, the membership of any
-    other artifact an attack read, the released model's membership, and the canary audit if one ran."""
+    """The verdict rows of one target's metrics: for every declared share its records (reconstruction, membership)
+    and client-data rows, the membership of any other artifact an attack read, the released model's membership and
+    participation, and the canary audit if one ran."""
     t = thresholds or RiskThresholds()
     groups = membership_groups(metrics, config)
     declared = list((metrics.get("communication") or {}).get("declared") or [])
     rows: list[Row] = []
     for key in declared:
-        rows += [inversion_row(key, metrics, config, t), membership_row(key, groups.get(key, []), metrics, config, t)]
+        records, client_data = inversion_rows(key, metrics, config, t)
+        rows += [records, membership_row(key, groups.get(key, []), metrics, config, t), client_data]
     rows += [membership_row(key, attacks, metrics, config, t) for key, attacks in groups.items()
              if key not in declared and key != GLOBAL]
-    rows.append(membership_row(GLOBAL, groups.get(GLOBAL, []), metrics, config, t))
+    rows += [membership_row(GLOBAL, groups.get(GLOBAL, []), metrics, config, t), participation_row(metrics, t)]
     if Leakage.of(metrics).canary_sections():
         rows.append(canary_row(metrics, t))
     data = metrics.get("auditor_data") or {}
@@ -123,7 +140,7 @@ def membership_row_of(metrics: dict[str, Any], config: dict[str, Any]) -> dict[t
             for variant, target, _, _ in attacks}
 
 
-__all__ = ["ADVICE", "ARTIFACT", "BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "CORRECTION", "DOMAIN", "Evidence", "HIGH",
-           "INCONCLUSIVE", "LOW", "MEDIUM", "MIA", "NOT_ASSESSED", "NOT_RECONSTRUCTIONS", "NULL_NAMES", "POWER_ALPHA",
+__all__ = ["ADVICE", "ARTIFACT", "BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "CLIENT_DATA", "CORRECTION", "DOMAIN",
+           "Evidence", "HIGH", "INCONCLUSIVE", "LEVELS", "LEVEL_OF", "PARTICIPATION", "RECORDS", "LOW", "MEDIUM", "MIA", "NOT_ASSESSED", "NOT_RECONSTRUCTIONS", "NULL_NAMES", "POWER_ALPHA",
            "RiskThresholds", "Row", "TIER_ORDER", "advice", "judge", "load_thresholds", "made_by", "membership_row_of", "mia_level", "pct",
            "share_title"]

@@ -22,7 +22,16 @@ POWER_ALPHA = 0.05  # level of the positive control (fedaudit.audit.reconstructi
 
 # The questions a row answers, and the observer a row about the released model is judged for.
 INVERSION, MEMBERSHIP, DP_AUDIT = "inversion", "membership", "dp_audit"
+CLIENT_DATA, PARTICIPATION = "client_data", "participation"
 ANYONE = "anyone holding the released model"
+
+# The level a question is asked at, and so the kind of evidence that may decide it and the mitigation that can lower
+# it (issue 47): individual records (reconstructing or singling them out; record-level DP bounds it), what a
+# client's data is like as a whole (its domain, classes, style), or which domains took part at all.
+RECORDS = "records"
+LEVEL_OF = {INVERSION: RECORDS, MEMBERSHIP: RECORDS, DP_AUDIT: RECORDS, CLIENT_DATA: CLIENT_DATA,
+            PARTICIPATION: PARTICIPATION}
+LEVELS = (RECORDS, CLIENT_DATA, PARTICIPATION)
 
 
 @dataclass
@@ -55,9 +64,11 @@ class Row:
     ``reason`` leads with what decided (the attack, its number, the null it beat or failed to beat, p);
     ``short`` is the same fact in a few words, for a terminal."""
 
-    row: str  # stable key: "full_model↑", "membership:full_model↑", "membership:global_model", "membership:canary"
+    # stable key: "full_model↑" (records: reconstruction), "client_data:full_model↑", "membership:full_model↑",
+    # "membership:global_model", "participation:global_model", "membership:canary"
+    row: str
     title: str
-    question: str  # INVERSION, MEMBERSHIP or DP_AUDIT
+    question: str  # INVERSION, MEMBERSHIP, DP_AUDIT (records), CLIENT_DATA or PARTICIPATION
     artifact: str  # "full_model↑", "released model", ...
     observer: str  # "server", "client:<domain>", ANYONE
     tier: str
@@ -67,8 +78,13 @@ class Row:
     alpha: float = 0.05
     rule: str | None = None  # the rule that set the tier
 
+    @property
+    def level(self) -> str:
+        return LEVEL_OF[self.question]
+
     def to_json(self) -> dict[str, Any]:
-        return {"row": self.row, "title": self.title, "question": self.question, "artifact": self.artifact,
+        return {"row": self.row, "title": self.title, "question": self.question, "level": self.level,
+                "artifact": self.artifact,
                 "observer": self.observer, "tier": self.tier, "reason": self.reason, "short": self.short,
                 "rule": self.rule,
                 "correction": (f"{CORRECTION} over {len(self.evidence)} test(s) at family-wise alpha {_num(self.alpha)}"

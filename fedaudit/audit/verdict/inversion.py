@@ -1,10 +1,19 @@
-"""Can a shared artifact be inverted? One row per declared share (kind and direction), from the reconstruction
-attacks' stored scores, their nulls and their power.
+"""What can be reconstructed from a shared artifact? Two rows per declared share (kind and direction), one per
+level (issue 47), from the reconstruction attacks' stored scores, their nulls and their power:
 
-Rules, in order (each a small function returning a :class:`Decision` or None):
+* **records** (row key ``full_model↑``): can individual training records be reconstructed from it? Decided only by
+  the record-level test (``identifiability``: reconstructions nearer the victim's training records than to fresh
+  records of its domain, beyond every null, the holdout twin included);
+* **the client's data as a whole** (``client_data:full_model↑``): does it reveal what the client's data is like —
+  its domain, its classes? Decided only by the distribution-level tests (``domain_attribution``,
+  ``class_fidelity``), whose null is what smooth images and an untrained model give.
+
+Rules, in order, for each row over its own tests (each a small function returning a :class:`Decision` or None):
 ``significant`` (a test beat its strongest null after Holm: its own tier), ``uninformative`` (no test at these
-counts could have reached MEDIUM: INCONCLUSIVE), ``powered`` (a positive control fired: LOW), else INCONCLUSIVE for
-want of power."""
+counts could have reached MEDIUM: INCONCLUSIVE), ``powered`` (the positive control showed the attack finds this
+level's leakage where it is known to exist: LOW), else INCONCLUSIVE for want of power (``unpowered``). A records
+row's power is the control's record-level finding (it singled out the member images it was built from); the client
+data row's is its distribution-level finding (it revealed their domain or class)."""
 
 from __future__ import annotations
 
@@ -13,34 +22,48 @@ from typing import Any
 from fedaudit.run.results import BOOKKEEPING, Leakage
 from fedaudit.statistics.membership_statistics import holm
 
-from .evidence import (HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NOT_ASSESSED, NULL_NAMES, POWER_ALPHA, Decision,
-                       Evidence, Row, decide, interval, isnum, pair, strongest)
+from .evidence import (CLIENT_DATA, HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NOT_ASSESSED, NULL_NAMES, POWER_ALPHA,
+                       Decision, Evidence, Row, decide, interval, isnum, pair, strongest)
 from .thresholds import RiskThresholds
-from .wording import (identifiability_finding, inversion_lead, inversion_reason, inversion_short, inversion_title,
+from .wording import (identifiability_finding, inversion_lead, inversion_reason, inversion_short, level_title,
                       lift_finding, lift_lead, not_assessed, observer_of, pct)
 
+RECORD_TESTS = ("identifiability",)
 
-def inversion_row(key: str, metrics: dict[str, Any], config: dict[str, Any], t: RiskThresholds) -> Row:
-    """The row of one declared share (``"full_model↑"``): can what crossed be inverted?"""
+
+def inversion_rows(key: str, metrics: dict[str, Any], config: dict[str, Any], t: RiskThresholds) -> list[Row]:
+    """The records row and the client-data row of one declared share (``"full_model↑"``)."""
     kind, arrow = key[:-1], key[-1]
     attacker = str(config.get("attacker") or "server")
     observer = observer_of(key, attacker)
 
-    def row(tier: str, reason: str, brief: str, evidence: list[Evidence] = (), rule: str | None = None) -> Row:
-        return Row(key, inversion_title(key), INVERSION, key, observer, tier, reason, brief, list(evidence), t.alpha, rule)
+    def row(question: str, tier: str, reason: str, brief: str, evidence: list[Evidence] = (),
+            rule: str | None = None) -> Row:
+        name = key if question == INVERSION else f"{CLIENT_DATA}:{key}"
+        return Row(name, level_title(key, question), question, key, observer, tier, reason, brief, list(evidence),
+                   t.alpha, rule)
 
     found = _attacks_on(kind, metrics)
     unseen = _unseen(arrow, observer, attacker, kind, metrics, found)
     if unseen:
-        return row(NOT_ASSESSED, *not_assessed(INVERSION, unseen))
+        return [row(q, NOT_ASSESSED, *not_assessed(q, unseen)) for q in (INVERSION, CLIENT_DATA)]
     evidence, skipped, powers = _gather(found, attacker, t)
-    if not evidence:
-        return row(NOT_ASSESSED, *not_assessed(INVERSION, Decision(NOT_ASSESSED, "no_score", {"subject": kind,
-                                                                                           "skipped": skipped})))
-    decide(evidence, t)
-    decision = (_significant(evidence) or _uninformative(evidence, t) or _powered(evidence, powers)
-                or _unpowered(evidence, powers))
-    return row(decision.tier, inversion_reason(decision, evidence, metrics), inversion_short(decision, evidence), evidence, decision.rule)
+    rows = []
+    for question in (INVERSION, CLIENT_DATA):
+        mine = [e for e in evidence if (e.test in RECORD_TESTS) == (question == INVERSION)]
+        if not mine:
+            why = skipped or ([f"no record-level test was stored for {kind} (distribution-level tests only)"]
+                              if evidence and question == INVERSION else [])
+            rows.append(row(question, NOT_ASSESSED, *not_assessed(question, Decision(
+                NOT_ASSESSED, "no_score", {"subject": kind, "skipped": why}))))
+            continue
+        decide(mine, t)
+        records = question == INVERSION
+        decision = (_significant(mine) or _uninformative(mine, t) or _powered(powers, records)
+                    or _unpowered(powers, records))
+        rows.append(row(question, decision.tier, inversion_reason(decision, mine, metrics),
+                        inversion_short(decision, mine), mine, decision.rule))
+    return rows
 
 
 def _attacks_on(kind: str, metrics: dict[str, Any]) -> list[tuple[str, str, dict]]:
@@ -102,22 +125,21 @@ def _uninformative(evidence: list[Evidence], t: RiskThresholds) -> Decision | No
     return Decision(INCONCLUSIVE, "uninformative", {"counts": counts, "saturated": saturated})
 
 
-def _powered(evidence: list[Evidence], powers: list[tuple[str, dict[str, Any]]]) -> Decision | None:
+def _powered(powers: list[tuple[str, dict[str, Any]]], records: bool) -> Decision | None:
     """Power, corrected across the row's victims (Holm): a positive control that fires by chance in one of many
-    victims must not turn an uninformative reading into an informative LOW."""
+    victims must not turn an uninformative reading into an informative LOW. A records row needs the control to have
+    singled out its member images; a client-data row, to have revealed their domain or class."""
     measured = [(src, p) for src, p in powers if p.get("status") == "measured" and isnum(p.get("p_value"))]
-    reached = [src for (src, _), a in zip(measured, holm([p["p_value"] for _, p in measured])) if a <= POWER_ALPHA]
-    if not reached:
-        return None
-    record = [src for (src, _), a in zip(measured, holm([p.get("p_record_level", 1.0) for _, p in measured]))
-              if a <= POWER_ALPHA]
-    return Decision(LOW, "powered", {"control": reached[0], "record_level": bool(record)})
+    # p_reveals: stored since issue 47; before, p_value was the smaller of it and the record-level p
+    level = [p.get("p_record_level", 1.0) if records else p.get("p_reveals", p["p_value"]) for _, p in measured]
+    reached = [src for (src, _), a in zip(measured, holm(level)) if a <= POWER_ALPHA]
+    return Decision(LOW, "powered", {"control": reached[0], "records": records}) if reached else None
 
 
-def _unpowered(evidence: list[Evidence], powers: list[tuple[str, dict[str, Any]]]) -> Decision:
+def _unpowered(powers: list[tuple[str, dict[str, Any]]], records: bool) -> Decision:
     why = sorted({p.get("reason") for _, p in powers if p.get("status") == "not available" and p.get("reason")})
     ran = any(p.get("status") == "measured" for _, p in powers)
-    return Decision(INCONCLUSIVE, "unpowered", {"why": [] if ran else why})
+    return Decision(INCONCLUSIVE, "unpowered", {"why": [] if ran else why, "records": records})
 
 
 # -- evidence -----------------------------------------------------------------------------------
@@ -164,7 +186,7 @@ def reconstruction_evidence(attack: str, key: str, attacker: str, entries: dict[
     victims = list((summary.get("domain_attribution") or {}).get("victims") or attacked)
     out = _distribution_evidence(attack, key, summary, victims, inversion_lead(key, attacker, victims, what), t)
     for victim, e in attacked.items():
-        found = _record_evidence(attack, key, victim, e, what)
+        found = _record_evidence(attack, key, victim, e, what, t)
         if found is not None:
             out.append(found)
     return out
@@ -204,9 +226,13 @@ def _lift_evidence(test: str, source: str, metric: dict[str, Any], counts: dict[
                             "medium": medium})
 
 
-def _record_evidence(attack: str, key: str, victim: str, e: dict[str, Any], what: str) -> Evidence | None:
+def _record_evidence(attack: str, key: str, victim: str, e: dict[str, Any], what: str,
+                     t: RiskThresholds) -> Evidence | None:
     """Record-level leakage beyond *every* null: the permutation test against chance and a one-sided test against
-    each measured null must all reject (an intersection-union test: its p-value is the largest)."""
+    each measured null must all reject (an intersection-union test: its p-value is the largest). Significant, it is
+    MEDIUM; HIGH when its 95% interval's low end also clears the strongest null by ``identifiability_margin_high``
+    (significance alone already puts the low end above each measured null at these counts, so the margin is what
+    separates a large leak from a detectable one)."""
     ident = e["metrics"]["identifiability"]
     if not isnum(ident.get("attack")) or not isnum(ident.get("attack_p_value")):
         return None
@@ -218,14 +244,13 @@ def _record_evidence(attack: str, key: str, victim: str, e: dict[str, Any], what
     p_each = {"chance": float(ident["attack_p_value"]),
               **{k: lift_p_value([ident["attack"] * n, n], [v * n, n], None) for k, v in measured.items()}}
     p = max(p_each.values())
-    above_all = interval(ci) and all(ci[0] > v for v in measured.values())
-    tier = HIGH if above_all else MEDIUM
+    margin = (ci[0] - base) if interval(ci) else None
+    tier = HIGH if margin is not None and margin >= t.identifiability_margin_high - 1e-9 else MEDIUM
     text = identifiability_finding(ident, n, what, victim, ci if interval(ci) else None, p_each["chance"], p,
-                                   NULL_NAMES[name], base, tier == HIGH)
+                                   NULL_NAMES[name], base, margin, t.identifiability_margin_high)
     return Evidence("identifiability", f"{attack} {key} / {victim}", float(ident["attack"]), base, NULL_NAMES[name],
                     p, interval=ci if interval(ci) else None, nulls=nulls,
-                    power=_power_summary(e.get("power")), tier=tier, text=text,
-                    effect=(ci[0] - max(measured.values(), default=base)) if interval(ci) else None,
+                    power=_power_summary(e.get("power")), tier=tier, text=text, effect=margin,
                     detail={"p_against": p_each, "balanced": ident.get("balanced"),
                             "null_q95": ident.get("null_q95"), "n": n, "chance": ident.get("chance"),
                             "measured": measured, "victim": victim})

@@ -1,17 +1,18 @@
-"""Does an artifact reveal membership? One row per artifact and observer, over **every** membership attack whose
-input is that artifact: the model attacks (loss, LiRA, RMIA) on the victim's last upload belong to the row of the
-share that upload is (``full_model↑``, or each kind its weights came from), the tracing and nearest-entry tests to
-the row of the artifact they read, and the attacks on the released model (record- and domain-level) to the released
-model's row. Holm runs over the row's whole family, so a row can never read LOW while an attack on the same
-tensor, seen by the same observer, is significant.
+"""Does an artifact reveal which records were trained on? One row per artifact and observer, over **every**
+record-level membership attack whose input is that artifact: the model attacks (loss, LiRA, RMIA) on the victim's
+last upload belong to the row of the share that upload is (``full_model↑``, or each kind its weights came from), the
+tracing and nearest-entry tests to the row of the artifact they read, and the record-level attacks on the released
+model to the released model's row. Holm runs over the row's whole family, so a row can never read LOW while an
+attack on the same tensor, seen by the same observer, is significant. The domain-level attack asks another question
+(did a domain take part?) and has its own row (:mod:`.participation`).
 
 Rules, in order (each a small function returning a :class:`Decision` or None):
 
 * ``exact_match`` — a per-record bank holds members' own entries exactly and no non-member's: HIGH whatever the
   counts (an exact match has no false positives to estimate).
 * ``significant`` — the strongest test after Holm (and after the twin rule below) sets the tier: TPR at 1% FPR
-  with its interval above ``mia_tpr_ci_low`` at a resolvable level is HIGH; an advantage of ``mia_advantage_high``
-  is HIGH, of ``mia_advantage_medium`` MEDIUM.
+  significant at a resolvable level is MEDIUM, HIGH with its interval's low end above ``mia_tpr_ci_low``; an
+  advantage of ``mia_advantage_high`` is HIGH, of ``mia_advantage_medium`` MEDIUM.
 * ``twin_only`` — the artifact test separated members, but so did its holdout twin (the artifact with the members
   swapped out) for those victims: the signal is not this artifact's, INCONCLUSIVE.
 * ``no_control`` — the artifact test did not find the members of its positive control: INCONCLUSIVE.
@@ -48,7 +49,9 @@ def membership_groups(metrics: dict[str, Any], config: dict[str, Any]) -> dict[s
     declared = list((metrics.get("communication") or {}).get("declared") or [])
     sees = "↑" if str(config.get("attacker") or "server") == "server" else "↓"
     for variant, target, victim, entry in Leakage.of(metrics).membership(ordered=True):
-        if variant == DOMAIN or target == GLOBAL:
+        if variant == DOMAIN:  # participation, not records: its own row
+            continue
+        if target == GLOBAL:
             keys = [GLOBAL]
         elif target == LAST_UPLOAD:
             keys = upload_shares(entry, declared)
@@ -133,11 +136,12 @@ def _evidence(attacks: list[Attack], t: RiskThresholds) -> tuple[list[Evidence],
         if level is not None and isnum(level.get("p_value")):
             ci = level.get("tpr_interval", level.get("tpr_ci95"))
             resolvable = bool(level.get("resolvable", True))
-            effect_ok = resolvable and interval(ci) and ci[0] > t.mia_tpr_ci_low
+            clears = resolvable and interval(ci) and ci[0] > t.mia_tpr_ci_low
             evidence.append(Evidence("mia_tpr", f"{variant} on {target} / {victim}", float(level.get("tpr", 0.0)),
                                      float(level.get("fpr_achieved", 0.01)), "achieved FPR (the chance line TPR = FPR)",
                                      float(level["p_value"]), interval=ci if interval(ci) else None,
-                                     tier=HIGH if effect_ok else LOW, effect=(ci[0] if interval(ci) else None),
+                                     tier=HIGH if clears else MEDIUM if resolvable else LOW,
+                                     effect=(ci[0] if interval(ci) else None),
                                      detail={**detail, "resolvable": resolvable, "warning": level.get("warning") or None}))
         adv, p = e.get("advantage"), e.get("advantage_p_value")
         if isnum(adv) and isnum(p):
@@ -151,8 +155,6 @@ def _evidence(attacks: list[Attack], t: RiskThresholds) -> tuple[list[Evidence],
 
 
 def _attack_name(variant: str, entry: dict[str, Any]) -> str:
-    if variant == DOMAIN:
-        return "domain-level attack"
     if variant == ARTIFACT:
         signal = str(entry.get("signal") or "")
         return ("tracing test" if "tracing" in signal else "nearest-entry test" if "nearest" in signal

@@ -21,9 +21,12 @@ class RiskThresholds:
     domain_attribution_lift_medium: float = 0.10
     class_fidelity_lift_high: float = 0.30
     class_fidelity_lift_medium: float = 0.10
-    mia_tpr_ci_low: float = 0.01
+    identifiability_margin_high: float = 0.20
+    mia_tpr_ci_low: float = 0.05  # five times the 1% false positives: significance alone already clears 1%
     mia_advantage_medium: float = 0.10
     mia_advantage_high: float = 0.50
+    participation_auc_lift_high: float = 0.20
+    participation_auc_lift_medium: float = 0.05
     canary_epsilon_high: float = 1.0
     alpha: float = 0.05
 
@@ -40,14 +43,23 @@ class RiskThresholds:
             ("class_fidelity_lift_high", _num(t.class_fidelity_lift_high),
              "high when class fidelity exceeds the strongest null by at least this"),
             ("class_fidelity_lift_medium", _num(t.class_fidelity_lift_medium), "medium at this lift"),
+            ("identifiability_margin_high", _num(t.identifiability_margin_high),
+             "records: medium when reconstructions sit nearer the victim's training records than every null allows "
+             "(significant after correction); high when the 95% interval's low end also exceeds the strongest null "
+             "by at least this"),
             ("mia_tpr_ci_low", _num(t.mia_tpr_ci_low),
-             "high when TPR at 1% FPR is significant at a resolvable level and its 95% lower bound exceeds this"),
+             "records: TPR at 1% FPR significant at a resolvable level is medium; high when its 95% lower bound also "
+             "exceeds this (at 0.05: one member in twenty flagged at one false positive in a hundred)"),
             ("mia_advantage_high", _num(t.mia_advantage_high),
              "high when the membership advantage is significant and reaches this, whatever the low-FPR figures "
              "(an attacker right about membership about three times in four at 0.5)"),
             ("mia_advantage_medium", _num(t.mia_advantage_medium),
              "medium when the membership advantage max(TPR − FPR) is significant and reaches this; a row that "
              "could not detect this advantage reads inconclusive rather than low"),
+            ("participation_auc_lift_high", _num(t.participation_auc_lift_high),
+             "participation: high when the domain-level attack's AUC on the released model exceeds its AUC on the "
+             "domain twin (the federation trained without that domain) and chance by at least this, significantly"),
+            ("participation_auc_lift_medium", _num(t.participation_auc_lift_medium), "medium at this lift"),
             ("canary_epsilon_high", _num(t.canary_epsilon_high),
              "canary audit: high when the ε lower bound reaches this (or exceeds the DP accountant's ε), medium "
              "when it is above 0; low only when the audit could have certified this much"),
@@ -81,7 +93,7 @@ def load_thresholds(path: str | Path | None) -> RiskThresholds:
                                 f"the default is {getattr(RiskThresholds, key)}")
         values[key] = float(value)
     out = RiskThresholds(**values)
-    for stem in ("domain_attribution_lift", "class_fidelity_lift"):
+    for stem in ("domain_attribution_lift", "class_fidelity_lift", "participation_auc_lift"):
         if getattr(out, f"{stem}_medium") > getattr(out, f"{stem}_high"):
             raise FedauditError(f"--risk-thresholds: {stem}_medium ({getattr(out, f'{stem}_medium')}) is above "
                                 f"{stem}_high ({getattr(out, f'{stem}_high')}) in {path}; medium must not exceed high")

@@ -9,7 +9,8 @@ from typing import Any
 
 from fedaudit.run.results import Leakage
 
-from .evidence import DOMAIN, GLOBAL, HIGH, INVERSION, LAST_UPLOAD, Decision, Evidence, isnum
+from .evidence import (CLIENT_DATA, DOMAIN, GLOBAL, HIGH, INVERSION, LAST_UPLOAD, MEMBERSHIP, PARTICIPATION, Decision,
+                       Evidence, isnum)
 from .thresholds import CORRECTION, RiskThresholds
 
 # What to do next, in the words of the command that made the run: `fedaudit audit` takes no training or data option
@@ -50,6 +51,9 @@ def to_conclude(question: str, rule: str | None, metrics: dict[str, Any]) -> str
                 f"{advice(metrics, 'more_records')}")
     if rule == "unpowered":
         return "an attack strong enough to pass its positive control: " + advice(metrics, "stronger_inversion")
+    if rule == "undetectable" and question == PARTICIPATION:
+        return ("more domain twins (--domain-twins), so that their spread can show a lift of 0.05 in AUC over their "
+                "mean")
     if rule == "undetectable":
         return f"enough records to detect an advantage of 0.1 after the correction: {advice(metrics, 'more_records')}"
     if rule == "no_control":
@@ -60,6 +64,10 @@ def to_conclude(question: str, rule: str | None, metrics: dict[str, Any]) -> str
                 "members would; more records per victim tell the two apart")
     if rule == "uncertifiable":
         return "more canaries (--canaries, --gradient-canaries) or a dataset with a larger holdout"
+    if rule == "no_twin":
+        return ("at least two federations trained without each source domain (its domain twins, --domain-twins), "
+                "which fedaudit evaluate trains itself; a recording cannot supply them, since fedaudit cannot re-run "
+                "the deployment's loop")
     return "see the row's reason in the verdict"
 
 
@@ -82,18 +90,25 @@ def observer_of(key: str, attacker: str) -> str:
     return attacker if attacker.startswith("client:") else "client:<domain>"
 
 
-def inversion_title(key: str) -> str:
-    return f"{share_title(key)}: can it be inverted?"
-
+# Each question in the words a reviewer signs: records, the client's data as a whole, or participation (issue 47).
+QUESTIONS = {INVERSION: "can its training records be reconstructed?",
+             MEMBERSHIP: "does it reveal which records were trained on?",
+             CLIENT_DATA: "does it reveal what a client's data is like (its domain, its classes)?",
+             PARTICIPATION: "does it reveal which domains took part?"}
 
 # A membership row's subject that is not a share: (its title's label, how a sentence names it).
 SUBJECTS = {"global_model": ("released model", "the released model"),
             "last_upload": ("the victim's last upload", "the victim's last upload")}
 
 
-def membership_title(subject: str) -> str:
+def level_title(subject: str, question: str) -> str:
+    """``full_model ↑ (client → server): can its training records be reconstructed?``"""
     label = SUBJECTS[subject][0] if subject in SUBJECTS else share_title(subject) if subject[-1:] in "↑↓" else subject
-    return f"{label}: does it reveal membership?"
+    return f"{label}: {QUESTIONS[question]}"
+
+
+def membership_title(subject: str) -> str:
+    return level_title(subject, MEMBERSHIP)
 
 
 def subject_name(subject: str) -> str:
@@ -137,10 +152,10 @@ def fmt_count(k: Any) -> str:
 
 TEST_LABELS = {"domain_attribution": "attribution", "class_fidelity": "class fidelity",
                "identifiability": "identifiability", "mia_advantage": "advantage", "mia_tpr": "TPR@1%FPR",
-               "canary_epsilon": "ε lower bound"}
+               "canary_epsilon": "ε lower bound", "participation_auc": "AUC"}
 NULL_SHORT = {"95% quantile with no signal at these counts": "null", "achieved FPR (the chance line TPR = FPR)": "FPR",
               "untrained-model control": "control", "prior-only control": "prior-only", "holdout twin": "twin",
-              "ε = 0 (no privacy loss)": "0"}
+              "ε = 0 (no privacy loss)": "0", "domain twin": "twin"}
 
 
 def attack_of(e: Evidence) -> str:
@@ -160,7 +175,8 @@ def clause(e: Evidence, m: int) -> str:
 def short(e: Evidence) -> str:
     """A test in a few words, for a terminal: ``loss adv 0.26 > null 0.12, p<0.001``."""
     label = {"mia_advantage": "adv", "mia_tpr": "TPR@1%", "domain_attribution": "attrib.",
-             "class_fidelity": "class", "identifiability": "ident.", "canary_epsilon": "ε≥"}.get(e.test, e.test)
+             "class_fidelity": "class", "identifiability": "ident.", "canary_epsilon": "ε≥",
+             "participation_auc": "AUC"}.get(e.test, e.test)
     base = NULL_SHORT.get(e.baseline_name, e.baseline_name.split(" ")[0])
     beat = ">" if e.tier in ("high", "medium") else "vs"
     ref = f" {beat} {base} {fmt(e.baseline)}" if e.baseline is not None else ""
@@ -173,27 +189,31 @@ def short(e: Evidence) -> str:
 def not_assessed(question: str, d: Decision) -> tuple[str, str]:
     """Why a row has nothing to judge, and its short form, from the case its rule found (``d.rule``)."""
     f = d.facts
+    reconstruction = question in (INVERSION, CLIENT_DATA)
     if d.rule == "other_view":
         other = "--attacker client:<domain>" if f["attacker"] == "server" else "--attacker server"
-        if question == INVERSION:
+        if reconstruction:
             sees = "uploads" if f["attacker"] == "server" else "broadcasts"
             return (f"judged from {f['observer']}'s view, which this run's attacker ({f['attacker']}) does not hold (it "
                     f"sees {sees} only); assess it with {other}", f"{f['observer']}'s view: {other}")
         return (f"judged from {f['observer']}'s view, which this run's attacker ({f['attacker']}) does not hold; assess "
                 f"it with {other} --attack mia", f"{f['observer']}'s view: {other}")
     if d.rule == "no_attack":
-        return (("no reconstruction attack ran in this run; run with --attack deepinversion", "no inversion attack ran")
-                if question == INVERSION else
-                ("no membership attack in this run; run with --attack mia", "no membership attack ran"))
+        if reconstruction:
+            return "no reconstruction attack ran in this run; run with --attack deepinversion", "no inversion attack ran"
+        if question == PARTICIPATION:
+            return ("no domain-level attack in this run; run with --attack mia-domain (it trains one domain twin per "
+                    "source domain as its null)", "no domain-level attack ran")
+        return "no membership attack in this run; run with --attack mia", "no membership attack ran"
     if d.rule == "no_records":
         return (f"membership inference needs the clients' records: {f.get('why') or 'the auditor holds none'}",
                 "no records to test")
     if d.rule == "no_target":
-        return ((f"no attack in this run targets {f['subject']}", "no attack targets it") if question == INVERSION else
+        return ((f"no attack in this run targets {f['subject']}", "no attack targets it") if reconstruction else
                 (f"no membership attack in this run takes {subject_name(f['subject'])} as its input",
                  "no attack reads it"))
     skipped = f["skipped"]  # no_score: attacks ran on it, none stored a score with its nulls
-    if question == INVERSION:
+    if reconstruction:
         return ("; ".join(skipped) or f"no score with nulls stored for {f['subject']}",
                 "not applicable" if skipped and all(s.startswith("not applicable") for s in skipped) else "not scored")
     return (f"no membership result for {subject_name(f['subject'])}: {'; '.join(skipped) or 'none stored'}",
@@ -216,14 +236,20 @@ def inversion_reason(d: Decision, evidence: list[Evidence], metrics: dict[str, A
                 + (f"; saturated: {', '.join(d.facts['saturated'])}" if d.facts["saturated"] else "")
                 + f". Give each client more records, and {stronger[0].lower()}{stronger[1:]}")
     if d.rule == "powered":
-        scope = ("it also singled out the source records, so record-level leakage was testable" if d.facts["record_level"]
-                 else "it could not single out the source records even there, so record-level leakage was not "
-                      "testable at this budget; this LOW covers distribution-level leakage")
+        found = ("singled out a few member images from their statistics (reconstructions nearer them than to fresh "
+                 "records of their domain), so it would have found record-level leakage of that kind here"
+                 if d.facts["records"] else
+                 "revealed the domain or class of a few member images from their statistics, so it would have found "
+                 "what this artifact tells about the client's data as a whole")
         return (f"no test beat its strongest null after {CORRECTION} correction ({notes}). On the positive control "
-                f"({d.facts['control']}) the attack did reveal the domain or class of a few member images from their "
-                f"statistics; {scope}.")
-    budget = (f"no positive control ran ({'; '.join(d.facts['why'])})" if d.facts["why"] else
-              "the attack could not recover even the artifact of a handful of member images at this budget")
+                f"({d.facts['control']}) the attack {found}.")
+    if d.facts["why"]:
+        budget = f"no positive control ran ({'; '.join(d.facts['why'])})"
+    elif d.facts["records"]:
+        budget = ("the attack could not single out even the handful of member images its positive control was "
+                  "built from, so record-level leakage was not testable at this budget")
+    else:
+        budget = "the attack could not recover even the artifact of a handful of member images at this budget"
     return (f"no test beat its strongest null ({notes}), but {budget}: a low reading cannot be told from a weak "
             f"attack. {advice(metrics, 'stronger_inversion')}")
 
@@ -275,10 +301,16 @@ def lift_finding(lead: str, metric: dict[str, Any], victims: int, lift: float, n
 
 
 def identifiability_finding(ident: dict[str, Any], n: int, what: str, victim: str, ci: list[float] | None,
-                            p_chance: float, p: float, null_name: str, base: float, clears_all: bool) -> str:
+                            p_chance: float, p: float, null_name: str, base: float, margin: float | None,
+                            margin_high: float) -> str:
     """A record-level test's sentence: how many synthesised items sit closer to a member, against every null."""
-    finding = ("record-level leakage" if clears_all else "a record-level signal above every null, though its "
-               "interval does not clear them all")
+    if margin is None:
+        finding = "record-level leakage beyond every null (no interval stored to show its size)"
+    elif margin >= margin_high - 1e-9:
+        finding = f"large record-level leakage: the interval's low end is {points(margin)} over the strongest null"
+    else:
+        finding = (f"record-level leakage beyond every null, not shown large: the interval's low end is "
+                   f"{points(margin)} over the strongest null (high needs {points(margin_high)})")
     return (f"{fmt_count(ident.get('attack_k'))} of {n} {what} synthesised for {victim} sit closer to one of its "
             f"training records than to a fresh record of the same domain ({pct(ident['attack'])}, 95% CI "
             f"{pct(ci[0]) if ci else '?'}–{pct(ci[1]) if ci else '?'}; equal numbers of members "
@@ -402,6 +434,58 @@ def _matched(found: list[tuple[str, dict[str, Any]]]) -> str:
 def twin_readings(artifact_tests: list[tuple[str, dict[str, Any]]], victims: list[str]) -> str:
     return "; ".join(f"{victim}: twin AUC {fmt(e['twin'].get('auc'))}, KS p {p_text(e['twin'].get('advantage_p_value'))}"
                      for victim, e in artifact_tests if victim in victims)
+
+
+# -- the participation row ----------------------------------------------------------------------------------
+
+
+def participation_finding(e: Evidence) -> str:
+    """One source domain's test in a sentence: the attack's AUC on the released model, and on its domain twins."""
+    d = e.detail or {}
+    aucs = d.get("twin_aucs") or []
+    twins = (f"on {len(aucs)} domain twin(s) — the federation trained without {d['victim']}, each with its own seed — it "
+             f"reaches {', '.join(fmt(a) for a in aucs)} (mean {fmt(e.baseline)}; pooled spread "
+             f"{fmt(d.get('spread'))} over {d.get('df')} degree(s) of freedom)" if d.get("twin") else
+             f"no domain twin to compare with ({d.get('twin_reason') or 'one twin per domain: no spread to judge by'})")
+    return (f"Querying the released model, the domain-level attack tells {d['victim']}'s records (never trained on "
+            f"themselves) from the unseen {d.get('nonmember_domain') or 'domain'}'s with AUC {fmt(e.value)} "
+            f"({d['members']} vs {d['nonmembers']} records); {twins}.")
+
+
+def participation_reason(d: Decision, evidence: list[Evidence], t: RiskThresholds) -> str:
+    m = len(evidence)
+    closest = min(evidence, key=lambda e: e.p_adjusted)
+    if d.rule == "significant":
+        top = d.facts["top"]
+        return (f"{clause(top, m)}. {top.text} The released model's AUC is {top.effect:+.2f} over its twins': it "
+                f"reveals that {top.detail['victim']} took part, beyond that domain's own difficulty and the training "
+                "noise of the federation.")
+    if d.rule == "no_twin":
+        names = ", ".join(str(e.detail["victim"]) for e in d.facts["missing"])
+        why = d.facts["missing"][0].detail.get("twin_reason") or "one twin per domain: no spread to judge by"
+        seen = ", ".join(f"{fmt(e.value)} on {e.detail['victim']}" for e in evidence)
+        return (f"the domain-level attack: AUC {seen}, but no domain twins for {names} ({why}): a gap between a "
+                "source domain and the unseen one may be that domain's own difficulty, not its participation, and "
+                "cannot be told apart without federations trained without it.")
+    if d.rule == "undetectable":
+        return (f"no domain's AUC beat its twins' after {CORRECTION} correction over {m} test(s) (closest "
+                f"{clause(closest, m)}), but the twins spread so widely that an AUC lift below "
+                f"{d.facts['detectable']:.2f} could not have been detected (the medium threshold is "
+                f"{t.participation_auc_lift_medium:g}): more twins (--domain-twins) narrow it.")
+    return (f"no domain's AUC beat its twins' after {CORRECTION} correction over {m} test(s) (closest "
+            f"{clause(closest, m)}); a lift of {d.facts['detectable']:.2f} in AUC over the twins would have been "
+            "detected.")
+
+
+def participation_short(d: Decision, evidence: list[Evidence]) -> str:
+    closest = min(evidence, key=lambda e: e.p_adjusted)
+    if d.rule == "significant":
+        return short(d.facts["top"])
+    if d.rule == "no_twin":
+        return f"{short(closest)}; no domain twin"
+    if d.rule == "undetectable":
+        return f"{short(closest)}; can't see <{d.facts['detectable']:.2f}"
+    return f"{short(closest)}; sees ≥{d.facts['detectable']:.2f}"
 
 
 # -- the DP audit row --------------------------------------------------------------------------------------
