@@ -141,6 +141,7 @@ TARGETS = (GLOBAL, LAST_UPLOAD)
 ALL_DOMAINS = "all"
 CONSISTENCY_PAIRS = 4
 MAX_REFERENCE_MODELS = 4_096
+DOMAIN_TWINS = 2  # per source domain: two give the row's test one degree of freedom per domain
 DEFAULT_REFERENCE_MODELS = 8
 
 
@@ -196,11 +197,15 @@ class MembershipInference(Attack):
         "reference_epochs": Option(10, "At most this many epochs per reference model; they train the target's "
                                    "exposure (rounds x local epochs) if smaller; none: no cap.", kind=int,
                                    nullable=True, low=1, high=100_000, profiles={"paper": None}),
+        # The auditor trains these (fedaudit.audit.domain_twin); declared here, beside the variant they serve.
+        "domain_twins": Option(DOMAIN_TWINS, "Domain-level membership: federations trained without each source "
+                               "domain, each with its own seed (the participation row's null; their spread is its "
+                               "training noise); 0: none, and that row reads inconclusive.", kind=int, low=0, high=64),
     }
 
     def __init__(self, reference_models: int = DEFAULT_REFERENCE_MODELS, *, seed: int = 0, precision: str = "fp32",
                  path: str = "auto", variants: Sequence[str] | None = None, reference_epochs: int | None = None,
-                 consistency_pairs: int = CONSISTENCY_PAIRS) -> None:
+                 consistency_pairs: int = CONSISTENCY_PAIRS, domain_twins: int = DOMAIN_TWINS) -> None:
         if path not in REFERENCE_PATHS:
             raise unknown_choice("reference-model path", path, REFERENCE_PATHS)
         self.reference_models = check_reference_models(reference_models)
@@ -208,6 +213,7 @@ class MembershipInference(Attack):
         self.seed, self.precision, self.path = seed, precision, path
         self.selected = check_variants(type(self).variants if variants is None else variants)
         self.consistency_pairs = consistency_pairs
+        self.domain_twins = domain_twins  # how many the auditor trains per source domain for the domain-level null
         self.trained = 0  # reference-model sets trained (not read from the cache) by this instance
 
     @classmethod
@@ -219,7 +225,8 @@ class MembershipInference(Attack):
         """One run of the union of the selected classes' variants (``--attack mia-loss,mia-lira``)."""
         o = cls.option_values(cfg)
         return MembershipInference(o["reference_models"], seed=cfg.seed, precision=cfg.precision,
-                                   variants=mia_variants(selected), reference_epochs=o["reference_epochs"])
+                                   variants=mia_variants(selected), reference_epochs=o["reference_epochs"],
+                                   domain_twins=o["domain_twins"])
 
     @property
     def references_needed(self) -> int:

@@ -108,9 +108,11 @@ def black_box(method: Method, fed: Federation) -> Query | None:
 
 
 def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Method, fed: Federation,
-                     prior: AttackerPrior, *, role: str, victims: Sequence[str]) -> dict[str, Any]:
+                     prior: AttackerPrior, *, role: str, victims: Sequence[str], retrain: bool = True) -> dict[str, Any]:
     """Grant ``attack`` (``fedaudit.attacks.mia``) its access as ``role`` against ``victims``, run it, and
-    score its answers by the truth kept here. Reference logits are cached under ``run_dir/mia/``."""
+    score its answers by the truth kept here. Reference logits are cached under ``run_dir/mia/``. The domain-level
+    answers get their domain twins (:mod:`fedaudit.audit.domain_twin`) when ``retrain``: the federation is fedaudit's
+    own and can be trained again without a domain (a recording's cannot)."""
     variants: tuple[str, ...] = getattr(attack, "selected", ())
     truths: dict[str, Tensor] = {}
     challenges: dict[str, MembershipChallenge] = {}
@@ -130,7 +132,11 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
     for out in outputs:
         key = out.info["result"]
         if key == "domain":
-            result["domain"] = {out.artifact: _domain_rows(out, domain_truth, victims, fed.split.target)}
+            rows = _domain_rows(out, domain_truth, victims, fed.split.target)
+            for domain, twin in _twins(attack, domain_challenge, domain_truth, cfg, method, fed, prior, victims,
+                                       retrain).items():
+                rows[domain]["domain_twin"] = twin
+            result["domain"] = {out.artifact: rows}
         else:
             result.setdefault(key, {}).setdefault(out.artifact, {})[out.victim] = _victim_entry(
                 out, truths[out.victim], exposure[out.victim])
@@ -141,6 +147,25 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
     log.info("mia: %s as %s against %s in %.1fs%s", ", ".join(variants), role, ", ".join(victims),
              time.perf_counter() - t0, trained)
     return result
+
+
+NO_TWIN_RECORDING = ("a recording: fedaudit cannot train the deployment again without a domain, so the domain's own "
+                     "difficulty has no measured null")
+
+
+def _twins(attack: Attack, challenge: DomainChallenge | None, truth: list[str | None], cfg: RunConfig,
+           method: Method, fed: Federation, prior: AttackerPrior, victims: Sequence[str],
+           retrain: bool) -> dict[str, dict[str, Any]]:
+    """Each source domain's domain twin (its entry), or why there is none."""
+    if not retrain:
+        return {d: {"status": NOT_APPLICABLE, "reason": NO_TWIN_RECORDING} for d in victims}
+    from fedaudit.audit.domain_twin import domain_twins
+
+    t0 = time.perf_counter()
+    twins = domain_twins(lambda query: attack.attack_domain(challenge, query, prior, fed.device), truth, cfg, method,
+                         fed, victims, getattr(attack, "domain_twins", 0), black_box)
+    fed.timings["train_domain_twins"] = time.perf_counter() - t0
+    return twins
 
 
 def power_records(fed: Federation, victim: str, per_class: int, seed: int) -> Tensor:

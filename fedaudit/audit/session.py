@@ -81,8 +81,10 @@ def attack_role_and_victims(cfg: RunConfig, sources: list[str]) -> tuple[str, li
 
 
 def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig, method: Method, fed: Federation,
-                dataset: MultiDomainDataset, device: torch.device) -> dict[str, Any]:
-    """Every ``selected`` attack class against the attacker's wire view, scored by the auditor.
+                dataset: MultiDomainDataset, device: torch.device, *, retrain: bool = True) -> dict[str, Any]:
+    """Every ``selected`` attack class against the attacker's wire view, scored by the auditor. ``retrain``: the
+    federation is fedaudit's own, so counterfactual federations (the domain twins) can be trained; a recording's
+    cannot.
 
     An attack gets the view, the prior and the access its threat model grants
     (``Attack.needs``); the auditor's procedure for it follows from that grant:
@@ -102,7 +104,8 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
         if "challenges" in attack.needs:
             refs = getattr(attack, "references_needed", 0)
             log.info("attack %s %s%s", attack.name, against, f" ({refs} reference models per victim)" if refs else "")
-            leakage[attack.name] = audit_membership(attack, run_dir, cfg, method, fed, prior, role=role, victims=victims)
+            leakage[attack.name] = audit_membership(attack, run_dir, cfg, method, fed, prior, role=role, victims=victims,
+                                                    retrain=retrain)
         elif "canaries" in attack.needs:  # the one-run audit: the auditor scores the canaries it planted
             log.info("canary audit %s", against)
             found = audit_canaries(attack, cfg, method, fed, prior, role=role, victims=victims)

@@ -347,7 +347,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         run_directory.write_json(run_dir / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
                                                   "targets": [target], "recording": str(rec.root.resolve())})
         t0 = time.perf_counter()
-        leakage = (run_attacks(selected, run_dir, cfg, method, fed, dataset, device) if scored else
+        leakage = (run_attacks(selected, run_dir, cfg, method, fed, dataset, device, retrain=False) if scored else
                    run_unscored(selected, run_dir, cfg, method, fed, dataset, device, UNSCORED))
         attack_seconds = time.perf_counter() - t0
     except BaseException:
