@@ -163,6 +163,8 @@ class CCST(FedAvg):
     summary = ("style bank (channel mean/std of each client's features, sent once) + AdaIN toward other clients' "
                "styles, FedAvg; feature-level AdaIN on the frozen round-0 first block, not the paper's VGG image restyling")
     paper = "Chen et al., Cross-Client Style Transfer (CCST), WACV 2023"
+    client_dp_incompatible = ("its style bank crosses the wire outside the averaged model, and its aggregation keeps "
+                              "frozen layers")
     needs_architecture = "the encoder's first block as its frozen style encoder (fedaudit's cnn and resnets)"
     shares = (
         (ArtifactKind.STYLE_BANK, UP),

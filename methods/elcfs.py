@@ -131,6 +131,7 @@ class ELCFS(FedAvg):
     name = "elcfs"
     summary = "amplitude-spectrum bank shared once; episodic training on low-frequency amplitude interpolations"
     paper = "Liu et al., FedDG: Episodic Learning in Continuous Frequency Space, CVPR 2021"
+    client_dp_incompatible = "its amplitude bank crosses the wire outside the averaged model"
     dp_incompatible = "its episodic meta-learning loop trains outside the engine's DP-SGD loop (not yet supported)"
     shares = (
         (ArtifactKind.AMPLITUDE_BANK, UP),

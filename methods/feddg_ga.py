@@ -137,6 +137,8 @@ class FedDGGA(FedAvg):
     name = "feddg_ga"
     summary = "FedAvg with aggregation weights adjusted by each domain's generalization gap (baseline)"
     paper = "Zhang et al., CVPR 2023"
+    client_dp_incompatible = ("its aggregation weights follow each client's validation loss, so clipping alone does not "
+                              "bound a client's influence")
     shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP), (ArtifactKind.SCALARS, UP))
     options = {"step_size": 0.2}
     profile_defaults: dict[str, dict[str, Any]] = {

@@ -54,7 +54,7 @@ from fedaudit.simulation.method import DOWN, UP
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 from fedaudit.tensor_ops.losses import label_smoothing_loss
 
-from .fedavg import FedAvg
+from .fedavg import FedAvg, private_mean_
 
 
 class FedSB(FedAvg):
@@ -93,5 +93,8 @@ class FedSB(FedAvg):
         return [Artifact(ArtifactKind.FULL_MODEL, client.role, SERVER, rnd, model_state(ctx.model))]
 
     def aggregate(self, server: ServerContext, uploads: dict[str, list[Artifact]], rnd: int) -> None:
+        if server.client_dp is not None:
+            private_mean_(server, self.global_state, uploads, rnd)
+            return
         states = [a.tensors for arts in uploads.values() for a in arts if a.kind == ArtifactKind.FULL_MODEL]
         weighted_average_(self.global_state, states, [1.0] * len(states))

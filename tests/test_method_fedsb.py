@@ -1,5 +1,7 @@
 """FedSB: label smoothing, the per-round step budget, MixStyle, uniform averaging."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -80,6 +82,6 @@ def test_aggregation_is_the_uniform_mean_whatever_the_client_sizes():
     method.global_state = {"w": torch.zeros(3), "n": torch.zeros((), dtype=torch.long)}
     states = [{"w": torch.full((3,), float(v)), "n": torch.tensor(v)} for v in (1, 2, 6)]
     uploads = {f"client:{i}": [Artifact(ArtifactKind.FULL_MODEL, f"client:{i}", SERVER, 1, s)] for i, s in enumerate(states)}
-    method.aggregate(None, uploads, 1)
+    method.aggregate(SimpleNamespace(client_dp=None), uploads, 1)  # a server without client-level DP
     assert torch.allclose(method.global_state["w"], torch.full((3,), 3.0))
     assert method.global_state["n"].item() == 3

@@ -44,13 +44,15 @@ def method_flags(args: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-PANELS = {"run": "Run", "training": "Local training", "audit": "Attacker and auditor", "dp": "Defense: DP-SGD",
+PANELS = {"run": "Run", "training": "Local training", "audit": "Attacker and auditor", "dp": "Defense: DP-SGD (records)",
+          "client_dp": "Defense: client-level DP (a client's whole data)",
           "attack": "Attack options (declared by each attack; see `fedaudit list attacks`)"}
 PANEL_OF = {
     **dict.fromkeys(("rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "augment",
                      "split"), "training"),
     **dict.fromkeys(("attacker", "victim", "lpips_weights", "judge_steps"), "audit"),
     **dict.fromkeys(("dp_epsilon", "dp_delta", "dp_max_grad_norm", "dp_augmentations", "dp_noise_to_signal", "dp_max_step_factor", "dp_train", "dp_recipe", "dp_sweep"), "dp"),
+    **dict.fromkeys(("client_dp_epsilon", "client_dp_delta", "client_dp_clip"), "client_dp"),
 }
 def declared_options() -> dict[str, tuple[Option, str]]:
     """Every option ``evaluate`` takes as a flag, with its help panel: the run's own, then each registered attack's."""
@@ -111,9 +113,11 @@ COMMAND_PARAMETERS = [
     ("quiet", bool, typer.Option(False, "--quiet", help="Log lines only: no progress bars, no tables.")),
     ("json_summary", bool, typer.Option(False, "--json", help="Print the metrics summary (accuracy, traffic, verdict, "
                                         "paths) as JSON on stdout, for scripts; logs stay on stderr.")),
-    ("fail_on", Optional[str], typer.Option(None, "--fail-on", metavar="high|medium",
-                                            help="Exit with status 3 when any verdict row reaches this tier, after "
-                                                 "every file is written (a CI gate; status 2 stays for user errors).")),
+    ("fail_on", Optional[str], typer.Option(None, "--fail-on", metavar="TIER[:LEVEL]",
+                                            help="Exit with status 3 when any verdict row reaches this tier (high or "
+                                                 "medium), after every file is written (a CI gate; status 2 stays for "
+                                                 "user errors); high:records counts only the rows of one level "
+                                                 "(records, client_data, participation).")),
     ("unverified", bool, typer.Option(False, "--unverified",
                                       help="Audit a recording whose hashes do not match (edited after it was made); "
                                            "the report marks it unverified on its first screen.")),

@@ -152,6 +152,15 @@ class RunConfig:
                              f"clipping norm, --dp-noise-to-signal {DP_NOISE_TO_SIGNAL:g}, --dp-max-step-factor "
                              f"{DP_MAX_STEP_FACTOR}, local epochs 3, momentum 0.9; DP_RECIPE) unless options set them; "
                              "--no-dp-recipe keeps the non-private defaults.")
+    # -- defense: client-level DP on the aggregate (DP-FedAvg; fedaudit/simulation/client_dp.py): bounds a whole
+    # client's influence on what the server sends and releases, for adding or removing one client ----------------------
+    client_dp_epsilon: float | None = option(None, "Client-level DP: clip each client's update and add Gaussian noise "
+                                             "to their mean, to this ε over all rounds for adding or removing one "
+                                             "client (covers broadcasts and the released model, not the uploads).",
+                                             kind=float, nullable=True, low=0.01, high=1e4)
+    client_dp_delta: float = option(1e-5, "Client-level DP δ.", low=1e-12, high=0.1)
+    client_dp_clip: float = option(1.0, "Client-level DP: the largest norm of one client's update (all its floating "
+                                   "tensors) each round; larger ones are scaled down to it.", low=1e-6, high=1e6)
     method_options: dict[str, Any] = field(default_factory=dict)
     # keyword arguments of a --model factory (--model-arg KEY=VALUE, a [model_args] table)
     model_args: dict[str, Any] = field(default_factory=dict)

@@ -74,9 +74,28 @@ def privacy(fed: Federation, shares: Shares | None = None, no_dp: str = NO_DP) -
     ``no_dp`` is why nothing is covered when no DP ran here."""
     shares = shares or fed.method.declared_shares()
     if fed.dp is None:
-        return {"dp": None, "coverage": [{**row, "covered": False, "why": no_dp} for row in coverage(shares)]}
-    return {"dp": fed.dp.summary({c.index: c.domain for c in fed.clients}),
-            "coverage": coverage(shares, fed.dp.train_which)}
+        block = {"dp": None, "coverage": [{**row, "covered": False, "why": no_dp} for row in coverage(shares)]}
+    else:
+        block = {"dp": fed.dp.summary({c.index: c.domain for c in fed.clients}),
+                 "coverage": coverage(shares, fed.dp.train_which)}
+    client_dp = getattr(fed, "client_dp", None)
+    if client_dp is not None:
+        block["client_dp"] = client_dp.summary(len(fed.clients))
+        block["client_coverage"] = client_coverage(shares)
+    return block
+
+
+def client_coverage(shares: Shares) -> list[dict[str, Any]]:
+    """What client-level DP on the aggregate covers: the whole models the server sends (each one the noised mean, or
+    post-processing of it), not what the clients upload."""
+    rows = []
+    for kind, direction in shares:
+        covered = direction == "down" and kind == ArtifactKind.FULL_MODEL
+        why = ("the noised mean of the clipped updates (and the released model, which is one of them)" if covered else
+               "the server reads each upload before it adds noise" if direction == "up" else
+               "sent outside the noised mean")
+        rows.append({"artifact": kind.value, "direction": direction, "covered": covered, "why": why})
+    return rows
 
 
 def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device, command: str,

@@ -30,6 +30,7 @@ from fedaudit.errors import FedauditError
 from fedaudit.run.config import RunConfig
 from fedaudit.run.seeds import derive_seed
 from fedaudit.simulation.aggregation import StateDict, clone_state, load_state_, model_state
+from fedaudit.simulation.client_dp import ClientLevelDP
 from fedaudit.simulation.dp_sgd import PrivateTraining, describe_layers, freeze_for_dp, unsupported_layers
 from fedaudit.simulation.method import Method
 from fedaudit.simulation.training import LossFn, Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer, train_steps
@@ -114,12 +115,13 @@ class ServerContext:
     no reference to the federation, so nothing reachable from it holds a client's data or private state; what
     a server learns from a client comes through the wire, as uploads."""
 
-    __slots__ = ("clients", "model", "cfg", "device", "num_classes")
+    __slots__ = ("clients", "model", "cfg", "device", "num_classes", "client_dp")
 
     def __init__(self, engine: Federation) -> None:
         self.clients = tuple(ClientAddress(c.index, c.domain) for c in engine.clients)
         self.model, self.cfg, self.device = engine.model, engine.cfg, engine.device
         self.num_classes = len(engine.dataset.classes)
+        self.client_dp: ClientLevelDP | None = engine.client_dp  # the server's own mechanism, when the run asks for it
 
     def generator(self, rnd: int, stream: int = 0) -> torch.Generator:
         """The server's generator for (round, stream): the engine's stream with no client."""
@@ -156,6 +158,13 @@ class Federation:
         torch.manual_seed(derive_seed(cfg.seed, 0))
         memory_format = torch.channels_last if self.channels_last else torch.preserve_format
         self.model: nn.Module = method.build_model(self).to(device, memory_format=memory_format)
+        self.client_dp: ClientLevelDP | None = None
+        if cfg.client_dp_epsilon is not None:
+            if method.client_dp_incompatible:
+                raise FedauditError(f"--client-dp-epsilon: {cfg.method} cannot aggregate with client-level DP "
+                                    f"({method.client_dp_incompatible}); use fedavg, fedprox or fedsb, or drop it")
+            self.client_dp = ClientLevelDP.for_target(cfg.client_dp_epsilon, cfg.client_dp_delta, cfg.rounds,
+                                                      cfg.client_dp_clip)
         self.server = ServerContext(self)  # what every server hook gets: built once, it holds no reference back
         self.history: list[dict[str, Any]] = []
         self.selected: dict[str, Any] = {"round": 0, "val_mean": -math.inf}
@@ -359,6 +368,7 @@ class Federation:
             "ledger": self.wire.ledger_rows(),
             "wire_index": wire_index,
             **({"dp": self.dp.state()} if self.dp is not None else {}),
+            **({"client_dp": self.client_dp.state()} if self.client_dp is not None else {}),
         }
         return tensors, state
 
@@ -378,3 +388,5 @@ class Federation:
         self.timings = state["timings"]
         if self.dp is not None:
             self.dp.restore(state.get("dp", {}))
+        if self.client_dp is not None:
+            self.client_dp.restore(state.get("client_dp", {}))

@@ -83,6 +83,9 @@ class Method:
     # Why this method cannot train with DP-SGD (--dp-epsilon), or "" when its local training runs
     # through Federation.train_local with a per-sample loss (the only loop the engine privatises).
     dp_incompatible: ClassVar[str] = "its local training does not run through the engine's DP-SGD loop"
+    # Why this method cannot aggregate with client-level DP (--client-dp-epsilon), or "" when its server averages
+    # whole models with fixed weights through ServerContext.client_dp (fedaudit/simulation/client_dp.py).
+    client_dp_incompatible: ClassVar[str] = "its server does not aggregate a fixed-weight mean of whole models"
     # What the algorithm needs from fedaudit's own architectures (XAN layers, a particular head, a block to insert
     # into), or "" when it trains any classifier, a --model factory's included.
     needs_architecture: ClassVar[str] = ""

@@ -1,0 +1,88 @@
+"""Client-level DP on the aggregate (issue 47): the accountant against the closed form, the mechanism's clipping and
+noise, and a run that says what the guarantee covers."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from fedaudit.cli import app
+from fedaudit.simulation.client_dp import ClientLevelDP, mu_for
+from fedaudit.statistics.gaussian_dp import gaussian_epsilon
+
+runner = CliRunner()
+
+
+def _delta_closed_form(epsilon: float, mu: float) -> float:
+    """The Gaussian mechanism's δ(ε) at μ (Balle & Wang 2018, Thm 8), written out here independently."""
+    from scipy.stats import norm
+
+    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2))
+
+
+@pytest.mark.parametrize(("epsilon", "delta", "rounds"), [(1.0, 1e-5, 20), (4.0, 1e-5, 40), (8.0, 1e-6, 3)])
+def test_the_noise_multiplier_spends_exactly_the_target_by_the_closed_form(epsilon, delta, rounds):
+    mech = ClientLevelDP.for_target(epsilon, delta, rounds, clip=1.0)
+    # T Gaussian mechanisms of sensitivity C and noise σC compose to μ = √T/σ (GDP), whose δ at ε is the closed form
+    assert mech.mu == pytest.approx(math.sqrt(rounds) / mech.noise_multiplier)
+    assert _delta_closed_form(epsilon, mech.mu) == pytest.approx(delta, rel=1e-6)
+    assert gaussian_epsilon(mech.mu, delta) == pytest.approx(epsilon, rel=1e-8)
+    # more rounds at the same ε need proportionally more noise per round: σ grows as √T
+    twice = ClientLevelDP.for_target(epsilon, delta, 4 * rounds, clip=1.0)
+    assert twice.noise_multiplier == pytest.approx(2 * mech.noise_multiplier)
+    assert mu_for(epsilon, delta) < mu_for(2 * epsilon, delta)
+
+
+def _states(*updates: torch.Tensor) -> tuple[dict, list[dict]]:
+    base = {"w": torch.zeros(updates[0].numel()), "n": torch.tensor(4)}
+    return base, [{"w": u.clone(), "n": torch.tensor(6)} for u in updates]
+
+
+def test_each_update_is_clipped_weighted_equally_and_the_mean_gets_noise_of_sigma_c_over_k():
+    g = torch.Generator().manual_seed(0)
+    quiet = ClientLevelDP(epsilon=1.0, delta=1e-5, rounds=1, clip=10.0, noise_multiplier=1e-9)
+    base, states = _states(torch.tensor([3.0, 4.0]), torch.tensor([0.0, 1.0]))
+    quiet.mean_(base, states, g)
+    assert torch.allclose(base["w"], torch.tensor([1.5, 2.5]))  # norms 5 and 1 under the clip: the plain mean
+    assert int(base["n"]) == 6 and quiet.clipped == 0
+    clipped = ClientLevelDP(epsilon=1.0, delta=1e-5, rounds=1, clip=1.0, noise_multiplier=1e-9)
+    base, states = _states(torch.tensor([3.0, 4.0]), torch.tensor([0.0, 1.0]))
+    clipped.mean_(base, states, g)
+    assert torch.allclose(base["w"], torch.tensor([0.3, 0.9]))  # (3,4)/5 and (0,1), averaged with weight 1/2 each
+    assert (clipped.clipped, clipped.updates) == (1, 2)
+    noisy = ClientLevelDP(epsilon=1.0, delta=1e-5, rounds=1, clip=2.0, noise_multiplier=3.0)
+    base, states = _states(*(torch.zeros(200_000) for _ in range(4)))
+    noisy.mean_(base, states, g)
+    assert float(base["w"].std()) == pytest.approx(3.0 * 2.0 / 4, rel=0.01)  # σC/K
+    assert abs(float(base["w"].mean())) < 0.01
+
+
+FAST = ["--dataset", "digits", "--image-size", "16", "--rounds", "2", "--local-epochs", "1", "--device", "cpu",
+        "--quiet", "--attack", "none"]
+
+
+def test_a_run_stores_its_client_level_guarantee_and_what_it_covers(tmp_path):
+    result = runner.invoke(app, ["evaluate", *FAST, "--client-dp-epsilon", "2", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = tmp_path.iterdir()
+    privacy = json.loads((run_dir / "metrics.json").read_text())["privacy"]
+    client = privacy["client_dp"]
+    assert client["epsilon"] == pytest.approx(2.0, rel=1e-6) and client["rounds"] == 2 and client["clients"] == 3
+    assert client["noise_std_on_mean"] == pytest.approx(client["noise_multiplier"] * client["clip"] / 3)
+    assert client["updates"] == 6
+    covered = {(r["artifact"], r["direction"]): r["covered"] for r in privacy["client_coverage"]}
+    assert covered == {("full_model", "down"): True, ("full_model", "up"): False, ("scalars", "up"): False}
+    page = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert "Client-level DP on the aggregate: ε 2" in page and "covered by the client-level guarantee" in page
+
+
+def test_a_method_that_cannot_aggregate_privately_is_a_one_line_error(tmp_path):
+    result = runner.invoke(app, ["evaluate", *FAST, "--method", "feddg_ga", "--client-dp-epsilon", "2",
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--client-dp-epsilon: feddg_ga cannot aggregate with client-level DP" in result.output
+    assert "Traceback" not in result.output and not any(tmp_path.iterdir())
