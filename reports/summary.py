@@ -1,14 +1,16 @@
 """The report's first screen, for a reviewer who must sign the deployment off or send it back: what was audited,
-the highest tier, each HIGH and MEDIUM row with its cause and a mitigation fedaudit can measure, what was not
-assessed and what would make each INCONCLUSIVE row conclusive; and the facts a data-protection impact assessment
-asks for (what crosses the wire, to whom and how often, the threat models tested, the measures in place, the
-residual risk per artifact). Everything is read from the run's stored files; nothing here is legal advice."""
+the highest tier, each HIGH and MEDIUM row with its cause and a mitigation of its level — records of individuals
+first, then what the deployment reveals about each participating organisation's data and whether it took part —
+what was not assessed and what would make each INCONCLUSIVE row conclusive; and the facts a data-protection impact
+assessment asks for (what crosses the wire, to whom and how often, the threat models tested, the measures in place,
+the residual risk per artifact and level). Everything is read from the run's stored files; nothing here is legal
+advice."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fedaudit.audit.verdict import NOT_ASSESSED, TIER_ORDER
+from fedaudit.audit.verdict import CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPATION, RECORDS, TIER_ORDER
 from fedaudit.audit.verdict.wording import made_by, to_conclude
 from fedaudit.reports.load import Unit
 from fedaudit.run.results import RunMetrics, VerdictRow
@@ -16,7 +18,12 @@ from fedaudit.run.results import RunMetrics, VerdictRow
 NOT_LEGAL_ADVICE = ("These are facts measured in this run, for the impact assessment; they are not legal advice. "
                     "Whether the residual risk is acceptable is the controller's decision.")
 
-# A mitigation fedaudit can measure, per shared artifact kind: the option, and what a re-run shows.
+# How each level reads on the first screen, records of individuals first.
+LEVEL_HEADINGS = {RECORDS: "Records of individuals",
+                  CLIENT_DATA: "What the deployment reveals about each participating organisation's data as a whole",
+                  PARTICIPATION: "Whether an organisation took part"}
+
+# A record-level mitigation fedaudit can measure, per shared artifact kind: the option, and what a re-run shows.
 MITIGATIONS = {
     "full_model": "train with DP-SGD",
     "partial_model": "train with DP-SGD",
@@ -30,6 +37,21 @@ MITIGATIONS = {
 }
 GPERXAN_PARTIAL = ("keep the BN side on the client: --gperxan-upload partial (a fedaudit variant of the paper's "
                    "protocol: the BN statistics go up once, in the final round)")
+# What a client's data is like, as the server sees it in each upload: record-level DP does not hide it, and noise
+# on the aggregate (client-level DP) does not reach an upload the server reads before aggregating.
+CLIENT_DATA_UPLOADS = {
+    "amplitude_bank": "every spectrum in the bank is a whole image's amplitude: a smaller --elcfs-fraction shares "
+                      "fewer of them, but any share shows the client's look",
+    "style_bank": "the styles are what CCST shares: --ccst-style overall sends one pooled style per client, still "
+                  "that client's look",
+}
+NOT_RECORD_DP = "Record-level DP (DP-SGD) bounds what one record does, not what a whole client's data is like"
+
+
+def level_groups(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` (each with a ``level``) grouped under their level's heading, records first; empty levels left out."""
+    return [{"level": level, "heading": LEVEL_HEADINGS[level], "items": [i for i in items if i["level"] == level]}
+            for level in LEVELS if any(i["level"] == level for i in items)]
 
 
 def first_screen(u: Unit, verdict: list[dict[str, Any]]) -> dict[str, Any]:
@@ -38,18 +60,29 @@ def first_screen(u: Unit, verdict: list[dict[str, Any]]) -> dict[str, Any]:
     rows = [VerdictRow.from_json(r) for r in verdict]
     judged = [r for r in rows if r.tier != NOT_ASSESSED]
     highest = max((r.tier for r in judged), key=TIER_ORDER.get, default=NOT_ASSESSED)
+    findings = [{"tier": r.tier, "title": r.title, "observer": r.observer, "cause": cause(r), "level": r.level,
+                 "mitigation": mitigation(r, u)} for r in _by_tier(rows, ("high", "medium"))]
     return {
         "label": u.label,
         "deployment": deployment(u, run),
         "highest": highest,
-        "findings": [{"tier": r.tier, "title": r.title, "observer": r.observer, "cause": cause(r),
-                      "mitigation": mitigation(r, u)} for r in _by_tier(rows, ("high", "medium"))],
-        "inconclusive": [{"title": r.title, "observer": r.observer, "cause": r.short or cause(r),
+        "findings": findings,
+        "by_level": level_groups(findings),
+        "inconclusive": [{"title": r.title, "observer": r.observer, "cause": r.short or cause(r), "level": r.level,
                           "needs": to_conclude(r.question, r.rule, u.metrics)} for r in _by_tier(rows, ("inconclusive",))],
-        "not_assessed": [{"title": r.title, "observer": r.observer, "why": r.reason} for r in rows
-                         if r.tier == NOT_ASSESSED],
+        "not_assessed": not_assessed_groups(rows),
         "low": [r.title for r in rows if r.tier == "low"],
     }
+
+
+def not_assessed_groups(rows: list[VerdictRow]) -> list[dict[str, Any]]:
+    """NOT ASSESSED rows grouped by why (one line for every row a run's choice of attacker or attacks left out)."""
+    groups: dict[str, list[VerdictRow]] = {}
+    for r in rows:
+        if r.tier == NOT_ASSESSED:
+            groups.setdefault(r.reason, []).append(r)
+    return [{"why": why, "titles": [r.title for r in group], "observers": sorted({r.observer for r in group})}
+            for why, group in groups.items()]
 
 
 def _by_tier(rows: list[VerdictRow], tiers: tuple[str, ...]) -> list[VerdictRow]:
@@ -63,12 +96,58 @@ def cause(row: VerdictRow) -> str:
 
 
 def mitigation(row: VerdictRow, u: Unit) -> str:
-    """What would lower this row, and the command that measures it (the accuracy it costs included)."""
+    """What would lower this row — a measure of the row's level — and the command that measures it (the accuracy
+    it costs included)."""
     method = str(u.metrics.get("method") or "?")
     if row.question == "dp_audit":
         return ("the DP-SGD implementation or its accounting does not deliver the claimed ε: fix it and re-run "
                 "--attack canary; until then the claim cannot be relied on")
     kind = "global_model" if row.artifact == "released model" else row.artifact.rstrip("↑↓").split(":")[0]
+    if row.level == RECORDS:
+        return _record_mitigation(kind, row, method, u)
+    if row.level == CLIENT_DATA and row.artifact.endswith("↑"):
+        return _upload_mitigation(kind, method, u)
+    return client_level_dp(method, u, "the released model" if row.level == PARTICIPATION else "what each client receives")
+
+
+def _upload_mitigation(kind: str, method: str, u: Unit) -> str:
+    """The server reads each upload before it aggregates: keep per-client statistics out of it, or let it see only
+    the sum (secure aggregation)."""
+    if method == "gperxan" and kind == "full_model":
+        how = GPERXAN_PARTIAL
+    elif kind in CLIENT_DATA_UPLOADS:
+        how = CLIENT_DATA_UPLOADS[kind]
+    elif kind in ("full_model", "partial_model"):
+        how = ("keep per-client statistics out of the upload (a method that keeps its BatchNorm statistics local: "
+               "fedfd, gperxan with --gperxan-upload partial) and compare their rows with fedaudit evaluate --method")
+    else:
+        how = MITIGATIONS.get(kind, f"drop the artifact: a method that does not send {kind} (fedaudit list methods)")
+    return (f"{how}; or let the server see only the aggregate (secure aggregation: not yet measured by fedaudit). "
+            f"{NOT_RECORD_DP}, and noise on the aggregate does not reach an upload the server reads first.")
+
+
+def client_level_dp(method: str, u: Unit, protects: str) -> str:
+    """Client-level DP: each client's update clipped, Gaussian noise on the aggregate, accounted over the rounds for
+    adding or removing one client — what bounds a whole client's influence on ``protects``."""
+    if made_by(u.metrics) == "audit":
+        return (f"client-level DP on the aggregate (clip each client's update, add Gaussian noise to their sum, account "
+                f"for adding or removing one client over the rounds) bounds a whole client's influence on {protects}; "
+                f"declare it in the recording and audit again. {NOT_RECORD_DP}.")
+    from fedaudit.methods import METHODS
+
+    blocked = getattr(METHODS.get(method), "client_dp_incompatible", "")
+    if blocked:
+        return (f"client-level DP would bound a whole client's influence on {protects}, but {method} cannot aggregate "
+                f"with it ({blocked}); compare a method that can: fedaudit evaluate --method fedavg --client-dp-epsilon "
+                f"1. {NOT_RECORD_DP}.")
+    return (f"client-level DP, which bounds a whole client's influence on {protects}: fedaudit evaluate --method "
+            f"{method} --client-dp-epsilon 1 (each update clipped, Gaussian noise on the aggregate; its ε and accuracy "
+            f"beside this run's). With few clients the noise on their mean is large (σC/K for K clients): measure what "
+            f"it costs. {NOT_RECORD_DP}.")
+
+
+def _record_mitigation(kind: str, row: VerdictRow, method: str, u: Unit) -> str:
+    """What bounds one record's influence on the artifact: DP-SGD for trained weights, less of the artifact else."""
     if method == "gperxan" and kind == "full_model" and row.artifact.endswith("↑"):
         return GPERXAN_PARTIAL
     how = MITIGATIONS.get(kind, f"drop the artifact: a method that does not send {kind} (fedaudit list methods)")
@@ -139,23 +218,44 @@ def dpia(u: Unit, verdict: list[dict[str, Any]]) -> dict[str, Any]:
                   for (kind, d), f in sorted(flows.items())]
     privacy = run.privacy or {}
     dp = privacy.get("dp") if isinstance(privacy, dict) else None
-    coverage = [{"artifact": f"{c.get('artifact')} {'↑' if c.get('direction') == 'up' else '↓'}",
-                 "covered": "yes" if c.get("covered") else "no", "why": c.get("why", "")}
-                for c in (privacy.get("coverage") or [] if isinstance(privacy, dict) else [])]
+    client = privacy.get("client_dp") if isinstance(privacy, dict) else None
     return {
         "label": u.label,
         "processing": processing,
         "threats": deployment(u, run)[3:],
-        "measures": _measures(dp),
-        "coverage": coverage,
+        "measures": " ".join(x for x in (_measures(dp), _client_measures(client)) if x),
+        "coverage": _coverage_rows(privacy, "coverage"),
+        "client_coverage": _coverage_rows(privacy, "client_coverage"),
         "residual": _residual([VerdictRow.from_json(r) for r in verdict]),
         "disclaimer": NOT_LEGAL_ADVICE,
     }
 
 
+def _coverage_rows(privacy: Any, key: str) -> list[dict[str, str]]:
+    rows = privacy.get(key) if isinstance(privacy, dict) else None
+    return [{"artifact": f"{c.get('artifact')} {'↑' if c.get('direction') == 'up' else '↓'}",
+             "covered": "yes" if c.get("covered") else "no", "why": c.get("why", "")} for c in rows or []]
+
+
+def _client_measures(client: dict[str, Any] | None) -> str:
+    """Client-level DP, beside the record-level sentence: its ε, what it costs in noise, what it covers."""
+    if not client:
+        return ""
+    return (f"Client-level DP on the aggregate: ε {_num(client.get('epsilon'))} at δ {client.get('delta')} for "
+            f"{client.get('unit')}, over {client.get('rounds')} rounds (μ {_num(client.get('mu'))}, noise multiplier "
+            f"{_num(client.get('noise_multiplier'))}, updates clipped at {client.get('clip')}; the noise on the mean of "
+            f"{client.get('clients')} clients has standard deviation {_num(client.get('noise_std_on_mean'))} per "
+            f"coordinate); it covers {client.get('covers')}.")
+
+
+def _num(x: Any) -> str:
+    return f"{float(x):.3g}" if isinstance(x, (int, float)) else "?"
+
+
 def _measures(dp: dict[str, Any] | None) -> str:
     if not dp:
-        return "No privacy mechanism: the clients trained without DP, so no artifact carries a formal guarantee."
+        return ("No record-level DP: the clients trained without DP-SGD, so no artifact carries a record-level "
+                "guarantee.")
     if dp.get("recorded"):
         return (f"Central DP declared by the recording ({dp.get('mechanism')}): noise multiplier "
                 f"{dp.get('noise_multiplier')}, clipping norm {dp.get('clipping_norm')}, ε {dp.get('epsilon')} at "
@@ -168,13 +268,16 @@ def _measures(dp: dict[str, Any] | None) -> str:
 
 
 def _residual(rows: list[VerdictRow]) -> list[dict[str, str]]:
-    """Per artifact: the highest tier over its questions and observers, and the row that set it."""
-    best: dict[str, VerdictRow] = {}
+    """Per artifact and level (records first): the highest tier over its questions and observers, and the row that
+    set it."""
+    best: dict[tuple[str, str], VerdictRow] = {}
     for r in rows:
-        if r.artifact not in best or TIER_ORDER.get(r.tier, 0) > TIER_ORDER.get(best[r.artifact].tier, 0):
-            best[r.artifact] = r
-    return [{"artifact": a, "tier": r.tier, "question": r.title, "observer": r.observer, "fact": r.short}
-            for a, r in best.items()]
+        key = (r.artifact, r.level)
+        if key not in best or TIER_ORDER.get(r.tier, 0) > TIER_ORDER.get(best[key].tier, 0):
+            best[key] = r
+    order = {level: i for i, level in enumerate(LEVELS)}
+    return [{"artifact": a, "level": LEVEL_HEADINGS[level], "tier": r.tier, "question": r.title, "observer": r.observer,
+             "fact": r.short} for (a, level), r in sorted(best.items(), key=lambda kv: order[kv[0][1]])]
 
 
 def verification_text(v: dict[str, Any] | None) -> str:

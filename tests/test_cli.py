@@ -202,7 +202,8 @@ def test_fail_on_exits_3_only_when_a_verdict_reaches_the_tier(tmp_path, monkeypa
 
     def with_a_high_row(*args, **kwargs):
         result = real(*args, **kwargs)
-        result.metrics["verdict"].append({"row": "full_model↑", "title": "full_model ↑", "tier": "high", "reason": "x."})
+        result.metrics["verdict"].append({"row": "client_data:full_model↑", "title": "full_model ↑", "tier": "high",
+                                          "question": "client_data", "level": "client_data", "reason": "x."})
         return result
 
     monkeypatch.setattr(api, "evaluate", with_a_high_row)
@@ -213,6 +214,13 @@ def test_fail_on_exits_3_only_when_a_verdict_reaches_the_tier(tmp_path, monkeypa
     assert (run_dir / "COMPLETE").is_file() and (run_dir / "report.html").is_file()  # the gate comes after the files
     medium = runner.invoke(app, ["evaluate", *FAST, "--fail-on", "medium", "--out", str(tmp_path / "medium")])
     assert medium.exit_code == 3
+    # limited to one level (issue 47): a HIGH about the client's data as a whole does not trip a records gate
+    records = runner.invoke(app, ["evaluate", *FAST, "--fail-on", "high:records", "--out", str(tmp_path / "records")])
+    assert records.exit_code == 0, records.output
+    data = runner.invoke(app, ["evaluate", *FAST, "--fail-on", "high:client_data", "--out", str(tmp_path / "data")])
+    assert data.exit_code == 3
+    _user_error(["evaluate", *FAST, "--fail-on", "high:domains", "--out", str(tmp_path / "bad")], "--fail-on level",
+                "records", "client_data", "participation")
 
 
 def test_a_failure_before_round_one_leaves_no_run_directory(tmp_path):

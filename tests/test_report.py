@@ -126,8 +126,8 @@ def test_membership_section_reads_the_stored_schema_and_says_what_is_missing(run
     assert "not applicable — the encoder has no classes" in text
     assert "chance" in text  # the ROC's chance line is in the plot legend
     assert any(tag == "svg" for tag, _ in page.tags)
-    # TPR@1%FPR significant, lower bound 6.1% > 1% at a resolvable level: a high membership tier
-    row = page.text["verdict"].split("released model: does it reveal membership?")[1]
+    # TPR@1%FPR significant, lower bound 6.1% > 5% at a resolvable level: a high records tier
+    row = page.text["verdict"].split("released model: does it reveal which records were trained on?")[1]
     assert "high" in row and "6.1%" in row and "judged at report time" in page.text["verdict"]
 
 
@@ -355,29 +355,40 @@ def test_the_summary_names_the_deployment_every_finding_and_what_would_decide_th
             assert r["short"] in summary and "Needs:" in summary
     assert ("To act on before sign-off" in summary) == any(r["tier"] in ("high", "medium") for r in rows)
     # the DPIA facts: what crossed, to whom, how often; the threat model; the measures; residual risk; no legal advice
-    for fact in ("full_model", "client → server", "server → client", "1 of 1", "No privacy mechanism",
+    for fact in ("full_model", "client → server", "server → client", "1 of 1", "No record-level DP",
                  "Residual risk per artifact", "not legal advice"):
         assert fact in dpia, fact
 
 
-@pytest.mark.parametrize(("method", "artifact", "expected"), [
-    ("gperxan", "full_model↑", "--gperxan-upload partial"),
-    ("elcfs", "amplitude_bank↑", "--elcfs-fraction"),
-    ("ccst", "style_bank↑", "--ccst-style overall"),
-    ("fedavg", "full_model↑", "--dp-sweep 1,8,inf"),
-    ("fedavg", "released model", "--dp-sweep 1,8,inf"),
-    ("fedfd", "bn_stats_all_layers↑", "drop the artifact"),
-    ("fedsb", "full_model↑", "fedsb cannot be trained with DP-SGD"),
+@pytest.mark.parametrize(("method", "artifact", "question", "expected"), [
+    ("gperxan", "full_model↑", "membership", "--gperxan-upload partial"),
+    ("elcfs", "amplitude_bank↑", "membership", "--elcfs-fraction"),
+    ("ccst", "style_bank↑", "membership", "--ccst-style overall"),
+    ("fedavg", "full_model↑", "membership", "--dp-sweep 1,8,inf"),
+    ("fedavg", "released model", "membership", "--dp-sweep 1,8,inf"),
+    ("fedfd", "bn_stats_all_layers↑", "membership", "drop the artifact"),
+    ("fedsb", "full_model↑", "membership", "fedsb cannot be trained with DP-SGD"),
+    # a level's mitigation (issue 47): what a client's data is like, or whether it took part, is no record's doing
+    ("fedavg", "released model", "participation", "--client-dp-epsilon"),
+    ("fedavg", "full_model↓", "client_data", "--client-dp-epsilon"),
+    ("fedavg", "full_model↑", "client_data", "secure aggregation"),
+    ("gperxan", "full_model↑", "client_data", "--gperxan-upload partial"),
+    ("elcfs", "amplitude_bank↑", "client_data", "--elcfs-fraction"),
 ])
-def test_each_finding_names_a_mitigation_fedaudit_can_measure(method, artifact, expected):
+def test_each_finding_names_a_mitigation_of_its_level(method, artifact, question, expected):
+    from fedaudit.audit.verdict import LEVEL_OF, RECORDS
     from fedaudit.reports.load import Unit
     from fedaudit.reports.summary import mitigation
     from fedaudit.run.results import VerdictRow
 
     unit = Unit(Path("run"), {}, {"method": method, "provenance": {}}, [], [])
-    row = VerdictRow.from_json({"row": f"membership:{artifact}", "artifact": artifact, "question": "membership",
-                                "tier": "high", "reason": "x", "short": "x"})
-    assert expected in mitigation(row, unit)
+    row = VerdictRow.from_json({"row": f"{question}:{artifact}", "artifact": artifact, "question": question,
+                                "level": LEVEL_OF[question], "tier": "high", "reason": "x", "short": "x"})
+    said = mitigation(row, unit)
+    assert expected in said
+    if LEVEL_OF[question] != RECORDS:  # record-level DP is named only to say it does not reach this level
+        assert "train with DP-SGD" not in said and "--dp-sweep" not in said and "--dp-epsilon" not in said
+        assert "Record-level DP (DP-SGD) bounds what one record does" in said
 
 
 def _tool(name: str) -> str:

@@ -49,11 +49,23 @@ SWEEP_FAILED_EXIT = 4  # fedaudit sweep: every point ran, and some failed (each 
 GATE_TIERS = ("high", "medium")
 
 
+def gate_spec(fail_on: str) -> tuple[str, str | None]:
+    """``high`` → (high, every level); ``high:records`` → (high, records): a gate limited to one level (issue 47)."""
+    from fedaudit.audit.verdict import LEVELS
+
+    tier, _, level = fail_on.partition(":")
+    if tier not in GATE_TIERS:
+        raise unknown_choice("--fail-on tier", tier, [*GATE_TIERS, *(f"{t}:{lv}" for t in GATE_TIERS for lv in LEVELS)])
+    if level and level not in LEVELS:
+        raise unknown_choice("--fail-on level", level, list(LEVELS))
+    return tier, level or None
+
+
 def parsed_options(given: dict[str, Any], fail_on: str | None) -> dict[str, Any]:
     """The declared options given as flags, each parsed by its declaration (``none`` for a nullable number);
     ``--fail-on`` checked first, so a typo fails before any work."""
-    if fail_on is not None and fail_on not in GATE_TIERS:
-        raise unknown_choice("--fail-on tier", fail_on, list(GATE_TIERS))
+    if fail_on is not None:
+        gate_spec(fail_on)
     declared = declared_options()
     return {name: declared[name][0].parse(name, value) if isinstance(value, str) and declared[name][0].kind
             is not str else value for name, value in given.items()}
@@ -142,11 +154,13 @@ def show_results(runs: list[tuple[dict[str, Any], Path]], quiet: bool, json_summ
 
 
 def gate(all_metrics: list[dict[str, Any]], fail_on: str | None) -> None:
-    """--fail-on: exit with GATE_EXIT when a verdict row of any run reaches the tier (files are all written)."""
+    """--fail-on: exit with GATE_EXIT when a verdict row of any run reaches the tier (files are all written); with
+    ``TIER:LEVEL``, only rows of that level count."""
     if fail_on is None:
         return
     from fedaudit.audit.verdict import TIER_ORDER
 
+    tier, level = gate_spec(fail_on)
     blind = [m for m in all_metrics if (m.get("auditor_data") or {}).get("status") == "none"]
     if blind:  # fail closed: a gate must not pass what it could not see
         err_console().print(f"--fail-on {fail_on}: nothing was assessed ({blind[0]['auditor_data'].get('why')}); a "
@@ -154,7 +168,7 @@ def gate(all_metrics: list[dict[str, Any]], fail_on: str | None) -> None:
                             highlight=False, markup=False)
         raise typer.Exit(GATE_EXIT)
     hits = [row for m in all_metrics for row in RunMetrics.from_json(m).rows()
-            if TIER_ORDER.get(row.tier, -1) >= TIER_ORDER[fail_on]]
+            if TIER_ORDER.get(row.tier, -1) >= TIER_ORDER[tier] and level in (None, row.level)]
     if hits:
         err_console().print(f"--fail-on {fail_on}: {len(hits)} verdict row(s) reached it, e.g. "
                             f"{hits[0].title or hits[0].row}: {hits[0].tier.upper()}",

@@ -75,29 +75,43 @@ def summary_json(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
                         for row in metrics.get("verdict") or []]}
 
 
-QUESTION_WORDS = {"inversion": "inversion", "membership": "membership", "dp_audit": "DP claim"}
+# The question in a few words, its level first (records, the client's data as a whole, participation).
+QUESTION_WORDS = {"inversion": "records: reconstruction", "membership": "records: membership", "dp_audit": "DP claim",
+                  "client_data": "client's data", "participation": "participation"}
 OBSERVER_WORDS = {"anyone holding the released model": "model holders"}
-def verdict_label(row: VerdictRow) -> str:
-    """``full_model ↑ · membership · server``: the artifact, the question and whose view, in a few words."""
+def verdict_label(row: VerdictRow, observer: bool = True) -> str:
+    """``full_model ↑ · records: membership · server``: the artifact, the question and whose view, in a few words."""
     artifact = row.artifact or row.row or "?"
     artifact = f"{artifact[:-1]} {artifact[-1]}" if artifact[-1:] in "↑↓" else artifact
     return " · ".join(x for x in (artifact, QUESTION_WORDS.get(row.question, ""),
-                                  OBSERVER_WORDS.get(row.observer, row.observer)) if x)
+                                  OBSERVER_WORDS.get(row.observer, row.observer) if observer else "") if x)
 
 
 def print_verdict(metrics: dict[str, Any], run_dir: Path) -> None:
-    """One row per question: the tier, what and whose view, and the fact that decided it (the row's short form, written
-    from its facts; the full reason and evidence are in the report)."""
+    """One row per judged question: the tier, what and whose view, and the fact that decided it (the row's short form,
+    written from its facts; the full reason and evidence are in the report); the rows not assessed last, one line
+    per reason, so the first screen stays short."""
     rows = RunMetrics.from_json(metrics).rows()
     if rows:
         table = Table(title="verdict (full reasons and evidence: the report)")
         table.add_column("tier", no_wrap=True)
         table.add_column("artifact · question · observer / deciding fact", overflow="fold")
         many = len({row.target for row in rows}) > 1
+        unassessed: dict[str, dict[str, list[str]]] = {}  # fact → "artifact · observer [target]" → questions
         for row in rows:
-            label = verdict_label(row) + (f" [{row.target}]" if many and row.target else "")
+            target = f" [{row.target}]" if many and row.target else ""
             fact, tier = row.short or row.reason, row.tier
-            table.add_row(TIER_STYLE.get(tier, escape(tier)), f"{escape(label)}\n[dim]{escape(fact)}[/]")
+            if tier == "not_assessed":
+                where = verdict_label(row, observer=False).split(" · ")[0]
+                who = OBSERVER_WORDS.get(row.observer, row.observer)
+                unassessed.setdefault(fact, {}).setdefault(f"{where} · {who}{target}", []).append(
+                    QUESTION_WORDS.get(row.question, row.question))
+                continue
+            table.add_row(TIER_STYLE.get(tier, escape(tier)), f"{escape(verdict_label(row) + target)}\n[dim]{escape(fact)}[/]")
+        for fact, grouped in unassessed.items():
+            labels = "; ".join(f"{where.split(' · ')[0]} ({', '.join(qs)}) · {where.split(' · ', 1)[1]}"
+                               for where, qs in grouped.items())
+            table.add_row(TIER_STYLE["not_assessed"], f"{escape(labels)}\n[dim]{escape(fact)}[/]")
         console().print(table)
     report = run_dir / "report.html"
     if report.is_file():
