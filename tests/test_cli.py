@@ -173,9 +173,10 @@ def test_list_methods_reads_at_80_columns_and_as_json():
     for name, cls in METHODS.items():
         assert name in lines, name  # the name alone on its line, whole
         block = text[text.index(f" {name} what:"):]
-        block = block[: block.index("--dp-epsilon:") + 200]
+        block = block[: block.index("--client-dp-epsilon:") + 60]
         assert all(f"{kind.value}{'↑' if d == 'up' else '↓'}" in block for kind, d in cls.shares), name
         assert ("--dp-epsilon: yes" in block) == (not cls.dp_incompatible), name
+        assert ("--client-dp-epsilon: yes" in block) == (not cls.client_dp_incompatible), name
     listed = json.loads(runner.invoke(app, ["list", "methods", "--json"]).stdout)
     assert [m["name"] for m in listed] == list(METHODS)
     assert {s["kind"] for s in listed[0]["shares"]} == {k.value for k, _ in METHODS[listed[0]["name"]].shares}

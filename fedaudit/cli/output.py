@@ -157,6 +157,8 @@ def listing(what: str) -> list[dict[str, Any]]:
                  "auto_attacks": {p: auto_attacks(cls.shares, p).split(",") for p in ("quick", "paper")},
                  "options": {flag_of(f"{name}_{k}"): v for k, v in cls.options.items()},
                  "dp": not cls.dp_incompatible, "dp_incompatible": cls.dp_incompatible or None,
+                 "client_dp": not cls.client_dp_incompatible,
+                 "client_dp_incompatible": cls.client_dp_incompatible or None,
                  "any_model": not cls.needs_architecture, "needs_architecture": cls.needs_architecture or None}
                 for name, cls in METHODS.items()]
     if what == "attacks":
@@ -182,12 +184,14 @@ def print_listing(what: str) -> None:
             shares = ", ".join(f"{s['kind']}{arrows[s['direction']]}" for s in m["shares"])
             opts = ", ".join(f"{flag} {shown(v)}" for flag, v in m["options"].items()) or "-"
             dp = "yes" if m["dp"] else f"no: {m['dp_incompatible']}"
+            client_dp = "yes" if m["client_dp"] else f"no: {m['client_dp_incompatible']}"
             own = "yes (--model PKG.MODULE:CALLABLE)" if m["any_model"] else f"no: needs {m['needs_architecture']}"
             out.print(f"\n{m['name']}", style="bold", highlight=False, markup=False)
             auto = ", ".join(m["auto_attacks"]["quick"]) + (
                 f" (paper: {', '.join(m['auto_attacks']['paper'])})" if m["auto_attacks"]["paper"] != m["auto_attacks"]["quick"] else "")
             for label, text in (("what", f"{m['summary']} ({m['paper']})"), ("shares", shares), ("options", opts),
-                                ("--attack auto", auto), ("--dp-epsilon", dp), ("your own model", own)):
+                                ("--attack auto", auto), ("--dp-epsilon", dp), ("--client-dp-epsilon", client_dp),
+                                ("your own model", own)):
                 lines = textwrap.wrap(text, width=max(40, out.width - 1), initial_indent=f"  {label}: ",
                                       subsequent_indent="      ", break_long_words=False, break_on_hyphens=False)
                 out.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
