@@ -4,9 +4,9 @@
 
 Runs ``fedaudit evaluate --method fedavg --dataset digits --dp-sweep 1,2,4,8,inf --attack mia`` (or reads back a
 finished sweep under ``--out``) and writes one row per ε: source-val and unseen accuracy, the largest AUC over
-the victims of each membership attack on the final global model (the domain-level one included), and the tier
-of the verdict row that judges the released model — one row over all of them (issue 36), judged from each
-point's stored evidence by the rules of the commit the page names.
+the victims of each membership attack on the final global model (the domain-level one included), and the tiers
+of the released model's two rows — records (loss, LiRA, RMIA) and participation (the domain-level attack against
+its domain twins; issue 47) — judged from each point's stored evidence by the rules of the commit the page names.
 """
 
 from __future__ import annotations
@@ -48,11 +48,13 @@ def row(metrics: dict) -> str:
 
     eps = config.get("dp_epsilon")
     acc = metrics["accuracy"]
-    # one row judges every membership attack on the released model, the domain-level one included (issue 36)
-    released_tier = tiers.get(row_of.get(("loss", "global_model"), ""), "?")
+    # the released model's records row judges every record-level attack on it; the domain-level attack has the
+    # participation row, judged against its domain twins (issue 47)
+    records_tier = tiers.get(row_of.get(("loss", "global_model"), ""), "?")
+    participation_tier = tiers.get("participation:global_model", "?")
     return (f"| {'∞ (no DP)' if eps is None else f'{eps:g}'} | {acc['source_val']['mean']:.3f} | "
             f"{acc['unseen_domain']:.3f} | {best('loss')} | {best('lira_online')} / {best('lira_offline')} | "
-            f"{best('rmia')} | {best('domain')} | {released_tier} | "
+            f"{best('rmia')} | {best('domain')} | {records_tier} | {participation_tier} | "
             f"{metrics['provenance']['seconds']['wall']:.0f} s |")
 
 
@@ -61,11 +63,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/dp-curve"))
     parser.add_argument("--epsilons", default="1,2,4,8,inf")
     parser.add_argument("--write", type=Path, default=None, help="where the table goes (default docs/results/dp_curve.md)")
+    parser.add_argument("--name", default="dp_curve", help="the page's name under docs/results/")
     args = parser.parse_args()
     lines = ["| ε | source-val | unseen | loss AUC | LiRA online / offline AUC | RMIA AUC | domain-level AUC | "
-             "released model's membership row | wall |", "|---|---|---|---|---|---|---|---|---|"]
+             "released model: records row | participation row | wall |", "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [row(m) for m in points(args.out, args.epsilons)]
-    results_page.write("dp_curve", "The privacy–utility curve on digits", "\n".join(lines),
+    results_page.write(args.name, "The privacy–utility curve on digits", "\n".join(lines),
                        f"`fedaudit evaluate --method fedavg --dataset digits --dp-sweep {args.epsilons} --attack mia` "
                        f"(quick profile, GroupNorm at every point, seed 0, server attacker, every victim). AUCs are the "
                        f"largest over the three victims, on the final global model; wall times as they ran.",
