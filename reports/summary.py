@@ -118,8 +118,9 @@ def _upload_mitigation(kind: str, method: str, u: Unit) -> str:
     elif kind in CLIENT_DATA_UPLOADS:
         how = CLIENT_DATA_UPLOADS[kind]
     elif kind in ("full_model", "partial_model"):
-        how = ("keep per-client statistics out of the upload (a method that keeps its BatchNorm statistics local: "
-               "fedfd, gperxan with --gperxan-upload partial) and compare their rows with fedaudit evaluate --method")
+        how = (f"send no per-client statistics: train without BatchNorm's running statistics (fedaudit evaluate "
+               f"--method {method} --norm gn) or keep them on the client (gperxan --gperxan-upload partial), and "
+               "compare this row")
     else:
         how = MITIGATIONS.get(kind, f"drop the artifact: a method that does not send {kind} (fedaudit list methods)")
     return (f"{how}; or let the server see only the aggregate (secure aggregation: not yet measured by fedaudit). "

@@ -202,8 +202,8 @@ def not_assessed(question: str, d: Decision) -> tuple[str, str]:
         if reconstruction:
             return "no reconstruction attack ran in this run; run with --attack deepinversion", "no inversion attack ran"
         if question == PARTICIPATION:
-            return ("no domain-level attack in this run; run with --attack mia-domain (it trains one domain twin per "
-                    "source domain as its null)", "no domain-level attack ran")
+            return ("no domain-level attack in this run; run with --attack mia-domain (it trains domain twins, the "
+                    "federation without each source domain, as its null)", "no domain-level attack ran")
         return "no membership attack in this run; run with --attack mia", "no membership attack ran"
     if d.rule == "no_records":
         return (f"membership inference needs the clients' records: {f.get('why') or 'the auditor holds none'}",
