@@ -403,6 +403,11 @@ def membership_short(d: Decision, evidence: list[Evidence]) -> str:
         return f"{short(closest)}; its twin too"
     if d.rule == "no_control":
         return f"{short(closest)}; control missed"
+    return _detectable_short(d, closest)
+
+
+def _detectable_short(d: Decision, closest: Evidence) -> str:
+    """A quiet row's short form: the closest test, and the smallest effect the row could (or could not) see."""
     if d.rule == "undetectable":
         return f"{short(closest)}; can't see <{d.facts['detectable']:.2f}"
     return f"{short(closest)}; sees ≥{d.facts['detectable']:.2f}"
@@ -483,9 +488,7 @@ def participation_short(d: Decision, evidence: list[Evidence]) -> str:
         return short(d.facts["top"])
     if d.rule == "no_twin":
         return f"{short(closest)}; no domain twin"
-    if d.rule == "undetectable":
-        return f"{short(closest)}; can't see <{d.facts['detectable']:.2f}"
-    return f"{short(closest)}; sees ≥{d.facts['detectable']:.2f}"
+    return _detectable_short(d, closest)
 
 
 # -- the DP audit row --------------------------------------------------------------------------------------
