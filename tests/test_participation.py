@@ -37,6 +37,24 @@ def test_a_run_trains_each_domains_twins_and_judges_participation_by_them(tiny_r
     assert all(e["baseline_name"] == "domain twins" and len(e["detail"]["twin_aucs"]) == 2 for e in row["evidence"])
 
 
+def test_a_model_whose_outputs_overflow_is_not_scored_and_the_rows_say_why():
+    """Client-level DP at a small ε on three clients puts noise of several units on every weight: the released
+    model's logits overflow. Its membership entries say so instead of failing the run, and no row is judged on
+    them."""
+    from fedaudit.attack import AttackOutput
+    from fedaudit.audit.membership import _domain_rows, not_finite
+
+    assert not_finite(torch.tensor([0.5, -1.0])) is None
+    scores = torch.tensor([0.1, float("nan"), 0.3, float("inf")])
+    rows = _domain_rows(AttackOutput("mia", "server", "all", "global_model", scores=scores,
+                                     info={"signal": "loss", "result": "domain"}),
+                        ["a", "a", None, None], ["a"], "unseen")
+    assert rows["a"]["status"] == "not applicable" and "2 of 4 scores are not finite" in rows["a"]["reason"]
+    metrics = {"communication": {"declared": []}, "leakage": {"mia": {"domain": {"global_model": rows}}}}
+    row = next(r for r in judge(metrics, SERVER) if r["row"] == "participation:global_model")
+    assert row["tier"] == "not_assessed" and "not finite" in row["reason"]
+
+
 def _absent_domain_row(seed: int, domain: str = "clean") -> dict:
     """The participation row of a federation that never had ``domain`` (trained on the other sources), judged as
     the auditor judges a real one: the same attack on ``domain``'s holdout against the unseen domain, beside its

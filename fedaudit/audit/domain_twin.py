@@ -55,6 +55,7 @@ def twin_seed(seed: int, domain: str, index: int) -> int:
 def train_domain_twin(cfg: RunConfig, method: Method, fed: Federation, domain: str, index: int) -> Federation | str:
     """The federation trained without ``domain`` with its ``index``-th twin seed, or why there is none."""
     from fedaudit.simulation.federation import Federation as Twin
+    from fedaudit.simulation.federation import TrainingDiverged
     from fedaudit.simulation.wire import Wire
 
     others = [c for c in fed.split.sources if c.domain != domain]
@@ -64,7 +65,10 @@ def train_domain_twin(cfg: RunConfig, method: Method, fed: Federation, domain: s
     twin = Twin(twin_cfg, type(method)(twin_cfg), fed.dataset, replace(fed.split, sources=others), fed.device, Wire(None))
     with torch.random.fork_rng(devices=[fed.device] if fed.device.type == "cuda" else []):  # the attacks' draws stay
         twin.setup()
-        twin.run()
+        try:
+            twin.run()
+        except TrainingDiverged as exc:  # a twin is evidence, not the run: its failure leaves the row without it
+            return f"a twin trained without {domain} diverged ({exc})"
     return twin
 
 
@@ -91,8 +95,12 @@ def domain_twins(score: Callable[[Any], Tensor], truth: Sequence[str | None], cf
             if query is None:
                 out[domain] = {"status": "not available", "reason": "a twin deploys no global model to query"}
                 break
-            scores = score(query).cpu().double().numpy()
-            aucs.append(auc(*roc(scores[mine.numpy()], scores[unseen.numpy()])[:2]))
+            scores = score(query).cpu().double()
+            if not bool(torch.isfinite(scores).all()):
+                out[domain] = {"status": "not available", "reason": "a twin's outputs are not finite (its weights "
+                                                                    "destroyed by noise, or diverged): nothing to rank"}
+                break
+            aucs.append(auc(*roc(scores[mine].numpy(), scores[unseen].numpy())[:2]))
             seeds.append(twin.cfg.seed)
             accuracy.append(twin.results().get("unseen_domain"))
         else:

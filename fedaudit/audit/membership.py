@@ -133,7 +133,8 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
         key = out.info["result"]
         if key == "domain":
             rows = _domain_rows(out, domain_truth, victims, fed.split.target)
-            for domain, twin in _twins(attack, domain_challenge, domain_truth, cfg, method, fed, prior, victims,
+            scorable = [v for v in victims if "auc" in rows[v]]
+            for domain, twin in _twins(attack, domain_challenge, domain_truth, cfg, method, fed, prior, scorable,
                                        retrain).items():
                 rows[domain]["domain_twin"] = twin
             result["domain"] = {out.artifact: rows}
@@ -302,6 +303,9 @@ def _victim_entry(out: AttackOutput, is_member: Tensor, exposure: int) -> dict[s
     if out.scores is None:
         return {k: v for k, v in out.info.items() if k in ("status", "reason")}
     scores = out.scores.double().cpu()
+    unscorable = not_finite(scores)
+    if unscorable:
+        return unscorable
     reference = out.info.get("reference")
     entry = scored(scores[is_member], scores[~is_member], out.info["signal"],
                    reference.get("reference_models", 0) if reference is not None else 0)
@@ -325,6 +329,9 @@ def _domain_rows(out: AttackOutput, truth: list[str | None], victims: Sequence[s
     """Per source domain and pooled (``all``): its holdout records against the unseen domain's records."""
     assert out.scores is not None
     scores = out.scores.cpu()
+    unscorable = not_finite(scores)
+    if unscorable:
+        return {victim: dict(unscorable) for victim in [*victims, ALL_DOMAINS]}
     unseen = scores[torch.tensor([t is None for t in truth])]
     rows: dict[str, Any] = {}
     for victim in [*victims, ALL_DOMAINS]:
@@ -332,6 +339,17 @@ def _domain_rows(out: AttackOutput, truth: list[str | None], victims: Sequence[s
         rows[victim] = scored(scores[member], unseen, out.info["signal"], 0)
         rows[victim]["nonmember_domain"] = unseen_domain
     return rows
+
+
+def not_finite(scores: Tensor) -> dict[str, Any] | None:
+    """Why scores that are not all finite cannot be ranked (the attacked model's outputs overflowed: weights that
+    noise or divergence destroyed), as the entry that stands in for a score; None when they can."""
+    bad = int((~torch.isfinite(scores)).sum())
+    if not bad:
+        return None
+    return {"status": NOT_APPLICABLE, "reason": f"{bad} of {scores.numel()} scores are not finite: the attacked model's "
+                                                "outputs overflow (its weights destroyed by noise, or diverged), so "
+                                                "there is nothing to rank"}
 
 
 def scored(members: Tensor, nonmembers: Tensor, signal: str, n_reference: int) -> dict[str, Any]:
