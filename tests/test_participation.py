@@ -100,8 +100,11 @@ def test_client_level_dp_at_epsilon_1_keeps_the_participation_row_from_high(tiny
     participation row never reads HIGH."""
     tiers = []
     for seed in range(5):
-        result = tiny_run("fedavg", rounds=3, local_epochs=1, attack="mia-domain", seed=seed, client_dp_epsilon=1.0)
+        # a small clip keeps the noise on every weight small enough that the model's outputs stay finite and the
+        # row is judged on scores (at clip 1 the noise, σC/K ≈ 2 per weight, overflows them: nothing to rank)
+        result = tiny_run("fedavg", rounds=3, local_epochs=1, attack="mia-domain", seed=seed, client_dp_epsilon=1.0,
+                          client_dp_clip=0.01)
         row = next(r for r in result.metrics["verdict"] if r["row"] == "participation:global_model")
         tiers.append(row["tier"])
         assert result.metrics["privacy"]["client_dp"]["epsilon"] == pytest.approx(1.0, rel=1e-6)
-    assert HIGH not in tiers, tiers
+    assert "not_assessed" not in tiers and HIGH not in tiers, tiers
