@@ -155,7 +155,7 @@ TEST_LABELS = {"domain_attribution": "attribution", "class_fidelity": "class fid
                "canary_epsilon": "ε lower bound", "participation_auc": "AUC"}
 NULL_SHORT = {"95% quantile with no signal at these counts": "null", "achieved FPR (the chance line TPR = FPR)": "FPR",
               "untrained-model control": "control", "prior-only control": "prior-only", "holdout twin": "twin",
-              "ε = 0 (no privacy loss)": "0", "domain twin": "twin"}
+              "ε = 0 (no privacy loss)": "0", "domain twins": "twins"}
 
 
 def attack_of(e: Evidence) -> str:
