@@ -300,6 +300,15 @@ def test_the_plain_pytorch_example_records_and_audits_offline(tmp_path, monkeypa
     assert (run_dir / "report.html").exists()
     verification = metrics["provenance"]["recording"]["verification"]  # issue 37: sealed by Recorder.close()
     assert verification["status"] == "verified" and verification["ledger_sha256"] in (run_dir / "report.html").read_text()
+    # the domain-level attack on a recording: fedaudit cannot retrain the deployment without a domain, so its
+    # participation row has no twins and says so (issue 47), never a finding from the domain's difficulty alone
+    domain = runner.invoke(app, ["audit", str(rec), "--model", "examples.pytorch_fedavg.net:Net", "--out",
+                                 str(tmp_path / "domain"), "--device", "cpu", "--attack", "mia-domain", "--quiet"])
+    assert domain.exit_code == 0, domain.output
+    (domain_dir,) = (tmp_path / "domain").iterdir()
+    rows = {r["row"]: r for r in json.loads((domain_dir / "metrics.json").read_text())["verdict"]}
+    participation = rows["participation:global_model"]
+    assert participation["tier"] in ("inconclusive", "not_assessed") and "recording" in participation["reason"]
 
 
 def test_a_loop_recordings_declared_dp_counts_its_rounds_and_the_weight_of_each_client(tmp_path):
