@@ -287,8 +287,9 @@ def audit_recording(recording: str | Path, *, command: str = "", unverified: boo
     :mod:`fedaudit.interop.audit_recording`); returns (run directory, metrics)."""
     from fedaudit.attacks import AUTO, attack_options, attack_schema, auto_attacks, get_attacks
     from fedaudit.methods import get_method
-    from fedaudit.interop.audit_recording import (NO_DATA, audit, audited_model, auditor_data, check_audit_options, data_free_attacks,
-                                   name_model_records, recorded_config, recorded_shares)
+    from fedaudit.interop.audit_recording import (NO_DATA, audit, audited_model, auditor_data, check_audit_options,
+                                                  check_some_client_answered, data_free_attacks, name_model_records,
+                                                  recorded_config, recorded_shares)
     from fedaudit.interop.recording_reader import read_recording
     from fedaudit.interop.recording_verify import verify_recording
 
@@ -296,6 +297,7 @@ def audit_recording(recording: str | Path, *, command: str = "", unverified: boo
     t0 = time.perf_counter()
     rec.verification = verify_recording(rec, unverified=unverified)  # whole, before anything is judged
     rec.verification["seconds"] = round(time.perf_counter() - t0, 3)
+    check_some_client_answered(rec)
     explicit = {k: v for k, v in explicit.items() if v is not None}
     check_audit_options(explicit, set(attack_options()))
     base = audited_model(rec, recorded_config(rec), explicit)
@@ -329,6 +331,20 @@ def audit_recording(recording: str | Path, *, command: str = "", unverified: boo
                                  left_out, unpinned)
     write_report_or_warn(run_dir)
     return run_dir, metrics
+
+
+def seal_recording(recording: str | Path) -> tuple[str, list[str]]:
+    """``fedaudit seal``: a recorded run's shards checked and merged, its ledger sealed; returns (the ledger's
+    sha256, the shards merged)."""
+    from fedaudit.interop.recording import seal_recording as seal
+    from fedaudit.interop.recording_reader import read_recording
+
+    root = Path(recording).expanduser()
+    if not root.is_dir():
+        raise FedauditError(f"recording {root} does not exist; give the directory the recorder wrote")
+    digest = seal(root)
+    rec = read_recording(root)  # what was sealed reads back whole
+    return digest, sorted(rec.manifest.get("shards") or {})
 
 
 def save_progress(writer: run_directory.ProgressWriter, fed: Federation) -> None:

@@ -182,8 +182,7 @@ def deployment(u: Unit, run: RunMetrics) -> list[tuple[str, str]]:
     sees = "every upload (client → server)" if attacker == "server" else "every broadcast it receives (server → client)"
     attacks = ", ".join(_attacks_run(run)) or "none"
     clients = ", ".join(run.source_domains or []) or "?"
-    evidence = ([("recording", verification_text(recording.get("verification")))]
-                if isinstance(recording, dict) else [])
+    evidence = recording_lines(recording) if isinstance(recording, dict) else []
     return [
         *evidence,
         ("method", f"{run.method}, as run by {where}"),
@@ -223,7 +222,7 @@ def dpia(u: Unit, verdict: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "label": u.label,
         "processing": processing,
-        "threats": deployment(u, run)[3:],
+        "threats": [line for line in deployment(u, run) if line[0] in ("threat model", "attacks run")],
         "measures": " ".join(x for x in (_measures(dp), _client_measures(client)) if x),
         "coverage": _coverage_rows(privacy, "coverage"),
         "client_coverage": _coverage_rows(privacy, "client_coverage"),
@@ -279,6 +278,27 @@ def _residual(rows: list[VerdictRow]) -> list[dict[str, str]]:
     order = {level: i for i, level in enumerate(LEVELS)}
     return [{"artifact": a, "level": LEVEL_HEADINGS[level], "tier": r.tier, "question": r.title, "observer": r.observer,
              "fact": r.short} for (a, level), r in sorted(best.items(), key=lambda kv: order[kv[0][1]])]
+
+
+def recording_lines(recording: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a reviewer must know of an audited recording before any verdict: what was verified, which model was
+    judged as the deployed one, and which clients failed to answer in which rounds."""
+    lines = [("recording", verification_text(recording.get("verification")))]
+    judged = recording.get("deployed_model") or {}
+    if judged.get("what"):
+        lines.append(("model judged", str(judged["what"])))
+    missed = (recording.get("participation") or {}).get("missed") or {}
+    if missed:
+        lines.append(("clients that failed", missed_text(missed)))
+    return lines
+
+
+def missed_text(missed: dict[str, list[int]]) -> str:
+    """``{client: [rounds]}`` in words: who was sent a model to train and sent nothing back, when."""
+    parts = [f"{str(c).removeprefix('client:')} in round{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}"
+             for c, r in sorted(missed.items())]
+    return ("sent a model to train and sent no update back (failed, dropped or timed out): " + "; ".join(parts)
+            + " — the attacks on those rounds see fewer clients than the deployment has")
 
 
 def verification_text(v: dict[str, Any] | None) -> str:

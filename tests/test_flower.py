@@ -276,7 +276,9 @@ def test_audit_of_the_example_recording_writes_a_run(example_recording, tmp_path
     assert sum(r["bytes"] for r in ledger) == sum(r["bytes"] for r in rec.rows)
     # the deployed model is the evaluation broadcast after the last aggregation, and it is what was scored: its
     # accuracy on each client's validation records is what that client reported back to Flower's strategy
-    assert metrics["provenance"]["recording"]["deployed_model"] == {"round": 1, "message_type": "evaluate"}
+    judged = metrics["provenance"]["recording"]["deployed_model"]  # the example names no released model: said
+    assert (judged["round"], judged["message_type"], judged["released"]) == (1, "evaluate", False)
+    assert judged["what"].startswith("NOT the released model")
     reported = {r["sender"][len("client:"):]: float(rec.artifact(r).tensors["accuracy"]) for r in rec.rows
                 if r["kind"] == "scalars" and r["message_type"] == "evaluate"}
     assert reported.keys() == {"clean", "colour", "rotated"}
@@ -302,9 +304,15 @@ def test_audit_errors_name_the_problem(example_recording, tmp_path):
     with pytest.raises(FedauditError, match=r"recorded full_model .*tensor '[^']+'.*--model resnet18"):
         audit_recording(rec_dir, attack="mia-loss", model="resnet18", out=str(tmp_path / "runs"))
     node = next((rec_dir / "nodes").glob("*.json"))
+    old = json.loads(node.read_text())["name"]
     node.write_text(json.dumps({**json.loads(node.read_text()), "name": "sketchy"}))
-    with pytest.raises(FedauditError, match="recorded client 'sketchy' has no data mapping"):
+    with pytest.raises(FedauditError, match=f"node {node.stem} is 'sketchy' in the recording's node names but "
+                                            f"'client:{old}' in a ledger row"):  # a node renamed in one place only
         audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"))
+    ledger = rec_dir / "wire.jsonl"
+    ledger.write_text(ledger.read_text().replace(f'"client:{old}"', '"client:sketchy"'))
+    with pytest.raises(FedauditError, match="recorded client 'sketchy' has no data mapping"):
+        audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"), unverified=True)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 

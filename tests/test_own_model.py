@@ -142,8 +142,10 @@ def test_a_file_never_makes_fedaudit_import_a_factory(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDAUDIT_TEST_MARKER", str(marker))
     spec = "tests.side_effect_model:build"
     rec = tmp_path / "rec"
-    Recorder(rec, architecture={"model": spec, "num_classes": 10, "image_size": 16},
-             data={"dataset": "digits", "target_domain": "textured", "seed": 0}).send(1, "server", "clean", {"w": torch.ones(2)})
+    recorder = Recorder(rec, architecture={"model": spec, "num_classes": 10, "image_size": 16},
+                        data={"dataset": "digits", "target_domain": "textured", "seed": 0})
+    recorder.send(1, "server", "clean", {"w": torch.ones(2)})
+    recorder.send(1, "clean", "server", {"w": torch.ones(2)})
     with pytest.raises(FedauditError, match=f"names the model factory {spec}; fedaudit imports code only when you "
                                             f"name it: .*pass --model {spec}"):
         audit_recording(rec, out=str(tmp_path / "runs"))

@@ -136,6 +136,19 @@ def audit(recording: Path, **given: Any) -> None:
     gate([metrics], fail_on)
 
 
+def seal(recording: Path = typer.Argument(..., help="A recording directory whose processes have all finished.")) -> None:
+    """End a recorded run: merge its shards (one per process) after checking they belong together, and seal its
+    ledger, so an audit can tell if a row was added, removed or edited since."""
+    from fedaudit import api
+
+    try:
+        digest, shards = api.seal_recording(recording)
+    except FedauditError as exc:
+        fail(str(exc))
+    merged = f"{len(shards)} shard(s) merged ({', '.join(shards)}); " if shards else ""
+    console().print(f"{recording}: {merged}ledger sealed, sha256 {digest}", highlight=False, markup=False)
+
+
 def show_results(runs: list[tuple[dict[str, Any], Path]], quiet: bool, json_summary: bool,
                  extra: dict[str, Any] | None = None) -> None:
     """What a finished evaluate prints: tables (default), JSON (--json), or nothing but log lines (--quiet)."""
@@ -348,6 +361,7 @@ def make_app() -> typer.Typer:
     audit_command.__annotations__ = {p.name: p.annotation for p in audit_sig.parameters.values()}
     audit_command.__doc__ = audit.__doc__
     cli.command("audit")(audit_command)
+    cli.command("seal")(seal)
     cli.command("list")(list_)
     cli.command()(report)
     cli.command()(compare)

@@ -138,6 +138,12 @@ def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
     console().print(table)
     if acc.get("status") == "unscored":
         console().print(f"not scored: {acc.get('why')}", highlight=False, markup=False)
+    recording = (metrics.get("provenance") or {}).get("recording")
+    if isinstance(recording, dict):  # before any verdict: which model was judged, who failed to answer
+        from fedaudit.reports.summary import recording_lines
+
+        for what, text in recording_lines(recording)[1:]:
+            console().print(f"{what}: {text}", highlight=False, markup=False)
     print_verdict(metrics, run_dir)
     console().print(f"run directory: {run_dir}", highlight=False, markup=False)
 

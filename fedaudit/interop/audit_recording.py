@@ -9,7 +9,8 @@ whose public code the attacker's prior carries) and the auditor's data (the data
 records came from, split as fedaudit splits it). From these the auditor rebuilds what it needs to
 score attacks — the clients' members, validation and holdout records, the unseen target domain —
 and runs the same attacks, controls and verdict as ``evaluate``, into an ordinary run directory.
-Nothing is trained; the deployed model is the last whole model the server sent.
+Nothing is trained; the deployed model is the one the recording names as released, else the newest whole model
+the server sent (and the report says which, and that it is not the named one).
 """
 
 from __future__ import annotations
@@ -252,6 +253,17 @@ def check_architecture(model: torch.nn.Module, rec: Recording, cfg: RunConfig) -
                                     f"{tuple(state[name].shape)}; {hint}")
 
 
+def check_some_client_answered(rec: Recording) -> None:
+    """A run in which no client sent back a training update (every client failed, or none ran) has nothing to
+    audit: refused in one line, never audited as a federation at chance."""
+    seen = rec.participation()
+    if seen["uploads"] == 0:
+        missed = ", ".join(c[len("client:"):] for c in sorted(seen["missed"])) or "none named"
+        raise FedauditError(f"{rec.root}: no client sent back a training update in any round (clients sent a model: "
+                            f"{missed}): every client failed or none ran, so there is no federation to audit — see "
+                            "the deployment's logs and record the run again")
+
+
 def check_finite_reads(rec: Recording, wire: Wire, deployed: Artifact, role: str, victims: Sequence[str],
                        attacks: bool) -> None:
     """A recorded tensor holding NaN or infinity is a finding for the report; an attack that would read one is
@@ -332,10 +344,14 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
     wire = rec.wire(device)
     fed = Federation(cfg, method, dataset, split, device, wire)
     check_architecture(fed.model, rec, cfg)
-    deployed = rec.deployed(device)
-    if deployed is None:
-        raise FedauditError(f"{rec.root}: the server sent no whole model, so there is no deployed model to audit; "
-                            "this audit needs full_model broadcasts")
+    found = rec.deployed(device)
+    if found is None:
+        raise FedauditError(f"{rec.root}: the server sent no whole model and the recording names no released model, so "
+                            "there is no deployed model to audit; record it (Recorder.release) or the server's "
+                            "full_model broadcasts")
+    deployed, judged = found
+    if not judged["released"]:
+        log.warning("%s", judged["what"])
     check_finite_reads(rec, wire, deployed, role, victims, bool(selected))
     method.global_state = clone_state(deployed.tensors)
     fed.rounds_done = deployed.round
@@ -354,10 +370,10 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: an audit is rerun whole
         raise
     shares = recorded_shares(rec)
-    accuracy = ({**fed.results(), "note": "the deployed model: the last whole model the server sent"} if scored else
+    accuracy = ({**fed.results(), "note": f"the deployed model: {judged['what']}"} if scored else
                 {"status": "unscored", "why": UNSCORED, "unseen_domain": None, "source_val": {"mean": None, "per_domain": {}},
                  "selected_round": deployed.round,
-                 "note": "the deployed model (the last whole model the server sent) was not scored"})
+                 "note": f"the deployed model ({judged['what']}) was not scored"})
     metrics = RunMetrics(
         method=cfg.method, dataset=cfg.dataset, target_domain=target, source_domains=clients,
         auditor_data=({"status": "held", "dataset": cfg.dataset} if scored else
@@ -378,8 +394,8 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
                                      "run_id": rec.manifest.get("run_id"),
                                      "framework_run_id": rec.manifest.get("framework_run_id"),
                                      "nodes": {str(k): v for k, v in rec.nodes.items()},
-                                     "deployed_model": {"round": deployed.round,
-                                                        "message_type": deployed.meta.get("message_type")}}})
+                                     "deployed_model": judged,
+                                     "participation": rec.participation()}})
     metrics.verdict = judge(metrics.to_json(), cfg.to_json(), RiskThresholds())
     metrics.verdict_thresholds = asdict(RiskThresholds())
     run_directory.write_csv(run_dir / "history.csv", fed.history)
@@ -390,6 +406,6 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
 
 
 __all__ = ["AUDIT_OPTIONS", "NO_DATA", "audit", "audited_model", "auditor_data", "check_architecture", "check_audit_options",
-           "check_finite_reads",
+           "check_finite_reads", "check_some_client_answered",
            "data_free_attacks", "name_model_records", "public_data", "recorded_clients", "recorded_config",
            "recorded_shares"]

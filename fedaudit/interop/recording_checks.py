@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaudit.errors import FedauditError
-from fedaudit.interop.recording import RECORDERS
+from fedaudit.interop.recording_writer import RECORDERS
 from fedaudit.simulation.wire import ArtifactKind
 
 DIRECTIONS = ("up", "down")

@@ -14,8 +14,9 @@ import torch
 from torch import Tensor
 
 from fedaudit.errors import FedauditError
-from fedaudit.interop.recording import FORMAT, LEDGER, MANIFEST, NODES, SERVER_NODE_ID, classify_record
+from fedaudit.interop.recording_writer import FORMAT, LEDGER, MANIFEST, NODES, RELEASE, SERVER_NODE_ID, classify_record
 from fedaudit.interop.recording_checks import DAMAGED, check_row, inside, own_file
+from fedaudit.interop.recording_shards import unmerged_shards
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, LedgerEntry, Wire, client_role, direction
 
 @dataclass
@@ -45,7 +46,8 @@ class Recording:
 
     def shares(self) -> set[tuple[ArtifactKind, str]]:
         """(kind, direction) pairs the ledger holds: what the recorded protocol sends."""
-        return {(ArtifactKind(r["kind"]), r["direction"]) for r in self.rows if r["kind"] != "config"}
+        return {(ArtifactKind(r["kind"]), r["direction"]) for r in self.rows
+                if r["kind"] != "config" and not is_release(r)}
 
     def wire(self, device: torch.device | str = "cpu") -> Wire:
         """The recording as fedaudit's wire: every row in the ledger; the newest artifact of each
@@ -55,7 +57,7 @@ class Recording:
         wire = Wire()
         newest: dict[tuple[str, str, str], dict[str, Any]] = {}
         for row in self.rows:
-            if row["kind"] == "config":
+            if row["kind"] == "config" or is_release(row):  # the released model crossed no wire
                 continue
             wire.ledger.append(LedgerEntry(row["kind"], row["sender"], row["receiver"], row["round"], row["bytes"],
                                            row["tensors"]))
@@ -66,11 +68,44 @@ class Recording:
             wire.retained[key] = self.artifact(row, device)
         return wire
 
-    def deployed(self, device: torch.device | str = "cpu") -> Artifact | None:
-        """The newest whole model the server sent (an evaluation broadcast after the last aggregation when the
-        strategy evaluates, else the last round's training broadcast): the model the federation deploys."""
+    def deployed(self, device: torch.device | str = "cpu") -> tuple[Artifact, dict[str, Any]] | None:
+        """The model the audit judges as the deployed one, and which it is: the model the recording names as
+        released (``Recorder.release``), else the newest whole model the server sent (an evaluation broadcast
+        after the last aggregation when the strategy evaluates, else the last round's training broadcast) —
+        said, since the final aggregate may be newer than any broadcast."""
+        released = [r for r in self.rows if is_release(r)]
+        if released:
+            row = released[-1]
+            if row["kind"] != ArtifactKind.FULL_MODEL.value:
+                raise FedauditError(f"{self.root}: the released model (round {row['round']}) is not a whole model of "
+                                    f"the audited architecture (its record is a {row['kind']}); release the whole "
+                                    "state_dict, or give the architecture the clients trained (--model)")
+            return self.artifact(row, device), {"round": row["round"], "message_type": row["message_type"],
+                                                "released": True, "what": f"the model the recording names as released "
+                                                                          f"after round {row['round']}"}
         down = [r for r in self.rows if r["kind"] == ArtifactKind.FULL_MODEL.value and r["sender"] == SERVER]
-        return self.artifact(down[-1], device) if down else None
+        if not down:
+            return None
+        row = down[-1]
+        last = max(r["round"] for r in self.rows)
+        return self.artifact(row, device), {
+            "round": row["round"], "message_type": row["message_type"], "released": False,
+            "what": (f"NOT the released model: the recording names none, so the audit judged the newest whole model "
+                     f"the server sent — its round {row['round']} {row['message_type']} broadcast"
+                     + (f" (the run recorded {last} rounds; the final aggregate was never recorded and may differ)"
+                        if row["round"] < last or not is_evaluation(row) else "")
+                     + "; record the released model (Recorder.release, or the integration's final aggregate)")}
+
+    def participation(self) -> dict[str, Any]:
+        """Who answered: training uploads in all, and for each client the rounds in which the server sent it a
+        model to train from and it sent nothing back (it failed, dropped or timed out)."""
+        sent = {(r["receiver"], r["round"]) for r in self.rows if r["sender"] == SERVER and _trains(r)}
+        answered = {(r["sender"], r["round"]) for r in self.rows if r["receiver"] == SERVER and _trains(r)}
+        missed: dict[str, list[int]] = {}
+        for client, rnd in sorted(sent - answered):
+            missed.setdefault(client, []).append(rnd)
+        return {"uploads": len({(c, rnd) for c, rnd in answered if c != SERVER}),
+                "rounds": sorted({rnd for _, rnd in sent}), "missed": missed}
 
     def artifact(self, row: dict[str, Any], device: torch.device | str = "cpu") -> Artifact:
         """The artifact one ledger row stands for, its tensors read from the message file."""
@@ -89,6 +124,16 @@ class Recording:
             if kinds is None or row["kind"] in kinds:
                 out[row["round"]] = out.get(row["round"], 0) + row["bytes"]
         return out
+
+
+def is_release(row: Mapping[str, Any]) -> bool:
+    """The model the deployment released (``Recorder.release``): server → server, after the last round."""
+    return row.get("message_type") == RELEASE
+
+
+def _trains(row: Mapping[str, Any]) -> bool:
+    """A training message (a model to train from, or what training produced): not evaluation, release or config."""
+    return row["kind"] != "config" and not is_evaluation(row) and not is_release(row)
 
 
 def is_evaluation(row: Mapping[str, Any]) -> bool:
@@ -115,10 +160,31 @@ def read_recording(root: str | Path) -> Recording:
     root = Path(root).expanduser()
     if not root.is_dir():
         raise FedauditError(f"recording {root} does not exist; give the directory the recorder wrote")
+    manifest = _manifest(root)
+    nodes = _nodes(root, manifest)
+    unmerged = unmerged_shards(root, manifest)
+    if unmerged:
+        raise FedauditError(f"{root} holds {len(unmerged)} shard(s) not sealed into one recording "
+                            f"({', '.join(unmerged[:4])}): once every process of the run has finished, run "
+                            f"`fedaudit seal {root}` (seal_recording), which checks they belong together")
+    ledger = root / LEDGER
+    raw = _ledger_rows(root, ledger)
+    _one_run(raw, manifest, ledger)
+    server_node = manifest.get("server_node_id", SERVER_NODE_ID)
+    rows = [_named(r, nodes, server_node, ledger) for r in _one_recorder_per_message(raw)]
+    rows.sort(key=lambda r: (r["round"], r["time"]))
+    _no_repeats(rows, ledger)
+    if len([r for r in rows if is_release(r)]) > len({r["record"] for r in rows if is_release(r)}):
+        raise FedauditError(f"{ledger} records a released model more than once; a run releases one final model — "
+                            "record each run into its own directory")
+    return Recording(root, manifest, nodes, rows)
+
+
+def _manifest(root: Path) -> dict[str, Any]:
     path = root / MANIFEST
     if not path.is_file():
-        raise FedauditError(f"{root} has no {MANIFEST}: not a fedaudit recording; record with fedaudit.interop.flower "
-                            "(recording_mod / RecordingGrid), which writes it")
+        raise FedauditError(f"{root} has no {MANIFEST}: not a fedaudit recording; record with fedaudit's Recorder or "
+                            "fedaudit.interop.flower (recording_mod / RecordingGrid), which write it")
     own_file(root, path)
     try:
         manifest = json.loads(path.read_text())
@@ -128,14 +194,23 @@ def read_recording(root: str | Path) -> Recording:
         raise FedauditError(f"{path} is not a JSON object; {DAMAGED}")
     if manifest.get("format") != FORMAT:
         raise FedauditError(f"{path} has format {manifest.get('format')!r}, this fedaudit reads {FORMAT!r}")
+    return manifest
+
+
+def _nodes(root: Path, manifest: Mapping[str, Any]) -> dict[int, str]:
+    """Node id → client name: the manifest's, then the node files'."""
     named = manifest.get("nodes") or {}
     if not isinstance(named, dict) or not all(str(k).isdigit() and isinstance(v, str) for k, v in named.items()):
-        raise FedauditError(f"{path}: field 'nodes' must map node ids to client names; {DAMAGED}")
+        raise FedauditError(f"{root / MANIFEST}: field 'nodes' must map node ids to client names; {DAMAGED}")
     nodes = {int(k): v for k, v in named.items()}
     for node_file in sorted((root / NODES).glob("*.json")):
         item = _node(root, node_file)
         nodes.setdefault(item["node_id"], item["name"])
-    ledger = root / LEDGER
+    return nodes
+
+
+def _ledger_rows(root: Path, ledger: Path) -> list[dict[str, Any]]:
+    """Every ledger row held to the format, and its file to the directory, before anything is read or judged."""
     if not ledger.is_file():
         raise FedauditError(f"{root} has no {LEDGER}: nothing was recorded; check that the mod or recorder ran")
     own_file(root, ledger)
@@ -145,15 +220,10 @@ def read_recording(root: str | Path) -> Recording:
             row = json.loads(line)
         except json.JSONDecodeError:
             raise FedauditError(f"{ledger} line {n} is not a JSON row (truncated?); record the run again") from None
-        check_row(row, f"{ledger} line {n}")  # every row held to the format, and its file to the directory,
-        inside(root, row["file"], f"{ledger} line {n}")  # before anything is read or judged
+        check_row(row, f"{ledger} line {n}")
+        inside(root, row["file"], f"{ledger} line {n}")
         raw.append(row)
-    _one_run(raw, manifest, ledger)
-    server_node = manifest.get("server_node_id", SERVER_NODE_ID)
-    rows = [_named(r, nodes, server_node, ledger) for r in _one_recorder_per_message(raw)]
-    rows.sort(key=lambda r: (r["round"], r["time"]))
-    _no_repeats(rows, ledger)
-    return Recording(root, manifest, nodes, rows)
+    return raw
 
 
 def _node(root: Path, node_file: Path) -> dict[str, Any]:
@@ -166,6 +236,8 @@ def _node(root: Path, node_file: Path) -> dict[str, Any]:
     if not (isinstance(item, dict) and isinstance(item.get("node_id"), int) and not isinstance(item["node_id"], bool)
             and isinstance(item.get("name"), str)):
         raise FedauditError(f"{node_file} does not hold a node_id (a whole number) and a name (a string); {DAMAGED}")
+    if str(item["node_id"]) != node_file.stem:
+        raise FedauditError(f"{node_file} names node {item['node_id']}, not the node its file name says; {DAMAGED}")
     return item
 
 
@@ -213,6 +285,11 @@ def _named(row: dict[str, Any], nodes: dict[int, str], server_node: int, ledger:
     out = dict(row)
     for role, node in (("sender", "src_node_id"), ("receiver", "dst_node_id")):
         if out.get(role):
+            named = nodes.get(row[node])
+            if named is not None and out[role] != client_role(named) and row[node] != server_node:
+                raise FedauditError(f"{ledger}: node {row[node]} is {named!r} in the recording's node names but "
+                                    f"{out[role]!r} in a ledger row (round {row['round']}): two clients share a node "
+                                    f"id, so their messages cannot be told apart; {DAMAGED}")
             continue
         if row[node] == server_node:
             out[role] = SERVER
@@ -222,10 +299,10 @@ def _named(row: dict[str, Any], nodes: dict[int, str], server_node: int, ledger:
             raise FedauditError(f"{ledger}: node {row[node]} has no name (no nodes/{row[node]}.json and none in the "
                                 "manifest's nodes); install fedaudit's recording mod on every ClientApp, or name "
                                 "the node in the manifest")
-    out["direction"] = direction(out["receiver"])
+    out["direction"] = "down" if is_release(row) else direction(out["receiver"])
     return out
 
 
 
 
-__all__ = ["Recording", "is_evaluation", "load_message", "read_recording"]
+__all__ = ["Recording", "is_evaluation", "is_release", "load_message", "read_recording"]

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from fedaudit.errors import FedauditError
-from fedaudit.interop.recording import LEDGER
+from fedaudit.interop.recording_writer import LEDGER
 from fedaudit.interop.recording_checks import DAMAGED
 from fedaudit.interop.recording_reader import Recording
 
