@@ -132,8 +132,10 @@ def is_release(row: Mapping[str, Any]) -> bool:
 
 
 def _trains(row: Mapping[str, Any]) -> bool:
-    """A training message (a model to train from, or what training produced): not evaluation, release or config."""
-    return row["kind"] != "config" and not is_evaluation(row) and not is_release(row)
+    """A training message that carries arrays (a model to train from, or what training produced): not evaluation,
+    release, config or metrics alone — a reply without any array (a site whose update was empty) trained nothing."""
+    return (row["kind"] not in ("config", ArtifactKind.SCALARS.value) and row["tensors"] > 0
+            and not is_evaluation(row) and not is_release(row))
 
 
 def is_evaluation(row: Mapping[str, Any]) -> bool:

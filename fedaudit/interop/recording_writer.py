@@ -209,6 +209,14 @@ def check_shard_name(shard: Any) -> str:
     return shard
 
 
+def check_fresh(root: str | Path) -> None:
+    """Refuse, before a run starts, a directory that already holds a recorded run (its ledger or any shard): a
+    script checks here, in one line, what a framework would otherwise report as a traceback mid-run."""
+    root = Path(root)
+    if (root / LEDGER).is_file() and (root / LEDGER).stat().st_size or any((root / SHARDS).glob("*/" + LEDGER)):
+        raise FedauditError(f"{root} already holds a recorded run; record into a new directory")
+
+
 def _refuse_another_run(root: Path, old: Mapping[str, Any], framework_run_id: Any) -> None:
     earlier = old.get("framework_run_id")
     if framework_run_id is not None and earlier is not None and str(earlier) != str(framework_run_id):
@@ -420,5 +428,5 @@ class _locked:
 
 
 __all__ = ["FORMAT", "LEDGER", "MANIFEST", "MESSAGES", "NODES", "RECORDERS", "RELEASE", "SERVER_NODE_ID", "SHARD_FILE",
-           "SHARDS", "RecordingWriter", "check_kinds", "check_shard_name", "classify_record", "start_recording",
+           "SHARDS", "RecordingWriter", "check_fresh", "check_kinds", "check_shard_name", "classify_record", "start_recording",
            "write_manifest"]
