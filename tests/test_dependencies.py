@@ -23,7 +23,7 @@ PACKAGE_ROOMS = ("fedaudit", "methods", "attacks", "reports")
 OTHER_ROOMS = ("examples", "scripts", "benchmarks", "tests")
 # A package module that is an extra's entry point: it imports its framework at module level, and nothing in
 # the package imports it (the user does, having installed the extra).
-EXTRA_MODULES = {"fedaudit/interop/flower.py": "flower"}
+EXTRA_MODULES = {"fedaudit/interop/flower.py": "flower", "fedaudit/interop/nvflare.py": "nvflare"}
 
 
 def _name(requirement: str) -> str:
@@ -102,7 +102,7 @@ def test_every_imported_package_is_declared(pyproject):
     assert undeclared(pyproject) == []
 
 
-@pytest.mark.parametrize("dropped", ["scipy", "torch", "jsonschema", "markupsafe", "flwr"])
+@pytest.mark.parametrize("dropped", ["scipy", "torch", "jsonschema", "markupsafe", "flwr", "nvflare"])
 def test_dropping_a_declared_package_that_the_code_imports_names_it(pyproject, dropped):
     project = dict(pyproject["project"])
     project["dependencies"] = [r for r in project["dependencies"] if _name(r) != dropped]

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import nvflare
-import numpy as np
+import torch
 from nvflare.apis.dxo import DataKind, from_shareable
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_component import FLComponent
@@ -62,7 +62,7 @@ class FedauditRecorder(FLComponent):
         self._lock = threading.Lock()
         self._writer: RecordingWriter | None = None
         self._round_of: dict[tuple[Any, str], int] = {}  # (task id, site) → the round the server sent it in
-        self._final: tuple[int, dict[str, np.ndarray]] | None = None
+        self._final: tuple[int, dict[str, torch.Tensor]] | None = None
         self._declared_model = False
 
     # -- NVFlare's events ----------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ class FedauditRecorder(FLComponent):
         if arrays is None:
             return
         if kind == DataKind.WEIGHTS and not self._declared_model:  # the global model: its shapes tell whole from part
-            write_manifest(self._writer.root, {"model_state": {k: list(np.shape(v)) for k, v in arrays.items()}},
+            write_manifest(self._writer.root, {"model_state": {k: list(v.shape) for k, v in arrays.items()}},
                            mode="join")
             self._writer.reload()
             self._declared_model = True
@@ -195,7 +195,7 @@ def _record(kind: str) -> str:
     return DELTA if kind == DataKind.WEIGHT_DIFF else MODEL
 
 
-def _contents(shareable: Shareable) -> tuple[dict[str, np.ndarray] | None, dict[str, dict[str, Any]], str | None]:
+def _contents(shareable: Shareable) -> tuple[dict[str, torch.Tensor] | None, dict[str, dict[str, Any]], str | None]:
     """(the weights, the numeric meta as metrics, the DXO's data kind); no weights for a message that carries none."""
     try:
         dxo = from_shareable(shareable)
@@ -208,11 +208,11 @@ def _contents(shareable: Shareable) -> tuple[dict[str, np.ndarray] | None, dict[
     return {k: _array(v) for k, v in dxo.data.items()}, ({"meta": numbers} if numbers else {}), dxo.data_kind
 
 
-def _array(value: Any) -> np.ndarray:
+def _array(value: Any) -> torch.Tensor:
     """A copy (the broadcast is one object shared by every site's task: never touched)."""
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    return np.array(value, copy=True)
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().clone()
+    return torch.as_tensor(value).clone()
 
 
 __all__ = ["FedauditRecorder", "add_recorder"]

@@ -1,0 +1,141 @@
+"""Recording an NVFlare job from its server (fedaudit.interop.nvflare), audited like any recording (issue 48)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("nvflare")
+
+from nvflare.apis.dxo import DXO, DataKind  # noqa: E402
+from nvflare.apis.event_type import EventType  # noqa: E402
+from nvflare.apis.fl_constant import FLContextKey, ReservedKey, ReturnCode  # noqa: E402
+from nvflare.apis.fl_context import FLContext  # noqa: E402
+from nvflare.app_common.abstract.model import make_model_learnable  # noqa: E402
+from nvflare.app_common.app_constant import AppConstants  # noqa: E402
+from nvflare.app_common.app_event_type import AppEventType  # noqa: E402
+
+from fedaudit.interop.nvflare import FedauditRecorder  # noqa: E402
+from fedaudit.interop.recording_reader import read_recording  # noqa: E402
+from fedaudit.interop.recording_verify import verify_recording  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "examples.pytorch_fedavg.net:Net"
+
+
+def _ctx(site: str | None = None, task_id: str = "t", **props) -> FLContext:
+    ctx = FLContext()
+    ctx.set_prop(ReservedKey.RUN_NUM, "simulate_job", private=False, sticky=False)
+    ctx.set_prop(FLContextKey.TASK_NAME, "train", private=True, sticky=False)
+    ctx.set_prop(FLContextKey.TASK_ID, task_id, private=True, sticky=False)
+    if site is not None:
+        peer = FLContext()
+        peer.set_prop(ReservedKey.IDENTITY_NAME, site, private=False, sticky=False)
+        ctx.set_peer_context(peer)
+    for key, value in props.items():
+        ctx.set_prop(key, value, private=True, sticky=False)
+    return ctx
+
+
+def _weights(value: float) -> dict[str, torch.Tensor]:
+    return {"fc.weight": torch.full((2, 3), value), "fc.bias": torch.full((2,), value)}
+
+
+def _shareable(weights, rnd: int, rc: str = ReturnCode.OK, steps: int = 5):
+    s = DXO(DataKind.WEIGHTS, data={k: v.numpy() for k, v in weights.items()},
+            meta={"NUM_STEPS_CURRENT_ROUND": steps}).to_shareable()
+    s.set_header(AppConstants.CURRENT_ROUND, rnd)
+    s.set_return_code(rc)
+    return s
+
+
+def test_the_server_component_records_each_task_result_and_the_final_aggregate(tmp_path):
+    """Driven by NVFlare's own objects, as its server fires them: rounds counted from 1, a failed result not
+    recorded (the audit lists the round), the final aggregate released, the recording sealed."""
+    rec_dir = tmp_path / "rec"
+    recorder = FedauditRecorder(str(rec_dir), architecture={"model": MODEL, "num_classes": 2, "image_size": 32})
+    recorder.handle_event(EventType.START_RUN, _ctx())
+    for rnd in (0, 1):
+        for site in ("clean", "colour"):
+            task = f"task-{rnd}-{site}"
+            recorder.handle_event(EventType.AFTER_TASK_DATA_FILTER, _ctx(site, task, **{
+                FLContextKey.TASK_DATA: _shareable(_weights(rnd), rnd)}))
+            failed = (site, rnd) == ("colour", 1)
+            recorder.handle_event(EventType.AFTER_TASK_RESULT_FILTER, _ctx(site, task, **{
+                FLContextKey.TASK_RESULT: _shareable(_weights(rnd + 0.5), rnd,
+                                                     ReturnCode.EXECUTION_EXCEPTION if failed else ReturnCode.OK)}))
+        recorder.handle_event(AppEventType.AFTER_SHAREABLE_TO_LEARNABLE, _ctx(**{
+            AppConstants.GLOBAL_MODEL: make_model_learnable({k: v.numpy() for k, v in _weights(rnd + 0.25).items()}, {}),
+            AppConstants.CURRENT_ROUND: rnd}))
+    recorder.handle_event(EventType.END_RUN, _ctx())
+
+    rec = read_recording(rec_dir)
+    assert verify_recording(rec)["status"] == "verified"
+    assert rec.manifest["framework"]["name"] == "nvflare" and rec.manifest["framework"]["job_id"] == "simulate_job"
+    models = [(r["round"], r["sender"], r["receiver"], r["kind"]) for r in rec.rows if r["record"] == "model"]
+    assert (2, "client:colour", "server", "full_model") not in models and (2, "client:clean", "server", "full_model") in models
+    assert (1, "server", "client:colour", "full_model") in models
+    artifact, judged = rec.deployed()
+    assert judged["released"] and judged["round"] == 2
+    assert torch.equal(artifact.tensors["fc.bias"], torch.full((2,), 1.25))
+    assert rec.participation()["missed"] == {"client:colour": [2]}
+    upload = next(r for r in rec.rows if r["record"] == "metrics:meta")
+    assert rec.artifact(upload).tensors["NUM_STEPS_CURRENT_ROUND"].item() == 5
+
+
+def test_a_refusal_stops_the_job_in_one_line(tmp_path, monkeypatch):
+    rec_dir = tmp_path / "rec"
+    first = FedauditRecorder(str(rec_dir))
+    first.handle_event(EventType.START_RUN, _ctx())
+    first.handle_event(EventType.AFTER_TASK_DATA_FILTER, _ctx("clean", **{FLContextKey.TASK_DATA: _shareable(_weights(0), 0)}))
+    second = FedauditRecorder(str(rec_dir))
+    panics: list[str] = []
+    monkeypatch.setattr(second, "system_panic", lambda reason, fl_ctx: panics.append(reason))
+    second.handle_event(EventType.START_RUN, _ctx())
+    assert len(panics) == 1 and "already holds a recorded run" in panics[0] and "\n" not in panics[0]
+    second.handle_event(EventType.AFTER_TASK_DATA_FILTER, _ctx("clean", **{FLContextKey.TASK_DATA: _shareable(_weights(1), 0)}))
+    assert len((rec_dir / "wire.jsonl").read_text().splitlines()) == 2  # the refused job recorded nothing
+
+
+@pytest.mark.slow
+def test_a_two_site_nvflare_simulator_job_is_recorded_and_audited(tmp_path):
+    """Acceptance: NVFlare's FedAvgRecipe on its simulator, each site in its own process, recorded from the server
+    alone; the audit verifies it, judges the final aggregate (the mean of the last round's updates weighted by
+    their steps) and writes the membership rows."""
+    rec_dir = tmp_path / "rec"
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "nvflare_digits" / "job.py"), "--out", str(rec_dir),
+                           "--rounds", "2", "--sites", "clean,colour"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rec = read_recording(rec_dir)
+    assert verify_recording(rec)["status"] == "verified"
+    assert sorted(rec.nodes.values()) == ["clean", "colour"]
+    released, judged = rec.deployed()
+    assert judged["released"] and judged["round"] == 2
+    last = [r for r in rec.rows if r["round"] == 2 and r["direction"] == "up"]
+    updates = {r["sender"]: rec.artifact(r).tensors for r in last if r["record"] == "model"}
+    steps = {r["sender"]: rec.artifact(r).tensors["NUM_STEPS_CURRENT_ROUND"].item() for r in last
+             if r["record"] == "metrics:meta"}
+    total = sum(steps.values())
+    for name, value in released.tensors.items():
+        if value.is_floating_point():
+            mean = sum(updates[c][name].double() * steps[c] / total for c in updates)
+            assert torch.allclose(value.double(), mean, atol=1e-5), name
+
+    from typer.testing import CliRunner
+
+    from fedaudit.cli import app
+
+    result = CliRunner().invoke(app, ["audit", str(rec_dir), "--model", MODEL, "--attack", "mia-loss",
+                                      "--out", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    assert "model judged: the model the recording names as released after round 2" in " ".join(result.output.split())
+    metrics = json.loads(next((tmp_path / "runs").rglob("metrics.json")).read_text())
+    rows = {r["row"] for r in metrics["verdict"]}
+    assert {"membership:global_model", "membership:full_model↑"} <= rows
+    assert metrics["provenance"]["recording"]["verification"]["status"] == "verified"
