@@ -49,7 +49,7 @@ def main() -> None:
         verify_s = statistics.median(times)
         t0 = time.perf_counter()
         audit_recording(root / "rec", attack=args.attack, model="examples.pytorch_fedavg.net:Net",
-                        out=str(root / "runs"), device="cpu", inversion_iters=50)
+                        out=str(root / "runs"), device="cpu", inversion_iters=50, records=data)
         audit_s = time.perf_counter() - t0
     print(f"recording: {v['messages']} message files, {v['bytes'] / 1e6:.1f} MB, {v['rows']} ledger rows, "
           f"{v['rounds']} rounds, {v['clients']} clients ({v['status']})")

@@ -282,9 +282,10 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
 
 
 def audit_recording(recording: str | Path, *, command: str = "", unverified: bool = False,
-                    **explicit: Any) -> tuple[Path, dict[str, Any]]:
+                    records: str | Path | None = None, **explicit: Any) -> tuple[Path, dict[str, Any]]:
     """``fedaudit audit``: attack a recorded federation as ``evaluate`` attacks its own (see
-    :mod:`fedaudit.interop.audit_recording`); returns (run directory, metrics)."""
+    :mod:`fedaudit.interop.audit_recording`); ``records`` is the auditor's records folder (needed where the
+    recording's manifest points outside the recording); returns (run directory, metrics)."""
     from fedaudit.attacks import AUTO, attack_options, attack_schema, auto_attacks, get_attacks
     from fedaudit.methods import get_method
     from fedaudit.interop.audit_recording import (NO_DATA, audit, audited_model, auditor_data, check_audit_options,
@@ -300,7 +301,7 @@ def audit_recording(recording: str | Path, *, command: str = "", unverified: boo
     check_some_client_answered(rec)
     explicit = {k: v for k, v in explicit.items() if v is not None}
     check_audit_options(explicit, set(attack_options()))
-    base = audited_model(rec, recorded_config(rec), explicit)
+    base = audited_model(rec, recorded_config(rec, records), explicit)
     method_cls = get_method(base["method"])
     # First the options without attacks: the data and the architecture say what the recorded records are,
     # and those say what `--attack auto` runs.

@@ -268,17 +268,20 @@ def test_audit_of_the_example_recording_writes_a_run(example_recording, tmp_path
     rec = read_recording(rec_dir)
     assert {(r["message_type"], r["kind"], r["direction"]) for r in rec.rows if r["kind"] != "config"} == {
         ("train", "full_model", "down"), ("train", "full_model", "up"), ("train", "scalars", "up"),
-        ("evaluate", "full_model", "down"), ("evaluate", "scalars", "up")}
+        ("evaluate", "full_model", "down"), ("evaluate", "scalars", "up"), ("release", "full_model", "down")}
     run_dir, metrics = audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"), device="cpu")
     for name in ("config.json", "metrics.json", "wire.jsonl", "report.html", "COMPLETE"):
         assert (run_dir / name).exists(), name
     ledger = [json.loads(line) for line in (run_dir / "wire.jsonl").read_text().splitlines()]
-    assert sum(r["bytes"] for r in ledger) == sum(r["bytes"] for r in rec.rows)
-    # the deployed model is the evaluation broadcast after the last aggregation, and it is what was scored: its
-    # accuracy on each client's validation records is what that client reported back to Flower's strategy
-    judged = metrics["provenance"]["recording"]["deployed_model"]  # the example names no released model: said
-    assert (judged["round"], judged["message_type"], judged["released"]) == (1, "evaluate", False)
-    assert judged["what"].startswith("NOT the released model")
+    assert sum(r["bytes"] for r in ledger) == sum(r["bytes"] for r in rec.rows if r["message_type"] != "release")
+    # the deployed model is the final aggregate the strategy returned, recorded as released; it is the model the
+    # strategy evaluated after the last aggregation, and it is what was scored: its accuracy on each client's
+    # validation records is what that client reported back to Flower's strategy
+    judged = metrics["provenance"]["recording"]["deployed_model"]
+    assert (judged["round"], judged["message_type"], judged["released"]) == (1, "release", True)
+    released = rec.deployed()[0].tensors
+    evaluated = rec.artifact([r for r in rec.rows if r["message_type"] == "evaluate" and r["kind"] == "full_model"][-1])
+    assert all(torch.equal(released[k], evaluated.tensors[k]) for k in released)
     reported = {r["sender"][len("client:"):]: float(rec.artifact(r).tensors["accuracy"]) for r in rec.rows
                 if r["kind"] == "scalars" and r["message_type"] == "evaluate"}
     assert reported.keys() == {"clean", "colour", "rotated"}
@@ -382,7 +385,24 @@ def test_audit_with_the_deployments_own_records(example_recording, tmp_path):
     shutil.copytree(example_recording, rec_dir)
     manifest = json.loads((rec_dir / "manifest.json").read_text())
     (rec_dir / "manifest.json").write_text(json.dumps({**manifest, "data": {"records": str(records), "seed": 0}}))
-    run_dir, metrics = audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"), device="cpu")
+    # a path the recording names outside itself is shown, never followed: the reviewer names it (--records)
+    with pytest.raises(FedauditError, match=f"points the auditor's records at {records}, outside the recording; .*"
+                                            f"pass --records {records}"):
+        audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"), device="cpu")
+    from typer.testing import CliRunner
+
+    from fedaudit.cli import app
+
+    forged = CliRunner().invoke(app, ["audit", str(rec_dir), "--attack", "mia-loss", "--out", str(tmp_path / "runs")])
+    assert forged.exit_code == 2 and "outside the recording" in forged.output and "Traceback" not in forged.output
+    from fedaudit.interop.audit_recording import auditor_records
+
+    inside = auditor_records(read_recording(rec_dir), "auditor", None)  # a folder inside the recording is its own
+    assert inside == str((rec_dir / "auditor").resolve())
+    with pytest.raises(FedauditError, match="outside the recording"):
+        auditor_records(read_recording(rec_dir), "../../etc", None)
+    run_dir, metrics = audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"), device="cpu",
+                                       records=records)
     assert metrics["target_domain"] == "textured" and metrics["dataset"] == f"records:{records}"
     entry = metrics["leakage"]["mia"]["loss"]["global_model"]["clean"]
     holdout = len(sources["clean"].val_y) + len(sources["clean"].holdout_y)
@@ -390,7 +410,7 @@ def test_audit_with_the_deployments_own_records(example_recording, tmp_path):
     assert entry["n_nonmembers"] == holdout - round(holdout * 0.2)
     shutil.rmtree(records / "unseen")
     with pytest.raises(FedauditError, match="have no unseen/ folder; records PATH holds members/"):
-        audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"))
+        audit_recording(rec_dir, attack="mia-loss", out=str(tmp_path / "runs"), records=records)
 
 
 def test_audit_names_the_models_records_when_the_recording_declared_no_model(example_recording, tmp_path):

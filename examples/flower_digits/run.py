@@ -30,8 +30,11 @@ from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, 
 from flwr.simulation import run_simulation  # noqa: E402
 
 from fedaudit.data import load_dataset  # noqa: E402
+from fedaudit.errors import FedauditError  # noqa: E402
 from fedaudit.data.split import lodo_split  # noqa: E402
-from fedaudit.interop.flower import RecordingGrid, recording_mod, seal_recording, start_recording  # noqa: E402
+from fedaudit.interop.flower import (RecordingGrid, record_released, recording_mod, seal_recording,  # noqa: E402
+                                     start_recording)
+from fedaudit.interop.recording_writer import check_fresh  # noqa: E402
 from fedaudit.models import build_model  # noqa: E402
 from fedaudit.simulation.training import (Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer,  # noqa: E402
                                train_steps)
@@ -119,8 +122,9 @@ def run_server(grid: Grid, out: Path, rounds: int, local_epochs: int, seed: int,
     start_recording(out, run_id=grid.run.run_id, strategy=strategy, model=new_model(seed), architecture=ARCHITECTURE,
                     data={"dataset": DATASET, "target_domain": TARGET, "seed": seed},
                     recipe={**RECIPE, "local_epochs": local_epochs, "rounds": rounds})
-    strategy.start(grid=RecordingGrid(grid, out), initial_arrays=ArrayRecord(new_model(seed).state_dict()),
-                   num_rounds=rounds, train_config=ConfigRecord({"lr": RECIPE["lr"], "local-epochs": local_epochs}))
+    result = strategy.start(grid=RecordingGrid(grid, out), initial_arrays=ArrayRecord(new_model(seed).state_dict()),
+                            num_rounds=rounds, train_config=ConfigRecord({"lr": RECIPE["lr"], "local-epochs": local_epochs}))
+    record_released(out, result.arrays, rounds)  # the final aggregate: the model the deployment releases
     seal_recording(out)  # the run has ended: the ledger's sha256 goes into the manifest (tamper evidence)
 
 
@@ -145,8 +149,10 @@ def main() -> None:
                         help="Flower's central DP with client-side fixed clipping (the audit accounts its ε)")
     args = parser.parse_args()
     out = args.out.resolve()
-    if (out / "wire.jsonl").exists():
-        parser.error(f"{out} already holds a recording; give a new --out")
+    try:
+        check_fresh(out)  # refused here in one line, not as a traceback from inside Flower's ServerApp
+    except FedauditError as exc:
+        parser.exit(2, f"error: {exc}\n")
     dp = tuple(args.dp) if args.dp else None
     run_simulation(server_app=make_server_app(out, args.rounds, args.local_epochs, args.seed, dp),
                    client_app=make_client_app(out, args.seed, dp), num_supernodes=len(source_domains()),

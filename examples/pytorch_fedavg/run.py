@@ -2,9 +2,11 @@
 
 The deployment's side is plain PyTorch: its own model (``net.Net``), ``torchvision``'s ``ImageFolder``
 per client, SGD, a weighted average. fedaudit's part is the :class:`~fedaudit.interop.recording.Recorder`: one
-``send`` per message. The clients' records live in the layout the auditor reads
-(``members/<client>/<class>/*.png`` trained on, ``holdout/<client>/…`` never trained on, ``unseen/<domain>/…``);
-without ``--data`` the example writes fedaudit's built-in ``digits`` there first.
+``send`` per message, and ``release`` for the final model. The clients' records live in the layout the auditor
+reads (``members/<client>/<class>/*.png`` trained on, ``holdout/<client>/…`` never trained on,
+``unseen/<domain>/…``); without ``--data`` the example writes fedaudit's built-in ``digits`` there first, inside
+the recording (``<out>/auditor-records``), where the audit finds them. Records elsewhere (``--data DIR``) are read
+only when the reviewer names them: ``fedaudit audit REC --records DIR``.
 
     python -m examples.pytorch_fedavg.run --out runs/pt-fedavg
     fedaudit audit runs/pt-fedavg --model examples.pytorch_fedavg.net:Net
@@ -25,6 +27,7 @@ from torchvision import datasets, transforms
 from examples.pytorch_fedavg.net import Net
 from fedaudit.errors import FedauditError
 from fedaudit.interop.recording import Recorder
+from fedaudit.interop.recording_writer import check_fresh
 
 RECIPE = {"lr": 0.01, "momentum": 0.9, "weight_decay": 5e-4, "batch_size": 32, "augment": False}
 NORMALISE = {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}
@@ -48,6 +51,7 @@ def average(states: list[dict[str, torch.Tensor]], weights: list[int]) -> dict[s
 
 
 def fedavg(data: Path, out: Path, rounds: int, local_epochs: int, seed: int) -> None:
+    inside = data.resolve().is_relative_to(out.resolve())
     torch.manual_seed(seed)
     to_tensor = transforms.Compose([transforms.ToTensor(), transforms.Normalize(NORMALISE["mean"], NORMALISE["std"])])
     clients = sorted(p.name for p in (data / "members").iterdir() if p.is_dir())
@@ -59,7 +63,8 @@ def fedavg(data: Path, out: Path, rounds: int, local_epochs: int, seed: int) -> 
     recorder = Recorder(out, model=model,  # the manifest: what fedaudit audit needs to know, all of it public
                         architecture={"model": "examples.pytorch_fedavg.net:Net", "num_classes": len(classes),
                                       "image_size": 32},
-                        data={"records": str(data.resolve()), "seed": seed},
+                        data={"records": str(data.resolve().relative_to(out.resolve())) if inside else str(data.resolve()),
+                              "seed": seed},
                         recipe={**RECIPE, "local_epochs": local_epochs, "rounds": rounds},
                         prior={"classes": classes, **NORMALISE, "hflip": False})
     for rnd in range(1, rounds + 1):
@@ -76,6 +81,7 @@ def fedavg(data: Path, out: Path, rounds: int, local_epochs: int, seed: int) -> 
         print(f"round {rnd}: averaged {len(states)} clients")
     for client in clients:  # the deployed model goes out once more, for the clients to evaluate
         recorder.send(rounds, "server", client, model.state_dict(), message_type="evaluate")
+    recorder.release(model.state_dict())  # the model the deployment releases: the one the audit judges
     recorder.close()  # the run has ended: the ledger's sha256 goes into the manifest (tamper evidence)
 
 
@@ -105,22 +111,24 @@ def write_digits(root: Path, seed: int) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="recording directory (created; must not hold a run)")
-    parser.add_argument("--data", type=Path, help="the clients' records (default: built-in digits, written next to --out "
-                                                  "as <out>-data-seed<seed>)")
+    parser.add_argument("--data", type=Path, help="the clients' records (default: built-in digits, written into the "
+                                                  "recording as <out>/auditor-records)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--local-epochs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     data = args.data
-    if data is None:  # written once per seed, never over the records an existing recording was made from
-        data = args.out.with_name(f"{args.out.name}-data-seed{args.seed}")
-        if not data.is_dir():
-            write_digits(data, args.seed)
     try:
+        check_fresh(args.out)  # before any data is written into it
+        if data is None:
+            data = args.out / "auditor-records"
+            write_digits(data, args.seed)
         fedavg(data, args.out, args.rounds, args.local_epochs, args.seed)
     except FedauditError as exc:  # e.g. --out already holds a recorded run
         parser.exit(2, f"error: {exc}\n")
-    print(f"recording written to {args.out}; audit it with: fedaudit audit {args.out} --model examples.pytorch_fedavg.net:Net")
+    records = "" if args.data is None else f" --records {args.data}"
+    print(f"recording written to {args.out}; audit it with: fedaudit audit {args.out} --model "
+          f"examples.pytorch_fedavg.net:Net{records}")
 
 
 if __name__ == "__main__":

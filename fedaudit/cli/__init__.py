@@ -119,13 +119,14 @@ def audit(recording: Path, **given: Any) -> None:
     from fedaudit import api
 
     quiet, json_summary, fail_on = given.pop("quiet"), given.pop("json_summary"), given.pop("fail_on")
-    model_arg, unverified = given.pop("model_arg"), given.pop("unverified")
+    model_arg, unverified, records = given.pop("model_arg"), given.pop("unverified"), given.pop("records")
     _setup_logging(quiet)
     try:
         options = parsed_options(given, fail_on)
         if model_arg:
             options["model_args"] = parse_model_args(model_arg)
-        run_dir, metrics = api.audit_recording(recording, command=api.command_line(), unverified=unverified, **options)
+        run_dir, metrics = api.audit_recording(recording, command=api.command_line(), unverified=unverified,
+                                               records=records, **options)
     except FedauditError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

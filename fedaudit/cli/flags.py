@@ -121,8 +121,11 @@ COMMAND_PARAMETERS = [
     ("unverified", bool, typer.Option(False, "--unverified",
                                       help="Audit a recording whose hashes do not match (edited after it was made); "
                                            "the report marks it unverified on its first screen.")),
+    ("records", Optional[Path], typer.Option(None, help="The auditor's records (members/<client>/, holdout/<client>/, "
+                                             "unseen/<domain>/): needed where the recording's manifest points "
+                                             "outside the recording, which fedaudit never follows by itself.")),
 ]
-AUDIT_ONLY = ("unverified",)
+AUDIT_ONLY = ("unverified", "records")
 
 
 def evaluate_signature() -> inspect.Signature:

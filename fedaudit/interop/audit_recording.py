@@ -54,9 +54,10 @@ AUDIT_OPTIONS = ("attack", "attacker", "victim", "model", "model_args", "norm", 
 RECIPE_KEYS = ("rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "augment")
 
 
-def recorded_config(rec: Recording) -> dict[str, Any]:
+def recorded_config(rec: Recording, records: str | Path | None = None) -> dict[str, Any]:
     """The run options the manifest states: protocol, data, architecture and the clients' recipe (a
-    deployment's own records are the dataset ``records:PATH``)."""
+    deployment's own records are the dataset ``records:PATH``; ``records``, the folder the reviewer names
+    with ``--records``, takes the place of the manifest's)."""
     m = rec.manifest
     data, model, recipe = m.get("data") or {}, m.get("model") or {}, m.get("recipe") or {}
     options: dict[str, Any] = {"method": m.get("method", "fedavg")}
@@ -67,8 +68,8 @@ def recorded_config(rec: Recording) -> dict[str, Any]:
     if isinstance(model.get("args"), dict) and model["args"]:
         options["model_args"] = dict(model["args"])
     options.update({k: recipe[k] for k in RECIPE_KEYS if k in recipe})
-    if "records" in data:
-        options["dataset"] = f"records:{data['records']}"
+    if records is not None or "records" in data:
+        options["dataset"] = f"records:{auditor_records(rec, data.get('records'), records)}"
     if "dataset" not in options:
         if not m.get("prior"):
             raise FedauditError(f"{rec.root}/manifest.json names neither the auditor's data (data.dataset, or "
@@ -79,6 +80,28 @@ def recorded_config(rec: Recording) -> dict[str, Any]:
     if "rounds" not in options:
         options["rounds"] = max((r["round"] for r in rec.rows), default=1)
     return options
+
+
+def auditor_records(rec: Recording, declared: Any, named: str | Path | None) -> str:
+    """The folder the auditor's records are read from: the one the reviewer names (``--records``), else the
+    manifest's, but only when it lies inside the recording (a relative path is read against it). A recording is
+    someone else's file: the path it names elsewhere on the reviewer's disk is shown, never followed."""
+    if named is not None:
+        path = Path(named).expanduser()
+        if not path.is_dir():
+            raise FedauditError(f"--records {named}: no such folder; give the folder of the auditor's records "
+                                f"({RECORDS_LAYOUT})")
+        return str(path.resolve())
+    if not isinstance(declared, str) or not declared.strip():
+        raise FedauditError(f"{rec.root}/manifest.json data.records is {declared!r}, not a folder path; pass the "
+                            "auditor's records with --records PATH")
+    path = Path(declared).expanduser()
+    resolved = (path if path.is_absolute() else rec.root / path).resolve()
+    if resolved.is_relative_to(rec.root.resolve()):
+        return str(resolved)
+    raise FedauditError(f"{rec.root}/manifest.json points the auditor's records at {declared}, outside the recording; "
+                        "fedaudit follows a path outside a recording only where you name it: check that the folder "
+                        f"holds the auditor's records, then pass --records {declared}")
 
 
 def check_audit_options(explicit: dict[str, Any], attack_option_names: set[str]) -> None:
@@ -405,7 +428,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
     return run_dir, written
 
 
-__all__ = ["AUDIT_OPTIONS", "NO_DATA", "audit", "audited_model", "auditor_data", "check_architecture", "check_audit_options",
+__all__ = ["AUDIT_OPTIONS", "NO_DATA", "audit", "audited_model", "auditor_data", "auditor_records", "check_architecture", "check_audit_options",
            "check_finite_reads", "check_some_client_answered",
            "data_free_attacks", "name_model_records", "public_data", "recorded_clients", "recorded_config",
            "recorded_shares"]

@@ -11,6 +11,8 @@ An optional extra (``pip install -e ".[flower]"``); nothing else in fedaudit imp
   client, after every other mod (a DP mod's noise included).
 * :class:`RecordingGrid` wraps the :class:`~flwr.serverapp.Grid` a strategy runs on and records both
   directions from the ServerApp process.
+* :func:`record_released` records the final aggregate the strategy returns as the released model, and
+  :func:`seal_recording` ends the run.
 
 Either or both may be installed; when both record a message, the reader keeps the sender's copy.
 """
@@ -199,10 +201,18 @@ class RecordingGrid(Grid):
                             **contents(reply))
 
 
+def record_released(root: str | Path, arrays: Any, server_round: int) -> None:
+    """Record the model the ServerApp releases — the final aggregate, ``strategy.start(...).arrays`` — after round
+    ``server_round``: ``fedaudit audit`` then judges it as the deployed model (without it, the newest broadcast,
+    and the report says so)."""
+    state = arrays.to_torch_state_dict() if hasattr(arrays, "to_torch_state_dict") else dict(arrays)
+    RecordingWriter(root, "server").release(server_round, state)
+
+
 def telemetry_off() -> None:
     """Flower's anonymous telemetry off for this process and the ones it starts (audits run offline)."""
     os.environ["FLWR_TELEMETRY_ENABLED"] = "0"
 
 
-__all__ = ["RecordingGrid", "contents", "dp_parameters", "default_node_name", "message_round", "recording_mod", "seal_recording", "start_recording",
-           "telemetry_off"]
+__all__ = ["RecordingGrid", "contents", "dp_parameters", "default_node_name", "message_round", "record_released",
+           "recording_mod", "seal_recording", "start_recording", "telemetry_off"]
