@@ -248,15 +248,21 @@ def record_example(root: Path, rounds: int = 1, local_epochs: int = 1) -> FakeGr
     return grid
 
 
+def example_recording_at(root: Path) -> Path:
+    """One round of the example app, recorded into ``root``."""
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 7, SERVER_NODE
+    try:
+        record_example(root)
+    finally:
+        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+    return root
+
+
 @pytest.fixture(scope="module")
 def example_recording(tmp_path_factory) -> Path:
     """One round of the example app, recorded once for this module's audit tests (each copies it)."""
-    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 7, SERVER_NODE
-    root = tmp_path_factory.mktemp("example") / "rec"
-    record_example(root)
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
-    return root
+    return example_recording_at(tmp_path_factory.mktemp("example") / "rec")
 
 
 def test_audit_of_the_example_recording_writes_a_run(example_recording, tmp_path):

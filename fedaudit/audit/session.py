@@ -80,6 +80,19 @@ def attack_role_and_victims(cfg: RunConfig, sources: list[str]) -> tuple[str, li
     return role, [cfg.victim]
 
 
+def reconstruction_outcome(attack: str, section: dict[str, Any]) -> str:
+    """What a reconstruction attack did, in one log line: scored against its controls, or on nothing at all
+    (every artifact not applicable, each reason named) — never a promise of controls that did not run."""
+    entries = [e for artifact, victims in section.items() if artifact not in ("summary", "auditor", "settings")
+               and isinstance(victims, dict) for e in victims.values() if isinstance(e, dict)]
+    scored = [e for e in entries if "metrics" in e]
+    if scored:
+        return (f"{attack}: {len(scored)} artifact(s) scored with their nulls, holdout twin and positive control"
+                + (f"; {len(entries) - len(scored)} not scored" if len(entries) > len(scored) else ""))
+    reasons = sorted({f"{e.get('status')}: {e.get('reason')}" for e in entries if e.get("status")})
+    return f"{attack}: nothing scored ({'; '.join(reasons) or 'no artifact to attack'})"
+
+
 def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig, method: Method, fed: Federation,
                 dataset: MultiDomainDataset, device: torch.device, *, retrain: bool = True) -> dict[str, Any]:
     """Every ``selected`` attack class against the attacker's wire view, scored by the auditor. ``retrain``: the
@@ -114,10 +127,11 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
             if gradient:
                 leakage[CANARY_GRADIENT] = gradient
         else:
-            log.info("attack %s %s (with its nulls, holdout twin and positive control)", attack.name, against)
+            log.info("attack %s %s", attack.name, against)
             auditor = auditor or build_auditor(cfg, fed, dataset, device)  # trains the judges: only when needed
             leakage[attack.name] = audit_reconstruction(attack, fed.wire.view(role), prior, victims, auditor, run_dir,
                                                         device)
+            log.info("%s", reconstruction_outcome(attack.name, leakage[attack.name]))
             settings = getattr(attack, "settings", None)
             if settings is not None:
                 leakage[attack.name]["settings"] = settings.to_json()

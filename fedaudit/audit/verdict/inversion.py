@@ -75,10 +75,11 @@ def _attacks_on(kind: str, metrics: dict[str, Any]) -> list[tuple[str, str, dict
 def _unseen(arrow: str, observer: str, attacker: str, kind: str, metrics: dict[str, Any],
             found: list[tuple[str, str, dict]]) -> Decision | None:
     """Why a row has nothing to judge, or None."""
-    if not Leakage.of(metrics).reconstruction_sections():
+    ran = bool(Leakage.of(metrics).reconstruction_sections())
+    if arrow != ("↑" if attacker == "server" else "↓"):  # first: the hint must name the view as well as the attack
+        return Decision(NOT_ASSESSED, "other_view", {"observer": observer, "attacker": attacker, "attack_ran": ran})
+    if not ran:
         return Decision(NOT_ASSESSED, "no_attack")
-    if arrow != ("↑" if attacker == "server" else "↓"):
-        return Decision(NOT_ASSESSED, "other_view", {"observer": observer, "attacker": attacker})
     if not found:
         return Decision(NOT_ASSESSED, "no_target", {"subject": kind})
     return None

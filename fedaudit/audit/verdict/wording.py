@@ -194,6 +194,7 @@ def not_assessed(question: str, d: Decision) -> tuple[str, str]:
         other = "--attacker client:<domain>" if f["attacker"] == "server" else "--attacker server"
         if reconstruction:
             sees = "uploads" if f["attacker"] == "server" else "broadcasts"
+            other += "" if f.get("attack_ran", True) else " --attack deepinversion"  # no inversion ran at all
             return (f"judged from {f['observer']}'s view, which this run's attacker ({f['attacker']}) does not hold (it "
                     f"sees {sees} only); assess it with {other}", f"{f['observer']}'s view: {other}")
         return (f"judged from {f['observer']}'s view, which this run's attacker ({f['attacker']}) does not hold; assess "
