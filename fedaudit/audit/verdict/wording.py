@@ -194,9 +194,9 @@ def not_assessed(question: str, d: Decision) -> tuple[str, str]:
         other = "--attacker client:<domain>" if f["attacker"] == "server" else "--attacker server"
         if reconstruction:
             sees = "uploads" if f["attacker"] == "server" else "broadcasts"
-            other += "" if f.get("attack_ran", True) else " --attack deepinversion"  # no inversion ran at all
+            flags = other + ("" if f.get("attack_ran", True) else " --attack deepinversion")  # no inversion ran
             return (f"judged from {f['observer']}'s view, which this run's attacker ({f['attacker']}) does not hold (it "
-                    f"sees {sees} only); assess it with {other}", f"{f['observer']}'s view: {other}")
+                    f"sees {sees} only); assess it with {flags}", f"{f['observer']}'s view: {other}")
         return (f"judged from {f['observer']}'s view, which this run's attacker ({f['attacker']}) does not hold; assess "
                 f"it with {other} --attack mia", f"{f['observer']}'s view: {other}")
     if d.rule == "no_attack":
