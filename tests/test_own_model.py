@@ -261,9 +261,11 @@ def _assert_inverted_with_controls(metrics: dict, run_dir: Path) -> None:
     assert all(e["twin"]["status"] == "scored" and e["power"]["status"] == "measured" for e in uploads.values())
     for e in uploads.values():  # every score beside its nulls: the untrained model, the prior alone, the twin
         assert {"attack", "control", "prior_only", "twin"} <= set(e["metrics"]["class_fidelity"]), e["metrics"]
-    row = next(r for r in metrics["verdict"] if r["row"] == "full_model↑")
-    assert {e["test"] for e in row["evidence"]} >= {"identifiability", "class_fidelity", "domain_attribution"}
-    assert all(e["baseline_name"] for e in row["evidence"])
+    rows = {r["row"]: r for r in metrics["verdict"]}  # each test in the row of its level (issue 47)
+    records, whole = rows["full_model↑"], rows["client_data:full_model↑"]
+    assert {e["test"] for e in records["evidence"]} == {"identifiability"}
+    assert {e["test"] for e in whole["evidence"]} == {"class_fidelity", "domain_attribution"}
+    assert all(e["baseline_name"] for e in records["evidence"] + whole["evidence"])
     assert MOBILENET in (run_dir / "report.html").read_text()
 
 

@@ -31,6 +31,7 @@ from flwr.serverapp import Grid
 
 from fedaudit.errors import FedauditError
 from fedaudit.interop.recording import SERVER_NODE_ID, RecordingWriter, seal_recording
+from fedaudit.interop.recording_writer import check_fresh
 from fedaudit.interop.recording import start_recording as core_start_recording
 from fedaudit.simulation.wire import SERVER, client_role
 
@@ -214,5 +215,5 @@ def telemetry_off() -> None:
     os.environ["FLWR_TELEMETRY_ENABLED"] = "0"
 
 
-__all__ = ["RecordingGrid", "contents", "dp_parameters", "default_node_name", "message_round", "record_released",
+__all__ = ["RecordingGrid", "check_fresh", "contents", "dp_parameters", "default_node_name", "message_round", "record_released",
            "recording_mod", "seal_recording", "start_recording", "telemetry_off"]

@@ -118,10 +118,10 @@ class Recording:
                         {"record": row["record"], "message_type": row["message_type"]})
 
     def bytes_by_round(self, kinds: set[str] | None = None) -> dict[int, int]:
-        """Ledger bytes per round (of these kinds), both directions."""
+        """Ledger bytes per round (of these kinds), both directions; the released model crossed no wire."""
         out: dict[int, int] = {}
         for row in self.rows:
-            if kinds is None or row["kind"] in kinds:
+            if (kinds is None or row["kind"] in kinds) and not is_release(row):
                 out[row["round"]] = out.get(row["round"], 0) + row["bytes"]
         return out
 

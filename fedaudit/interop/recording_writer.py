@@ -227,7 +227,8 @@ def _refuse_another_run(root: Path, old: Mapping[str, Any], framework_run_id: An
     if ledger.is_file() and ledger.stat().st_size and not (framework_run_id is not None and earlier is not None):
         raise FedauditError(f"{root} already holds a recorded run (run id {old.get('run_id')}, messages in {LEDGER}); "
                             "record into a new directory, or, to continue that run with its rounds numbered on, pass "
-                            "append=True")
+                            "append=True (several processes recording one run: give each its own shard, "
+                            "Recorder(DIR, shard=NAME, run_id=RUN), and seal them together)")
 
 
 class RecordingWriter:
