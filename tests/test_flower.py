@@ -343,9 +343,13 @@ def test_example_runs_in_flower_simulation(tmp_path):
     # per round: train broadcast, train upload and evaluation broadcast of a whole model, for 3 clients
     assert rec.bytes_by_round({"full_model"}) == {1: 9 * state_bytes, 2: 9 * state_bytes}
     raw = [json.loads(line) for line in (out / "wire.jsonl").read_text().splitlines() if '"full_model"' in line]
-    by_side = {side: sorted((r["round"], r["direction"], r["message_type"], r["bytes"]) for r in raw if r["recorded_by"] == side)
-               for side in ("client", "server")}
+    by_side = {side: sorted((r["round"], r["direction"], r["message_type"], r["bytes"]) for r in raw
+                            if r["recorded_by"] == side and r["message_type"] != "release") for side in ("client", "server")}
     assert by_side["client"] == by_side["server"] and len(by_side["client"]) == 18
+    # and the final aggregate, once, as the server released it after the last round: the model the audit judges
+    assert [(r["round"], r["recorded_by"], r["bytes"]) for r in raw if r["message_type"] == "release"] == [
+        (2, "server", state_bytes)]
+    assert rec.deployed()[1]["released"]
     assert set(rec.nodes.values()) == {"clean", "colour", "rotated"}
 
 
