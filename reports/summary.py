@@ -290,7 +290,26 @@ def recording_lines(recording: dict[str, Any]) -> list[tuple[str, str]]:
     missed = (recording.get("participation") or {}).get("missed") or {}
     if missed:
         lines.append(("clients that failed", missed_text(missed)))
+    same = ((recording.get("verification") or {}).get("broadcasts")) or {}
+    if same.get("different"):
+        lines.append(("NOT THE SAME MODEL", different_text(same["different"])))
+    elif same.get("compared"):
+        lines.append(("same model", f"every client of a round received the same model ({same['compared']} broadcast(s) "
+                                    "compared by content)"))
     return lines
+
+
+def different_text(different: list[dict[str, Any]]) -> str:
+    """Rounds in which the server sent clients different models, in words, naming the clients."""
+    def names(clients: list[str]) -> str:
+        return ", ".join(str(c).removeprefix("client:") for c in clients)
+
+    parts = [f"round {d['round']} ({d['message_type']} {d['record']}): "
+             + " / ".join(names(g) for g in d["groups"]) for d in different]
+    return ("the server sent different models to different clients in the same round — " + "; ".join(parts)
+            + " (clients separated by / received different content). This is the signature of a model-inconsistency "
+            "attack (a malicious server isolating one client's update), which secure aggregation does not stop; "
+            "unless the protocol is meant to personalise what it sends, ask why")
 
 
 def missed_text(missed: dict[str, list[int]]) -> str:

@@ -173,7 +173,8 @@ def test_a_sealed_recordings_shards_cannot_change(tmp_path):
 PLAIN = "tests.user_models:PlainCNN"  # a small CNN without normalisation (tests/user_models.py)
 
 
-def _loop(root: Path, *, release: bool, skip: tuple[str, int] | None = None, uploads: bool = True) -> Path:
+def _loop(root: Path, *, release: bool, skip: tuple[str, int] | None = None, uploads: bool = True,
+          other_model: tuple[str, int] | None = None) -> Path:
     """Two rounds of a loop over digits' three source clients (no training: the messages are what matters)."""
     from fedaudit.models import build_model
 
@@ -183,7 +184,10 @@ def _loop(root: Path, *, release: bool, skip: tuple[str, int] | None = None, upl
                         data={"dataset": "digits", "target_domain": "textured", "seed": 0})
     for rnd in (1, 2):
         for client in ("clean", "colour", "rotated"):
-            recorder.send(rnd, "server", client, model.state_dict())
+            sent = model.state_dict()
+            if (client, rnd) == other_model:  # a malicious server: this client alone gets another model
+                sent = {k: v + 0.5 if v.is_floating_point() else v for k, v in sent.items()}
+            recorder.send(rnd, "server", client, sent)
             if uploads and (client, rnd) != skip:
                 recorder.send(rnd, client, "server", model.state_dict())
     if release:
@@ -227,3 +231,21 @@ def test_a_run_where_no_client_answered_is_refused_and_a_missed_round_is_listed(
     assert "clients that failed: sent a model to train and sent no update back" in text and "colour in round 2" in text
     report = " ".join(next((tmp_path / "runs").rglob("report.html")).read_text().split())
     assert "colour in round 2" in report
+
+
+def test_a_client_sent_another_model_than_the_rest_is_named_with_its_round(tmp_path):
+    """Every client of a round should receive the same model; one that got another (the signature of a
+    model-inconsistency attack) is named on the first screen with its round. Identical broadcasts say so."""
+    rec = _loop(tmp_path / "other", release=True, other_model=("colour", 2))
+    same = verify_recording(read_recording(rec))["broadcasts"]
+    assert same["different"] == [{"round": 2, "record": "arrays", "message_type": "train",
+                                  "groups": [["client:clean", "client:rotated"], ["client:colour"]]}]
+    result = runner.invoke(app, ["audit", str(rec), "--model", PLAIN, "--attack", "mia-loss",
+                                 "--out", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "NOT THE SAME MODEL: the server sent different models" in text and "round 2 (train arrays): clean, rotated / colour" in text
+    report = " ".join(next((tmp_path / "runs").rglob("report.html")).read_text().split())
+    assert "round 2 (train arrays): clean, rotated / colour" in report
+    honest = verify_recording(read_recording(_loop(tmp_path / "honest", release=True)))["broadcasts"]
+    assert honest == {"compared": 2, "different": []}

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from fedaudit.errors import FedauditError
-from fedaudit.interop.recording_writer import LEDGER
+from fedaudit.interop.recording_writer import LEDGER, RELEASE
 from fedaudit.interop.recording_checks import DAMAGED
 from fedaudit.interop.recording_reader import Recording
 
@@ -28,7 +28,8 @@ def verify_recording(rec: Recording, *, unverified: bool = False) -> dict[str, A
     """Check the whole recording; returns what was verified, for the report's provenance. ``unverified``: a hash
     mismatch is recorded instead of refused (the report then says so on its first screen)."""
     digest, sealed, mismatches = _ledger_mismatches(rec)
-    files, non_finite = _messages_held_to_rows(rec, mismatches, unverified)
+    broadcasts = SameModel()
+    files, non_finite = _messages_held_to_rows(rec, mismatches, unverified, broadcasts)
     if mismatches and not unverified:
         raise FedauditError(f"{mismatches[0]}; {DAMAGED} (or audit it anyway with --unverified, which the report "
                             "marks on its first screen)")
@@ -37,7 +38,8 @@ def verify_recording(rec: Recording, *, unverified: bool = False) -> dict[str, A
     return {"status": status, "ledger_sha256": digest, "sealed": sealed is not None, "mismatches": mismatches,
             "messages": len(files), "rows": len(rec.rows), "bytes": sum(len(d) for d in files.values()),
             "rounds": len({r["round"] for r in rec.rows}),
-            "clients": len({r["sender"] for r in rec.rows if r["direction"] == "up"}), "non_finite": non_finite}
+            "clients": len({r["sender"] for r in rec.rows if r["direction"] == "up"}), "non_finite": non_finite,
+            "broadcasts": broadcasts.result()}
 
 
 def _ledger_mismatches(rec: Recording) -> tuple[str, Any, list[str]]:
@@ -57,10 +59,11 @@ def _ledger_mismatches(rec: Recording) -> tuple[str, Any, list[str]]:
     return digest, sealed, mismatches
 
 
-def _messages_held_to_rows(rec: Recording, mismatches: list[str],
-                           unverified: bool) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
+def _messages_held_to_rows(rec: Recording, mismatches: list[str], unverified: bool,
+                           broadcasts: SameModel) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
     """Every message file read once, against its rows' sha256 (a mismatch appended to ``mismatches``) and held
-    to each row; returns the files' bytes and the non-finite tensors found."""
+    to each row (each model sent down given to ``broadcasts``); returns the files' bytes and the non-finite
+    tensors found."""
     non_finite: list[dict[str, Any]] = []
     files: dict[str, bytes] = {}
     for row in rec.rows:
@@ -73,8 +76,43 @@ def _messages_held_to_rows(rec: Recording, mismatches: list[str],
             if not unverified:
                 continue  # refused by the caller, naming the first mismatch
         # an edited message audited with --unverified is still held to its row: format, shapes, non-finite values
-        non_finite += _held_to_row(row, _tensors(data, row))
+        tensors = _tensors(data, row)
+        non_finite += _held_to_row(row, tensors)
+        broadcasts.add(row, tensors)
     return files, non_finite
+
+
+class SameModel:
+    """Did every client of a round receive the same model? The content of each model sent down (whole, part, or
+    global statistics), digested per (round, record, message type): a server that sends one client another
+    model than the rest — the signature of model-inconsistency attacks, which secure aggregation does not stop —
+    shows as two digests in one round."""
+
+    KINDS = ("full_model", "partial_model", "global_stats")
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[int, str, str], dict[str, list[str]]] = {}
+
+    def add(self, row: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
+        if row["direction"] != "down" or row["kind"] not in self.KINDS or row["message_type"] == RELEASE:
+            return
+        prefix = row["record"] + "/"
+        h = hashlib.sha256()
+        for key in sorted(k for k in tensors if k.startswith(prefix)):
+            t = tensors[key].contiguous()
+            h.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # any dtype, bf16 included
+        group = self.groups.setdefault((row["round"], row["record"], row["message_type"]), {})
+        group.setdefault(h.hexdigest(), []).append(row["receiver"])
+
+    def result(self) -> dict[str, Any]:
+        """How many (round, record, message type) groups were compared, and each one whose clients got different
+        content: the clients of each content, largest group first."""
+        differ = [{"round": rnd, "record": record, "message_type": kind,
+                   "groups": sorted((sorted(c) for c in by_digest.values()), key=lambda c: (-len(c), c))}
+                  for (rnd, record, kind), by_digest in sorted(self.groups.items()) if len(by_digest) > 1]
+        return {"compared": sum(1 for g in self.groups.values() if sum(map(len, g.values())) > 1),
+                "different": differ}
 
 
 def _read(rec: Recording, row: Mapping[str, Any]) -> bytes:
