@@ -102,6 +102,11 @@ def mitigation(row: VerdictRow, u: Unit) -> str:
     if row.question == "dp_audit":
         return ("the DP-SGD implementation or its accounting does not deliver the claimed ε: fix it and re-run "
                 "--attack canary; until then the claim cannot be relied on")
+    if row.question == "consistency":
+        return ("have each client check, before it trains, that the model it received is the one every client "
+                "received (a digest of each round's model published where every client can compare it, or exchanged "
+                "among the clients), and record on the clients so the audit compares what they received; secure "
+                "aggregation alone does not stop a server that sends different models")
     kind = "global_model" if row.artifact == "released model" else row.artifact.rstrip("↑↓").split(":")[0]
     if row.level == RECORDS:
         return _record_mitigation(kind, row, method, u)
@@ -291,11 +296,8 @@ def recording_lines(recording: dict[str, Any]) -> list[tuple[str, str]]:
     if missed:
         lines.append(("clients that failed", missed_text(missed)))
     same = ((recording.get("verification") or {}).get("broadcasts")) or {}
-    if same.get("different"):
+    if same.get("different"):  # also a HIGH verdict row (consistency:broadcasts); said here first, before any tier
         lines.append(("NOT THE SAME MODEL", different_text(same["different"])))
-    elif same.get("compared"):
-        lines.append(("same model", f"every client of a round received the same model ({same['compared']} broadcast(s) "
-                                    "compared by content)"))
     return lines
 
 

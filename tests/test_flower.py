@@ -298,7 +298,11 @@ def test_audit_of_the_example_recording_writes_a_run(example_recording, tmp_path
     assert {"membership:global_model", "membership:full_model↑"} <= {r["row"] for r in metrics["verdict"]}
     # issue 37: verified whole before the audit, and the report says what was verified and prints the digest
     verification = metrics["provenance"]["recording"]["verification"]
-    assert verification["status"] == "verified" and verification["messages"] == len({r["file"] for r in rec.rows})
+    # every message file checked, the other side's copy of a message both sides recorded included
+    assert verification["status"] == "verified" and verification["messages"] == len({r["file"] for r in rec.rows + rec.copies})
+    assert rec.copies and verification["broadcasts"]["recorded_by"] == "client"  # what each client received
+    rows = {r["row"]: r for r in metrics["verdict"]}
+    assert rows["consistency:broadcasts"]["tier"] == "low" and rows["consistency:broadcasts"]["level"] == "records"
     page = (run_dir / "report.html").read_text(encoding="utf-8")
     assert "VERIFIED: every message matches" in page and verification["ledger_sha256"] in page
 

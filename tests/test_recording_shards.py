@@ -235,17 +235,34 @@ def test_a_run_where_no_client_answered_is_refused_and_a_missed_round_is_listed(
 
 def test_a_client_sent_another_model_than_the_rest_is_named_with_its_round(tmp_path):
     """Every client of a round should receive the same model; one that got another (the signature of a
-    model-inconsistency attack) is named on the first screen with its round. Identical broadcasts say so."""
+    model-inconsistency attack) reads HIGH naming its round and clients, on the first screen. Identical broadcasts
+    recorded by the server alone read INCONCLUSIVE (a lying server could record one model); recorded by the
+    clients, LOW."""
     rec = _loop(tmp_path / "other", release=True, other_model=("colour", 2))
     same = verify_recording(read_recording(rec))["broadcasts"]
-    assert same["different"] == [{"round": 2, "record": "arrays", "message_type": "train",
+    assert same["different"] == [{"round": 2, "record": "arrays", "message_type": "train", "recorded_by": "server",
                                   "groups": [["client:clean", "client:rotated"], ["client:colour"]]}]
     result = runner.invoke(app, ["audit", str(rec), "--model", PLAIN, "--attack", "mia-loss",
-                                 "--out", str(tmp_path / "runs")])
-    assert result.exit_code == 0, result.output
+                                 "--out", str(tmp_path / "runs"), "--fail-on", "high:records"])
+    assert result.exit_code == 3, result.output  # the gate sees it: a records-level HIGH
     text = " ".join(result.output.split())
     assert "NOT THE SAME MODEL: the server sent different models" in text and "round 2 (train arrays): clean, rotated / colour" in text
+    metrics = json.loads(next((tmp_path / "runs").rglob("metrics.json")).read_text())
+    row = {r["row"]: r for r in metrics["verdict"]}["consistency:broadcasts"]
+    assert (row["tier"], row["level"], row["rule"]) == ("high", "records", "different")
+    assert "round 2 (train arrays): clean, rotated / colour" in row["reason"]
     report = " ".join(next((tmp_path / "runs").rglob("report.html")).read_text().split())
-    assert "round 2 (train arrays): clean, rotated / colour" in report
-    honest = verify_recording(read_recording(_loop(tmp_path / "honest", release=True)))["broadcasts"]
-    assert honest == {"compared": 2, "different": []}
+    assert "round 2 (train arrays): clean, rotated / colour" in report and "secure aggregation alone does not stop" in report
+    honest = _loop(tmp_path / "honest", release=True)
+    assert verify_recording(read_recording(honest))["broadcasts"] == {"compared": 2, "recorded_by": "server",
+                                                                       "different": []}
+    from fedaudit.audit.verdict import judge
+
+    def verdict_of(broadcasts: dict) -> dict:
+        metrics = {"provenance": {"recording": {"verification": {"broadcasts": broadcasts}}}}
+        return {r["row"]: r for r in judge(metrics, {})}["consistency:broadcasts"]
+
+    assert verdict_of({"compared": 2, "recorded_by": "server", "different": []})["tier"] == "inconclusive"
+    assert verdict_of({"compared": 2, "recorded_by": "client", "different": []})["tier"] == "low"
+    assert verdict_of({"compared": 0, "recorded_by": "client", "different": []})["tier"] == "not_assessed"
+    assert "consistency:broadcasts" not in {r["row"] for r in judge({}, {})}  # fedaudit's own runs: one model

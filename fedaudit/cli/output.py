@@ -77,6 +77,7 @@ def summary_json(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 # The question in a few words, its level first (records, the client's data as a whole, participation).
 QUESTION_WORDS = {"inversion": "records: reconstruction", "membership": "records: membership", "dp_audit": "DP claim",
+                  "consistency": "records: same model to all?",
                   "client_data": "client's data", "participation": "participation"}
 OBSERVER_WORDS = {"anyone holding the released model": "model holders"}
 def verdict_label(row: VerdictRow, observer: bool = True) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ class Recording:
     nodes: dict[int, str]
     rows: list[dict[str, Any]]
     verification: dict[str, Any] | None = None  # what fedaudit.interop.recording_verify checked, once it has
+    copies: list[dict[str, Any]] = field(default_factory=list)  # the other side's copy of a message both recorded
 
     def reclassify(self, model_state: Mapping[str, tuple[int, ...]]) -> int:
         """Name the generic records that are the given model's state (whole or part) — for a recording made
@@ -173,13 +174,14 @@ def read_recording(root: str | Path) -> Recording:
     raw = _ledger_rows(root, ledger)
     _one_run(raw, manifest, ledger)
     server_node = manifest.get("server_node_id", SERVER_NODE_ID)
-    rows = [_named(r, nodes, server_node, ledger) for r in _one_recorder_per_message(raw)]
+    kept, copies = _one_recorder_per_message(raw)
+    rows = [_named(r, nodes, server_node, ledger) for r in kept]
     rows.sort(key=lambda r: (r["round"], r["time"]))
     _no_repeats(rows, ledger)
     if len([r for r in rows if is_release(r)]) > len({r["record"] for r in rows if is_release(r)}):
         raise FedauditError(f"{ledger} records a released model more than once; a run releases one final model — "
                             "record each run into its own directory")
-    return Recording(root, manifest, nodes, rows)
+    return Recording(root, manifest, nodes, rows, copies=[_named(r, nodes, server_node, ledger) for r in copies])
 
 
 def _manifest(root: Path) -> dict[str, Any]:
@@ -268,19 +270,22 @@ def _no_repeats(rows: list[dict[str, Any]], ledger: Path) -> None:
         seen.add(key)
 
 
-def _one_recorder_per_message(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _one_recorder_per_message(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """When both sides recorded, keep what left the sender: the client's rows for uploads, the
-    server's for broadcasts; a message only one side recorded is kept as recorded."""
+    server's for broadcasts; a message only one side recorded is kept as recorded. Returns (kept, the other
+    side's copies): a client's copy of a broadcast is what it received, whatever the server recorded."""
     preferred = {"up": "client", "down": "server"}
     by_message: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
     for r in rows:
         key = (r["src_node_id"], r["dst_node_id"], r["round"], r["message_type"])
         by_message.setdefault(key, {}).setdefault(r["recorded_by"], []).append(r)
-    kept = []
+    kept, copies = [], []
     for sides in by_message.values():
         some = next(iter(sides.values()))
-        kept += sides.get(preferred[some[0]["direction"]], some)
-    return kept
+        side = preferred[some[0]["direction"]] if preferred[some[0]["direction"]] in sides else next(iter(sides))
+        kept += sides[side]
+        copies += [r for other, found in sides.items() if other != side for r in found]
+    return kept, copies
 
 
 def _named(row: dict[str, Any], nodes: dict[int, str], server_node: int, ledger: Path) -> dict[str, Any]:

@@ -66,7 +66,8 @@ def _messages_held_to_rows(rec: Recording, mismatches: list[str], unverified: bo
     tensors found."""
     non_finite: list[dict[str, Any]] = []
     files: dict[str, bytes] = {}
-    for row in rec.rows:
+    kept = len(rec.rows)
+    for n, row in enumerate(rec.rows + rec.copies):  # the other side's copies held to their rows as well
         data = files.get(row["file"])
         if data is None:
             data = files[row["file"]] = _read(rec, row)
@@ -77,7 +78,8 @@ def _messages_held_to_rows(rec: Recording, mismatches: list[str], unverified: bo
                 continue  # refused by the caller, naming the first mismatch
         # an edited message audited with --unverified is still held to its row: format, shapes, non-finite values
         tensors = _tensors(data, row)
-        non_finite += _held_to_row(row, tensors)
+        found = _held_to_row(row, tensors)
+        non_finite += found if n < kept else []  # a finding once per message
         broadcasts.add(row, tensors)
     return files, non_finite
 
@@ -91,7 +93,9 @@ class SameModel:
     KINDS = ("full_model", "partial_model", "global_stats")
 
     def __init__(self) -> None:
-        self.groups: dict[tuple[int, str, str], dict[str, list[str]]] = {}
+        # (round, record, message type) → content digest → receivers, per side that recorded the copies: the
+        # clients' copies are what they received; the server's are what it says it sent
+        self.sides: dict[str, dict[tuple[int, str, str], dict[str, list[str]]]] = {}
 
     def add(self, row: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
         if row["direction"] != "down" or row["kind"] not in self.KINDS or row["message_type"] == RELEASE:
@@ -102,17 +106,25 @@ class SameModel:
             t = tensors[key].contiguous()
             h.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
             h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # any dtype, bf16 included
-        group = self.groups.setdefault((row["round"], row["record"], row["message_type"]), {})
+        groups = self.sides.setdefault(row["recorded_by"], {})
+        group = groups.setdefault((row["round"], row["record"], row["message_type"]), {})
         group.setdefault(h.hexdigest(), []).append(row["receiver"])
 
     def result(self) -> dict[str, Any]:
-        """How many (round, record, message type) groups were compared, and each one whose clients got different
-        content: the clients of each content, largest group first."""
-        differ = [{"round": rnd, "record": record, "message_type": kind,
-                   "groups": sorted((sorted(c) for c in by_digest.values()), key=lambda c: (-len(c), c))}
-                  for (rnd, record, kind), by_digest in sorted(self.groups.items()) if len(by_digest) > 1]
-        return {"compared": sum(1 for g in self.groups.values() if sum(map(len, g.values())) > 1),
-                "different": differ}
+        """Compared on the clients' copies where they recorded them (what each received), else on the server's:
+        how many (round, record, message type) broadcasts reached two clients or more, and each one whose clients
+        got different content (the clients of each content, largest group first), from either side's copies."""
+        side = "client" if self.sides.get("client") else "server"
+        groups = self.sides.get(side, {})
+        differ = {}
+        for recorded_by, by_key in sorted(self.sides.items()):
+            for (rnd, record, kind), by_digest in sorted(by_key.items()):
+                if len(by_digest) > 1:
+                    differ.setdefault((rnd, record, kind), {
+                        "round": rnd, "record": record, "message_type": kind, "recorded_by": recorded_by,
+                        "groups": sorted((sorted(c) for c in by_digest.values()), key=lambda c: (-len(c), c))})
+        return {"compared": sum(1 for g in groups.values() if sum(map(len, g.values())) > 1), "recorded_by": side,
+                "different": [differ[k] for k in sorted(differ)]}
 
 
 def _read(rec: Recording, row: Mapping[str, Any]) -> bytes:

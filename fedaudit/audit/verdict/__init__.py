@@ -2,8 +2,9 @@
 level (issue 47) —
 
 * **records**: for each artifact and direction on the wire, *can its training records be reconstructed?* and *does it
-  reveal which records were trained on?*; the same membership question for the released model; and, where canaries
-  were planted, *does the (record-level) DP claim hold?*;
+  reveal which records were trained on?*; the same membership question for the released model; where canaries
+  were planted, *does the (record-level) DP claim hold?*; and, for a recording, *did every client of a round
+  receive the same model?* (:mod:`.consistency`);
 * **the client's data as a whole**: for each artifact, *does it reveal what a client's data is like* (its domain,
   its classes)?;
 * **participation**: *does the released model reveal which domains took part?* —
@@ -98,6 +99,7 @@ from typing import Any
 from fedaudit.run.results import BOOKKEEPING, CANARY, CANARY_GRADIENT, Leakage, MIA, NOT_RECONSTRUCTIONS
 
 from .canary import canary_row
+from .consistency import consistency_row
 from .evidence import (ARTIFACT, CLIENT_DATA, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LEVEL_OF, LEVELS, LOW, MEDIUM,
                        NOT_ASSESSED, NULL_NAMES, PARTICIPATION, POWER_ALPHA, RECORDS, TIER_ORDER, Evidence, Row,
                        mia_level)
@@ -124,6 +126,9 @@ def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThres
     rows += [membership_row(GLOBAL, groups.get(GLOBAL, []), metrics, config, t), participation_row(metrics, t)]
     if Leakage.of(metrics).canary_sections():
         rows.append(canary_row(metrics, t))
+    consistency = consistency_row(metrics, t)
+    if consistency is not None:
+        rows.append(consistency)
     data = metrics.get("auditor_data") or {}
     if data.get("status") == "none":  # nothing was scored: every row says so first, whatever else it says
         why = str(data.get("why") or "the auditor holds none of the clients' records")

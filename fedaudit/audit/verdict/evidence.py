@@ -23,13 +23,16 @@ POWER_ALPHA = 0.05  # level of the positive control (fedaudit.audit.reconstructi
 # The questions a row answers, and the observer a row about the released model is judged for.
 INVERSION, MEMBERSHIP, DP_AUDIT = "inversion", "membership", "dp_audit"
 CLIENT_DATA, PARTICIPATION = "client_data", "participation"
+CONSISTENCY = "consistency"  # did every client of a round receive the same model? (recordings: a malicious server)
 ANYONE = "anyone holding the released model"
 
 # The level a question is asked at, and so the kind of evidence that may decide it and the mitigation that can lower
 # it (issue 47): individual records (reconstructing or singling them out; record-level DP bounds it), what a
 # client's data is like as a whole (its domain, classes, style), or which domains took part at all.
 RECORDS = "records"
-LEVEL_OF = {INVERSION: RECORDS, MEMBERSHIP: RECORDS, DP_AUDIT: RECORDS, CLIENT_DATA: CLIENT_DATA,
+# A server that sends one client another model isolates that client's update (model-inconsistency attacks
+# reconstruct its records): the question is asked at the level of the records it exposes.
+LEVEL_OF = {INVERSION: RECORDS, MEMBERSHIP: RECORDS, DP_AUDIT: RECORDS, CONSISTENCY: RECORDS, CLIENT_DATA: CLIENT_DATA,
             PARTICIPATION: PARTICIPATION}
 LEVELS = (RECORDS, CLIENT_DATA, PARTICIPATION)
 
@@ -68,7 +71,7 @@ class Row:
     # "membership:global_model", "participation:global_model", "membership:canary"
     row: str
     title: str
-    question: str  # INVERSION, MEMBERSHIP, DP_AUDIT (records), CLIENT_DATA or PARTICIPATION
+    question: str  # INVERSION, MEMBERSHIP, DP_AUDIT, CONSISTENCY (records), CLIENT_DATA or PARTICIPATION
     artifact: str  # "full_model↑", "released model", ...
     observer: str  # "server", "client:<domain>", ANYONE
     tier: str

@@ -560,3 +560,37 @@ def fdp_bound(gdp: dict[str, Any], ceiling: bool = False) -> str:
             if ceiling and isnum(gdp.get("mu_max_certifiable")) else "")
     as_eps = f"ε ≥ {float(eps):.2f} if the privacy curve is Gaussian" if isnum(eps) else "ε unknown"
     return f"f-DP bound: μ ≥ {float(mu):.2f} ({as_eps}{most})"
+
+
+# -- did every client get the same model? ----------------------------------------------------------------------
+
+
+def _clients(groups: list[list[str]]) -> str:
+    return " / ".join(", ".join(str(c).removeprefix("client:") for c in g) for g in groups)
+
+
+def consistency_reason(d: Decision) -> str:
+    if d.rule == "different":
+        rounds = "; ".join(f"round {x['round']} ({x['message_type']} {x['record']}): {_clients(x['groups'])}"
+                           for x in d.facts["different"])
+        return (f"the server sent different models to different clients in the same round — {rounds} (clients "
+                "separated by / received different content, compared by digest). A server that sends one client "
+                "another model isolates that client's update in the aggregate, the signature of a model-inconsistency "
+                "attack, which secure aggregation does not stop; unless the protocol is meant to personalise what it "
+                "sends, ask why")
+    if d.rule == "none_compared":
+        return "no round sent a model to two clients or more, so there was nothing to compare"
+    if d.rule == "server_copies":
+        return (f"every client of a round received the same model by the server's own record ({d.facts['compared']} "
+                "broadcast(s) compared by content), but no client recorded what it received, and a server that sends "
+                "different models could record one; record on the clients (recording_mod, or each site's shard)")
+    return (f"every client of a round received the same model: the clients' own copies of {d.facts['compared']} "
+            "broadcast(s) are identical by content")
+
+
+def consistency_short(d: Decision) -> str:
+    if d.rule == "different":
+        first = d.facts["different"][0]
+        return f"round {first['round']}: {_clients(first['groups'])}"[:60]
+    return {"none_compared": "nothing to compare", "server_copies": "server's own copies only"}.get(
+        d.rule, f"{d.facts.get('compared')} broadcast(s) identical")
