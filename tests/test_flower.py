@@ -489,6 +489,8 @@ def test_audit_without_the_auditors_data_runs_the_attacks_unscored(example_recor
         assert (run_dir / entry["image_grid"]).is_file()
         assert entry["grid_columns"][0] == "reconstruction"  # no real record beside it: the auditor has none
     rows = {r["row"]: r for r in metrics["verdict"]}
+    same = rows.pop("consistency:broadcasts")  # a fact of the recording itself: judged without any record
+    assert same["tier"] == "low" and "auditor holds none" not in same["reason"]
     assert {r["tier"] for r in rows.values()} == {"not_assessed"}
     assert "attacked but not scored: the auditor holds none of the clients' records" in rows["full_model↑"]["reason"]
     assert "membership inference needs the clients' records" in rows["membership:global_model"]["reason"]

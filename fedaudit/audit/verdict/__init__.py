@@ -99,6 +99,7 @@ from typing import Any
 from fedaudit.run.results import BOOKKEEPING, CANARY, CANARY_GRADIENT, Leakage, MIA, NOT_RECONSTRUCTIONS
 
 from .canary import canary_row
+from .evidence import CONSISTENCY
 from .consistency import consistency_row
 from .evidence import (ARTIFACT, CLIENT_DATA, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LEVEL_OF, LEVELS, LOW, MEDIUM,
                        NOT_ASSESSED, NULL_NAMES, PARTICIPATION, POWER_ALPHA, RECORDS, TIER_ORDER, Evidence, Row,
@@ -133,7 +134,7 @@ def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThres
     if data.get("status") == "none":  # nothing was scored: every row says so first, whatever else it says
         why = str(data.get("why") or "the auditor holds none of the clients' records")
         for row in rows:
-            if why not in row.reason:
+            if why not in row.reason and row.question != CONSISTENCY:  # digests need no record
                 row.reason = f"{why}; {row.reason}"
     return [row.to_json() for row in rows]
 
