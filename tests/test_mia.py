@@ -85,8 +85,8 @@ def _check_metrics(entry: dict, members: int, nonmembers: int) -> None:
 def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_cached(fedavg_run, spy_training):
     run_dir, fed, prior = fedavg_run
     victims = [c.domain for c in fed.clients]
-    first = audit_membership(MembershipInference(4, seed=fed.cfg.seed), run_dir, fed.cfg, fed.method, fed, prior,
-                             role=SERVER, victims=victims)
+    first = audit_membership(MembershipInference(4, seed=fed.cfg.seed, domain_twins=0), run_dir, fed.cfg, fed.method,
+                             fed, prior, role=SERVER, victims=victims)  # twins: tests/test_participation.py
     json.dumps(first)  # stored as is in metrics.json
     assert set(first) == {*RESULT_KEYS, "artifact"}  # mia runs the artifact test too (tests/test_artifact_mia.py)
     assert set(first["artifact"]["full_model"]) == set(victims)
@@ -116,8 +116,8 @@ def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_
     assert (key["path"], key["device"]) == ("sequential", "cpu")
     assert (run_dir / "mia" / f"{victims[0]}-reference-logits.safetensors").is_file()
 
-    second = audit_membership(MembershipInference(4, seed=fed.cfg.seed), run_dir, fed.cfg, fed.method, fed, prior,
-                              role=SERVER, victims=victims)
+    second = audit_membership(MembershipInference(4, seed=fed.cfg.seed, domain_twins=0), run_dir, fed.cfg, fed.method,
+                              fed, prior, role=SERVER, victims=victims)
     assert len(spy_training) == len(victims)  # nothing retrained
     for key_ in RESULT_KEYS[1:4]:
         for target in ("global_model", "last_upload"):
@@ -150,7 +150,7 @@ def test_label_free_fedgala_uses_augmentation_consistency_and_rmia_is_not_applic
                                  method_option=["proj_hidden=64", "proj_dim=32"])
     assert fed.method.label_free and fed.method.reference_recipe(fed, fed.clients[0]).epochs == 1
     victim = fed.clients[0].domain
-    attack = MembershipInference(2, seed=fed.cfg.seed, variants=["loss", "lira", "rmia", "domain"])
+    attack = MembershipInference(2, seed=fed.cfg.seed, variants=["loss", "lira", "rmia", "domain"], domain_twins=0)
     out = audit_membership(attack, run_dir, fed.cfg, fed.method, fed, prior, role=SERVER, victims=[victim])
     for key in ("loss", "lira_online", "lira_offline"):
         for target in ("global_model", "last_upload"):
