@@ -583,10 +583,21 @@ def test_flower_recording_of_an_own_model_is_audited(tmp_path):
     assert "membership:global_model" in rows and PLAIN in (run_dir / "report.html").read_text()
 
 
-def test_a_second_flower_run_into_the_same_directory_is_refused(tmp_path):
+def test_a_second_flower_run_into_the_same_directory_is_refused(tmp_path, caplog):
     run_plain(tmp_path / "rec", rounds=1)
     with pytest.raises(FedauditError, match="already holds the recording of another run .*run 7, not 8"):
         start_recording(tmp_path / "rec", run_id=8)
+    from fedaudit.interop.flower import one_line_refusals
+
+    @one_line_refusals  # inside a ServerApp: one line in Flower's log and status 2, not Flower's traceback
+    def main(grid, context):
+        start_recording(tmp_path / "rec", run_id=8)
+
+    with pytest.raises(SystemExit) as stopped:
+        main(None, None)
+    assert stopped.value.code == 2
+    logged = [r.getMessage() for r in caplog.records if "fedaudit:" in r.getMessage()]
+    assert len(logged) == 1 and "already holds the recording of another run" in logged[0] and "\n" not in logged[0]
     with pytest.raises(FedauditError, match="records run 7, and this message belongs to run 8"):
         RecordingWriter(tmp_path / "rec", "client").message(
             src_node_id=1, dst_node_id=101, sender="server", receiver="client:clean", round=1, message_type="train",

@@ -32,8 +32,8 @@ from flwr.simulation import run_simulation  # noqa: E402
 from fedaudit.data import load_dataset  # noqa: E402
 from fedaudit.errors import FedauditError  # noqa: E402
 from fedaudit.data.split import lodo_split  # noqa: E402
-from fedaudit.interop.flower import (RecordingGrid, record_released, recording_mod, seal_recording,  # noqa: E402
-                                     start_recording)
+from fedaudit.interop.flower import (RecordingGrid, one_line_refusals, record_released, recording_mod,  # noqa: E402
+                                     seal_recording, start_recording)
 from fedaudit.interop.recording_writer import check_fresh  # noqa: E402
 from fedaudit.models import build_model  # noqa: E402
 from fedaudit.simulation.training import (Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer,  # noqa: E402
@@ -133,6 +133,7 @@ def make_server_app(out: Path, rounds: int, local_epochs: int, seed: int,
     app = ServerApp()
 
     @app.main()
+    @one_line_refusals  # a refusal inside the ServerApp: one line in Flower's log, not a traceback
     def main(grid: Grid, context: Context) -> None:
         run_server(grid, out, rounds, local_epochs, seed, dp)
 

@@ -210,10 +210,35 @@ def record_released(root: str | Path, arrays: Any, server_round: int) -> None:
     RecordingWriter(root, "server").release(server_round, state)
 
 
+def one_line_refusals(main: Callable[..., None]) -> Callable[..., None]:
+    """Wrap a ServerApp's main so that fedaudit's refusals (a directory that holds another run, a declaration the
+    recorder rejects) end the run with one line in Flower's log and exit status 2, not a traceback::
+
+        @app.main()
+        @one_line_refusals
+        def main(grid, context): ...
+    """
+    import functools
+    from logging import ERROR
+
+    from flwr.common.logger import log
+
+    @functools.wraps(main)
+    def guarded(*args: Any, **kwargs: Any) -> None:
+        try:
+            main(*args, **kwargs)
+        except FedauditError as exc:
+            log(ERROR, "fedaudit: %s", exc)
+            raise SystemExit(2) from None
+
+    return guarded
+
+
 def telemetry_off() -> None:
     """Flower's anonymous telemetry off for this process and the ones it starts (audits run offline)."""
     os.environ["FLWR_TELEMETRY_ENABLED"] = "0"
 
 
-__all__ = ["RecordingGrid", "check_fresh", "contents", "dp_parameters", "default_node_name", "message_round", "record_released",
+__all__ = ["RecordingGrid", "check_fresh", "contents", "dp_parameters", "default_node_name", "message_round",
+           "one_line_refusals", "record_released",
            "recording_mod", "seal_recording", "start_recording", "telemetry_off"]
