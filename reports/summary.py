@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedaudit.audit.verdict import CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPATION, RECORDS, TIER_ORDER
-from fedaudit.audit.verdict.wording import made_by, to_conclude
+from fedaudit.audit.verdict.wording import different_models, made_by, to_conclude
 from fedaudit.reports.load import Unit
 from fedaudit.run.results import RunMetrics, VerdictRow
 
@@ -297,21 +297,8 @@ def recording_lines(recording: dict[str, Any]) -> list[tuple[str, str]]:
         lines.append(("clients that failed", missed_text(missed)))
     same = ((recording.get("verification") or {}).get("broadcasts")) or {}
     if same.get("different"):  # also a HIGH verdict row (consistency:broadcasts); said here first, before any tier
-        lines.append(("NOT THE SAME MODEL", different_text(same["different"])))
+        lines.append(("NOT THE SAME MODEL", different_models(same["different"])))
     return lines
-
-
-def different_text(different: list[dict[str, Any]]) -> str:
-    """Rounds in which the server sent clients different models, in words, naming the clients."""
-    def names(clients: list[str]) -> str:
-        return ", ".join(str(c).removeprefix("client:") for c in clients)
-
-    parts = [f"round {d['round']} ({d['message_type']} {d['record']}): "
-             + " / ".join(names(g) for g in d["groups"]) for d in different]
-    return ("the server sent different models to different clients in the same round — " + "; ".join(parts)
-            + " (clients separated by / received different content). This is the signature of a model-inconsistency "
-            "attack (a malicious server isolating one client's update), which secure aggregation does not stop; "
-            "unless the protocol is meant to personalise what it sends, ask why")
 
 
 def missed_text(missed: dict[str, list[int]]) -> str:

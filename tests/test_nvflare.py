@@ -68,7 +68,8 @@ def test_the_server_component_records_each_task_result_and_the_final_aggregate(t
             failed = (site, rnd) == ("colour", 1)
             recorder.handle_event(EventType.AFTER_TASK_RESULT_FILTER, _ctx(site, task, **{
                 FLContextKey.TASK_RESULT: _shareable(_weights(rnd + 0.5), rnd,
-                                                     ReturnCode.EXECUTION_EXCEPTION if failed else ReturnCode.OK)}))
+                                                     ReturnCode.EXECUTION_EXCEPTION if failed else ReturnCode.OK,
+                                                     steps=7)}))
         recorder.handle_event(AppEventType.AFTER_SHAREABLE_TO_LEARNABLE, _ctx(**{
             AppConstants.GLOBAL_MODEL: make_model_learnable({k: v.numpy() for k, v in _weights(rnd + 0.25).items()}, {}),
             AppConstants.CURRENT_ROUND: rnd}))
@@ -84,8 +85,8 @@ def test_the_server_component_records_each_task_result_and_the_final_aggregate(t
     assert judged["released"] and judged["round"] == 2
     assert torch.equal(artifact.tensors["fc.bias"], torch.full((2,), 1.25))
     assert rec.participation()["missed"] == {"client:colour": [2]}
-    upload = next(r for r in rec.rows if r["record"] == "metrics:meta")
-    assert rec.artifact(upload).tensors["NUM_STEPS_CURRENT_ROUND"].item() == 5
+    upload = next(r for r in rec.rows if r["record"] == "metrics:meta" and r["direction"] == "up")
+    assert rec.artifact(upload).tensors["NUM_STEPS_CURRENT_ROUND"].item() == 7  # the site's, not the task's 5
 
 
 def test_a_refusal_stops_the_job_in_one_line(tmp_path, monkeypatch):

@@ -655,3 +655,18 @@ def test_a_silent_canary_audit_reads_low_only_when_it_could_have_certified_the_h
     weak = row(0.4)
     assert weak["tier"] == INCONCLUSIVE and "--canaries" in weak["reason"], weak["reason"]
     assert weak["observer"] == "anyone holding the released model" and weak["question"] == "dp_audit"
+
+
+def test_a_hint_names_the_view_and_the_attack_when_both_are_missing():
+    """A run with no inversion at all, as the server: the broadcast's records row is judged from a client's view, so
+    following "run with --attack deepinversion" alone would only lead to a second hint; it names both flags."""
+    metrics = {"communication": {"declared": ["full_model↑", "full_model↓"]}, "leakage": {}}
+    rows = {r["row"]: r for r in judge(metrics, SERVER)}
+    down, up = rows["full_model↓"], rows["full_model↑"]
+    assert down["tier"] == up["tier"] == NOT_ASSESSED
+    assert "assess it with --attacker client:<domain> --attack deepinversion" in down["reason"]
+    assert "run with --attack deepinversion" in up["reason"] and "--attacker" not in up["reason"]
+    ran = _metrics({"clean": _entry(_ident(0.5, (0.4, 0.6), 0.5))})  # an inversion ran: the view alone is missing
+    ran["communication"]["declared"] = ["full_model↑", "full_model↓"]
+    down = {r["row"]: r for r in judge(ran, SERVER)}["full_model↓"]
+    assert down["reason"].endswith("assess it with --attacker client:<domain>")

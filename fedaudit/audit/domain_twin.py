@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedaudit.attack import DomainChallenge
 from fedaudit.run.seeds import derive_seed, stable_int
 from fedaudit.statistics.membership_statistics import auc, roc
 

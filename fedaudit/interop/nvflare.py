@@ -41,7 +41,7 @@ from nvflare.app_common.app_event_type import AppEventType
 
 from fedaudit.errors import FedauditError
 from fedaudit.interop.recording import node_id_for, seal_recording
-from fedaudit.interop.recording_writer import SERVER_NODE_ID, RecordingWriter, start_recording, write_manifest
+from fedaudit.interop.recording_writer import LEDGER, SERVER_NODE_ID, RecordingWriter, start_recording, write_manifest
 from fedaudit.simulation.wire import SERVER, client_role
 
 MODEL, DELTA = "model", "model_delta"  # record names: whole weights, and weight differences (declared model_delta)
@@ -80,9 +80,11 @@ class FedauditRecorder(FLComponent):
                 self._aggregated(fl_ctx)
             elif event_type == EventType.END_RUN:
                 self._end()
-        except FedauditError as exc:  # one line, and the job stops: an unrecorded run must not pass as recorded
+        except Exception as exc:  # noqa: BLE001 — NVFlare would log any error and run on, and a recording missing a
+            # message must not be sealed as if whole: one line, the job stops, nothing is sealed
             self._writer = None
-            self.system_panic(f"fedaudit: {exc}", fl_ctx)
+            why = str(exc) if isinstance(exc, FedauditError) else f"recording failed ({type(exc).__name__}: {exc})"
+            self.system_panic(f"fedaudit: {why}", fl_ctx)
 
     def _start(self, fl_ctx: FLContext) -> None:
         if not self.recording:
@@ -102,8 +104,9 @@ class FedauditRecorder(FLComponent):
         if not isinstance(task, Shareable) or site is None:
             return
         rnd = _round(task)
+        task_id = fl_ctx.get_prop(FLContextKey.TASK_ID)
         with self._lock:
-            self._round_of[(fl_ctx.get_prop(FLContextKey.TASK_ID), site)] = rnd
+            self._round_of[(task_id, site)] = rnd
         arrays, metrics, kind = _contents(task)
         if arrays is None:
             return
@@ -113,7 +116,6 @@ class FedauditRecorder(FLComponent):
             self._writer.reload()
             self._declared_model = True
         node = self._node(site)
-        task_id = fl_ctx.get_prop(FLContextKey.TASK_ID)
         self._writer.message(src_node_id=SERVER_NODE_ID, dst_node_id=node, sender=SERVER, receiver=client_role(site),
                              round=rnd, message_type=_message_type(fl_ctx), message_id=f"task-{task_id}-{site}",
                              arrays={_record(kind): arrays}, metrics=metrics)
@@ -121,15 +123,16 @@ class FedauditRecorder(FLComponent):
     def _returned(self, fl_ctx: FLContext) -> None:
         result = fl_ctx.get_prop(FLContextKey.TASK_RESULT)
         site = _site(fl_ctx)
+        task_id = fl_ctx.get_prop(FLContextKey.TASK_ID)
+        with self._lock:  # the round the server sent this task in (a site's header is its own claim)
+            sent_in = self._round_of.pop((task_id, site), None)
         if not isinstance(result, Shareable) or site is None or result.get_return_code() != ReturnCode.OK:
             return  # a site that failed sent nothing: the audit lists its missed round
-        with self._lock:
-            rnd = self._round_of.get((fl_ctx.get_prop(FLContextKey.TASK_ID), site), _round(result))
+        rnd = sent_in if sent_in is not None else _round(result)
         arrays, metrics, kind = _contents(result)
         if arrays is None:
             return
         node = self._node(site)
-        task_id = fl_ctx.get_prop(FLContextKey.TASK_ID)
         self._writer.message(src_node_id=node, dst_node_id=SERVER_NODE_ID, sender=client_role(site), receiver=SERVER,
                              round=rnd, message_type=_message_type(fl_ctx), message_id=f"result-{task_id}-{site}",
                              arrays={_record(kind): arrays}, metrics=metrics)
@@ -149,7 +152,7 @@ class FedauditRecorder(FLComponent):
         if self._final is not None:  # the model the job releases: the aggregate after its last round
             rnd, weights = self._final
             writer.release(rnd, weights, record=MODEL)
-        if (writer.root / "wire.jsonl").is_file():
+        if (writer.root / LEDGER).is_file():
             seal_recording(writer.root)
 
     def _node(self, site: str) -> int:

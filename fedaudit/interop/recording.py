@@ -9,6 +9,7 @@ back is :mod:`fedaudit.interop.recording_reader`, and a run recorded in shards i
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -17,7 +18,7 @@ from typing import Any
 
 from fedaudit.errors import FedauditError
 from fedaudit.interop.recording_shards import merge_shards
-from fedaudit.interop.recording_writer import (FORMAT, LEDGER, RELEASE, SERVER_NODE_ID, RecordingWriter, _locked,
+from fedaudit.interop.recording_writer import (FORMAT, LEDGER, MANIFEST, RELEASE, SERVER_NODE_ID, RecordingWriter, _locked,
                                                check_kinds, check_shard_name, classify_record, start_recording,
                                                write_manifest)
 from fedaudit.simulation.wire import SERVER, ArtifactKind, client_role
@@ -138,7 +139,9 @@ def seal_recording(root: str | Path) -> str:
     """Write the ledger's sha256 into the manifest when the run ends (``Recorder.close`` does; a Flower server
     calls it after its last round): an audit then verifies that no ledger row was added, removed or edited since.
     A run recorded in shards is first checked whole and merged into one ledger
-    (:func:`fedaudit.interop.recording_shards.merge_shards`). Returns the digest."""
+    (:func:`fedaudit.interop.recording_shards.merge_shards`). Sealing a sealed recording again changes nothing, and
+    is refused if its ledger changed since: a seal never approves an edit (a deployment resumed with
+    ``append=True`` reopens its recording first). Returns the digest."""
     root = Path(root)
     merge_shards(root)
     if not (root / LEDGER).is_file():
@@ -146,6 +149,13 @@ def seal_recording(root: str | Path) -> str:
                             "the recorder ran")
     with _locked(root):
         digest = hashlib.sha256((root / LEDGER).read_bytes()).hexdigest()
+        sealed = json.loads((root / MANIFEST).read_text()).get("ledger_sha256") if (root / MANIFEST).is_file() else None
+    if sealed == digest:
+        return digest
+    if sealed is not None:
+        raise FedauditError(f"{root} was sealed when its run ended, and its ledger has changed since ({str(sealed)[:12]}… "
+                            f"≠ {digest[:12]}…): sealing again would approve the change; record the run again (a "
+                            "deployment resumed reopens its recording with append=True)")
     write_manifest(root, {"ledger_sha256": digest, "sealed_at": time.time()}, mode="join")
     return digest
 

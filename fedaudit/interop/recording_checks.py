@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaudit.errors import FedauditError
-from fedaudit.interop.recording_writer import RECORDERS
+from fedaudit.interop.recording_writer import RECORDERS, RELEASE
 from fedaudit.simulation.wire import ArtifactKind
 
 DIRECTIONS = ("up", "down")
@@ -68,6 +68,27 @@ def _check_shapes(shapes: Mapping[str, Any] | None, where: str) -> None:
                                 f"{DAMAGED}")
 
 
+# -- what a row is --------------------------------------------------------------------------------------
+
+
+def is_release(row: Mapping[str, Any]) -> bool:
+    """The model the deployment released (``Recorder.release``): server → server, after the last round."""
+    return row.get("message_type") == RELEASE
+
+
+def trains(row: Mapping[str, Any]) -> bool:
+    """A training message that carries arrays (a model to train from, or what training produced): not evaluation,
+    release, config or metrics alone — a reply without any array (a site whose update was empty) trained nothing."""
+    return (row["kind"] not in ("config", ArtifactKind.SCALARS.value) and row["tensors"] > 0
+            and not is_evaluation(row) and not is_release(row))
+
+
+def is_evaluation(row: Mapping[str, Any]) -> bool:
+    """Flower's ``evaluate`` messages (and ``evaluate.<name>``): they carry a model to score, not to train."""
+    return str(row.get("message_type", "")).split(".")[0] == "evaluate"
+
+
+
 def inside(root: Path, relative: str, where: str) -> Path:
     """``root / relative`` resolved, refused unless it stays inside the recording (absolute paths, ``..`` and
     symlinks out all refused before anything is opened)."""
@@ -87,4 +108,4 @@ def own_file(root: Path, path: Path) -> Path:
     return inside(root, str(path.relative_to(root)), str(path.relative_to(root)))
 
 
-__all__ = ["DAMAGED", "KINDS", "check_row", "inside", "own_file"]
+__all__ = ["DAMAGED", "KINDS", "check_row", "inside", "is_evaluation", "is_release", "own_file", "trains"]

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from fedaudit.errors import FedauditError
-from fedaudit.interop.recording_writer import FORMAT, LEDGER, MANIFEST, NODES, RELEASE, SERVER_NODE_ID, classify_record
-from fedaudit.interop.recording_checks import DAMAGED, check_row, inside, own_file
+from fedaudit.interop.recording_writer import FORMAT, LEDGER, MANIFEST, NODES, SERVER_NODE_ID, classify_record
+from fedaudit.interop.recording_checks import DAMAGED, check_row, inside, is_evaluation, is_release, own_file, trains
 from fedaudit.interop.recording_shards import unmerged_shards
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, LedgerEntry, Wire, client_role, direction
 
@@ -100,8 +100,8 @@ class Recording:
     def participation(self) -> dict[str, Any]:
         """Who answered: training uploads in all, and for each client the rounds in which the server sent it a
         model to train from and it sent nothing back (it failed, dropped or timed out)."""
-        sent = {(r["receiver"], r["round"]) for r in self.rows if r["sender"] == SERVER and _trains(r)}
-        answered = {(r["sender"], r["round"]) for r in self.rows if r["receiver"] == SERVER and _trains(r)}
+        sent = {(r["receiver"], r["round"]) for r in self.rows if r["sender"] == SERVER and trains(r)}
+        answered = {(r["sender"], r["round"]) for r in self.rows if r["receiver"] == SERVER and trains(r)}
         missed: dict[str, list[int]] = {}
         for client, rnd in sorted(sent - answered):
             missed.setdefault(client, []).append(rnd)
@@ -125,23 +125,6 @@ class Recording:
             if (kinds is None or row["kind"] in kinds) and not is_release(row):
                 out[row["round"]] = out.get(row["round"], 0) + row["bytes"]
         return out
-
-
-def is_release(row: Mapping[str, Any]) -> bool:
-    """The model the deployment released (``Recorder.release``): server → server, after the last round."""
-    return row.get("message_type") == RELEASE
-
-
-def _trains(row: Mapping[str, Any]) -> bool:
-    """A training message that carries arrays (a model to train from, or what training produced): not evaluation,
-    release, config or metrics alone — a reply without any array (a site whose update was empty) trained nothing."""
-    return (row["kind"] not in ("config", ArtifactKind.SCALARS.value) and row["tensors"] > 0
-            and not is_evaluation(row) and not is_release(row))
-
-
-def is_evaluation(row: Mapping[str, Any]) -> bool:
-    """Flower's ``evaluate`` messages (and ``evaluate.<name>``): they carry a model to score, not to train."""
-    return str(row.get("message_type", "")).split(".")[0] == "evaluate"
 
 
 def load_message(path: Path) -> dict[str, Tensor]:

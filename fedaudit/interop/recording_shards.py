@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from fedaudit.errors import FedauditError
-from fedaudit.interop.recording_writer import (LEDGER, MANIFEST, NODES, RELEASE, SERVER_NODE_ID, SHARD_FILE, SHARDS,
+from fedaudit.interop.recording_writer import (LEDGER, MANIFEST, NODES, SERVER_NODE_ID, SHARD_FILE, SHARDS,
                                         _locked, write_manifest)
-from fedaudit.interop.recording_checks import DAMAGED, check_row, inside, own_file
+from fedaudit.interop.recording_checks import DAMAGED, check_row, inside, is_release, own_file, trains
 from fedaudit.run.run_directory import atomic_path
 
 
@@ -62,18 +62,15 @@ def merge_shards(root: Path) -> dict[str, Any] | None:
         raise FedauditError(f"{root} has shards but no {MANIFEST}: no process started the recording; {DAMAGED}")
     manifest = json.loads((root / MANIFEST).read_text())
     shards = [_read_shard(root, d) for d in folders]
-    listed = manifest.get("shards") or {}
-    if listed:  # merged before: only the very same shards may be sealed again
-        now = {s.name: s.digest for s in shards}
-        if now != {k: v.get("ledger_sha256") for k, v in listed.items()}:
-            changed = sorted(set(now.items()) ^ {(k, v.get("ledger_sha256")) for k, v in listed.items()})
-            raise FedauditError(f"{root}: shard {changed[0][0]!r} changed or was added after the shards were merged "
-                                "and sealed; a sealed recording is not added to — record the run into a new directory")
+    listed = _merged_before(root, manifest, shards)
+    if listed:
         return listed
     _check_belong_together(root, manifest, shards)
     nodes = _one_name_per_node(shards)
     with _locked(root):
-        earlier = _root_rows(root)
+        # rows the recording held before this merge; a merge cut short (its ledger written, its manifest not)
+        # left shard rows in it, which this merge writes again
+        earlier = [r for r in _root_rows(root) if not Path(r["file"]).parts[:1] == (SHARDS,)]
         rows = sorted(earlier + [r for s in shards for r in s.rows], key=lambda r: (r["round"], r["time"]))
         _every_upload_has_its_broadcast(rows, manifest, shards)
         for node, name in nodes.items():
@@ -87,6 +84,21 @@ def merge_shards(root: Path) -> dict[str, Any] | None:
     listed = {s.name: {"ledger_sha256": s.digest, "rows": len(s.rows), "host": s.info.get("host"),
                        "recorded_by": sorted({r["recorded_by"] for r in s.rows})} for s in shards}
     write_manifest(root, {"shards": listed}, mode="join")
+    return listed
+
+
+def _merged_before(root: Path, manifest: dict[str, Any], shards: list[Shard]) -> dict[str, Any] | None:
+    """The shards the manifest lists as merged, when they are the very ones on disk; None for a recording never
+    sealed. A shard changed or added after a seal is refused: a sealed recording is not added to."""
+    listed = manifest.get("shards") or {}
+    if not listed and not manifest.get("ledger_sha256"):
+        return None
+    now = {s.name: s.digest for s in shards}
+    if now != {k: v.get("ledger_sha256") for k, v in listed.items()}:
+        changed = sorted(set(now.items()) ^ {(k, v.get("ledger_sha256")) for k, v in listed.items()})
+        how = "changed or was added after the shards were merged" if listed else "was added after the recording was"
+        raise FedauditError(f"{root}: shard {changed[0][0]!r} {how} sealed; a sealed recording is not added to — "
+                            "record the run into a new directory")
     return listed
 
 
@@ -144,7 +156,7 @@ def _check_belong_together(root: Path, manifest: dict[str, Any], shards: Iterabl
             if row.get("run_id") not in (None, run_id):
                 raise FedauditError(f"shard {s.name!r} holds a message of run {row['run_id']}, the recording is run "
                                     f"{run_id}: the shard mixes runs; record each run into its own directory")
-            if row["round"] < latest and row["message_type"] != RELEASE:
+            if row["round"] < latest and not is_release(row):
                 raise FedauditError(f"shard {s.name!r} goes back from round {latest} to round {row['round']} (its "
                                     f"message {n} in time order): one process recorded two runs into one shard; "
                                     "record each run into its own directory")
@@ -181,18 +193,14 @@ def _every_upload_has_its_broadcast(rows: list[dict[str, Any]], manifest: dict[s
     shard holds means the shard of the process that recorded the server's side is missing."""
     server = manifest.get("server_node_id", SERVER_NODE_ID)
     sent = {(r["dst_node_id"], r["round"]) for r in rows
-            if r["src_node_id"] == server and r["dst_node_id"] != server and _training(r)}
+            if r["src_node_id"] == server and r["dst_node_id"] != server and trains(r)}
     for r in rows:
-        if r["dst_node_id"] == server and r["src_node_id"] != server and _training(r) and (
+        if r["dst_node_id"] == server and r["src_node_id"] != server and trains(r) and (
                 (r["src_node_id"], r["round"]) not in sent):
             raise FedauditError(f"node {r['src_node_id']} uploaded in round {r['round']}, but no shard "
                                 f"({', '.join(s.name for s in shards)}) holds the model the server sent it that round: "
                                 "a shard is missing — copy every process's shards/<name>/ folder into the recording and "
                                 "seal again")
-
-
-def _training(row: dict[str, Any]) -> bool:
-    return row["kind"] != "config" and str(row["message_type"]).split(".")[0] not in ("evaluate", RELEASE)
 
 
 def _root_rows(root: Path) -> list[dict[str, Any]]:

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from fedaudit.errors import FedauditError
-from fedaudit.interop.recording_writer import LEDGER, RELEASE
-from fedaudit.interop.recording_checks import DAMAGED
+from fedaudit.interop.recording_writer import LEDGER
+from fedaudit.interop.recording_checks import DAMAGED, is_release
 from fedaudit.interop.recording_reader import Recording
 
 VERIFIED, NO_HASHES, OVERRIDDEN = "verified", "unverified: no hashes", "unverified: accepted with --unverified"
@@ -36,7 +36,7 @@ def verify_recording(rec: Recording, *, unverified: bool = False) -> dict[str, A
     hashed = any("sha256" in r for r in rec.rows)
     status = (OVERRIDDEN if mismatches else NO_HASHES if not hashed else NOT_SEALED if sealed is None else VERIFIED)
     return {"status": status, "ledger_sha256": digest, "sealed": sealed is not None, "mismatches": mismatches,
-            "messages": len(files), "rows": len(rec.rows), "bytes": sum(len(d) for d in files.values()),
+            "messages": len(files), "rows": len(rec.rows), "bytes": sum(files.values()),
             "rounds": len({r["round"] for r in rec.rows}),
             "clients": len({r["sender"] for r in rec.rows if r["direction"] == "up"}), "non_finite": non_finite,
             "broadcasts": broadcasts.result()}
@@ -60,28 +60,33 @@ def _ledger_mismatches(rec: Recording) -> tuple[str, Any, list[str]]:
 
 
 def _messages_held_to_rows(rec: Recording, mismatches: list[str], unverified: bool,
-                           broadcasts: SameModel) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
-    """Every message file read once, against its rows' sha256 (a mismatch appended to ``mismatches``) and held
-    to each row (each model sent down given to ``broadcasts``); returns the files' bytes and the non-finite
-    tensors found."""
+                           broadcasts: SameModel) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """Every message file read, hashed and loaded once (the rows of one message are adjacent: the newest file's
+    tensors are kept for them), against its rows' sha256 (a mismatch appended to ``mismatches``) and held to each
+    row (each model sent down given to ``broadcasts``); returns each file's size and the non-finite tensors found.
+    The other side's copy of a message both sides recorded is held to its rows as well."""
     non_finite: list[dict[str, Any]] = []
-    files: dict[str, bytes] = {}
+    sizes: dict[str, int] = {}
+    digests: dict[str, str] = {}
+    loaded: tuple[str, dict[str, torch.Tensor]] | None = None
     kept = len(rec.rows)
-    for n, row in enumerate(rec.rows + rec.copies):  # the other side's copies held to their rows as well
-        data = files.get(row["file"])
-        if data is None:
-            data = files[row["file"]] = _read(rec, row)
-        if "sha256" in row and hashlib.sha256(data).hexdigest() != row["sha256"]:
+    for n, row in enumerate(rec.rows + rec.copies):
+        if row["file"] not in digests:
+            data = _read(rec, row)
+            sizes[row["file"]], digests[row["file"]] = len(data), hashlib.sha256(data).hexdigest()
+            loaded = (row["file"], _tensors(data, row))
+        if "sha256" in row and digests[row["file"]] != row["sha256"]:
             mismatches.append(f"{row['file']} (round {row['round']}, {row['sender']} → {row['receiver']}) does not match "
                               "the sha256 its ledger row carries: the message was edited after it was recorded")
             if not unverified:
                 continue  # refused by the caller, naming the first mismatch
+        if loaded is None or loaded[0] != row["file"]:  # rows of one file apart: read it again (rare)
+            loaded = (row["file"], _tensors(_read(rec, row), row))
         # an edited message audited with --unverified is still held to its row: format, shapes, non-finite values
-        tensors = _tensors(data, row)
-        found = _held_to_row(row, tensors)
+        found = _held_to_row(row, loaded[1])
         non_finite += found if n < kept else []  # a finding once per message
-        broadcasts.add(row, tensors)
-    return files, non_finite
+        broadcasts.add(row, loaded[1])
+    return sizes, non_finite
 
 
 class SameModel:
@@ -98,14 +103,14 @@ class SameModel:
         self.sides: dict[str, dict[tuple[int, str, str], dict[str, list[str]]]] = {}
 
     def add(self, row: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
-        if row["direction"] != "down" or row["kind"] not in self.KINDS or row["message_type"] == RELEASE:
+        if row["direction"] != "down" or row["kind"] not in self.KINDS or is_release(row):
             return
         prefix = row["record"] + "/"
         h = hashlib.sha256()
         for key in sorted(k for k in tensors if k.startswith(prefix)):
             t = tensors[key].contiguous()
             h.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # any dtype, bf16 included
+            h.update(t.reshape(-1).view(torch.uint8).numpy())  # any dtype, bf16 included; no copy
         groups = self.sides.setdefault(row["recorded_by"], {})
         group = groups.setdefault((row["round"], row["record"], row["message_type"]), {})
         group.setdefault(h.hexdigest(), []).append(row["receiver"])

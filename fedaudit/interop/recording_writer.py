@@ -164,8 +164,10 @@ def write_manifest(root: Path, manifest: dict[str, Any], *, mode: str = "start",
         merged["run_id"] = old.get("run_id") or manifest.get("run_id") or uuid.uuid4().hex
         if old.get("framework_run_id") is not None:  # the run this directory recorded first stays its run
             merged["framework_run_id"] = old["framework_run_id"]
-        if mode == "append":
+        if mode == "append":  # a deployment resumed: its recording reopens, and is sealed again when it ends
             merged["appended"] = True
+            merged.pop("ledger_sha256", None)
+            merged.pop("sealed_at", None)
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
     return path

@@ -57,8 +57,9 @@ class RiskThresholds:
              "medium when the membership advantage max(TPR − FPR) is significant and reaches this; a row that "
              "could not detect this advantage reads inconclusive rather than low"),
             ("participation_auc_lift_high", _num(t.participation_auc_lift_high),
-             "participation: high when the domain-level attack's AUC on the released model exceeds its AUC on the "
-             "domain twin (the federation trained without that domain) and chance by at least this, significantly"),
+             "participation: high when the domain-level attack's AUC on the released model exceeds the mean of its "
+             "AUCs on the domain twins (the federation trained without that domain) by at least this, significantly "
+             "(a t test against the twins' spread)"),
             ("participation_auc_lift_medium", _num(t.participation_auc_lift_medium), "medium at this lift"),
             ("canary_epsilon_high", _num(t.canary_epsilon_high),
              "canary audit: high when the ε lower bound reaches this (or exceeds the DP accountant's ε), medium "

@@ -569,15 +569,21 @@ def _clients(groups: list[list[str]]) -> str:
     return " / ".join(", ".join(str(c).removeprefix("client:") for c in g) for g in groups)
 
 
+def different_models(different: list[dict[str, Any]]) -> str:
+    """Rounds in which the server sent clients different models, in words, naming the clients (the verdict row's
+    reason, and the first screen's line before any tier)."""
+    rounds = "; ".join(f"round {x['round']} ({x['message_type']} {x['record']}): {_clients(x['groups'])}"
+                       for x in different)
+    return (f"the server sent different models to different clients in the same round — {rounds} (clients "
+            "separated by / received different content, compared by digest). A server that sends one client "
+            "another model isolates that client's update in the aggregate, the signature of a model-inconsistency "
+            "attack, which secure aggregation does not stop; unless the protocol is meant to personalise what it "
+            "sends, ask why")
+
+
 def consistency_reason(d: Decision) -> str:
     if d.rule == "different":
-        rounds = "; ".join(f"round {x['round']} ({x['message_type']} {x['record']}): {_clients(x['groups'])}"
-                           for x in d.facts["different"])
-        return (f"the server sent different models to different clients in the same round — {rounds} (clients "
-                "separated by / received different content, compared by digest). A server that sends one client "
-                "another model isolates that client's update in the aggregate, the signature of a model-inconsistency "
-                "attack, which secure aggregation does not stop; unless the protocol is meant to personalise what it "
-                "sends, ask why")
+        return different_models(d.facts["different"])
     if d.rule == "none_compared":
         return "no round sent a model to two clients or more, so there was nothing to compare"
     if d.rule == "server_copies":
