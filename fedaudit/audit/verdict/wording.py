@@ -576,7 +576,8 @@ def different_models(different: list[dict[str, Any]]) -> str:
                        for x in different)
     return (f"the server sent different models to different clients in the same round — {rounds} (clients "
             "separated by / received different content, compared by digest). A server that sends one client "
-            "another model isolates that client's update in the aggregate, the signature of a model-inconsistency "
+            "another model isolates that client's update in the aggregate — its records then as exposed as if "
+            "nothing were aggregated — the signature of a model-inconsistency "
             "attack, which secure aggregation does not stop; unless the protocol is meant to personalise what it "
             "sends, ask why")
 
