@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from fedaudit.audit.session import attack_role_and_victims, run_attacks
+from fedaudit.audit.session import SECURE_AGGREGATION, attack_role_and_victims, run_attacks
 from fedaudit.audit.verdict import RiskThresholds, judge
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.data.split import thin_splits
@@ -270,7 +270,8 @@ def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target:
     stages = {"data": data_seconds, **fed.timings, "attacks": attack_seconds, "wall": time.perf_counter() - wall0}
     metrics = RunMetrics(
         method=cfg.method, dataset=cfg.dataset, target_domain=target, source_domains=[c.domain for c in fed.clients],
-        accuracy=accuracy, communication=communication(fed), leakage=leakage, privacy=privacy(fed),
+        accuracy=accuracy, communication=communication(fed), secure_aggregation=leakage.pop(SECURE_AGGREGATION, None),
+        leakage=leakage, privacy=privacy(fed),
         provenance={**provenance(cfg, dataset, device, command, stages, unpinned, fed.model), "data_warnings": thin})
     # The verdict is computed once, here, from the evidence just stored; the report renders it.
     metrics.verdict = judge(metrics.to_json(), cfg.to_json(), RiskThresholds())

@@ -7,8 +7,9 @@
 #     bash scripts/gpu_checks.sh methods   # --attack all for every method on digits (2 rounds each)
 #     bash scripts/gpu_checks.sh bench     # the three benchmarks, ResNet-18 (the point 5 targets)
 #     bash scripts/gpu_checks.sh audit REC # fedaudit audit of a recording REC on the GPU
-#     bash scripts/gpu_checks.sh lease     # what fits one 15-minute lease (one call under 9 minutes): the card's
-#                                          # command (cnn, then resnet18), the three benchmarks, shortened
+#     bash scripts/gpu_checks.sh lease [REC --model M]  # what fits one 15-minute lease (one call under 9 minutes):
+#                                          # the card's command (cnn, then resnet18 at 40 iterations), domain twins
+#                                          # under client-level DP, the audit of REC, two benchmarks
 #
 # A recording for `audit` is made here on the CPU (Flower is not on the device) and carried:
 #     python examples/flower_digits/run.py --rounds 2 --local-epochs 1 --out gpu-recording
@@ -58,11 +59,20 @@ case "${1:-card}" in
         check inversion-speed 300 python3 benchmarks/inversion_speed.py --device cuda --model resnet18 --batch 256
         check reference-models 300 python3 benchmarks/reference_models.py --device cuda --models 64
         ;;
-    lease)  # ordered by what a crash would reopen first; the limits sum to 540 s
-        evaluate card-cnn 120 --method gperxan --attack deepinversion
+    lease)  # ordered by what a crash would reopen first; the limits sum to 540 s. REC (optional): a recording
+        # made here, audited on the GPU (the plain-PyTorch example's: give its --model after it)
+        evaluate card-cnn 100 --method gperxan --attack deepinversion
+        evaluate card-resnet18 130 --method gperxan --attack deepinversion --profile paper --model resnet18 \
+            --rounds 3 --inversion-iters 40
+        evaluate domain-twins-client-dp 100 --method fedavg --dataset digits --attack mia-domain --rounds 2 \
+            --client-dp-epsilon 8
+        if [ -n "${2:-}" ]; then
+            check audit 90 python3 -m fedaudit.cli audit "$2" --device cuda --out "$out/runs/audit" "${@:3}"
+        fi
         check inversion-speed 60 python3 benchmarks/inversion_speed.py --device cuda --model resnet18 --batch 256
         check reference-models 60 python3 benchmarks/reference_models.py --device cuda --models 64
-        evaluate card-resnet18 150 --method gperxan --attack deepinversion --profile paper --model resnet18 --rounds 3
+        ;;
+    lease-overhead)  # the engine-overhead benchmark alone (90 s on an H100), for a lease with time left
         check engine-overhead 150 python3 benchmarks/engine_overhead.py --device cuda --model resnet18 --deterministic --repeats 4
         ;;
     audit)
@@ -70,7 +80,7 @@ case "${1:-card}" in
             --out "$out/runs/audit"
         ;;
     *)
-        echo "usage: bash scripts/gpu_checks.sh card|methods|bench|lease|audit REC" >&2
+        echo "usage: bash scripts/gpu_checks.sh card|methods|bench|lease [REC ...]|lease-overhead|audit REC" >&2
         exit 2
         ;;
 esac

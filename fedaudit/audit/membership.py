@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -108,11 +108,13 @@ def black_box(method: Method, fed: Federation) -> Query | None:
 
 
 def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Method, fed: Federation,
-                     prior: AttackerPrior, *, role: str, victims: Sequence[str], retrain: bool = True) -> dict[str, Any]:
+                     prior: AttackerPrior, *, role: str, victims: Sequence[str], retrain: bool = True,
+                     observe: Callable[[WireView], WireView] | None = None) -> dict[str, Any]:
     """Grant ``attack`` (``fedaudit.attacks.mia``) its access as ``role`` against ``victims``, run it, and
     score its answers by the truth kept here. Reference logits are cached under ``run_dir/mia/``. The domain-level
     answers get their domain twins (:mod:`fedaudit.audit.domain_twin`) when ``retrain``: the federation is fedaudit's
-    own and can be trained again without a domain (a recording's cannot)."""
+    own and can be trained again without a domain (a recording's cannot). ``observe`` turns the role's view into
+    another observer's (secure aggregation's): the attack and its counterfactual controls see it through that."""
     variants: tuple[str, ...] = getattr(attack, "selected", ())
     truths: dict[str, Tensor] = {}
     challenges: dict[str, MembershipChallenge] = {}
@@ -123,7 +125,8 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
     access = Access(query=black_box(method, fed), challenges=challenges, domain_challenge=domain_challenge,
                     cache_dir=Path(run_dir) / "mia")
     t0 = time.perf_counter()
-    outputs = attack.run_batch(fed.wire.view(role), prior, list(victims), fed.device, access)
+    view = fed.wire.view(role)
+    outputs = attack.run_batch(observe(view) if observe else view, prior, list(victims), fed.device, access)
     result: dict[str, Any] = {}
     # how many passes each victim's training made over a member (DP plans may add passes)
     plans = fed.dp.plans if fed.dp is not None else {}
@@ -142,7 +145,7 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
             result.setdefault(key, {}).setdefault(out.artifact, {})[out.victim] = _victim_entry(
                 out, truths[out.victim], exposure[out.victim])
     if ARTIFACT in variants and ARTIFACT in result:
-        _artifact_controls(attack, result[ARTIFACT], fed.wire.view(role), prior, fed, cfg, challenges, truths)
+        _artifact_controls(attack, result[ARTIFACT], view, prior, fed, cfg, challenges, truths, observe)
     trained = (f" ({getattr(attack, 'trained', 0)} reference-model set(s) trained, the rest from the cache)"
                if getattr(attack, "references_needed", 0) else "")
     log.info("mia: %s as %s against %s in %.1fs%s", ", ".join(variants), role, ", ".join(victims),
@@ -189,7 +192,7 @@ def power_records(fed: Federation, victim: str, per_class: int, seed: int) -> Te
 
 def _artifact_controls(attack: Attack, section: dict[str, dict[str, Any]], view: WireView, prior: AttackerPrior,
                        fed: Federation, cfg: RunConfig, challenges: dict[str, MembershipChallenge],
-                       truths: dict[str, Tensor]) -> None:
+                       truths: dict[str, Tensor], observe: Callable[[WireView], WireView] | None = None) -> None:
     """The artifact test re-run on two counterfactuals of every victim's artifacts, stored beside each entry:
 
     * ``twin`` — the artifact with the victim's members swapped for its ``val`` records (same domain, never
@@ -212,6 +215,7 @@ def _artifact_controls(attack: Attack, section: dict[str, dict[str, Any]], view:
     recipe = TrainingRecipe(fed.preprocess, cfg.augment, cfg.batch_size)
     cf_view, skipped = counterfactual_view(view, prior, cases, fed.device, recipe, seed=cfg.seed,
                                            latent_encoders=latent_encoders(cfg, fed))
+    cf_view = observe(cf_view) if observe else cf_view  # built from the clear uploads, then seen as the observer sees it
     controls = attack.for_artifact_controls()  # type: ignore[attr-defined]
     outs = controls.run_batch(cf_view, prior, list(pseudo_challenges), fed.device, Access(challenges=pseudo_challenges))
     by_key = {(o.victim, o.artifact): o for o in outs}

@@ -54,15 +54,19 @@ Key = tuple[str, str, str]  # (victim, artifact, case)
 
 
 def audit_reconstruction(attack: Attack, view: WireView, prior: AttackerPrior, victims: list[str], auditor: Auditor,
-                         run_dir: Path, device: torch.device) -> dict[str, Any]:
-    """Run ``attack`` (with its nulls) and its counterfactuals; return its metrics.json section."""
-    outputs = attack.run_batch(view, prior, victims, device)
-    counter, absent = run_counterfactuals(attack, view, prior, victims, auditor, device)
-    return score_section(attack.name, outputs, counter, absent, auditor, run_dir)
+                         run_dir: Path, device: torch.device, *, observe: Callable[[WireView], WireView] | None = None,
+                         grid_suffix: str = "") -> dict[str, Any]:
+    """Run ``attack`` (with its nulls) and its counterfactuals; return its metrics.json section. ``observe`` turns
+    ``view`` into another observer's (secure aggregation's): the counterfactuals are built from ``view``'s clear
+    uploads and then seen through it, as the attack is; ``grid_suffix`` keeps that observer's image grids apart."""
+    outputs = attack.run_batch(observe(view) if observe else view, prior, victims, device)
+    counter, absent = run_counterfactuals(attack, view, prior, victims, auditor, device, observe)
+    return score_section(attack.name + grid_suffix, outputs, counter, absent, auditor, run_dir)
 
 
 def run_counterfactuals(attack: Attack, view: WireView, prior: AttackerPrior, victims: list[str], auditor: Auditor,
-                        device: torch.device) -> tuple[dict[Key, AttackOutput], dict[Key, str]]:
+                        device: torch.device, observe: Callable[[WireView], WireView] | None = None
+                        ) -> tuple[dict[Key, AttackOutput], dict[Key, str]]:
     """The attack (without nulls) on the holdout twin and on each positive control of every victim.
 
     Returns the outputs by (victim, artifact, case), and why a (victim, artifact, case) is absent."""
@@ -84,6 +88,7 @@ def run_counterfactuals(attack: Attack, view: WireView, prior: AttackerPrior, vi
             records = [Counterfactual(v, case, auditor.power_records(v, per_class)) for v in victims]
         cf_view, skipped = counterfactual_view(view, prior, records, device, auditor.recipe, auditor.seed,
                                                auditor.latent_encoders)
+        cf_view = observe(cf_view) if observe else cf_view
         # One batch per case: cases differ in artifact shape (a bank of 10 spectra vs of 90).
         for o in bare.run_batch(cf_view, prior, [pseudo_name(v, case) for v in victims], device):
             victim, _ = split_pseudo(o.victim)

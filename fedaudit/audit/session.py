@@ -27,10 +27,13 @@ from fedaudit.audit.leakage import Auditor, DomainRecords
 from fedaudit.audit.membership import audit_membership
 from fedaudit.audit.reconstruction import audit_reconstruction, unscored_section
 from fedaudit.audit.verdict import CANARY_GRADIENT
-from fedaudit.errors import unknown_choice
+from fedaudit.errors import FedauditError, unknown_choice
+from fedaudit.run.results import MIA
 from fedaudit.run.seeds import derive_seed
 from fedaudit.simulation.method import Method
-from fedaudit.simulation.wire import SERVER, client_role
+from fedaudit.simulation.secure_aggregation import (COUNT, MASKED, leaves, participation_varies,
+                                                     secure_aggregation_view)
+from fedaudit.simulation.wire import SERVER, WireView, client_role
 
 if TYPE_CHECKING:
     from fedaudit.data import MultiDomainDataset
@@ -39,6 +42,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fedaudit")
 
+SECURE_AGGREGATION = "secure_aggregation"  # metrics.json's section for that observer (run_attacks returns it within)
+SECURE_AGGREGATION_OBSERVER = "server (secure aggregation)"
+RELEASED_ONLY = ("domain",)  # membership variants of the released model alone: the same with or without the mask
 PRIOR_SEED_STREAM = 7_001  # the attacker's fresh model: a fixed initialisation, independent of the run's own
 
 
@@ -106,6 +112,9 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
     """
     if not selected:
         return {}
+    if cfg.secure_aggregation and cfg.attacker != SERVER:
+        raise FedauditError(f"--secure-aggregation changes what the server sees, not what {cfg.attacker} receives: "
+                            "use it with --attacker server")
     prior = attacker_prior(cfg, method, fed, dataset)
     role, victims = attack_role_and_victims(cfg, [c.domain for c in fed.clients])
     attacks = one_per_family(selected, cfg, prior)
@@ -135,7 +144,106 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
             settings = getattr(attack, "settings", None)
             if settings is not None:
                 leakage[attack.name]["settings"] = settings.to_json()
+    if cfg.secure_aggregation:
+        auditor = auditor or (build_auditor(cfg, fed, dataset, device)
+                              if any(not a.needs for a in attacks) else None)
+        leakage[SECURE_AGGREGATION] = secure_aggregation_pass(selected, leakage, run_dir, cfg, method, fed, prior,
+                                                              victims, auditor, device)
     return leakage
+
+
+def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str, Any], run_dir: Path, cfg: RunConfig,
+                            method: Method, fed: Federation, prior: AttackerPrior, victims: list[str],
+                            auditor: Auditor | None, device: torch.device) -> dict[str, Any]:
+    """The same attacks, scored the same way, against what a server under secure aggregation sees of the same wire
+    (:mod:`fedaudit.simulation.secure_aggregation`): the aggregate of each masked kind, and every other upload as
+    it was. Only what the mask changes is attacked again — a bank or a clear scalar is the same message with or
+    without it, and so is the released model — and the section holds both: the aggregate's results and, for the
+    rest, the server's own (``leakage`` at the pass's end is the whole view's, as judged)."""
+    clear = fed.wire.view(SERVER)
+
+    def observe(view: WireView) -> WireView:
+        return masked_only(secure_aggregation_view(view))
+
+    seen: dict[str, Any] = {}
+    for attack in one_per_family(selected, cfg, prior):
+        if "canaries" in attack.needs:  # the canary audit tests a DP claim, not an observer
+            continue
+        if "challenges" in attack.needs:
+            variants = tuple(v for v in getattr(attack, "selected", ()) if v not in RELEASED_ONLY)
+            if not variants:
+                continue
+            attack.selected = variants
+            log.info("attack %s as the server under secure aggregation against %s", attack.name, ", ".join(victims))
+            seen[attack.name] = audit_membership(attack, run_dir, cfg, method, fed, prior, role=SERVER,
+                                                 victims=victims, retrain=False, observe=observe)
+        elif auditor is not None:
+            log.info("attack %s as the server under secure aggregation against %s", attack.name, ", ".join(victims))
+            seen[attack.name] = audit_reconstruction(attack, clear, prior, victims, auditor, run_dir, device,
+                                                     observe=observe, grid_suffix="-secure-aggregation")
+            settings = getattr(attack, "settings", None)
+            if settings is not None:
+                seen[attack.name]["settings"] = settings.to_json()
+    aggregate = next((a.meta["secure_aggregate"] for a in observe(clear) if "secure_aggregate" in a.meta), None)
+    rounds: dict[int, set[str]] = {}
+    for e in fed.wire.ledger:
+        if e.receiver == SERVER and e.kind in {k.value for k in MASKED}:
+            rounds.setdefault(e.round, set()).add(e.sender)
+    return {"observer": SECURE_AGGREGATION_OBSERVER, "masked": [k.value for k in MASKED] + [COUNT],
+            "leaves": leaves(sorted(fed.wire.kinds_sent(), key=lambda kd: kd[0])),
+            "aggregate": aggregate,
+            "disaggregation": ({"status": "not run", "reason": "participation varied across rounds, which lets a "
+                                "server solve for single updates (Lam et al., ICML 2021); fedaudit has no "
+                                "disaggregation attack yet, so this gap is not measured"}
+                               if participation_varies(rounds) else
+                               {"status": "not applicable", "reason": "the same clients uploaded in every round: "
+                                "the rounds' aggregates give no system to solve for a single update"}),
+            "leakage": merge_secure_aggregation(leakage, seen)}
+
+
+def masked_only(view: WireView) -> WireView:
+    """Of a secure-aggregation view, what the mask changed (each aggregate) and the server's own broadcasts: the
+    attacks re-run on these only."""
+    return WireView(view.role, [a for a in view if a.sender == SERVER or "secure_aggregate" in a.meta])
+
+
+def merge_secure_aggregation(clear: dict[str, Any], seen: dict[str, Any]) -> dict[str, Any]:
+    """The whole secure-aggregation view's leakage: the re-run attacks' entries for what the mask covers, the clear
+    view's for everything else (the same messages, the same results)."""
+    masked = {k.value for k in MASKED}
+    out: dict[str, Any] = {}
+    for name, section in clear.items():
+        if not isinstance(section, dict) or name == SECURE_AGGREGATION:
+            continue
+        again = seen.get(name) or {}
+        if name == MIA:
+            merged = {}
+            for variant, targets in section.items():
+                fresh = again.get(variant) or {}
+                if variant == "artifact":
+                    merged[variant] = {t: (fresh.get(t) if t.split(":")[0] in masked else v) for t, v in targets.items()
+                                       if t.split(":")[0] not in masked or t in fresh}
+                elif variant in RELEASED_ONLY:
+                    merged[variant] = targets
+                else:  # the victims' uploads are now the aggregate; the released model is as it was
+                    merged[variant] = {t: (fresh[t] if t in fresh and t != "global_model" else v)
+                                       for t, v in targets.items()}
+            out[name] = merged
+            continue
+        merged = {}
+        for artifact, value in section.items():
+            kind = artifact.split(":")[0]
+            if artifact == "summary":
+                merged[artifact] = {a: (again.get("summary", {}).get(a) if a.split(":")[0] in masked else v)
+                                    for a, v in value.items() if a.split(":")[0] not in masked
+                                    or a in again.get("summary", {})}
+            elif kind in masked:
+                if artifact in again:
+                    merged[artifact] = again[artifact]
+            else:
+                merged[artifact] = value
+        out[name] = merged
+    return out
 
 
 def one_per_family(selected: Sequence[type[Attack]], cfg: RunConfig, prior: AttackerPrior) -> list[Attack]:

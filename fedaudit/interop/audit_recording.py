@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from fedaudit.attack import Attack
-from fedaudit.audit.session import attack_role_and_victims, run_attacks, run_unscored
+from fedaudit.audit.session import SECURE_AGGREGATION, attack_role_and_victims, run_attacks, run_unscored
 from fedaudit.audit.verdict import RiskThresholds, judge
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.data.base import ClientData, LODOSplit
@@ -49,7 +49,7 @@ log = logging.getLogger("fedaudit")
 
 # The options `fedaudit audit` takes (besides every attack's): who attacks whom, the architecture if the
 # manifest's is to be overridden, and where and how the audit runs. Training options come from the manifest.
-AUDIT_OPTIONS = ("attack", "attacker", "victim", "model", "model_args", "norm", "image_size", "device", "precision",
+AUDIT_OPTIONS = ("attack", "attacker", "victim", "secure_aggregation", "model", "model_args", "norm", "image_size", "device", "precision",
                  "deterministic", "out", "lpips_weights", "judge_steps")
 RECIPE_KEYS = ("rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "augment")
 
@@ -405,6 +405,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
                                          "membership inference", "accuracy of the deployed model"]}),
         accuracy=accuracy,
         communication=communication(fed, shares),
+        secure_aggregation=leakage.pop(SECURE_AGGREGATION, None),
         leakage=leakage,
         privacy=recorded_privacy(rec, shares) or privacy(
             fed, shares, no_dp="no DP mechanism in the recording's manifest: whether the clients trained with one is "

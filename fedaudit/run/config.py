@@ -117,6 +117,9 @@ class RunConfig:
     attacker: str = option("server", "Who attacks: server (sees every upload) or client:<domain> (sees its "
                            "broadcasts).")
     victim: str = option("all", "Victim source domain, or 'all' (every source the attacker can target).")
+    secure_aggregation: bool = option(False, "Also judge what a server under secure aggregation sees (the sum of the "
+                                      "masked model uploads, every other message in clear, as Flower's SecAgg+ "
+                                      "leaves it): each server row beside its secure-aggregation twin.")
     lpips_weights: str | None = option(None, "Local AlexNet weights for LPIPS (default: the torch hub cache; never "
                                        "downloaded).", kind=str, nullable=True)
     judge_steps: int = option(300, "Adam steps of each auditor judge (the domain and class classifiers that score "

@@ -147,6 +147,8 @@ class RunMetrics:
     auditor_data: dict[str, Any] | None = None  # fedaudit audit: whether the auditor held the clients' records
     verdict: list[dict[str, Any]] = field(default_factory=list)
     verdict_thresholds: dict[str, Any] | None = None
+    # --secure-aggregation: what that server sees, the attacks on it, what the mask leaves (audit/session.py)
+    secure_aggregation: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -155,8 +157,9 @@ class RunMetrics:
                "target_domain": self.target_domain, "source_domains": self.source_domains,
                "auditor_data": self.auditor_data, "accuracy": self.accuracy, "communication": self.communication,
                "leakage": self.leakage, "privacy": self.privacy, "provenance": self.provenance,
+               "secure_aggregation": self.secure_aggregation,
                "verdict": self.verdict, "verdict_thresholds": self.verdict_thresholds}
-        optional = ("source_domains", "auditor_data", "verdict_thresholds")
+        optional = ("source_domains", "auditor_data", "verdict_thresholds", "secure_aggregation")
         return {k: v for k, v in out.items() if v is not None or k not in optional}
 
     @classmethod

@@ -108,7 +108,9 @@ from .inversion import inversion_rows
 from .membership import membership_groups, membership_row
 from .participation import participation_row
 from .thresholds import CORRECTION, RiskThresholds, load_thresholds
-from .wording import ADVICE, advice, made_by, pct, share_title
+from .wording import ADVICE, advice, made_by, pct, secure_aggregation_lead, share_title
+
+SECURE_AGGREGATION_ROW = "@secure_aggregation"  # the suffix of a row judged from that observer's view
 
 
 def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThresholds | None = None) -> list[dict[str, Any]]:
@@ -127,6 +129,7 @@ def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThres
     rows += [membership_row(GLOBAL, groups.get(GLOBAL, []), metrics, config, t), participation_row(metrics, t)]
     if Leakage.of(metrics).canary_sections():
         rows.append(canary_row(metrics, t))
+    rows += secure_aggregation_rows(metrics, config, declared, t)
     consistency = consistency_row(metrics, t)
     if consistency is not None:
         rows.append(consistency)
@@ -139,6 +142,29 @@ def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThres
     return [row.to_json() for row in rows]
 
 
+def secure_aggregation_rows(metrics: dict[str, Any], config: dict[str, Any], declared: list[str],
+                            t: RiskThresholds) -> list[Row]:
+    """Each upload's rows once more, judged from what a server under secure aggregation sees (``--secure-aggregation``;
+    :mod:`fedaudit.simulation.secure_aggregation`): the same rules over that observer's evidence — the aggregate's
+    for what the mask covers, the upload's own for what it leaves. Row keys end in :data:`SECURE_AGGREGATION_ROW`."""
+    section = metrics.get("secure_aggregation")
+    if not isinstance(section, dict) or not isinstance(section.get("leakage"), dict):
+        return []
+    seen = {**metrics, "leakage": section["leakage"]}
+    groups = membership_groups(seen, config)
+    left = {item["kind"]: item["why"] for item in section.get("leaves") or []}
+    rows: list[Row] = []
+    for key in (k for k in declared if k.endswith("↑")):
+        kind = key[:-1]
+        records, client_data = inversion_rows(key, seen, config, t)
+        for row in (records, membership_row(key, groups.get(key, []), seen, config, t), client_data):
+            row.row += SECURE_AGGREGATION_ROW
+            row.observer = str(section.get("observer") or "server (secure aggregation)")
+            row.reason = f"{secure_aggregation_lead(kind, left.get(kind), section.get('aggregate'))} {row.reason}"
+            rows.append(row)
+    return rows
+
+
 def membership_row_of(metrics: dict[str, Any], config: dict[str, Any]) -> dict[tuple[str, str], str]:
     """(variant, target) of every stored membership attack → the key of the verdict row that judges it (tables built
     beside the verdict use it rather than guessing from the target's name)."""
@@ -148,5 +174,5 @@ def membership_row_of(metrics: dict[str, Any], config: dict[str, Any]) -> dict[t
 
 __all__ = ["ADVICE", "ARTIFACT", "BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "CLIENT_DATA", "CORRECTION", "DOMAIN",
            "Evidence", "HIGH", "INCONCLUSIVE", "LEVELS", "LEVEL_OF", "PARTICIPATION", "RECORDS", "LOW", "MEDIUM", "MIA", "NOT_ASSESSED", "NOT_RECONSTRUCTIONS", "NULL_NAMES", "POWER_ALPHA",
-           "RiskThresholds", "Row", "TIER_ORDER", "advice", "judge", "load_thresholds", "made_by", "membership_row_of", "mia_level", "pct",
+           "RiskThresholds", "Row", "TIER_ORDER", "SECURE_AGGREGATION_ROW", "advice", "judge", "load_thresholds", "made_by", "membership_row_of", "mia_level", "pct",
            "share_title"]

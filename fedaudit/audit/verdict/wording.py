@@ -90,6 +90,18 @@ def observer_of(key: str, attacker: str) -> str:
     return attacker if attacker.startswith("client:") else "client:<domain>"
 
 
+def secure_aggregation_lead(kind: str, left_because: str | None, aggregate: dict[str, Any] | None) -> str:
+    """The first sentence of a row judged from a server under secure aggregation: what that server saw of ``kind``."""
+    if left_because is not None:
+        return f"Secure aggregation does not cover {kind} ({left_because}): the server reads each client's as before."
+    if not aggregate:
+        return f"Under secure aggregation the server sees only the sum of the clients' {kind} uploads."
+    clients = list(aggregate.get("clients") or [])
+    return (f"Under secure aggregation the server sees only the sample-weighted aggregate of round "
+            f"{aggregate.get('round')}'s {kind} uploads ({len(clients)} client{'s' if len(clients) != 1 else ''}: "
+            f"{', '.join(clients)}); each victim's test is against that aggregate.")
+
+
 # Each question in the words a reviewer signs: records, the client's data as a whole, or participation (issue 47).
 QUESTIONS = {INVERSION: "can its training records be reconstructed?",
              MEMBERSHIP: "does it reveal which records were trained on?",

@@ -1,0 +1,144 @@
+"""What a server under secure aggregation still sees: the observer of issue 49.
+
+Secure aggregation (Bonawitz et al., CCS 2017; Flower's SecAgg+, ``SecAggPlusWorkflow`` with ``secaggplus_mod``)
+masks each client's training parameters and its example count so that the server learns only their sums over the
+round's clients. Everything a protocol sends outside that masked vector travels in clear: Flower's SecAgg+ masks the
+parameters of a training reply and nothing else, so metrics, configs and any array a method sends as its own message
+(a style or amplitude bank, statistics sent apart, a classifier head the server needs per client) stay visible per
+client. The observer assumed is honest but curious: it follows the protocol and reads what it receives.
+
+:func:`secure_aggregation_view` turns a server's wire view into that observer's. Per masked kind (:data:`MASKED`) it
+replaces the uploads of the newest round by their sample-weighted mean (what the server computes from the two
+sums), given once per client of that round as *the aggregate the server saw in that client's round* — so every
+attack and every auditor's test runs unchanged, asking what the aggregate gives away about that client's records.
+A client's sample count is removed from its clear scalars (it is masked too; only the total is learned). Auditor
+pseudo-clients (``<victim>#twin``, ``<victim>#power:k``) are aggregated with the other clients of the victim's round
+in the victim's place, so a counterfactual under secure aggregation is the aggregate with the victim's contribution
+swapped, as it must be. A client that did not upload in the newest round of a kind has no aggregate standing for it.
+
+Where participation varies across rounds, a server can also disaggregate (Lam et al., ICML 2021):
+:func:`participation_varies` says whether this view gives it anything to solve; the attack itself is not built yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
+
+# What secure aggregation masks: the parameters of a training reply (Flower's SecAgg+ masks the reply's arrays and
+# its example count; a model delta is the same vector less the broadcast).
+MASKED = (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL, ArtifactKind.MODEL_DELTA)
+COUNT = "num_samples"  # the example count a client sends beside its parameters: masked too
+PSEUDO = "#"  # the auditor's pseudo-clients: "<victim>#<case>" (fedaudit.audit.counterfactual)
+CLIENT = "client:"
+
+# Why each kind a method may send up is left in clear (the "what secure aggregation leaves" list).
+LEFT_BECAUSE = {
+    ArtifactKind.STYLE_BANK: "the server needs each client's styles to pass them on: sent as its own message, "
+                             "outside the masked parameters",
+    ArtifactKind.AMPLITUDE_BANK: "the server needs each client's spectra to pass them on: sent as its own "
+                                 "message, outside the masked parameters",
+    ArtifactKind.BN_STATS_ALL_LAYERS: "statistics sent apart from the parameters are outside the masked vector",
+    ArtifactKind.CLASSIFIER_HEAD: "the server needs each client's head (a message of its own, not summed)",
+    ArtifactKind.TRANSLATOR: "a message of its own, not summed",
+    ArtifactKind.IMPORTANCE: "the server needs each client's importance to weight its parameters",
+    ArtifactKind.SCALARS: "metrics and other scalars travel in clear (only the example count is masked)",
+    ArtifactKind.RECORD: "a recorded message outside the training reply's arrays",
+}
+
+
+def _client(role: str) -> str | None:
+    return role[len(CLIENT):] if role.startswith(CLIENT) else None
+
+
+def _real(name: str) -> str:
+    """A pseudo-client's victim, a client itself."""
+    return name.split(PSEUDO, 1)[0]
+
+
+def _weight(view: WireView, sender: str, rnd: int) -> float:
+    """The example count ``sender`` sent with its round-``rnd`` upload (1 where it sent none: equal weights)."""
+    for a in view:
+        if a.sender == sender and a.kind == ArtifactKind.SCALARS and a.receiver == SERVER and COUNT in a.tensors:
+            if a.round == rnd:
+                return float(a.tensors[COUNT])
+    return 1.0
+
+
+def weighted_mean(states: list[dict[str, Tensor]], weights: list[float]) -> dict[str, Tensor]:
+    """The sample-weighted mean of ``states`` over the keys they all hold (integer buffers rounded), as a server
+    computes it from the masked sums. One state comes back as it is."""
+    if len(states) == 1:
+        return dict(states[0])
+    total = float(sum(weights))
+    keys = [k for k in states[0] if all(k in s and s[k].shape == states[0][k].shape for s in states)]
+    out = {}
+    for k in keys:
+        acc = sum((w / total) * s[k].double() for w, s in zip(weights, states))
+        out[k] = acc.to(states[0][k].dtype) if states[0][k].is_floating_point() else torch.round(acc).to(states[0][k].dtype)
+    return out
+
+
+def secure_aggregation_view(view: WireView) -> WireView:
+    """The server's view as secure aggregation leaves it (see the module's docstring)."""
+    if view.role != SERVER:
+        raise ValueError("secure aggregation changes what the server sees; a client's view is the same with it")
+    masked = [a for a in view if a.receiver == SERVER and a.kind in MASKED and _client(a.sender) is not None]
+    kept = [_without_count(a) for a in view if a not in masked]
+    out = [a for a in kept if a is not None]
+    for kind in MASKED:
+        uploads = [a for a in masked if a.kind == kind]
+        real = [a for a in uploads if PSEUDO not in _client(a.sender)]
+        if not real:
+            continue
+        rnd = max(a.round for a in real)
+        round_of = {_client(a.sender): a for a in real if a.round == rnd}
+        clients = sorted(round_of)
+        weights = {c: _weight(view, client_role(c), rnd) for c in clients}
+        meta = {"secure_aggregate": {"clients": clients, "round": rnd, "total_weight": sum(weights.values())}}
+        aggregate = weighted_mean([round_of[c].tensors for c in clients], [weights[c] for c in clients])
+        for c in clients:
+            out.append(Artifact(kind, client_role(c), SERVER, rnd, aggregate, {**round_of[c].meta, **meta}))
+        for a in uploads:  # a pseudo-client takes its victim's place in the victim's round
+            name = _client(a.sender)
+            victim = _real(name)
+            if PSEUDO not in name or victim not in round_of or a.round != rnd:
+                continue
+            swapped = [a.tensors if c == victim else round_of[c].tensors for c in clients]
+            out.append(Artifact(kind, a.sender, SERVER, rnd, weighted_mean(swapped, [weights[c] for c in clients]),
+                                {**a.meta, **meta}))
+    return WireView(view.role, sorted(out, key=lambda a: (a.round, a.kind.value, a.sender, a.receiver)))
+
+
+def _without_count(a: Artifact) -> Artifact | None:
+    """A client's clear scalars less its example count (masked with the parameters); None where nothing is left."""
+    if a.kind != ArtifactKind.SCALARS or a.receiver != SERVER or COUNT not in a.tensors:
+        return a
+    rest = {k: t for k, t in a.tensors.items() if k != COUNT}
+    return Artifact(a.kind, a.sender, a.receiver, a.round, rest, dict(a.meta)) if rest else None
+
+
+def leaves(shares: Iterable[tuple[ArtifactKind | str, str]]) -> list[dict[str, str]]:
+    """What secure aggregation does not cover of a method's declared shares: every upload outside the masked
+    parameters (with why), in declaration order."""
+    out = []
+    for kind, direction in shares:
+        kind = ArtifactKind(kind)
+        if direction == "up" and kind not in MASKED:
+            out.append({"kind": kind.value, "direction": "up", "why": LEFT_BECAUSE.get(kind, "not part of the "
+                                                                                          "masked parameters")})
+    return out
+
+
+def participation_varies(rounds: dict[int, set[str]]) -> bool:
+    """Whether the set of uploading clients differs between training rounds (what disaggregation needs)."""
+    sets = {frozenset(s) for r, s in rounds.items() if r >= 1 and s}
+    return len(sets) > 1
+
+
+__all__ = ["COUNT", "LEFT_BECAUSE", "MASKED", "leaves", "participation_varies", "secure_aggregation_view",
+           "weighted_mean"]
