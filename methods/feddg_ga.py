@@ -140,6 +140,7 @@ class FedDGGA(FedAvg):
     client_dp_incompatible = ("its aggregation weights follow each client's validation loss, so clipping alone does not "
                               "bound a client's influence")
     shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP), (ArtifactKind.SCALARS, UP))
+    clear_scalars = "each client's validation losses before and after its round (the server weights clients by them)"
     options = {"step_size": 0.2}
     profile_defaults: dict[str, dict[str, Any]] = {
         "quick": {},

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedaudit.audit.verdict import HIGH, MEDIUM, SECURE_AGGREGATION_ROW
-from fedaudit.simulation.secure_aggregation import leaves, participation_varies, secure_aggregation_view
+from fedaudit.simulation.secure_aggregation import participation_varies, secure_aggregation_view
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 
 FULL, SCALARS, STYLE = ArtifactKind.FULL_MODEL, ArtifactKind.SCALARS, ArtifactKind.STYLE_BANK
@@ -67,14 +67,14 @@ def test_a_counterfactual_is_aggregated_in_its_victims_place():
 
 
 def test_what_secure_aggregation_leaves_names_every_upload_outside_the_masked_parameters():
-    from methods.ccst import CCST
-    from methods.elcfs import ELCFS
-    from methods.fedavg import FedAvg
+    from fedaudit.cli.output import listing
 
-    assert [x["kind"] for x in leaves(ELCFS.shares)] == ["amplitude_bank", "scalars"]
-    assert [x["kind"] for x in leaves(CCST.shares)] == ["style_bank", "scalars"]
-    assert [x["kind"] for x in leaves(FedAvg.shares)] == ["scalars"]
-    assert all(x["why"] for x in leaves(CCST.shares))
+    left = {m["name"]: [x["kind"] for x in m["secure_aggregation_leaves"]] for m in listing("methods")}
+    assert left["elcfs"] == ["amplitude_bank"] and left["ccst"] == ["style_bank"]
+    assert left["fedavg"] == []  # its scalars are the example count alone, which the mask covers
+    assert left["feddg_ga"] == ["scalars"]  # its validation losses are not
+    assert set(left["fedlsi"]) == {"classifier_head", "importance"}
+    assert all(x["why"] for m in listing("methods") for x in m["secure_aggregation_leaves"])
 
 
 def test_disaggregation_needs_participation_that_varies():

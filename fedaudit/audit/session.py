@@ -31,7 +31,7 @@ from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.run.results import MIA
 from fedaudit.run.seeds import derive_seed
 from fedaudit.simulation.method import Method
-from fedaudit.simulation.secure_aggregation import (COUNT, MASKED, leaves, participation_varies,
+from fedaudit.simulation.secure_aggregation import (COUNT, MASKED, left_in_view, participation_varies,
                                                      secure_aggregation_view)
 from fedaudit.simulation.wire import SERVER, WireView, client_role
 
@@ -190,7 +190,7 @@ def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str,
         if e.receiver == SERVER and e.kind in {k.value for k in MASKED}:
             rounds.setdefault(e.round, set()).add(e.sender)
     return {"observer": SECURE_AGGREGATION_OBSERVER, "masked": [k.value for k in MASKED] + [COUNT],
-            "leaves": leaves(sorted(fed.wire.kinds_sent(), key=lambda kd: kd[0])),
+            "leaves": left_in_view(secure_aggregation_view(clear)),
             "aggregate": aggregate,
             "disaggregation": ({"status": "not run", "reason": "participation varied across rounds, which lets a "
                                 "server solve for single updates (Lam et al., ICML 2021); fedaudit has no "

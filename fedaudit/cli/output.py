@@ -158,10 +158,12 @@ def listing(what: str) -> list[dict[str, Any]]:
     if what == "methods":
         from fedaudit.attacks import auto_attacks
         from fedaudit.methods import METHODS
+        from fedaudit.simulation.secure_aggregation import leaves
 
         return [{"name": name, "summary": cls.summary, "paper": cls.paper,
                  "shares": [{"kind": k.value, "direction": d} for k, d in cls.shares],
                  "auto_attacks": {p: auto_attacks(cls.shares, p).split(",") for p in ("quick", "paper")},
+                 "secure_aggregation_leaves": leaves(cls.shares, cls.clear_scalars),
                  "options": {flag_of(f"{name}_{k}"): v for k, v in cls.options.items()},
                  "dp": not cls.dp_incompatible, "dp_incompatible": cls.dp_incompatible or None,
                  "client_dp": not cls.client_dp_incompatible,
@@ -193,12 +195,14 @@ def print_listing(what: str) -> None:
             dp = "yes" if m["dp"] else f"no: {m['dp_incompatible']}"
             client_dp = "yes" if m["client_dp"] else f"no: {m['client_dp_incompatible']}"
             own = "yes (--model PKG.MODULE:CALLABLE)" if m["any_model"] else f"no: needs {m['needs_architecture']}"
+            left = "; ".join(f"{x['kind']}{arrows[x['direction']]} ({x['why']})"
+                             for x in m["secure_aggregation_leaves"]) or "nothing (every upload is in the masked parameters)"
             out.print(f"\n{m['name']}", style="bold", highlight=False, markup=False)
             auto = ", ".join(m["auto_attacks"]["quick"]) + (
                 f" (paper: {', '.join(m['auto_attacks']['paper'])})" if m["auto_attacks"]["paper"] != m["auto_attacks"]["quick"] else "")
             for label, text in (("what", f"{m['summary']} ({m['paper']})"), ("shares", shares), ("options", opts),
                                 ("--attack auto", auto), ("--dp-epsilon", dp), ("--client-dp-epsilon", client_dp),
-                                ("your own model", own)):
+                                ("secure aggregation leaves", left), ("your own model", own)):
                 lines = textwrap.wrap(text, width=max(40, out.width - 1), initial_indent=f"  {label}: ",
                                       subsequent_indent="      ", break_long_words=False, break_on_hyphens=False)
                 out.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)

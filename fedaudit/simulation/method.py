@@ -73,6 +73,8 @@ class Method:
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
     shares: ClassVar[tuple[tuple[ArtifactKind, str], ...]] = ()
+    # Scalars it sends up beyond the example count, which secure aggregation leaves in clear ("" where none)
+    clear_scalars: ClassVar[str] = ""
     # Method-specific options with their defaults (``--method-option k=v``).
     options: ClassVar[dict[str, Any]] = {}
     # Per-profile overrides of RunConfig fields, e.g. {"paper": {"lr": 1e-4}}.

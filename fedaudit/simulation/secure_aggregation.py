@@ -46,7 +46,6 @@ LEFT_BECAUSE = {
     ArtifactKind.CLASSIFIER_HEAD: "the server needs each client's head (a message of its own, not summed)",
     ArtifactKind.TRANSLATOR: "a message of its own, not summed",
     ArtifactKind.IMPORTANCE: "the server needs each client's importance to weight its parameters",
-    ArtifactKind.SCALARS: "metrics and other scalars travel in clear (only the example count is masked)",
     ArtifactKind.RECORD: "a recorded message outside the training reply's arrays",
 }
 
@@ -122,16 +121,32 @@ def _without_count(a: Artifact) -> Artifact | None:
     return Artifact(a.kind, a.sender, a.receiver, a.round, rest, dict(a.meta)) if rest else None
 
 
-def leaves(shares: Iterable[tuple[ArtifactKind | str, str]]) -> list[dict[str, str]]:
+def leaves(shares: Iterable[tuple[ArtifactKind | str, str]], clear_scalars: str = "") -> list[dict[str, str]]:
     """What secure aggregation does not cover of a method's declared shares: every upload outside the masked
-    parameters (with why), in declaration order."""
+    parameters, with why, in declaration order. Scalars count only where they carry more than the example count
+    (``clear_scalars`` says what: a method's :attr:`~fedaudit.simulation.method.Method.clear_scalars`)."""
     out = []
     for kind, direction in shares:
         kind = ArtifactKind(kind)
-        if direction == "up" and kind not in MASKED:
-            out.append({"kind": kind.value, "direction": "up", "why": LEFT_BECAUSE.get(kind, "not part of the "
-                                                                                          "masked parameters")})
+        if direction != "up" or kind in MASKED or (kind == ArtifactKind.SCALARS and not clear_scalars):
+            continue
+        why = (f"{clear_scalars}: metrics travel in clear (only the example count is masked)"
+               if kind == ArtifactKind.SCALARS else LEFT_BECAUSE.get(kind, "not part of the masked parameters"))
+        out.append({"kind": kind.value, "direction": "up", "why": why})
     return out
+
+
+def left_in_view(view: WireView) -> list[dict[str, str]]:
+    """What the server under secure aggregation still reads per client in ``view`` (one of
+    :func:`secure_aggregation_view`'s): every upload kind that is not an aggregate, with why (scalars by name)."""
+    found: dict[ArtifactKind, set[str]] = {}
+    for a in view:
+        if a.receiver == SERVER and _client(a.sender) is not None and "secure_aggregate" not in a.meta:
+            found.setdefault(a.kind, set()).update(a.tensors)
+    return [{"kind": kind.value, "direction": "up",
+             "why": (f"{', '.join(sorted(found[kind]))}: metrics travel in clear (only the example count is masked)"
+                     if kind == ArtifactKind.SCALARS else LEFT_BECAUSE.get(kind, "not part of the masked parameters"))}
+            for kind in sorted(found, key=lambda k: k.value)]
 
 
 def participation_varies(rounds: dict[int, set[str]]) -> bool:
@@ -140,5 +155,5 @@ def participation_varies(rounds: dict[int, set[str]]) -> bool:
     return len(sets) > 1
 
 
-__all__ = ["COUNT", "LEFT_BECAUSE", "MASKED", "leaves", "participation_varies", "secure_aggregation_view",
+__all__ = ["COUNT", "LEFT_BECAUSE", "MASKED", "leaves", "left_in_view", "participation_varies", "secure_aggregation_view",
            "weighted_mean"]
