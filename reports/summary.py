@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedaudit.audit.verdict import CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPATION, RECORDS, TIER_ORDER
+from fedaudit.audit.verdict import (CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPATION, RECORDS, SECURE_AGGREGATION_ROW,
+                                    TIER_ORDER)
 from fedaudit.audit.verdict.wording import different_models, made_by, to_conclude
 from fedaudit.reports.load import Unit
 from fedaudit.run.results import RunMetrics, VerdictRow
@@ -72,7 +73,37 @@ def first_screen(u: Unit, verdict: list[dict[str, Any]]) -> dict[str, Any]:
                           "needs": to_conclude(r.question, r.rule, u.metrics)} for r in _by_tier(rows, ("inconclusive",))],
         "not_assessed": not_assessed_groups(rows),
         "low": [r.title for r in rows if r.tier == "low"],
+        "secure_aggregation": secure_aggregation_block(run, rows),
     }
+
+
+SECURE_AGGREGATION_ASSUMES = (
+    "An honest-but-curious server that follows the protocol; the mask covers each training reply's parameters and its "
+    "example count, as Flower's SecAgg+ masks them, so the server learns their sample-weighted sum over a round's "
+    "clients and reads every other message as before. A server that sends different clients different models is "
+    "not stopped by it (the consistency check of a recording asks that).")
+
+
+def secure_aggregation_block(run: RunMetrics, rows: list[VerdictRow]) -> dict[str, Any] | None:
+    """Each server row beside its twin judged from the server under secure aggregation (``--secure-aggregation``), what
+    the mask leaves, and whether disaggregation was possible; None where the run did not ask."""
+    section = run.secure_aggregation
+    if not section:
+        return None
+    by_key = {r.row: r for r in rows}
+    pairs = [{"title": r.title, "without": by_key[r.row[: -len(SECURE_AGGREGATION_ROW)]].tier, "with": r.tier,
+              "fact": r.short} for r in rows
+             if r.row.endswith(SECURE_AGGREGATION_ROW) and r.row[: -len(SECURE_AGGREGATION_ROW)] in by_key]
+    aggregate = section.get("aggregate") or {}
+    dis = section.get("disaggregation") or {}
+    return {"assumes": SECURE_AGGREGATION_ASSUMES,
+            "masked": ", ".join(section.get("masked") or []),
+            "aggregate": (f"round {aggregate.get('round')}: {len(aggregate.get('clients') or [])} client(s) "
+                          f"({', '.join(aggregate.get('clients') or [])})" if aggregate else "none on the wire"),
+            "pairs": pairs,
+            "leaves": [f"{x['kind']}{'↑' if x['direction'] == 'up' else '↓'}: {x['why']}"
+                       for x in section.get("leaves") or []],
+            "disaggregation": f"{dis.get('status', 'not run')}: {dis.get('reason', '')}".rstrip(": ")}
 
 
 def not_assessed_groups(rows: list[VerdictRow]) -> list[dict[str, Any]]:

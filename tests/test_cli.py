@@ -28,6 +28,11 @@ def _user_error(args, *needles):
     return text
 
 
+def test_secure_aggregation_with_a_client_attacker_is_refused_before_training():
+    _user_error(["evaluate", "--secure-aggregation", "--attacker", "client:clean"], "--secure-aggregation",
+                "--attacker server")
+
+
 def test_unknown_method_lists_the_valid_ones():
     text = _user_error(["evaluate", "--method", "fedfoo"], "fedfoo", "fedavg", "fedprox")
     assert len([ln for ln in text.splitlines() if ln.strip()]) == 1

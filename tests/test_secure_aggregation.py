@@ -152,3 +152,26 @@ def test_uploads_that_carry_nothing_read_no_medium_or_high_under_secure_aggregat
                 if r["row"].endswith(SECURE_AGGREGATION_ROW) and r["tier"] in (HIGH, MEDIUM)]
         flagged += [(seed, rows)] if rows else []
     assert len(flagged) <= 1, flagged
+
+
+def test_fedavg_on_shapes_shows_both_columns_on_the_reports_first_screen(tiny_run):
+    """Acceptance 2's first half: with and without secure aggregation, one run, both tiers of each server row side by
+    side in the summary, above the findings, with what the mask leaves and the disaggregation line."""
+    import html
+    import re
+
+    result = tiny_run("fedavg", dataset="shapes", rounds=1, attack="mia-loss", reference_models=2,
+                      secure_aggregation=True)
+    page = (result.run_dir / "report.html").read_text(encoding="utf-8")
+    summary = page[page.index('<section id="summary"'):page.index("</section>")]
+    findings = min(i for i in (summary.find("To act on before sign-off"), summary.find("No row reads")) if i >= 0)
+    assert summary.index("highest tier") < summary.index("With and without secure aggregation") < findings
+    text = html.unescape(re.sub(r"<[^>]+>", " ", summary))
+    assert "server (secure aggregation)" in text and "What secure aggregation leaves" in text
+    rows = _rows(result)
+    plain, masked = rows["membership:full_model↑"], rows["membership:full_model↑" + SECURE_AGGREGATION_ROW]
+    line = re.search(r"full_model ↑[^\n]*?which records were trained on\?\s+(\S+(?: \S+)?)\s+(\S+(?: \S+)?)\s", text)
+    assert line and (line.group(1), line.group(2)) == (plain["tier"].replace("_", " "),
+                                                       masked["tier"].replace("_", " ")), text[:3000]
+    assert "nothing this run sent up" in text  # FedAvg's only scalar, the example count, is masked
+    assert "Disaggregation across rounds" in text and "not applicable" in text

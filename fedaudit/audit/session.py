@@ -27,7 +27,7 @@ from fedaudit.audit.leakage import Auditor, DomainRecords
 from fedaudit.audit.membership import audit_membership
 from fedaudit.audit.reconstruction import audit_reconstruction, unscored_section
 from fedaudit.audit.verdict import CANARY_GRADIENT
-from fedaudit.errors import FedauditError, unknown_choice
+from fedaudit.errors import unknown_choice
 from fedaudit.run.results import MIA
 from fedaudit.run.seeds import derive_seed
 from fedaudit.simulation.method import Method
@@ -112,9 +112,6 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
     """
     if not selected:
         return {}
-    if cfg.secure_aggregation and cfg.attacker != SERVER:
-        raise FedauditError(f"--secure-aggregation changes what the server sees, not what {cfg.attacker} receives: "
-                            "use it with --attacker server")
     prior = attacker_prior(cfg, method, fed, dataset)
     role, victims = attack_role_and_victims(cfg, [c.domain for c in fed.clients])
     attacks = one_per_family(selected, cfg, prior)

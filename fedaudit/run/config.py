@@ -345,6 +345,9 @@ def validate(cfg: RunConfig) -> None:
         raise FedauditError("--dp-epsilon needs --precision fp32 (per-sample gradients in bf16 clip inexactly); "
                             "drop --precision bf16")
     check_attacker(cfg.attacker)
+    if cfg.secure_aggregation and cfg.attacker != "server":
+        raise FedauditError(f"--secure-aggregation changes what the server sees, not what {cfg.attacker} receives: "
+                            "use it with --attacker server")
     if not cfg.victim:
         raise FedauditError(f"--victim must be a source domain or 'all', got {cfg.victim!r}")
     if len(cfg.split) != 3 or any(f <= 0 for f in cfg.split) or abs(sum(cfg.split) - 1) > 1e-6:
