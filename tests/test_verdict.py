@@ -670,3 +670,15 @@ def test_a_hint_names_the_view_and_the_attack_when_both_are_missing():
     ran["communication"]["declared"] = ["full_model↑", "full_model↓"]
     down = {r["row"]: r for r in judge(ran, SERVER)}["full_model↓"]
     assert down["reason"].endswith("assess it with --attacker client:<domain>")
+
+
+def test_a_membership_row_with_nothing_scored_says_why_in_its_short_form():
+    """A released model whose outputs are not finite (client-level DP noise at a small ε destroys a tiny model) is
+    attacked but nothing can be ranked: the terminal's short form says so, not "no result stored"."""
+    why = "989 of 989 scores are not finite: the attacked model's outputs overflow"
+    metrics = {"communication": {"declared": []},
+               "leakage": {"mia": {"domain": {"global_model": {d: {"status": "not applicable", "reason": why}
+                                                               for d in ("clean", "colour")}}}}}
+    row = next(r for r in judge(metrics, SERVER) if r["row"] == "participation:global_model")
+    assert row["tier"] == NOT_ASSESSED and why in row["reason"]
+    assert row["short"] == "not applicable: 989 of 989 scores are not finite", row["short"]
