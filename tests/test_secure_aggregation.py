@@ -105,6 +105,11 @@ def test_a_bank_keeps_its_tier_under_secure_aggregation_and_is_listed_as_left(ti
         assert f"does not cover {bank}" in masked["reason"]
     model = rows["full_model↑" + SECURE_AGGREGATION_ROW]
     assert "aggregate of round 1's full_model uploads (3 clients" in model["reason"], model["reason"]
+    # the whole model was attacked again, as its aggregate: other reconstructions, other scores than the upload's
+    clear, aggregate = (result.metrics["leakage"]["deepinversion"]["full_model"],
+                        section["leakage"]["deepinversion"]["full_model"])
+    assert all(aggregate[v]["metrics"] != clear[v]["metrics"] for v in clear)
+    assert all("-secure-aggregation-" in aggregate[v]["image_grid"] for v in aggregate)
 
 
 def _two_domains(root: Path) -> Path:
@@ -174,4 +179,8 @@ def test_fedavg_on_shapes_shows_both_columns_on_the_reports_first_screen(tiny_ru
     assert line and (line.group(1), line.group(2)) == (plain["tier"].replace("_", " "),
                                                        masked["tier"].replace("_", " ")), text[:3000]
     assert "nothing this run sent up" in text  # FedAvg's only scalar, the example count, is masked
+    # membership against each victim's upload was run again against the aggregate; the released model's is the same
+    clear, masked_mia = result.metrics["leakage"]["mia"]["loss"], result.metrics["secure_aggregation"]["leakage"]["mia"]["loss"]
+    assert masked_mia["global_model"] == clear["global_model"]
+    assert all(masked_mia["last_upload"][v]["auc"] != clear["last_upload"][v]["auc"] for v in clear["last_upload"])
     assert "Disaggregation across rounds" in text and "not applicable" in text

@@ -181,21 +181,26 @@ def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str,
             settings = getattr(attack, "settings", None)
             if settings is not None:
                 seen[attack.name]["settings"] = settings.to_json()
-    aggregate = next((a.meta["secure_aggregate"] for a in observe(clear) if "secure_aggregate" in a.meta), None)
-    rounds: dict[int, set[str]] = {}
-    for e in fed.wire.ledger:
-        if e.receiver == SERVER and e.kind in {k.value for k in MASKED}:
-            rounds.setdefault(e.round, set()).add(e.sender)
     return {"observer": SECURE_AGGREGATION_OBSERVER, "masked": [k.value for k in MASKED] + [COUNT],
             "leaves": left_in_view(secure_aggregation_view(clear)),
-            "aggregate": aggregate,
-            "disaggregation": ({"status": "not run", "reason": "participation varied across rounds, which lets a "
-                                "server solve for single updates (Lam et al., ICML 2021); fedaudit has no "
-                                "disaggregation attack yet, so this gap is not measured"}
-                               if participation_varies(rounds) else
-                               {"status": "not applicable", "reason": "the same clients uploaded in every round: "
-                                "the rounds' aggregates give no system to solve for a single update"}),
+            "aggregate": next((a.meta["secure_aggregate"] for a in observe(clear) if "secure_aggregate" in a.meta), None),
+            "disaggregation": disaggregation_status(fed.wire.ledger),
             "leakage": merge_secure_aggregation(leakage, seen)}
+
+
+def disaggregation_status(ledger: list[Any]) -> dict[str, str]:
+    """Whether a server could solve the rounds' aggregates for single updates (Lam et al., ICML 2021): only where
+    the set of uploading clients varied across rounds."""
+    rounds: dict[int, set[str]] = {}
+    for e in ledger:
+        if e.receiver == SERVER and e.kind in {k.value for k in MASKED}:
+            rounds.setdefault(e.round, set()).add(e.sender)
+    if participation_varies(rounds):
+        return {"status": "not run", "reason": "participation varied across rounds, which lets a server solve for "
+                "single updates (Lam et al., ICML 2021); fedaudit has no disaggregation attack yet, so this gap is "
+                "not measured"}
+    return {"status": "not applicable", "reason": "the same clients uploaded in every round: the rounds' aggregates "
+            "give no system to solve for a single update"}
 
 
 def masked_only(view: WireView) -> WireView:
@@ -207,40 +212,35 @@ def masked_only(view: WireView) -> WireView:
 def merge_secure_aggregation(clear: dict[str, Any], seen: dict[str, Any]) -> dict[str, Any]:
     """The whole secure-aggregation view's leakage: the re-run attacks' entries for what the mask covers, the clear
     view's for everything else (the same messages, the same results)."""
-    masked = {k.value for k in MASKED}
-    out: dict[str, Any] = {}
-    for name, section in clear.items():
-        if not isinstance(section, dict) or name == SECURE_AGGREGATION:
-            continue
-        again = seen.get(name) or {}
-        if name == MIA:
-            merged = {}
-            for variant, targets in section.items():
-                fresh = again.get(variant) or {}
-                if variant == "artifact":
-                    merged[variant] = {t: (fresh.get(t) if t.split(":")[0] in masked else v) for t, v in targets.items()
-                                       if t.split(":")[0] not in masked or t in fresh}
-                elif variant in RELEASED_ONLY:
-                    merged[variant] = targets
-                else:  # the victims' uploads are now the aggregate; the released model is as it was
-                    merged[variant] = {t: (fresh[t] if t in fresh and t != "global_model" else v)
-                                       for t, v in targets.items()}
-            out[name] = merged
-            continue
-        merged = {}
-        for artifact, value in section.items():
-            kind = artifact.split(":")[0]
-            if artifact == "summary":
-                merged[artifact] = {a: (again.get("summary", {}).get(a) if a.split(":")[0] in masked else v)
-                                    for a, v in value.items() if a.split(":")[0] not in masked
-                                    or a in again.get("summary", {})}
-            elif kind in masked:
-                if artifact in again:
-                    merged[artifact] = again[artifact]
-            else:
-                merged[artifact] = value
-        out[name] = merged
-    return out
+    return {name: (_merge_membership if name == MIA else _merge_by_artifact)(section, seen.get(name) or {})
+            for name, section in clear.items() if isinstance(section, dict) and name != SECURE_AGGREGATION}
+
+
+def _is_masked(artifact: str) -> bool:
+    return artifact.split(":")[0] in {k.value for k in MASKED}
+
+
+def _merge_by_artifact(clear: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
+    """A reconstruction section (``{artifact: {victim: entry}, "summary": {artifact: ...}}``) merged."""
+    merged = {a: (again.get(a) if _is_masked(a) else v) for a, v in clear.items()}
+    if "summary" in clear:
+        merged["summary"] = _merge_by_artifact(clear["summary"], again.get("summary") or {})
+    return {a: v for a, v in merged.items() if v is not None}
+
+
+def _merge_membership(clear: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
+    """The membership section (``{variant: {target: {victim: entry}}}``): the artifact test of a masked artifact and
+    every attack on a victim's upload (now the aggregate) from the re-run; the released model's as it was."""
+    merged = {}
+    for variant, targets in clear.items():
+        fresh = again.get(variant) or {}
+        if variant == "artifact":
+            merged[variant] = _merge_by_artifact(targets, fresh)
+        elif variant in RELEASED_ONLY:
+            merged[variant] = targets
+        else:
+            merged[variant] = {t: (fresh.get(t, v) if t != "global_model" else v) for t, v in targets.items()}
+    return merged
 
 
 def one_per_family(selected: Sequence[type[Attack]], cfg: RunConfig, prior: AttackerPrior) -> list[Attack]:

@@ -54,6 +54,10 @@ def _client(role: str) -> str | None:
     return role[len(CLIENT):] if role.startswith(CLIENT) else None
 
 
+def _is_masked_upload(a: Artifact) -> bool:
+    return a.receiver == SERVER and a.kind in MASKED and _client(a.sender) is not None
+
+
 def _real(name: str) -> str:
     """A pseudo-client's victim, a client itself."""
     return name.split(PSEUDO, 1)[0]
@@ -86,31 +90,34 @@ def secure_aggregation_view(view: WireView) -> WireView:
     """The server's view as secure aggregation leaves it (see the module's docstring)."""
     if view.role != SERVER:
         raise ValueError("secure aggregation changes what the server sees; a client's view is the same with it")
-    masked = [a for a in view if a.receiver == SERVER and a.kind in MASKED and _client(a.sender) is not None]
-    kept = [_without_count(a) for a in view if a not in masked]
-    out = [a for a in kept if a is not None]
+    masked = [a for a in view if _is_masked_upload(a)]
+    out = [kept for a in view if not _is_masked_upload(a) and (kept := _without_count(a)) is not None]
     for kind in MASKED:
-        uploads = [a for a in masked if a.kind == kind]
-        real = [a for a in uploads if PSEUDO not in _client(a.sender)]
-        if not real:
-            continue
-        rnd = max(a.round for a in real)
-        round_of = {_client(a.sender): a for a in real if a.round == rnd}
-        clients = sorted(round_of)
-        weights = {c: _weight(view, client_role(c), rnd) for c in clients}
-        meta = {"secure_aggregate": {"clients": clients, "round": rnd, "total_weight": sum(weights.values())}}
-        aggregate = weighted_mean([round_of[c].tensors for c in clients], [weights[c] for c in clients])
-        for c in clients:
-            out.append(Artifact(kind, client_role(c), SERVER, rnd, aggregate, {**round_of[c].meta, **meta}))
-        for a in uploads:  # a pseudo-client takes its victim's place in the victim's round
-            name = _client(a.sender)
-            victim = _real(name)
-            if PSEUDO not in name or victim not in round_of or a.round != rnd:
-                continue
-            swapped = [a.tensors if c == victim else round_of[c].tensors for c in clients]
-            out.append(Artifact(kind, a.sender, SERVER, rnd, weighted_mean(swapped, [weights[c] for c in clients]),
-                                {**a.meta, **meta}))
+        out += _aggregates([a for a in masked if a.kind == kind], view)
     return WireView(view.role, sorted(out, key=lambda a: (a.round, a.kind.value, a.sender, a.receiver)))
+
+
+def _aggregates(uploads: list[Artifact], view: WireView) -> list[Artifact]:
+    """One kind's uploads as the server sees them: the newest round's aggregate once per client of that round, and
+    once per auditor's pseudo-client of one of them, aggregated in its victim's place."""
+    real = [a for a in uploads if PSEUDO not in _client(a.sender)]
+    if not real:
+        return []
+    rnd = max(a.round for a in real)
+    round_of = {_client(a.sender): a for a in real if a.round == rnd}
+    clients = sorted(round_of)
+    weights = [_weight(view, client_role(c), rnd) for c in clients]
+    meta = {"secure_aggregate": {"clients": clients, "round": rnd, "total_weight": sum(weights)}}
+    aggregate = weighted_mean([round_of[c].tensors for c in clients], weights)
+    out = [Artifact(a.kind, a.sender, SERVER, rnd, aggregate, {**a.meta, **meta}) for a in round_of.values()]
+    for a in uploads:
+        name = _client(a.sender)
+        if PSEUDO not in name or _real(name) not in round_of or a.round != rnd:
+            continue
+        victim = _real(name)
+        swapped = [a.tensors if c == victim else round_of[c].tensors for c in clients]
+        out.append(Artifact(a.kind, a.sender, SERVER, rnd, weighted_mean(swapped, weights), {**a.meta, **meta}))
+    return out
 
 
 def _without_count(a: Artifact) -> Artifact | None:
