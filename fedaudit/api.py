@@ -17,7 +17,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from fedaudit.run.results import RunMetrics, write_metrics
 from fedaudit.run.summary import communication, privacy, provenance, summarise_targets
 from fedaudit.simulation.dp_sgd import private_config
 from fedaudit.simulation.federation import Federation
-from fedaudit.simulation.wire import Wire
+from fedaudit.simulation.wire import SERVER, Wire
 
 log = logging.getLogger("fedaudit")
 
@@ -328,6 +328,11 @@ def audit_recording(recording: str | Path, *, command: str = "", unverified: boo
     cfg = resolve({**base, **explicit, "attack": spec}, None, method_cls.profile_defaults, attack_schema(spec),
                   attack_options())
     warn_unused_attack_options(explicit, cfg)
+    protocol = rec.secure_aggregation()
+    if protocol is not None and cfg.attacker == SERVER and not cfg.secure_aggregation and selected:
+        log.info("the recording used %s (its stage messages): the server rows are judged under secure aggregation "
+                 "too (--secure-aggregation)", protocol)
+        cfg = replace(cfg, secure_aggregation=True)
     with run_numerics(cfg.deterministic) as unpinned:
         run_dir, metrics = audit(rec, cfg, method_cls(cfg), selected, dataset, split, resolve_device(cfg.device), command,
                                  left_out, unpinned)

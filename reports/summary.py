@@ -326,6 +326,10 @@ def recording_lines(recording: dict[str, Any]) -> list[tuple[str, str]]:
     missed = (recording.get("participation") or {}).get("missed") or {}
     if missed:
         lines.append(("clients that failed", missed_text(missed)))
+    if recording.get("secure_aggregation"):
+        lines.append(("secure aggregation", f"the run used {recording['secure_aggregation']} (recognised from its stage "
+                                            "messages): the server received masked uploads; its rows are judged under "
+                                            "secure aggregation, beside what it would read of each upload without it"))
     same = ((recording.get("verification") or {}).get("broadcasts")) or {}
     if same.get("different"):  # also a HIGH verdict row (consistency:broadcasts); said here first, before any tier
         lines.append(("NOT THE SAME MODEL", different_models(same["different"])))

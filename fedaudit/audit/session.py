@@ -31,7 +31,7 @@ from fedaudit.errors import unknown_choice
 from fedaudit.run.results import MIA
 from fedaudit.run.seeds import derive_seed
 from fedaudit.simulation.method import Method
-from fedaudit.simulation.secure_aggregation import (COUNT, MASKED, left_in_view, participation_varies,
+from fedaudit.simulation.secure_aggregation import (MASKED, left_in_view, participation_varies,
                                                      secure_aggregation_view)
 from fedaudit.simulation.wire import SERVER, WireView, client_role
 
@@ -181,7 +181,7 @@ def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str,
             settings = getattr(attack, "settings", None)
             if settings is not None:
                 seen[attack.name]["settings"] = settings.to_json()
-    return {"observer": SECURE_AGGREGATION_OBSERVER, "masked": [k.value for k in MASKED] + [COUNT],
+    return {"observer": SECURE_AGGREGATION_OBSERVER, "masked": [k.value for k in MASKED] + ["the example count"],
             "leaves": left_in_view(secure_aggregation_view(clear)),
             "aggregate": next((a.meta["secure_aggregate"] for a in observe(clear) if "secure_aggregate" in a.meta), None),
             "disaggregation": disaggregation_status(fed.wire.ledger),

@@ -280,6 +280,12 @@ def check_some_client_answered(rec: Recording) -> None:
     """A run in which no client sent back a training update (every client failed, or none ran) has nothing to
     audit: refused in one line, never audited as a federation at chance."""
     seen = rec.participation()
+    protocol = rec.secure_aggregation()
+    if seen["uploads"] == 0 and protocol is not None:
+        raise FedauditError(f"{rec.root}: the run used {protocol} and its clients' replies were recorded after the mask "
+                            "(masked vectors, no array): nothing per client to audit; list the recording mod after "
+                            "secaggplus_mod in ClientApp(mods=[...]) so it records what each client computed, and "
+                            "audit again (the audit then judges the server under secure aggregation beside it)")
     if seen["uploads"] == 0:
         missed = ", ".join(c[len("client:"):] for c in sorted(seen["missed"])) or "none named"
         raise FedauditError(f"{rec.root}: no client sent back a training update in any round (clients sent a model: "
@@ -419,6 +425,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
                                      "framework_run_id": rec.manifest.get("framework_run_id"),
                                      "nodes": {str(k): v for k, v in rec.nodes.items()},
                                      "deployed_model": judged,
+                                     "secure_aggregation": rec.secure_aggregation(),
                                      "participation": rec.participation()}})
     metrics.verdict = judge(metrics.to_json(), cfg.to_json(), RiskThresholds())
     metrics.verdict_thresholds = asdict(RiskThresholds())

@@ -19,6 +19,10 @@ from fedaudit.interop.recording_checks import DAMAGED, check_row, inside, is_eva
 from fedaudit.interop.recording_shards import unmerged_shards
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, LedgerEntry, Wire, client_role, direction
 
+# Config records a framework's secure-aggregation protocol exchanges, and the protocol's name.
+SECURE_AGGREGATION_RECORDS = {"secaggplus_configs": "Flower SecAgg+", "secagg_configs": "Flower SecAgg"}
+
+
 @dataclass
 class Recording:
     """A recording read back: its manifest, node names and ledger rows (one recorder's per message)."""
@@ -44,6 +48,13 @@ class Recording:
                 row["kind"] = kind.value
                 changed += 1
         return changed
+
+    def secure_aggregation(self) -> str | None:
+        """The secure-aggregation protocol the recorded run used, recognised from its stage messages (Flower's
+        SecAgg+ and SecAgg exchange their keys, shares and masked vectors in these config records), or None."""
+        names = {name for r in [*self.rows, *self.copies] if r["kind"] == "config"
+                 for name in str(r["record"]).split(",")}
+        return next((protocol for record, protocol in SECURE_AGGREGATION_RECORDS.items() if record in names), None)
 
     def shares(self) -> set[tuple[ArtifactKind, str]]:
         """(kind, direction) pairs the ledger holds: what the recorded protocol sends."""
@@ -242,9 +253,12 @@ def _one_run(rows: list[dict[str, Any]], manifest: Mapping[str, Any], ledger: Pa
 
 
 def _no_repeats(rows: list[dict[str, Any]], ledger: Path) -> None:
-    """Each (round, sender, receiver, record, message type) once: a repeat means two runs, or a round recorded twice."""
+    """Each (round, sender, receiver, record, message type) once: a repeat means two runs, or a round recorded twice.
+    Configs are left out: a protocol of several exchanges per round (secure aggregation's stages) repeats them."""
     seen: set[tuple[Any, ...]] = set()
     for row in rows:
+        if row["kind"] == "config":
+            continue
         key = (row["round"], row["sender"], row["receiver"], row["record"], row["message_type"])
         if key in seen:
             raise FedauditError(f"{ledger} records {row['record']!r} from {row['sender']} to {row['receiver']} in "

@@ -129,12 +129,13 @@ def start_recording(root: str | Path, *, model: nn.Module | None = None,
     from fedaudit.interop.recorded_dp import check_dp
 
     state = {k: list(v.shape) for k, v in model.state_dict().items()} if model is not None else None
+    order = list(model.state_dict()) if model is not None else None  # the manifest's keys are sorted; this is not
     if dp:
         dp = check_dp(dp, "start_recording")
     return write_manifest(Path(root), {
         "framework": dict(framework) if framework else {"name": "none"},
         "framework_run_id": framework_run_id, "model": dict(architecture) if architecture else None,
-        "model_state": state, "record_kinds": check_kinds(record_kinds or {}), "data": dict(data) if data else None,
+        "model_state": state, "model_order": order, "record_kinds": check_kinds(record_kinds or {}), "data": dict(data) if data else None,
         "recipe": dict(recipe) if recipe else None, "prior": dict(prior) if prior else None,
         "nodes": {str(k): v for k, v in nodes.items()} if nodes else None, "server_node_id": SERVER_NODE_ID,
         "dp": dict(dp) if dp else None, "run_id": run_id,
@@ -311,6 +312,7 @@ class RecordingWriter:
         to, where known. Returns the ledger rows written."""
         self._join_run(framework_run_id)
         metrics, configs = metrics or {}, configs or {}
+        arrays = {record: named_by_order(items, self.manifest) for record, items in arrays.items()}
         tensors, shapes, numbers = _message_tensors(arrays, metrics)
         stem = "-".join([self.recorded_by, f"r{round:04d}", safe_name(message_type),
                          f"{src_node_id}to{dst_node_id}", safe_name(message_id)[:24] or "x", uuid.uuid4().hex[:8]])
@@ -391,6 +393,20 @@ def _message_tensors(arrays: Mapping[str, Mapping[str, Any]], metrics: Mapping[s
             tensors[f"{METRICS_PREFIX}{record}/{key}"] = t
             numbers[record] = numbers.get(record, 0) + t.numel() * t.element_size()
     return tensors, shapes, numbers
+
+
+def named_by_order(items: Mapping[str, Any], manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A record of numbered arrays (``"0"`` … ``"N-1"``: a list of arrays, as Flower's legacy ``Parameters`` and a
+    ``NumPyClient`` send a state_dict's values) named as the declared model's state, where they are its state in
+    order, every shape matching; any other record as it is."""
+    order = manifest.get("model_order") or []
+    state = manifest.get("model_state") or {}
+    if not order or list(items) != [str(i) for i in range(len(order))]:
+        return items
+    named = {name: items[str(i)] for i, name in enumerate(order)}
+    if any(tuple(torch.as_tensor(v).shape) != tuple(state.get(k, ())) for k, v in named.items()):
+        return items
+    return named
 
 
 def _has_float(value: Any) -> bool:

@@ -32,7 +32,9 @@ from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, c
 # What secure aggregation masks: the parameters of a training reply (Flower's SecAgg+ masks the reply's arrays and
 # its example count; a model delta is the same vector less the broadcast).
 MASKED = (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL, ArtifactKind.MODEL_DELTA)
-COUNT = "num_samples"  # the example count a client sends beside its parameters: masked too
+# The example count a client sends beside its parameters, masked too: fedaudit's own, Flower's Message API's and
+# its legacy FitRes's names for it.
+COUNTS = ("num_samples", "num-examples", "num_examples")
 PSEUDO = "#"  # the auditor's pseudo-clients: "<victim>#<case>" (fedaudit.audit.counterfactual)
 CLIENT = "client:"
 
@@ -66,9 +68,9 @@ def _real(name: str) -> str:
 def _weight(view: WireView, sender: str, rnd: int) -> float:
     """The example count ``sender`` sent with its round-``rnd`` upload (1 where it sent none: equal weights)."""
     for a in view:
-        if a.sender == sender and a.kind == ArtifactKind.SCALARS and a.receiver == SERVER and COUNT in a.tensors:
-            if a.round == rnd:
-                return float(a.tensors[COUNT])
+        count = next((k for k in COUNTS if k in a.tensors), None)
+        if a.sender == sender and a.kind == ArtifactKind.SCALARS and a.receiver == SERVER and count and a.round == rnd:
+            return float(a.tensors[count])
     return 1.0
 
 
@@ -122,9 +124,9 @@ def _aggregates(uploads: list[Artifact], view: WireView) -> list[Artifact]:
 
 def _without_count(a: Artifact) -> Artifact | None:
     """A client's clear scalars less its example count (masked with the parameters); None where nothing is left."""
-    if a.kind != ArtifactKind.SCALARS or a.receiver != SERVER or COUNT not in a.tensors:
+    if a.kind != ArtifactKind.SCALARS or a.receiver != SERVER or not set(COUNTS) & set(a.tensors):
         return a
-    rest = {k: t for k, t in a.tensors.items() if k != COUNT}
+    rest = {k: t for k, t in a.tensors.items() if k not in COUNTS}
     return Artifact(a.kind, a.sender, a.receiver, a.round, rest, dict(a.meta)) if rest else None
 
 
@@ -162,5 +164,5 @@ def participation_varies(rounds: dict[int, set[str]]) -> bool:
     return len(sets) > 1
 
 
-__all__ = ["COUNT", "LEFT_BECAUSE", "MASKED", "leaves", "left_in_view", "participation_varies", "secure_aggregation_view",
+__all__ = ["COUNTS", "LEFT_BECAUSE", "MASKED", "leaves", "left_in_view", "participation_varies", "secure_aggregation_view",
            "weighted_mean"]
