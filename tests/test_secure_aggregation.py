@@ -268,3 +268,92 @@ def test_a_flower_secagg_run_is_recorded_recognised_and_judged_under_secure_aggr
     assert "membership:full_model↑" + SECURE_AGGREGATION_ROW in rows
     assert metrics["secure_aggregation"]["aggregate"]["clients"] == ["clean", "colour", "rotated"]
     assert "Flower SecAgg+" in (run_dir / "report.html").read_text(encoding="utf-8")
+
+
+# -- disaggregation (Lam et al., ICML 2021) ------------------------------------------------------------------------
+
+
+def test_two_rounds_whose_clients_differ_by_one_give_that_clients_update_exactly_when_the_others_repeat():
+    """The server knows who took part. Rounds {a, b, c} and {a, b}: their weighted sums of updates differ by c's, so
+    c's upload is solved exactly when a's and b's updates were the same in both rounds."""
+    from fedaudit.simulation.secure_aggregation import RoundSum, disaggregate, disaggregation_rounds
+
+    rounds = {1: frozenset("abc"), 2: frozenset("abc"), 3: frozenset("ab")}
+    assert disaggregation_rounds("c", rounds) == (2, 3)  # its newest round, and the nearest without it
+    assert disaggregation_rounds("a", rounds) is None  # no round holds b and c without a
+    assert disaggregation_rounds("a", {1: frozenset("ab"), 2: frozenset("ab")}) is None
+
+    delta = {"a": torch.tensor([1.0, 0.0]), "b": torch.tensor([0.0, 2.0]), "c": torch.tensor([5.0, -5.0])}
+    weight = {"a": 1.0, "b": 3.0, "c": 4.0}
+
+    def summed(rnd: int, clients: str, start: torch.Tensor) -> RoundSum:
+        total = sum(weight[c] for c in clients)
+        mean = start + sum(weight[c] * delta[c] for c in clients) / total
+        return RoundSum(rnd, frozenset(clients), total, {"w": mean}, {"w": start})
+
+    solved = disaggregate(summed(2, "abc", torch.tensor([10.0, 10.0])), summed(3, "ab", torch.tensor([20.0, 0.0])))
+    torch.testing.assert_close(solved["w"], torch.tensor([15.0, 5.0]))  # round 2's start + c's update
+
+
+def test_a_solved_upload_stands_for_its_client_and_its_twin_carries_the_same_error():
+    view = _view(_upload(FULL, "a", 2, w=torch.tensor([1.0])), _upload(FULL, "b", 3, w=torch.tensor([2.0])),
+                 _upload(FULL, "c", 3, w=torch.tensor([4.0])),
+                 Artifact(FULL, client_role("a#twin"), SERVER, 2, {"w": torch.tensor([7.0])}))
+    seen = {a.sender: a for a in secure_aggregation_view(view, {(FULL, "a"): ({"w": torch.tensor([1.5])}, 2, 3)})
+            if a.kind == FULL}
+    assert seen[client_role("a")].meta["secure_aggregate"]["disaggregated_from"] == [2, 3]
+    torch.testing.assert_close(seen[client_role("a")].tensors["w"], torch.tensor([1.5]))
+    torch.testing.assert_close(seen[client_role("a#twin")].tensors["w"], torch.tensor([7.5]))  # 7 + (1.5 − 1)
+    torch.testing.assert_close(seen[client_role("b")].tensors["w"], torch.tensor([3.0]))  # round 3: b and c
+
+
+def _dropping_loop(root: Path) -> Path:
+    """Three rounds of a loop over digits' three sources in which every client's update is the same each round
+    (its own constant step from the broadcast) and colour misses round 3: the aggregates of rounds 2 and 3 then
+    give colour's round-2 upload exactly."""
+    from fedaudit.interop.recording import Recorder
+    from fedaudit.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model("tests.user_models:PlainCNN", 10, 16)
+    recorder = Recorder(root, model=model, architecture={"model": "tests.user_models:PlainCNN", "num_classes": 10,
+                                                         "image_size": 16},
+                        data={"dataset": "digits", "target_domain": "textured", "seed": 0})
+    steps = {c: {k: 0.01 * torch.randn_like(v) for k, v in model.state_dict().items()}
+             for c in ("clean", "colour", "rotated")}
+    state = model.state_dict()
+    for rnd in (1, 2, 3):
+        clients = [c for c in ("clean", "colour", "rotated") if (c, rnd) != ("colour", 3)]
+        for c in ("clean", "colour", "rotated"):
+            recorder.send(rnd, "server", c, state)
+        uploads = {c: {k: v + steps[c][k] for k, v in state.items()} for c in clients}
+        for c, upload in uploads.items():
+            recorder.send(rnd, c, "server", upload)
+        state = {k: sum(u[k] for u in uploads.values()) / len(uploads) for k in state}
+    recorder.release(state)
+    recorder.close()
+    return root
+
+
+def test_a_recording_where_a_client_missed_a_round_is_disaggregated_for_that_client(tmp_path):
+    from fedaudit.api import audit_recording
+    from fedaudit.interop.audit_recording import recorded_disaggregation
+
+    root = _dropping_loop(tmp_path / "rec")
+    rec = read_recording_of(root)
+    solved = recorded_disaggregation(rec)
+    assert set(solved) == {(FULL, "colour")} and solved[(FULL, "colour")][1:] == (2, 3)
+    upload = rec.artifact(next(r for r in rec.rows if r["sender"] == "client:colour" and r["round"] == 2)).tensors
+    for k, t in solved[(FULL, "colour")][0].items():
+        torch.testing.assert_close(t, upload[k], atol=1e-5, rtol=1e-5)  # the others' steps repeat: exact
+
+    run_dir, metrics = audit_recording(root, model="tests.user_models:PlainCNN", attack="mia-loss",
+                                       reference_models=2, secure_aggregation=True, out=str(tmp_path / "runs"))
+    section = metrics["secure_aggregation"]
+    assert section["disaggregation"]["status"] == "run"
+    assert section["disaggregation"]["clients"] == {"colour": {"rounds": [2, 3], "kind": "full_model"}}
+    row = {r["row"]: r for r in metrics["verdict"]}["membership:full_model↑" + SECURE_AGGREGATION_ROW]
+    assert "For colour it solved rounds 2 and 3" in row["reason"], row["reason"]
+    # colour's solved upload is its upload: the attack on it scores as on the clear upload, to float error
+    clear, masked = metrics["leakage"]["mia"]["loss"]["last_upload"], section["leakage"]["mia"]["loss"]["last_upload"]
+    assert masked["colour"]["auc"] == pytest.approx(clear["colour"]["auc"], abs=1e-3)

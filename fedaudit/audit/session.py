@@ -31,7 +31,7 @@ from fedaudit.errors import unknown_choice
 from fedaudit.run.results import MIA
 from fedaudit.run.seeds import derive_seed
 from fedaudit.simulation.method import Method
-from fedaudit.simulation.secure_aggregation import (MASKED, left_in_view, participation_varies,
+from fedaudit.simulation.secure_aggregation import (MASKED, Disaggregated, left_in_view, participation_varies,
                                                      secure_aggregation_view)
 from fedaudit.simulation.wire import SERVER, WireView, client_role
 
@@ -100,7 +100,8 @@ def reconstruction_outcome(attack: str, section: dict[str, Any]) -> str:
 
 
 def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig, method: Method, fed: Federation,
-                dataset: MultiDomainDataset, device: torch.device, *, retrain: bool = True) -> dict[str, Any]:
+                dataset: MultiDomainDataset, device: torch.device, *, retrain: bool = True,
+                disaggregated: Disaggregated | None = None) -> dict[str, Any]:
     """Every ``selected`` attack class against the attacker's wire view, scored by the auditor. ``retrain``: the
     federation is fedaudit's own, so counterfactual federations (the domain twins) can be trained; a recording's
     cannot.
@@ -145,13 +146,14 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
         auditor = auditor or (build_auditor(cfg, fed, dataset, device)
                               if any(not a.needs for a in attacks) else None)
         leakage[SECURE_AGGREGATION] = secure_aggregation_pass(selected, leakage, run_dir, cfg, method, fed, prior,
-                                                              victims, auditor, device)
+                                                              victims, auditor, device, disaggregated or {})
     return leakage
 
 
 def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str, Any], run_dir: Path, cfg: RunConfig,
                             method: Method, fed: Federation, prior: AttackerPrior, victims: list[str],
-                            auditor: Auditor | None, device: torch.device) -> dict[str, Any]:
+                            auditor: Auditor | None, device: torch.device,
+                            disaggregated: Disaggregated) -> dict[str, Any]:
     """The same attacks, scored the same way, against what a server under secure aggregation sees of the same wire
     (:mod:`fedaudit.simulation.secure_aggregation`): the aggregate of each masked kind, and every other upload as
     it was. Only what the mask changes is attacked again — a bank or a clear scalar is the same message with or
@@ -160,7 +162,7 @@ def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str,
     clear = fed.wire.view(SERVER)
 
     def observe(view: WireView) -> WireView:
-        return masked_only(secure_aggregation_view(view))
+        return masked_only(secure_aggregation_view(view, disaggregated))
 
     seen: dict[str, Any] = {}
     for attack in one_per_family(selected, cfg, prior):
@@ -182,23 +184,30 @@ def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str,
             if settings is not None:
                 seen[attack.name]["settings"] = settings.to_json()
     return {"observer": SECURE_AGGREGATION_OBSERVER, "masked": [k.value for k in MASKED] + ["the example count"],
-            "leaves": left_in_view(secure_aggregation_view(clear)),
-            "aggregate": next((a.meta["secure_aggregate"] for a in observe(clear) if "secure_aggregate" in a.meta), None),
-            "disaggregation": disaggregation_status(fed.wire.ledger),
+            "leaves": left_in_view(secure_aggregation_view(clear, disaggregated)),
+            "aggregate": next((a.meta["secure_aggregate"] for a in observe(clear) if "secure_aggregate" in a.meta
+                               and "disaggregated_from" not in a.meta["secure_aggregate"]), None),
+            "disaggregation": disaggregation_status(fed.wire.ledger, disaggregated),
             "leakage": merge_secure_aggregation(leakage, seen)}
 
 
-def disaggregation_status(ledger: list[Any]) -> dict[str, str]:
-    """Whether a server could solve the rounds' aggregates for single updates (Lam et al., ICML 2021): only where
-    the set of uploading clients varied across rounds."""
+def disaggregation_status(ledger: list[Any], disaggregated: Disaggregated) -> dict[str, Any]:
+    """Whether a server could solve the rounds' aggregates for single updates (Lam et al., ICML 2021) — only where
+    the set of uploading clients varied across rounds — and for whom it did."""
+    if disaggregated:
+        solved = {client: {"rounds": [r1, r2], "kind": kind.value} for (kind, client), (_, r1, r2) in
+                  sorted(disaggregated.items(), key=lambda item: item[0][1])}
+        return {"status": "run", "reason": "participation varied across rounds: the server solved two rounds' "
+                "aggregates whose clients differ by one client for that client's single update, assuming the "
+                "others' updates alike in both (Lam et al., ICML 2021); each such client's test is against the "
+                "update it recovered", "clients": solved}
     rounds: dict[int, set[str]] = {}
     for e in ledger:
         if e.receiver == SERVER and e.kind in {k.value for k in MASKED}:
             rounds.setdefault(e.round, set()).add(e.sender)
     if participation_varies(rounds):
-        return {"status": "not run", "reason": "participation varied across rounds, which lets a server solve for "
-                "single updates (Lam et al., ICML 2021); fedaudit has no disaggregation attack yet, so this gap is "
-                "not measured"}
+        return {"status": "not possible", "reason": "participation varied across rounds, but no two rounds' clients "
+                "differ by exactly one client, so no single update can be solved for this way"}
     return {"status": "not applicable", "reason": "the same clients uploaded in every round: the rounds' aggregates "
             "give no system to solve for a single update"}
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from fedaudit.attack import Attack
 from fedaudit.audit.session import SECURE_AGGREGATION, attack_role_and_victims, run_attacks, run_unscored
@@ -33,6 +34,7 @@ from fedaudit.data.base import ClientData, LODOSplit
 from fedaudit.data.split import stratified_split, thin_splits
 from fedaudit.errors import FedauditError
 from fedaudit.interop.recorded_dp import recorded_privacy
+from fedaudit.interop.recording_checks import trains
 from fedaudit.interop.recording_reader import Recording
 from fedaudit.models import build_model, is_factory
 from fedaudit.run import run_directory
@@ -43,6 +45,8 @@ from fedaudit.run.summary import communication, privacy, provenance
 from fedaudit.simulation.aggregation import clone_state
 from fedaudit.simulation.federation import Federation
 from fedaudit.simulation.method import Method
+from fedaudit.simulation.secure_aggregation import (COUNTS, Disaggregated, RoundSum, disaggregate,
+                                                     disaggregation_rounds, weighted_mean)
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
 
 log = logging.getLogger("fedaudit")
@@ -293,6 +297,49 @@ def check_some_client_answered(rec: Recording) -> None:
                             "the deployment's logs and record the run again")
 
 
+def recorded_disaggregation(rec: Recording, device: torch.device | str = "cpu") -> Disaggregated:
+    """Where the recorded participation varied, each client's single upload solved from the aggregates of two
+    rounds whose clients differ by it alone (:func:`~fedaudit.simulation.secure_aggregation.disaggregation_rounds`):
+    what a server under secure aggregation can recover. Only those rounds' messages are read."""
+    out: dict[tuple[ArtifactKind, str], tuple[dict[str, Tensor], int, int]] = {}
+    for kind in (ArtifactKind.FULL_MODEL, ArtifactKind.PARTIAL_MODEL):
+        uploads = [r for r in rec.rows if r["receiver"] == SERVER and r["kind"] == kind.value and trains(r)]
+        sets: dict[int, set[str]] = {}
+        for r in uploads:
+            sets.setdefault(r["round"], set()).add(r["sender"][len("client:"):])
+        rounds = {r: frozenset(c) for r, c in sets.items()}
+        sums: dict[int, RoundSum | None] = {}
+        for client in sorted(set().union(*rounds.values()) if rounds else ()):
+            pair = disaggregation_rounds(client, rounds)
+            if pair is None:
+                continue
+            for r in pair:
+                if r not in sums:
+                    sums[r] = _round_sum(rec, [u for u in uploads if u["round"] == r], device)
+            if sums[pair[0]] is not None and sums[pair[1]] is not None:
+                out[(kind, client)] = (disaggregate(sums[pair[0]], sums[pair[1]]), *pair)
+    return out
+
+
+def _round_sum(rec: Recording, uploads: list[dict[str, Any]], device: torch.device | str) -> RoundSum | None:
+    """One round's aggregate as the server under secure aggregation learns it (None without the model it sent)."""
+    rnd = uploads[0]["round"]
+    sent = [r for r in rec.rows if r["sender"] == SERVER and r["round"] == rnd and trains(r)
+            and r["kind"] in (ArtifactKind.FULL_MODEL.value, ArtifactKind.PARTIAL_MODEL.value)]
+    if not sent:
+        return None
+    counts = {}
+    for r in rec.rows:
+        if r["kind"] == ArtifactKind.SCALARS.value and r["round"] == rnd and r["receiver"] == SERVER:
+            found = {k: t for k, t in rec.artifact(r).tensors.items() if k in COUNTS}
+            if found:
+                counts[r["sender"]] = float(next(iter(found.values())))
+    weights = [counts.get(u["sender"], 1.0) for u in uploads]
+    mean = weighted_mean([rec.artifact(u, device).tensors for u in uploads], weights)
+    return RoundSum(rnd, frozenset(u["sender"][len("client:"):] for u in uploads), float(sum(weights)), mean,
+                    rec.artifact(sent[0], device).tensors)
+
+
 def check_finite_reads(rec: Recording, wire: Wire, deployed: Artifact, role: str, victims: Sequence[str],
                        attacks: bool) -> None:
     """A recorded tensor holding NaN or infinity is a finding for the report; an attack that would read one is
@@ -392,7 +439,9 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         run_directory.write_json(run_dir / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
                                                   "targets": [target], "recording": str(rec.root.resolve())})
         t0 = time.perf_counter()
-        leakage = (run_attacks(selected, run_dir, cfg, method, fed, dataset, device, retrain=False) if scored else
+        solved = recorded_disaggregation(rec, device) if cfg.secure_aggregation and scored else None
+        leakage = (run_attacks(selected, run_dir, cfg, method, fed, dataset, device, retrain=False,
+                               disaggregated=solved) if scored else
                    run_unscored(selected, run_dir, cfg, method, fed, dataset, device, UNSCORED))
         attack_seconds = time.perf_counter() - t0
     except BaseException:

@@ -22,7 +22,8 @@ Where participation varies across rounds, a server can also disaggregate (Lam et
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -88,20 +89,28 @@ def weighted_mean(states: list[dict[str, Tensor]], weights: list[float]) -> dict
     return out
 
 
-def secure_aggregation_view(view: WireView) -> WireView:
-    """The server's view as secure aggregation leaves it (see the module's docstring)."""
+# (kind, client) → the client's single upload a server solved from two rounds' aggregates, and those rounds
+Disaggregated = Mapping[tuple[ArtifactKind, str], tuple[dict[str, Tensor], int, int]]
+
+
+def secure_aggregation_view(view: WireView, disaggregated: Disaggregated | None = None) -> WireView:
+    """The server's view as secure aggregation leaves it (see the module's docstring); where ``disaggregated``
+    holds a client's upload solved from two rounds, the server has it instead of that client's aggregate."""
     if view.role != SERVER:
         raise ValueError("secure aggregation changes what the server sees; a client's view is the same with it")
     masked = [a for a in view if _is_masked_upload(a)]
     out = [kept for a in view if not _is_masked_upload(a) and (kept := _without_count(a)) is not None]
     for kind in MASKED:
-        out += _aggregates([a for a in masked if a.kind == kind], view)
+        uploads = [a for a in masked if a.kind == kind]
+        solved = {c: v for (k, c), v in (disaggregated or {}).items() if k == kind}
+        out += _solved(uploads, solved) + _aggregates(uploads, view, skip=set(solved))
     return WireView(view.role, sorted(out, key=lambda a: (a.round, a.kind.value, a.sender, a.receiver)))
 
 
-def _aggregates(uploads: list[Artifact], view: WireView) -> list[Artifact]:
+def _aggregates(uploads: list[Artifact], view: WireView, skip: set[str] = frozenset()) -> list[Artifact]:
     """One kind's uploads as the server sees them: the newest round's aggregate once per client of that round, and
-    once per auditor's pseudo-client of one of them, aggregated in its victim's place."""
+    once per auditor's pseudo-client of one of them, aggregated in its victim's place (none for the clients in
+    ``skip``, whose single uploads the server solved for)."""
     real = [a for a in uploads if PSEUDO not in _client(a.sender)]
     if not real:
         return []
@@ -111,14 +120,36 @@ def _aggregates(uploads: list[Artifact], view: WireView) -> list[Artifact]:
     weights = [_weight(view, client_role(c), rnd) for c in clients]
     meta = {"secure_aggregate": {"clients": clients, "round": rnd, "total_weight": sum(weights)}}
     aggregate = weighted_mean([round_of[c].tensors for c in clients], weights)
-    out = [Artifact(a.kind, a.sender, SERVER, rnd, aggregate, {**a.meta, **meta}) for a in round_of.values()]
+    out = [Artifact(a.kind, a.sender, SERVER, rnd, aggregate, {**a.meta, **meta}) for c, a in round_of.items()
+           if c not in skip]
     for a in uploads:
         name = _client(a.sender)
-        if PSEUDO not in name or _real(name) not in round_of or a.round != rnd:
+        if PSEUDO not in name or _real(name) not in round_of or a.round != rnd or _real(name) in skip:
             continue
         victim = _real(name)
         swapped = [a.tensors if c == victim else round_of[c].tensors for c in clients]
         out.append(Artifact(a.kind, a.sender, SERVER, rnd, weighted_mean(swapped, weights), {**a.meta, **meta}))
+    return out
+
+
+def _solved(uploads: list[Artifact], solved: Mapping[str, tuple[dict[str, Tensor], int, int]]) -> list[Artifact]:
+    """Each disaggregated client's solved upload, standing where its aggregate would; an auditor's pseudo-client of
+    it carries the same error of the solution (its own upload plus the solved one less the client's)."""
+    out = []
+    own = {_client(a.sender): a for a in uploads if PSEUDO not in _client(a.sender)}
+    for a in uploads:
+        name = _client(a.sender)
+        client = _real(name)
+        if client not in solved:
+            continue
+        tensors, r1, r2 = solved[client]
+        meta = {**a.meta, "secure_aggregate": {"clients": [client], "round": r1, "disaggregated_from": [r1, r2]}}
+        if name == client:
+            out.append(Artifact(a.kind, a.sender, SERVER, r1, tensors, meta))
+        elif client in own and own[client].round == r1 == a.round:
+            error = {k: tensors[k] - own[client].tensors[k] for k in tensors if k in own[client].tensors}
+            out.append(Artifact(a.kind, a.sender, SERVER, r1,
+                                {k: (t + error[k] if k in error else t) for k, t in a.tensors.items()}, meta))
     return out
 
 
@@ -158,11 +189,53 @@ def left_in_view(view: WireView) -> list[dict[str, str]]:
             for kind in sorted(found, key=lambda k: k.value)]
 
 
+@dataclass(frozen=True)
+class RoundSum:
+    """What a server under secure aggregation learns of one round's uploads of one kind: who took part, the sum of
+    their example counts, the weighted mean of their uploads, and the model it sent them to start from."""
+
+    round: int
+    clients: frozenset[str]
+    weight: float
+    mean: dict[str, Tensor]
+    start: dict[str, Tensor]
+
+
+def disaggregation_rounds(victim: str, rounds: Mapping[int, frozenset[str]]) -> tuple[int, int] | None:
+    """Two training rounds whose uploading clients differ by ``victim`` alone: the newest round it took part in,
+    and the nearest round with the same clients less it (Lam et al., ICML 2021: the server knows who took part,
+    and solves the aggregates for the one that differs). None where no such pair exists."""
+    with_victim = sorted((r for r, s in rounds.items() if r >= 1 and victim in s), reverse=True)
+    for r1 in with_victim:
+        rest = rounds[r1] - {victim}
+        pairs = sorted((r for r, s in rounds.items() if r >= 1 and s == rest and rest), key=lambda r: abs(r - r1))
+        if pairs:
+            return r1, pairs[0]
+    return None
+
+
+def disaggregate(victim_round: RoundSum, other: RoundSum) -> dict[str, Tensor]:
+    """The victim's single upload in ``victim_round``, solved from the two rounds' aggregates: each round's weighted
+    sum of updates (the aggregate less the model it started from, times the total weight) differs by the victim's
+    weighted update, if the other clients' updates were the same in both rounds (the approximation Lam et al. rely
+    on; exact when they were)."""
+    weight = victim_round.weight - other.weight
+    out = {}
+    for k, start in victim_round.start.items():
+        if k not in victim_round.mean or k not in other.mean or k not in other.start:
+            continue
+        mine = victim_round.weight * (victim_round.mean[k].double() - start.double())
+        theirs = other.weight * (other.mean[k].double() - other.start[k].double())
+        value = start.double() + (mine - theirs) / weight
+        out[k] = value.to(start.dtype) if start.is_floating_point() else torch.round(value).to(start.dtype)
+    return out
+
+
 def participation_varies(rounds: dict[int, set[str]]) -> bool:
     """Whether the set of uploading clients differs between training rounds (what disaggregation needs)."""
     sets = {frozenset(s) for r, s in rounds.items() if r >= 1 and s}
     return len(sets) > 1
 
 
-__all__ = ["COUNTS", "LEFT_BECAUSE", "MASKED", "leaves", "left_in_view", "participation_varies", "secure_aggregation_view",
+__all__ = ["COUNTS", "Disaggregated", "LEFT_BECAUSE", "MASKED", "RoundSum", "disaggregate", "disaggregation_rounds", "leaves", "left_in_view", "participation_varies", "secure_aggregation_view",
            "weighted_mean"]

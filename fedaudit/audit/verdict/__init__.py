@@ -160,7 +160,8 @@ def secure_aggregation_rows(metrics: dict[str, Any], config: dict[str, Any], dec
         for row in (records, membership_row(key, groups.get(key, []), seen, config, t), client_data):
             row.row += SECURE_AGGREGATION_ROW
             row.observer = str(section.get("observer") or "server (secure aggregation)")
-            row.reason = f"{secure_aggregation_lead(kind, left.get(kind), section.get('aggregate'))} {row.reason}"
+            solved = (section.get("disaggregation") or {}).get("clients")
+            row.reason = f"{secure_aggregation_lead(kind, left.get(kind), section.get('aggregate'), solved)} {row.reason}"
             rows.append(row)
     return rows
 

@@ -90,16 +90,22 @@ def observer_of(key: str, attacker: str) -> str:
     return attacker if attacker.startswith("client:") else "client:<domain>"
 
 
-def secure_aggregation_lead(kind: str, left_because: str | None, aggregate: dict[str, Any] | None) -> str:
-    """The first sentence of a row judged from a server under secure aggregation: what that server saw of ``kind``."""
+def secure_aggregation_lead(kind: str, left_because: str | None, aggregate: dict[str, Any] | None,
+                            solved: dict[str, Any] | None = None) -> str:
+    """The first sentences of a row judged from a server under secure aggregation: what that server saw of ``kind``,
+    and for which clients it solved the rounds' aggregates for the single update (``solved``: client → rounds)."""
     if left_because is not None:
         return f"Secure aggregation does not cover {kind} ({left_because}): the server reads each client's as before."
+    mine = {c: v for c, v in (solved or {}).items() if v.get("kind") == kind}
+    recovered = "".join(f" For {c} it solved rounds {v['rounds'][0]} and {v['rounds'][1]}, whose clients differ by {c} "
+                        f"alone, for {c}'s single update (disaggregation, Lam et al., ICML 2021): {c}'s test is "
+                        "against the update it recovered." for c, v in sorted(mine.items()))
     if not aggregate:
-        return f"Under secure aggregation the server sees only the sum of the clients' {kind} uploads."
+        return f"Under secure aggregation the server sees only the sum of the clients' {kind} uploads.{recovered}"
     clients = list(aggregate.get("clients") or [])
     return (f"Under secure aggregation the server sees only the sample-weighted aggregate of round "
             f"{aggregate.get('round')}'s {kind} uploads ({len(clients)} client{'s' if len(clients) != 1 else ''}: "
-            f"{', '.join(clients)}); each victim's test is against that aggregate.")
+            f"{', '.join(clients)}); each victim's test is against that aggregate.{recovered}")
 
 
 # Each question in the words a reviewer signs: records, the client's data as a whole, or participation (issue 47).
