@@ -391,6 +391,16 @@ def data_free_attacks(selected: Sequence[type[Attack]], chosen_by_auto: bool) ->
     return kept, left_out
 
 
+def attack_recording(rec: Recording, selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig, method: Method,
+                     fed: Federation, dataset: MultiDomainDataset, device: torch.device, scored: bool) -> dict[str, Any]:
+    """The attacks on the recorded wire: scored by the auditor's records (with secure aggregation, the single updates
+    the recorded participation lets a server solve for), or unscored without them."""
+    if not scored:
+        return run_unscored(selected, run_dir, cfg, method, fed, dataset, device, UNSCORED)
+    solved = recorded_disaggregation(rec, device) if cfg.secure_aggregation else None
+    return run_attacks(selected, run_dir, cfg, method, fed, dataset, device, retrain=False, disaggregated=solved)
+
+
 def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[type[Attack]],
           dataset: MultiDomainDataset, split: LODOSplit, device: torch.device,
           command: str = "", left_out: dict[str, str] | None = None,
@@ -439,10 +449,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         run_directory.write_json(run_dir / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
                                                   "targets": [target], "recording": str(rec.root.resolve())})
         t0 = time.perf_counter()
-        solved = recorded_disaggregation(rec, device) if cfg.secure_aggregation and scored else None
-        leakage = (run_attacks(selected, run_dir, cfg, method, fed, dataset, device, retrain=False,
-                               disaggregated=solved) if scored else
-                   run_unscored(selected, run_dir, cfg, method, fed, dataset, device, UNSCORED))
+        leakage = attack_recording(rec, selected, run_dir, cfg, method, fed, dataset, device, scored)
         attack_seconds = time.perf_counter() - t0
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: an audit is rerun whole
@@ -485,7 +492,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
     return run_dir, written
 
 
-__all__ = ["AUDIT_OPTIONS", "NO_DATA", "audit", "audited_model", "auditor_data", "auditor_records", "check_architecture", "check_audit_options",
+__all__ = ["AUDIT_OPTIONS", "NO_DATA", "attack_recording", "audit", "audited_model", "auditor_data", "auditor_records", "check_architecture", "check_audit_options",
            "check_finite_reads", "check_some_client_answered",
-           "data_free_attacks", "name_model_records", "public_data", "recorded_clients", "recorded_config",
+           "data_free_attacks", "name_model_records", "public_data", "recorded_clients", "recorded_config", "recorded_disaggregation",
            "recorded_shares"]
