@@ -3,7 +3,7 @@
 config → data (LODO split) → federation (method hooks, wire) → attacks →
 run directory. Orchestration only: the federation trains, the auditor
 (:mod:`fedaudit.audit.session`) runs the attacks and scores them,
-:mod:`fedaudit.run.summary` summarises, :mod:`fedaudit.run.run_directory` writes. The CLI is a
+:mod:`fedaudit.simulation.summary` summarises, :mod:`fedaudit.run.run_directory` writes. The CLI is a
 thin layer over this module. With
 ``target_domain="all"`` every domain is the unseen target once; each gets its
 own sub-directory and the top-level ``metrics.json`` averages them.
@@ -34,7 +34,7 @@ from fedaudit.run import run_directory
 from fedaudit.run.config import RunConfig, from_json, load_toml, parse_method_options, resolve
 from fedaudit.run.numerics import run_numerics
 from fedaudit.run.results import RunMetrics, write_metrics
-from fedaudit.run.summary import communication, privacy, provenance, summarise_targets
+from fedaudit.simulation.summary import communication, privacy, provenance, summarise_targets
 from fedaudit.simulation.dp_sgd import private_config
 from fedaudit.simulation.federation import Federation
 from fedaudit.simulation.wire import SERVER, Wire

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fedaudit.simulation.aggregation import load_state_, model_state, weighted_average_
+from fedaudit.tensor_ops.aggregation import load_state_, model_state, weighted_average_
 from fedaudit.simulation.client_dp import NOISE_STREAM
 from fedaudit.simulation.federation import ClientContext, ServerContext
 from fedaudit.simulation.method import DOWN, UP, Method, sample_count, sample_weight

@@ -82,7 +82,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
-from fedaudit.simulation.aggregation import model_state, weighted_average_
+from fedaudit.tensor_ops.aggregation import model_state, weighted_average_
 from fedaudit.simulation.federation import ClientContext, Federation, ServerContext
 from fedaudit.simulation.method import DOWN, UP, Scores
 from fedaudit.simulation.training import Preprocess, mean_cross_entropy

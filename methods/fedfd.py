@@ -83,9 +83,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
-from fedaudit.models.mixed_bn import adapter_parameter_names, convert_to_mixed_bn, load_global_stats_, norm_mode
+from fedaudit.tensor_ops.mixed_bn import adapter_parameter_names, convert_to_mixed_bn, load_global_stats_, norm_mode
 from fedaudit.run.config import RunConfig
-from fedaudit.simulation.aggregation import clone_state, is_bn_buffer, load_state_, model_state, weighted_average_
+from fedaudit.tensor_ops.aggregation import clone_state, is_bn_buffer, load_state_, model_state, weighted_average_
 from fedaudit.simulation.federation import ClientContext, Federation, ServerContext
 from fedaudit.simulation.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind

@@ -29,7 +29,7 @@ the classifier head, so ``model(x)`` is the SimCLR embedding and
 shared model and crosses the wire with it (the thesis: 4096 → 2048 after a
 ResNet-18; ``proj_hidden``, ``proj_dim``).
 
-Accuracy is a linear probe (:mod:`fedaudit.tensor_ops.linear_probe`) on the frozen global
+Accuracy is a linear probe (:mod:`fedaudit.simulation.linear_probe`) on the frozen global
 encoder's features (before the projection, as the thesis' words say; the
 authors' code appears to probe the projector's 2048-d output):
 
@@ -80,13 +80,13 @@ from torch import Tensor, nn
 
 from fedaudit.run.config import target_exposure
 from fedaudit.run.seeds import derive_seed
-from fedaudit.simulation.aggregation import load_state_, model_state, weighted_average_
+from fedaudit.tensor_ops.aggregation import load_state_, model_state, weighted_average_
 from fedaudit.simulation.federation import Client, ClientContext, Federation, ServerContext
 from fedaudit.simulation.method import DOWN, UP, Method, Scores
 from fedaudit.simulation.training import LossFn, Preprocess, index_batches, make_optimizer, train_steps
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 from fedaudit.tensor_ops.augment import SimCLRAugment
-from fedaudit.tensor_ops.linear_probe import extract_features, fit_linear_probe, probe_on_fraction
+from fedaudit.simulation.linear_probe import extract_features, fit_linear_probe, probe_on_fraction
 from fedaudit.tensor_ops.losses import nt_xent_loss
 
 PREV = "prev_global/"  # client.state prefix: the global parameters received last round

@@ -75,7 +75,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedaudit.simulation.aggregation import (
+from fedaudit.tensor_ops.aggregation import (
     StateDict,
     clone_state,
     importance_weighted_average_,

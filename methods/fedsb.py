@@ -48,7 +48,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from fedaudit.models import MixStyle
-from fedaudit.simulation.aggregation import model_state, weighted_average_
+from fedaudit.tensor_ops.aggregation import model_state, weighted_average_
 from fedaudit.simulation.federation import ClientContext, Federation, ServerContext
 from fedaudit.simulation.method import DOWN, UP
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind

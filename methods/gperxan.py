@@ -85,7 +85,7 @@ from torch.func import functional_call
 from fedaudit.errors import FedauditError
 from fedaudit.models import keep_xan_in_early_stages, xan_bn_side_keys
 from fedaudit.run.config import RunConfig
-from fedaudit.simulation.aggregation import clone_state, load_state_, model_state, weighted_average_
+from fedaudit.tensor_ops.aggregation import clone_state, load_state_, model_state, weighted_average_
 from fedaudit.simulation.federation import ClientContext, Federation, ServerContext
 from fedaudit.simulation.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.simulation.training import LossFn, make_optimizer

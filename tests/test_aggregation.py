@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedaudit.models import build_model
-from fedaudit.simulation.aggregation import load_state_, weighted_average_
+from fedaudit.tensor_ops.aggregation import load_state_, weighted_average_
 
 
 def test_average_of_identical_clients_is_the_client():

@@ -31,7 +31,7 @@ from fedaudit.audit.session import attacker_prior, run_attacks
 from fedaudit.data import load_dataset, lodo_split
 from fedaudit.methods import METHODS, get_method
 from fedaudit.models import build_model
-from fedaudit.simulation.aggregation import model_state
+from fedaudit.tensor_ops.aggregation import model_state
 from fedaudit.simulation.federation import Federation
 from fedaudit.simulation.recipes import SGDRecipe
 from fedaudit.simulation.training import Preprocess

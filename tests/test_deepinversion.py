@@ -11,7 +11,7 @@ from fedaudit.attacks.deepinversion import DeepInversion
 from fedaudit.attacks.deepinversion.engine import InversionSettings, InversionTarget, invert
 from fedaudit.attacks.targets import difference_stats
 from fedaudit.models import build_model
-from fedaudit.simulation.aggregation import weighted_average_
+from fedaudit.tensor_ops.aggregation import weighted_average_
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
 from fedaudit.tensor_ops.bn_statistics import bn_stat_keys as stat_keys
 

@@ -11,7 +11,7 @@ from fedaudit.methods.fedavg import FedAvg
 from fedaudit.models import build_model
 from fedaudit.run import run_directory
 from fedaudit.run.results import SCHEMA_VERSION
-from fedaudit.simulation.aggregation import state_nbytes
+from fedaudit.tensor_ops.aggregation import state_nbytes
 
 
 def test_fedavg_ledger_is_one_state_dict_per_client_per_round_each_way(tiny_run):

@@ -9,7 +9,9 @@
 * The statistics (``fedaudit.statistics``) import nothing but each other and the user errors; the tensor
   operations (``fedaudit.tensor_ops``), which methods, attacks and the auditor share, may use the models and
   the training mechanics but reach no federation, method, wire, run directory, auditor or entry point.
-* No import cycle among modules (run-time imports, function-level ones included).
+* No import cycle among modules (run-time imports, function-level ones included), and no two rooms (the folders
+  under ``fedaudit/``, and ``attacks/``, ``methods/``, ``reports/``) import each other: the rooms stand in layers.
+* ``docs/architecture.md`` names every room and every module in it, and every file it names exists.
 """
 
 from __future__ import annotations
@@ -173,6 +175,50 @@ def test_there_is_no_import_cycle():
     assert not cycles, f"import cycles: {cycles}"
 
 
+def room_of(module: str) -> str | None:
+    """The room a module lives in: its folder (``fedaudit.simulation``, ``fedaudit.attacks``), or None for the front
+    door's top-level modules (the package root, ``api``, ``attack``, ``errors``)."""
+    parts = module.split(".")
+    if len(parts) < 2 or module in PACKAGES:
+        return module if module in PLUG_INS else None
+    room = ".".join(parts[:2])
+    return room if room in PLUG_INS or (PACKAGES["fedaudit"] / parts[1]).is_dir() else None
+
+
+def test_no_two_rooms_import_each_other():
+    """Each room imports only rooms below it: the models, the statistics and the data at the bottom, the tensor
+    operations, the run's configuration and files, the simulation, then what uses it (methods, attacks, the auditor,
+    recordings, reports, the entry points)."""
+    example: dict[tuple[str, str], str] = {}
+    for module, targets in RUNTIME.items():
+        for target in targets:
+            a, b = room_of(module), room_of(target)
+            if a and b and a != b:
+                example.setdefault((a, b), f"{module} → {target}")
+    both = sorted(f"{a} ⇄ {b} ({example[a, b]}; {example[b, a]})" for a, b in example if (b, a) in example and a < b)
+    assert not both, f"rooms that import each other: {both}"
+
+
+def test_the_architecture_page_names_every_room_and_module_and_nothing_that_is_not_there():
+    import re
+
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    words = set(re.findall(r"[A-Za-z_]\w*", page))
+    files = {p.name for base in ("fedaudit", "attacks", "methods", "reports", "tests", "scripts", "benchmarks",
+                                 "examples") for p in (ROOT / base).rglob("*.py")}
+    gone = sorted(name for name in set(re.findall(r"([A-Za-z_]\w*\.py)\b", page)) if name not in files)
+    assert not gone, f"docs/architecture.md names files that do not exist: {gone}"
+    rooms = sorted({p.name for base in PACKAGES.values() for p in base.rglob("*")
+                    if p.is_dir() and p.name not in ("__pycache__", "templates")})
+    unnamed_rooms = [r for r in rooms if f"{r}/" not in page]
+    assert not unnamed_rooms, f"docs/architecture.md does not name these rooms: {unnamed_rooms}"
+    # every module by its name (methods/ is "one module per FedDG method", named in docs/methods.md)
+    unnamed = sorted(str(path.relative_to(ROOT)) for module, (path, _) in MODULES.items()
+                     if not _within(module, ("fedaudit.methods",)) and path.stem not in words
+                     and path.name not in ("__init__.py", "__main__.py"))
+    assert not unnamed, f"docs/architecture.md does not name these modules: {unnamed}"
+
+
 def test_the_rules_catch_a_breach(monkeypatch):
     """The checks above can fail: an attack reaching the federation through a helper, a statistic reaching a
     tensor operation, a tensor operation reaching the run's configuration, and a cycle."""
@@ -191,3 +237,7 @@ def test_the_rules_catch_a_breach(monkeypatch):
         test_the_tensor_operations_know_no_federation_run_or_auditor("fedaudit.tensor_ops.style")
     with pytest.raises(AssertionError, match="import cycles"):
         test_there_is_no_import_cycle()
+    # a model reaching down for the training loop: the models room and the simulation's would import each other
+    fake["fedaudit.models.cnn"] = RUNTIME["fedaudit.models.cnn"] | {"fedaudit.simulation.training"}
+    with pytest.raises(AssertionError, match="rooms that import each other: .*fedaudit.models ⇄ fedaudit.simulation"):
+        test_no_two_rooms_import_each_other()

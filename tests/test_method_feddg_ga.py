@@ -14,7 +14,7 @@ from fedaudit.methods.feddg_ga import FedDGGA, ga_step, ga_update, val_loss
 from fedaudit.models import build_model
 from fedaudit.run import run_directory
 from fedaudit.run.config import resolve
-from fedaudit.simulation.aggregation import load_state_, state_nbytes
+from fedaudit.tensor_ops.aggregation import load_state_, state_nbytes
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 
 finite = st.floats(-50, 50, allow_nan=False, allow_infinity=False)

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from fedaudit.errors import FedauditError
 from fedaudit.methods.fedfd import FedFD, FedFDA
 from fedaudit.models import bn_layers, build_model
-from fedaudit.models.mixed_bn import MixedBatchNorm2d, adapter_parameter_names, convert_to_mixed_bn, load_global_stats_, norm_mode
+from fedaudit.tensor_ops.mixed_bn import MixedBatchNorm2d, adapter_parameter_names, convert_to_mixed_bn, load_global_stats_, norm_mode
 from fedaudit.run.config import RunConfig
-from fedaudit.simulation.aggregation import is_bn_buffer
+from fedaudit.tensor_ops.aggregation import is_bn_buffer
 from fedaudit.simulation.wire import SERVER, ArtifactKind
 from fedaudit.tensor_ops.bn_statistics import aggregate_bn_stats_, bn_stat_keys, gather_bn_stats, instance_stats, mix_stats
 

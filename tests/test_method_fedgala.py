@@ -8,12 +8,12 @@ from fedaudit.data import load_dataset, lodo_split
 from fedaudit.errors import FedauditError
 from fedaudit.methods.fedgala import FedGaLA, align_gradients_, align_updates
 from fedaudit.run.config import resolve
-from fedaudit.simulation.aggregation import clone_state
+from fedaudit.tensor_ops.aggregation import clone_state
 from fedaudit.simulation.federation import Federation
 from fedaudit.simulation.method import Scores
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire
 from fedaudit.tensor_ops.augment import SimCLRAugment
-from fedaudit.tensor_ops.linear_probe import fit_linear_probe, probe_on_fraction
+from fedaudit.simulation.linear_probe import fit_linear_probe, probe_on_fraction
 from fedaudit.tensor_ops.losses import nt_xent_loss
 
 DIGITS = load_dataset("digits", 16, seed=0)

@@ -14,7 +14,7 @@ from fedaudit.models import build_model
 from fedaudit.models.classifier import make_head
 from fedaudit.models.translator import train_latent_translator
 from fedaudit.run import run_directory
-from fedaudit.simulation.aggregation import importance_weighted_average_, weighted_average_
+from fedaudit.tensor_ops.aggregation import importance_weighted_average_, weighted_average_
 from fedaudit.tensor_ops.latent_inversion import invert_latents
 
 P = 16  # latent size of the tiny runs

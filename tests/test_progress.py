@@ -11,7 +11,7 @@ import torch
 from fedaudit.models import build_model
 from fedaudit.run import run_directory
 from fedaudit.run.run_directory import HostSnapshot, ProgressWriter
-from fedaudit.simulation.aggregation import model_state
+from fedaudit.tensor_ops.aggregation import model_state
 from tests.fake_cuda import CUDA, fake_cuda
 
 

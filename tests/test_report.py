@@ -289,7 +289,7 @@ def test_the_report_renders_the_stored_verdict_and_re_judges_only_when_asked(run
 
 def test_multi_target_layout_renders_one_column_per_target(run_dir, tmp_path):
     from fedaudit.run.config import RunConfig
-    from fedaudit.run.summary import summarise_targets
+    from fedaudit.simulation.summary import summarise_targets
 
     root = tmp_path / "all"
     target = json.loads((run_dir / "metrics.json").read_text())["target_domain"]

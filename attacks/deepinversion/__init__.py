@@ -62,7 +62,7 @@ from torch import nn
 
 from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput
 from fedaudit.attacks.budget import INVERSION_BUDGET
-from fedaudit.simulation.aggregation import load_state_
+from fedaudit.tensor_ops.aggregation import load_state_
 from fedaudit.attacks.deepinversion.engine import (
     VICTIM_BATCHING,
     AmplitudeProbe,

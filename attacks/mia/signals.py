@@ -17,7 +17,7 @@ from fedaudit.attacks.mia.reference_models import eval_views
 from fedaudit.attacks.mia.scorers import consistency, fisher_z, lira_signal, loss_signal, rmia_prob
 from fedaudit.run.seeds import derive_seed, stable_int
 from fedaudit.tensor_ops.augment import SimCLRAugment
-from fedaudit.simulation.aggregation import load_state_
+from fedaudit.tensor_ops.aggregation import load_state_
 from fedaudit.simulation.training import Preprocess
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 from fedaudit.simulation.wire_views import count_sources, latest_weights, overlay_state

@@ -329,7 +329,7 @@ def counterfactual_view(view: WireView, prior: AttackerPrior, cases: Sequence[Co
 def latent_encoders(cfg: RunConfig, fed: Federation) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
     """Per source domain, uint8 images → latents of the encoder its shared head was trained on
     (``Method.head_encoder``; built on first use, only for methods that keep one)."""
-    from fedaudit.tensor_ops.linear_probe import extract_features
+    from fedaudit.simulation.linear_probe import extract_features
 
     def encoder_of(client) -> Callable[[torch.Tensor], torch.Tensor]:
         model: list[torch.nn.Module] = []

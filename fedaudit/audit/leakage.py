@@ -52,7 +52,7 @@ from torch import Tensor, nn
 from fedaudit.audit.identifiability import identifiability_test
 from fedaudit.audit.judges import (LPIPS, AuditorClassifier, load_lpips, nearest_in_class, psnr, ssim,
                                    train_auditor_classifier)
-from fedaudit.tensor_ops.linear_probe import LinearProbe, fit_linear_probe
+from fedaudit.simulation.linear_probe import LinearProbe, fit_linear_probe
 
 if TYPE_CHECKING:
     from fedaudit.audit.counterfactual import TrainingRecipe

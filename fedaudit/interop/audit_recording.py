@@ -41,8 +41,8 @@ from fedaudit.run import run_directory
 from fedaudit.run.results import RunMetrics, write_metrics
 from fedaudit.run.config import RunConfig
 from fedaudit.run.seeds import derive_seed
-from fedaudit.run.summary import communication, privacy, provenance
-from fedaudit.simulation.aggregation import clone_state
+from fedaudit.simulation.summary import communication, privacy, provenance
+from fedaudit.tensor_ops.aggregation import clone_state
 from fedaudit.simulation.federation import Federation
 from fedaudit.simulation.method import Method
 from fedaudit.simulation.secure_aggregation import (COUNTS, Disaggregated, RoundSum, disaggregate,

@@ -29,7 +29,7 @@ from fedaudit.data import ClientData, LODOSplit, MultiDomainDataset
 from fedaudit.errors import FedauditError
 from fedaudit.run.config import RunConfig
 from fedaudit.run.seeds import derive_seed
-from fedaudit.simulation.aggregation import StateDict, clone_state, load_state_, model_state
+from fedaudit.tensor_ops.aggregation import StateDict, clone_state, load_state_, model_state
 from fedaudit.simulation.client_dp import ClientLevelDP
 from fedaudit.simulation.dp_sgd import PrivateTraining, describe_layers, freeze_for_dp, unsupported_layers
 from fedaudit.simulation.method import Method

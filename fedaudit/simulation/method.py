@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from fedaudit.errors import FedauditError
 from fedaudit.models.factory import is_factory
 from fedaudit.run.config import target_exposure
-from fedaudit.simulation.aggregation import StateDict, clone_state, load_state_, model_state
+from fedaudit.tensor_ops.aggregation import StateDict, clone_state, load_state_, model_state
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 
 if TYPE_CHECKING:

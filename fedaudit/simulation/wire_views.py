@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
-from fedaudit.simulation.aggregation import load_state_
+from fedaudit.tensor_ops.aggregation import load_state_
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView
 from fedaudit.tensor_ops.bn_statistics import MEAN, VAR
 from fedaudit.tensor_ops.style import style_encoder

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.models.classifier import bn_layers
-from fedaudit.simulation.aggregation import StateDict, model_state, weighted_average_
+from fedaudit.tensor_ops.aggregation import StateDict, model_state, weighted_average_
 
 MEAN, VAR = "running_mean", "running_var"
 

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from fedaudit.simulation.aggregation import StateDict
+from fedaudit.tensor_ops.aggregation import StateDict
 from fedaudit.tensor_ops.bn_statistics import MEAN, VAR, instance_stats, mix_stats
 
 MODES = ("normal", "paired", "adapt")
