@@ -87,6 +87,7 @@ from fedaudit.simulation.federation import Client, ClientContext, Federation, Se
 from fedaudit.simulation.method import DOWN, UP
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 from fedaudit.tensor_ops.style import EPS, adain, feature_style, pooled_feature_style, style_encoder
+from fedaudit.run.options import Option
 
 from .fedavg import FedAvg
 
@@ -173,19 +174,14 @@ class CCST(FedAvg):
         (ArtifactKind.FULL_MODEL, UP),
         (ArtifactKind.SCALARS, UP),
     )
-    options = {"style": "overall", "k": 3}
+    options = {"style": Option("overall", "overall: one pooled style per client; single: k single-image styles",
+                               choices=STYLES),
+               "k": Option(3, "single-image styles per client with style=single", kind=int, low=1, high=100_000)}
     profile_defaults: dict[str, dict[str, Any]] = {
         "quick": {},
         "paper": {"model": "resnet18", "optimizer": "sgd", "lr": 1e-3, "momentum": 0.0, "weight_decay": 0.0,
                   "batch_size": 32, "local_epochs": 3, "rounds": 500},
     }
-
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        if self.opts["style"] not in STYLES:
-            raise FedauditError(f"method option style of ccst must be one of {', '.join(STYLES)} (one pooled style per "
-                                f"client, or k single-image styles), got {self.opts['style']!r}")
-        self.check_option("k", 1, 100_000, integer=True, what="single-image styles per client with style=single")
 
     def build_model(self, fed: Federation) -> nn.Module:
         model = fed.build_default_model()

@@ -75,6 +75,7 @@ from fedaudit.simulation.method import DOWN, UP
 from fedaudit.simulation.training import Preprocess, autocast, make_optimizer
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 from fedaudit.tensor_ops.fourier import amplitude_spectrum, interpolate_low_frequency
+from fedaudit.run.options import Option
 
 from .fedavg import FedAvg
 
@@ -140,18 +141,16 @@ class ELCFS(FedAvg):
         (ArtifactKind.FULL_MODEL, UP),
         (ArtifactKind.SCALARS, UP),
     )
-    options = {"fraction": 1.0, "inner_lr": 1e-3, "max_window": 0.1}
+    options = {  # 0 < fraction ≤ 1; at least one spectrum is sent whatever the fraction
+        "fraction": Option(1.0, "share of training images whose spectra are uploaded, above 0", kind=float,
+                           low=1e-9, high=1.0),
+        "inner_lr": Option(1e-3, "step size α of the inner (meta-train) step", kind=float, low=0.0, high=10.0),
+        "max_window": Option(0.1, "largest low-frequency window ratio L; L ~ U(0, max_window)", kind=float, low=0.0,
+                             high=0.5)}
     profile_defaults: dict[str, dict[str, Any]] = {
         "quick": {"method_options": {"inner_lr": 0.01}},
         "paper": {"optimizer": "adam", "lr": 1e-3, "weight_decay": 0.0, "local_epochs": 1, "rounds": 100},
     }
-
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        # 0 < fraction ≤ 1; at least one spectrum is sent whatever the fraction.
-        self.check_option("fraction", 1e-9, 1.0, what="share of training images whose spectra are uploaded, above 0")
-        self.check_option("inner_lr", 0.0, 10.0, what="step size α of the inner (meta-train) step")
-        self.check_option("max_window", 0.0, 0.5, what="largest low-frequency window ratio L; L ~ U(0, max_window)")
 
     # -- the bank (once) ----------------------------------------------------------
 

@@ -87,6 +87,7 @@ from fedaudit.simulation.federation import ClientContext, Federation, ServerCont
 from fedaudit.simulation.method import DOWN, UP, Scores
 from fedaudit.simulation.training import Preprocess, mean_cross_entropy
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.run.options import Option
 
 from .fedavg import FedAvg
 
@@ -141,7 +142,8 @@ class FedDGGA(FedAvg):
                               "bound a client's influence")
     shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP), (ArtifactKind.SCALARS, UP))
     clear_scalars = "each client's validation losses before and after its round (the server weights clients by them)"
-    options = {"step_size": 0.2}
+    options = {"step_size": Option(0.2, "initial GA step d, decayed linearly to 0; 0 gives uniform FedAvg", kind=float,
+                                   low=0.0, high=1.0)}
     profile_defaults: dict[str, dict[str, Any]] = {
         "quick": {},
         "paper": {"optimizer": "sgd", "lr": 1e-3, "local_epochs": 5, "rounds": 40},
@@ -149,7 +151,6 @@ class FedDGGA(FedAvg):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.check_option("step_size", 0, 1, what="initial GA step d, decayed linearly to 0; 0 gives uniform FedAvg")
         # Server state (checkpointed): the weights a_k and last round's before-losses, keyed by client role.
         self.ga_weights: dict[str, float] = {}
         self.val_loss_before: dict[str, float] = {}

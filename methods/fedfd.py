@@ -90,6 +90,7 @@ from fedaudit.simulation.federation import ClientContext, Federation, ServerCont
 from fedaudit.simulation.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 from fedaudit.tensor_ops.bn_statistics import aggregate_bn_stats_, gather_bn_stats
+from fedaudit.run.options import Option
 
 GLOBAL_STATS_CHOICES = ("pooled", "mean")
 
@@ -107,7 +108,14 @@ class FedFD(Method):
         (ArtifactKind.BN_STATS_ALL_LAYERS, UP),
         (ArtifactKind.SCALARS, UP),
     )
-    options = {"lambda1": 0.1, "lambda2": 4.0, "local_steps": 200, "u_min": 0.0, "u_max": 1.0, "global_stats": "pooled"}
+    options = {"lambda1": Option(0.1, "weight λ1 of the feature-alignment loss", kind=float, low=0.0, high=1.0),
+               "lambda2": Option(4.0, "weight λ2 of the statistics loss", kind=float, low=0.0, high=1000.0),
+               "local_steps": Option(200, "local iterations per round", kind=int, low=1, high=1_000_000),
+               "u_min": Option(0.0, "lower end of the mixing weight's range (at most u_max)", kind=float, low=-1.0,
+                               high=2.0),
+               "u_max": Option(1.0, "upper end of the mixing weight's range", kind=float, low=-1.0, high=2.0),
+               "global_stats": Option("pooled", "how the server aggregates the clients' statistics",
+                                      choices=GLOBAL_STATS_CHOICES)}
     profile_defaults = {
         # Same SGD recipe as the paper; ~20 iterations per round is what the
         # fedavg quick profile takes (3 epochs of ~225 records at batch 32).
@@ -119,14 +127,9 @@ class FedFD(Method):
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
         o = self.opts
-        self.check_option("lambda1", 0, 1)
-        self.check_option("lambda2", 0, 1000)
-        self.check_option("local_steps", 1, 1_000_000, integer=True, what="local iterations per round")
-        if not -1 <= o["u_min"] <= o["u_max"] <= 2:
-            raise FedauditError(f"method options u_min <= u_max of {self.name} must lie in [-1, 2], got {o['u_min']}, {o['u_max']}")
-        if o["global_stats"] not in GLOBAL_STATS_CHOICES:
-            raise FedauditError(f"method option global_stats of {self.name} must be one of {', '.join(GLOBAL_STATS_CHOICES)}, "
-                                f"got {o['global_stats']!r}")
+        if o["u_min"] > o["u_max"]:
+            raise FedauditError(f"--{self.name}-u-min must not exceed --{self.name}-u-max, got {o['u_min']} and "
+                                f"{o['u_max']}".replace("_", "-"))
         if cfg.norm != "bn":
             raise FedauditError(f"{self.name} mixes BatchNorm statistics and needs --norm bn, got --norm {cfg.norm}")
         self.global_stats: dict[str, Tensor] = {}

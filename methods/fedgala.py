@@ -88,6 +88,7 @@ from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 from fedaudit.tensor_ops.augment import SimCLRAugment
 from fedaudit.simulation.linear_probe import extract_features, fit_linear_probe, probe_on_fraction
 from fedaudit.tensor_ops.losses import nt_xent_loss
+from fedaudit.run.options import Option
 
 PREV = "prev_global/"  # client.state prefix: the global parameters received last round
 VIEW_STREAM = 1  # fed.generator stream for the SimCLR views (stream 0 orders the batches)
@@ -176,7 +177,11 @@ class FedGaLA(Method):
     dp_incompatible = "its SimCLR loss contrasts the records of a batch with each other, so per-record gradients do not exist"
     shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP))
     label_free = True  # model(x) is the SimCLR embedding: membership attacks use augmentation consistency
-    options = {"temperature": 0.5, "align_threshold": 0.0, "global_iters": 3, "proj_hidden": 4096, "proj_dim": 2048}
+    options = {"temperature": Option(0.5, "NT-Xent temperature", kind=float, low=1e-3, high=100.0),
+               "align_threshold": Option(0.0, "a cosine; -1 turns local alignment off", kind=float, low=-1.0, high=1.0),
+               "global_iters": Option(3, "iterations of the server's gradient alignment", kind=int, low=0, high=100),
+               "proj_hidden": Option(4096, "hidden width of the projection head", kind=int, low=1, high=65_536),
+               "proj_dim": Option(2048, "output width of the projection head", kind=int, low=1, high=65_536)}
     profile_defaults: dict[str, dict[str, Any]] = {
         "quick": {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "local_epochs": 2, "augment": False,
                   "method_options": {"proj_hidden": 512, "proj_dim": 128}},
@@ -186,11 +191,6 @@ class FedGaLA(Method):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.check_option("temperature", 1e-3, 100, what="NT-Xent temperature")
-        self.check_option("align_threshold", -1, 1, what="a cosine; -1 turns local alignment off")
-        self.check_option("global_iters", 0, 100, integer=True)
-        self.check_option("proj_hidden", 1, 65_536, integer=True)
-        self.check_option("proj_dim", 1, 65_536, integer=True)
         self._ref: list[Tensor] | None = None  # Δ for the client being trained, per trainable parameter
 
     def reference_recipe(self, fed: Federation, client: Client) -> SimCLRRecipe:

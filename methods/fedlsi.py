@@ -92,6 +92,7 @@ from fedaudit.simulation.method import DOWN, UP, Method, sample_count, sample_we
 from fedaudit.simulation.training import autocast
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 from fedaudit.tensor_ops.latent_inversion import invert_latents
+from fedaudit.run.options import Option
 
 STAGE1 = "stage1/"  # client.state: the client's stage-1 model (round 1 starts from it; the auditor scores head inversions with its encoder)
 TRANSLATOR = "translator/"  # client.state: the translator it received, and its own client index
@@ -100,27 +101,6 @@ CLIENT_INDEX = "client_index"
 INVERSION_STREAM, TRANSLATOR_STREAM, TARGET_STREAM, IMPORTANCE_STREAM = 1, 2, 3, 4
 
 # name: (low, high, integer?) — checked when the method is built
-_RANGES: dict[str, tuple[float, float, bool]] = {
-    "latent_dim": (1, 65_536, True),
-    "stage1_epochs": (1, 1_000, True),
-    "num_latents": (2, 1_000_000, True),
-    "inversion_iters": (0, 10_000_000, True),
-    "inversion_lr": (1e-9, 10.0, False),
-    "inversion_batch": (2, 65_536, True),
-    "lambda_bn": (0.0, 1e4, False),
-    "lambda_norm": (0.0, 1e4, False),
-    "translator_hidden": (1, 65_536, True),
-    "translator_dropout": (0.0, 0.99, False),
-    "translator_iters": (0, 10_000_000, True),
-    "translator_batch": (2, 65_536, True),
-    "translator_lr": (1e-9, 10.0, False),
-    "n_critic": (1, 1_000, True),
-    "lambda_cls": (0.0, 1e4, False),
-    "lambda_rec": (0.0, 1e4, False),
-    "lambda_gp": (0.0, 1e4, False),
-    "lambda_di": (0.0, 1e4, False),
-    "importance_eps": (1e-30, 1.0, False),
-}
 
 
 class FedLSI(Method):
@@ -139,25 +119,30 @@ class FedLSI(Method):
     )
     # The paper's values; `quick` (below) shrinks the latent, the iteration counts and their step sizes.
     options = {
-        "latent_dim": 512,
-        "stage1_epochs": 10,
-        "num_latents": 200,
-        "inversion_iters": 10_000,
-        "inversion_lr": 1e-4,
-        "inversion_batch": 32,
-        "lambda_bn": 1e-3,
-        "lambda_norm": 1e-4,
-        "translator_hidden": 1024,
-        "translator_dropout": 0.5,
-        "translator_iters": 200_000,
-        "translator_batch": 16,
-        "translator_lr": 1e-4,
-        "n_critic": 5,
-        "lambda_cls": 1.0,
-        "lambda_rec": 10.0,
-        "lambda_gp": 10.0,
-        "lambda_di": 1.0,
-        "importance_eps": 1e-8,
+        "latent_dim": Option(512, "width of the latent the shared head reads", kind=int, low=1, high=65_536),
+        "stage1_epochs": Option(10, "local epochs of stage 1 (training the head that is shared)", kind=int, low=1,
+                                high=1_000),
+        "num_latents": Option(200, "latents inverted from each client's head", kind=int, low=2, high=1_000_000),
+        "inversion_iters": Option(10_000, "steps of the latent inversion", kind=int, low=0, high=10_000_000),
+        "inversion_lr": Option(1e-4, "step size of the latent inversion", kind=float, low=1e-9, high=10.0),
+        "inversion_batch": Option(32, "latents per inversion batch", kind=int, low=2, high=65_536),
+        "lambda_bn": Option(1e-3, "weight of the head's BN-statistics term in the inversion", kind=float, low=0.0,
+                            high=1e4),
+        "lambda_norm": Option(1e-4, "weight of the latent-norm term in the inversion", kind=float, low=0.0, high=1e4),
+        "translator_hidden": Option(1024, "hidden width of the latent translator", kind=int, low=1, high=65_536),
+        "translator_dropout": Option(0.5, "dropout in the translator", kind=float, low=0.0, high=0.99),
+        "translator_iters": Option(200_000, "training iterations of the translator", kind=int, low=0,
+                                   high=10_000_000),
+        "translator_batch": Option(16, "latents per translator batch", kind=int, low=2, high=65_536),
+        "translator_lr": Option(1e-4, "step size of the translator", kind=float, low=1e-9, high=10.0),
+        "n_critic": Option(5, "critic steps per translator step", kind=int, low=1, high=1_000),
+        "lambda_cls": Option(1.0, "weight of the translator's classification loss", kind=float, low=0.0, high=1e4),
+        "lambda_rec": Option(10.0, "weight of the translator's reconstruction loss", kind=float, low=0.0, high=1e4),
+        "lambda_gp": Option(10.0, "weight of the critic's gradient penalty", kind=float, low=0.0, high=1e4),
+        "lambda_di": Option(1.0, "weight λ_di of the domain-invariance loss in local training", kind=float, low=0.0,
+                            high=1e4),
+        "importance_eps": Option(1e-8, "floor of the importance weights in aggregation", kind=float, low=1e-30,
+                                 high=1.0),
     }
     profile_defaults = {
         # Fewer, larger steps: 300 inversion steps at 3e-3 move ẑ as far as the paper's 10k at 1e-4. Quick's
@@ -171,8 +156,6 @@ class FedLSI(Method):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        for key, (lo, hi, integer) in _RANGES.items():
-            self.check_option(key, lo, hi, integer=integer)
         self.translator_state: StateDict = {}
         self._client_translator: LatentTranslator | None = None  # the client-side working copy of G
 

@@ -16,6 +16,7 @@ import torch
 
 from fedaudit.simulation.federation import ClientContext
 from fedaudit.simulation.wire import Artifact, ArtifactKind
+from fedaudit.run.options import Option
 
 from .fedavg import FedAvg
 
@@ -24,11 +25,10 @@ class FedProx(FedAvg):
     name = "fedprox"
     summary = "FedAvg plus a proximal term toward the global model (baseline)"
     paper = "Li et al., MLSys 2020"
-    options = {"mu": 0.01}
+    options = {"mu": Option(0.01, "proximal weight μ", kind=float, low=0.0, high=100.0)}
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.check_option("mu", 0, 100, what="proximal weight")
         self._anchor: list[torch.Tensor] = []
 
     def receive(self, ctx: ClientContext, artifacts: list[Artifact]) -> None:

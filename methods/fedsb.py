@@ -53,6 +53,7 @@ from fedaudit.simulation.federation import ClientContext, Federation, ServerCont
 from fedaudit.simulation.method import DOWN, UP
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 from fedaudit.tensor_ops.losses import label_smoothing_loss
+from fedaudit.run.options import Option
 
 from .fedavg import FedAvg, private_mean_
 
@@ -66,7 +67,8 @@ class FedSB(FedAvg):
     needs_architecture = "MixStyle after the encoder's first two blocks (fedaudit inserts it into its cnn and resnets)"
     dp_incompatible = "its MixStyle layers mix feature statistics across the records of a batch, so per-record gradients do not exist"
     shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP))
-    options = {"epsilon": 0.1, "budget": 45}
+    options = {"epsilon": Option(0.1, "label-smoothing weight", kind=float, low=0.0, high=0.99),
+               "budget": Option(45, "local batches per round", kind=int, low=1, high=100_000)}
     profile_defaults: dict[str, dict[str, Any]] = {
         "quick": {},
         "paper": {"optimizer": "adam", "lr": 1e-4, "batch_size": 64, "rounds": 50},
@@ -74,8 +76,6 @@ class FedSB(FedAvg):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.check_option("epsilon", 0, 0.99, what="label-smoothing weight")
-        self.check_option("budget", 1, 100_000, integer=True, what="local batches per round")
 
     def build_model(self, fed: Federation) -> nn.Module:
         return fed.build_default_model(mixstyle=MixStyle(p=0.5, alpha=0.1))

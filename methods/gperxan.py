@@ -90,6 +90,7 @@ from fedaudit.simulation.federation import ClientContext, Federation, ServerCont
 from fedaudit.simulation.method import DOWN, UP, Method, sample_count, sample_weight
 from fedaudit.simulation.training import LossFn, make_optimizer
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
+from fedaudit.run.options import Option
 
 UPLOADS = ("full", "partial")
 _PARTIAL_SHARES = ((ArtifactKind.PARTIAL_MODEL, DOWN), (ArtifactKind.PARTIAL_MODEL, UP), (ArtifactKind.SCALARS, UP),
@@ -126,7 +127,11 @@ class GPerXAN(Method):
     dp_incompatible = "its XAN layers contain BatchNorm, whose batch statistics are the method and which DP-SGD cannot train"
     # The default (`upload=full`, the paper's) protocol; declared_shares() gives the configured one.
     shares = _FULL_SHARES
-    options = {"upload": "full", "lam": 0.5, "xan_blocks": 4}
+    options = {"upload": Option("full", "full: every round's whole model (the paper's); partial: the shared side each "
+                                "round, the BN statistics once, in the final round (a fedaudit variant)",
+                                choices=UPLOADS),
+               "lam": Option(0.5, "weight of the frozen-global-head loss", kind=float, low=0.0, high=100.0),
+               "xan_blocks": Option(4, "encoder stages with XAN", kind=int, low=1, high=4)}
     profile_defaults = {
         # Same budget as the engine's quick fedavg (cnn, 20 rounds x 3 epochs, SGD 0.01) so the two compare.
         "quick": {"norm": "xan"},
@@ -136,10 +141,6 @@ class GPerXAN(Method):
 
     def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
-        if self.opts["upload"] not in UPLOADS:
-            raise FedauditError(f"method option upload of gperxan must be one of {', '.join(UPLOADS)}, got {self.opts['upload']!r}")
-        self.check_option("lam", 0, 100, what="weight of the frozen-global-head loss")
-        self.check_option("xan_blocks", 1, 4, integer=True, what="encoder stages with XAN")
         if cfg.norm != "xan":
             raise FedauditError(f"gperxan needs --norm xan (its XAN layers hold the personalised BN side), got --norm {cfg.norm}")
         self.partial = self.opts["upload"] == "partial"

@@ -262,7 +262,7 @@ def test_method_options_have_their_own_flags(tmp_path):
     (["--method", "fedprox", "--fedprox-mu"], ["--fedprox-mu needs a value"]),
     (["--method", "fedprox", "--fedprox-nu", "1"], ["no such option", "--fedprox-nu", "--fedprox-mu"]),
     (["--method", "fedprox", "stray"], ["unexpected argument", "stray"]),
-    (["--method", "fedprox", "--fedprox-mu", "-1"], ["mu of fedprox must be", "got -1"]),  # still range-checked
+    (["--method", "fedprox", "--fedprox-mu", "-1"], ["--fedprox-mu must be between 0 and 100", "got -1"]),  # still range-checked
 ])
 def test_bad_method_flags_are_user_errors(args, needles):
     _user_error(["evaluate", *FAST, *args], *needles)

@@ -222,5 +222,5 @@ def test_local_training_steps_on_the_raw_batch_and_its_transform_with_other_clie
 @pytest.mark.parametrize("key,value", [("fraction", 0), ("fraction", 1.5), ("fraction", -0.1), ("fraction", "all"),
                                        ("inner_lr", -1e-3), ("max_window", 0.7)])
 def test_bad_options_are_refused_naming_the_option(key, value):
-    with pytest.raises(FedauditError, match=key):
+    with pytest.raises(FedauditError, match=f"--elcfs-{key.replace('_', '-')} must be"):
         ELCFS(resolve({"method": "elcfs", "method_options": {key: value}}))

@@ -70,7 +70,7 @@ def test_step_decays_linearly_to_zero_at_the_last_round():
 
 
 def test_options_are_validated_early():
-    with pytest.raises(FedauditError, match="step_size"):
+    with pytest.raises(FedauditError, match="--feddg-ga-step-size must be between 0 and 1"):
         FedDGGA(resolve({"method": "feddg_ga", "method_options": {"step_size": 1.5}}))
     paper = resolve({"method": "feddg_ga", "profile": "paper"}, method_defaults=FedDGGA.profile_defaults)
     assert (paper.optimizer, paper.lr, paper.local_epochs, paper.rounds) == ("sgd", 1e-3, 5, 40)

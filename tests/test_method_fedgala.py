@@ -128,9 +128,9 @@ def test_alignment_uses_the_previous_global_from_round_two_and_can_freeze_every_
 
 
 def test_options_are_validated_early():
-    with pytest.raises(FedauditError, match="align_threshold"):
+    with pytest.raises(FedauditError, match="--fedgala-align-threshold must be between -1 and 1"):
         FedGaLA(resolve({"method": "fedgala", "method_options": {"align_threshold": 2}}))
-    with pytest.raises(FedauditError, match="global_iters"):
+    with pytest.raises(FedauditError, match="--fedgala-global-iters must be between 0 and 100"):
         FedGaLA(resolve({"method": "fedgala", "method_options": {"global_iters": -1}}))
 
 

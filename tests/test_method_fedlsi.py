@@ -201,7 +201,7 @@ def test_killed_fedlsi_run_resumes_to_the_same_numbers(run, tmp_path):
 @pytest.mark.parametrize("option", ["lambda_di=-1", "inversion_iters=1.5", "translator_dropout=1", "num_latents=1"])
 def test_bad_options_fail_early_naming_the_option(option, tmp_path):
     name = option.split("=")[0]
-    with pytest.raises(FedauditError, match=name):
+    with pytest.raises(FedauditError, match=f"--fedlsi-{name.replace('_', '-')} must be"):
         evaluate("fedlsi", out=str(tmp_path), method_option=[option], **TINY)
 
 

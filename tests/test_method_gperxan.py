@@ -144,7 +144,7 @@ def test_default_uploads_the_whole_model_bn_side_included_every_round(full_run):
     """Algorithm 1, line 12: the server averages the whole client models every round; line 7: the
     broadcast leaves the BN side out. The ledger shows the BN side going up in every round."""
     result, fed, deployed = full_run
-    assert GPerXAN.options["upload"] == "full" and fed.method.declared_shares() == GPerXAN.shares
+    assert GPerXAN.options["upload"].default == "full" and fed.method.declared_shares() == GPerXAN.shares
     clients = _clients(result)
     bn_keys = set(fed.method.bn_keys)
     every_key = set(fed.model.state_dict())
@@ -302,9 +302,10 @@ def test_removing_lambda_changes_training(tmp_path, full_run):
 
 
 @pytest.mark.parametrize("explicit,needle", [
-    ({"method_options": {"upload": "everything"}}, "upload of gperxan must be one of full, partial"),
-    ({"method_options": {"lam": -1}}, "lam"),
-    ({"method_options": {"xan_blocks": 7}}, "xan_blocks"),
+    ({"method_options": {"upload": "everything"}}, "unknown gperxan-upload 'everything'; valid choices: full, partial"),
+    ({"method_options": {"lam": -1}}, "--gperxan-lam must be between 0 and 100, got -1"),
+    ({"method_options": {"xan_blocks": 7}}, "--gperxan-xan-blocks must be between 1 and 4, got 7"),
+    ({"method_options": {"xan_blocks": 2.5}}, "--gperxan-xan-blocks must be an integer"),
     ({"norm": "gn"}, "needs --norm xan"),
 ])
 def test_bad_options_are_named(explicit, needle):

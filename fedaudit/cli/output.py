@@ -164,7 +164,7 @@ def listing(what: str) -> list[dict[str, Any]]:
                  "shares": [{"kind": k.value, "direction": d} for k, d in cls.shares],
                  "auto_attacks": {p: auto_attacks(cls.shares, p).split(",") for p in ("quick", "paper")},
                  "secure_aggregation_leaves": leaves(cls.shares, cls.clear_scalars),
-                 "options": {flag_of(f"{name}_{k}"): v for k, v in cls.options.items()},
+                 "options": {flag_of(f"{name}_{k}"): o.default for k, o in cls.options.items()},
                  "dp": not cls.dp_incompatible, "dp_incompatible": cls.dp_incompatible or None,
                  "client_dp": not cls.client_dp_incompatible,
                  "client_dp_incompatible": cls.client_dp_incompatible or None,

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from fedaudit.errors import FedauditError
 from fedaudit.models.factory import is_factory
 from fedaudit.run.config import target_exposure
+from fedaudit.run.options import Option
 from fedaudit.tensor_ops.aggregation import StateDict, clone_state, load_state_, model_state
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 
@@ -75,8 +76,9 @@ class Method:
     shares: ClassVar[tuple[tuple[ArtifactKind, str], ...]] = ()
     # Scalars it sends up beyond the example count, which secure aggregation leaves in clear ("" where none)
     clear_scalars: ClassVar[str] = ""
-    # Method-specific options with their defaults (``--method-option k=v``).
-    options: ClassVar[dict[str, Any]] = {}
+    # Method-specific options, each declared as an attack's are: its default, range or choices and help; each gets
+    # the flag --<method>-<option>, the TOML key [method_options] <option>, and its one-line range error.
+    options: ClassVar[dict[str, Option]] = {}
     # Per-profile overrides of RunConfig fields, e.g. {"paper": {"lr": 1e-4}}.
     profile_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
     # True when ``model(x)`` is an embedding with no class scores (an unsupervised
@@ -102,21 +104,9 @@ class Method:
         if unknown:
             valid = ", ".join(sorted(self.options)) or "none"
             raise FedauditError(f"method {self.name!r} has no option {sorted(unknown)[0]!r}; its options: {valid}")
-        self.opts: dict[str, Any] = {**self.options, **cfg.method_options}
-        for key, default in self.options.items():
-            value = self.opts[key]
-            if isinstance(default, (int, float)) and not isinstance(default, bool) and not isinstance(value, (int, float)):
-                raise FedauditError(f"method option {key!r} of {self.name!r} must be a number, got {value!r}")
+        self.opts: dict[str, Any] = {key: option.check(f"{self.name}_{key}", cfg.method_options.get(key, option.default))
+                                     for key, option in self.options.items()}
         self.global_state: StateDict = {}
-
-    def check_option(self, key: str, low: float, high: float, *, integer: bool = False, what: str = "") -> None:
-        """Refuse option ``key`` unless ``low <= value <= high`` (and an integer
-        when ``integer``), naming the option, the range and what it means."""
-        value = self.opts[key]
-        if isinstance(value, bool) or (integer and not isinstance(value, int)) or not low <= value <= high:
-            kind = "an integer" if integer else "a number"
-            meaning = f" ({what})" if what else ""
-            raise FedauditError(f"method option {key} of {self.name} must be {kind} from {low:g} to {high:g}{meaning}, got {value!r}")
 
     # -- model ---------------------------------------------------------------
 
