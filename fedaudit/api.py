@@ -106,7 +106,7 @@ def evaluate(
     try:
         run_directory.write_json(root / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
                                                "targets": targets})
-        return _run_targets(root, cfg, dataset, targets, device, reporter, on_round_end, command, data_seconds)
+        return _run_targets(root, RunPlan(cfg, dataset, device, reporter, on_round_end, command, data_seconds), targets)
     except BaseException:
         # A run that failed before its first round leaves nothing to resume: no orphan directory that `report`,
         # `compare` or `--resume` would then trip over.
@@ -182,14 +182,28 @@ def _resume(path: Path, reporter: Reporter, on_round_end, model: str | None = No
     device = resolve_device(cfg.device)
     t0 = time.perf_counter()
     dataset = load_dataset(cfg.dataset, cfg.image_size, seed=DATA_SEED, cache_mb=cfg.cache_mb)
-    return _run_targets(root, cfg, dataset, saved["targets"], device, reporter, on_round_end, saved["command"],
-                        time.perf_counter() - t0)
+    plan = RunPlan(cfg, dataset, device, reporter, on_round_end, saved["command"], time.perf_counter() - t0)
+    return _run_targets(root, plan, saved["targets"])
 
 
-def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, targets: list[str], device: torch.device,
-                 reporter: Reporter, on_round_end, command: str, data_seconds: float) -> EvaluateResult:
+@dataclass(frozen=True)
+class RunPlan:
+    """What every target of one ``evaluate`` shares: the resolved options, the data, the device, who hears of
+    progress, the command line that made it, and the seconds the data took to load."""
+
+    cfg: RunConfig
+    dataset: MultiDomainDataset
+    device: torch.device
+    reporter: Reporter
+    on_round_end: Callable[[Federation, int], None] | None
+    command: str
+    data_seconds: float
+
+
+def _run_targets(root: Path, plan: RunPlan, targets: list[str]) -> EvaluateResult:
+    cfg = plan.cfg
     if len(targets) == 1:
-        metrics = run_one(root, cfg, dataset, targets[0], device, reporter, on_round_end, command, data_seconds)
+        metrics = run_one(root, plan, targets[0])
         write_report_or_warn(root)  # report.html from the finished run's files; a failure only warns
         return EvaluateResult(root, metrics)
     per_target = {}
@@ -198,29 +212,29 @@ def _run_targets(root: Path, cfg: RunConfig, dataset: MultiDomainDataset, target
         if not (sub / "config.json").exists():
             sub.mkdir(parents=True, exist_ok=True)
             run_directory.write_json(sub / "config.json", {"config": {**cfg.to_json(), "target_domain": target},
-                                                  "config_hash": cfg.hash(), "command": command, "targets": [target]})
-        per_target[target] = run_one(sub, cfg, dataset, target, device, reporter, on_round_end, command, data_seconds)
+                                                  "config_hash": cfg.hash(), "command": plan.command, "targets": [target]})
+        per_target[target] = run_one(sub, plan, target)
     metrics = write_metrics(root / "metrics.json", summarise_targets(cfg, per_target))
     run_directory.mark_complete(root, ["config.json", "metrics.json", *(f"{run_directory.target_dirname(t)}/{run_directory.COMPLETE}" for t in targets)])
     write_report_or_warn(root)  # one report for all targets, rendered from the root and its target-*/ folders
     return EvaluateResult(root, metrics)
 
 
-def run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: str, device: torch.device,
-            reporter: Reporter, on_round_end, command: str, data_seconds: float) -> dict[str, Any]:
+def run_one(run_dir: Path, plan: RunPlan, target: str) -> dict[str, Any]:
     """Train, attack and write one target's run directory (resuming if it has a checkpoint), under the
     run's numeric settings (``--deterministic``)."""
     if run_directory.is_complete(run_dir):
         return run_directory.read_json(run_dir / "metrics.json")
-    with run_numerics(cfg.deterministic) as unpinned:
-        return _run_one(run_dir, cfg, dataset, target, device, reporter, on_round_end, command, data_seconds, unpinned)
+    with run_numerics(plan.cfg.deterministic) as unpinned:
+        return _run_one(run_dir, plan, target, unpinned)
 
 
-def _run_one(run_dir: Path, cfg: RunConfig, dataset: MultiDomainDataset, target: str, device: torch.device,
-             reporter: Reporter, on_round_end, command: str, data_seconds: float, unpinned: list[str]) -> dict[str, Any]:
+def _run_one(run_dir: Path, plan: RunPlan, target: str, unpinned: list[str]) -> dict[str, Any]:
     from fedaudit.attacks import get_attacks
     from fedaudit.audit.canary import accuracy_without_canaries, canary_split, plant_gradient_canaries
     from fedaudit.methods import get_method
+    cfg, dataset, device, reporter, on_round_end = plan.cfg, plan.dataset, plan.device, plan.reporter, plan.on_round_end
+    command, data_seconds = plan.command, plan.data_seconds
     wall0 = time.perf_counter()
     log.info("run directory %s (target %s)", run_dir, target)
     method = get_method(cfg.method)(cfg)
