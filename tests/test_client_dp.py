@@ -61,6 +61,42 @@ def test_each_update_is_clipped_weighted_equally_and_the_mean_gets_noise_of_sigm
     assert abs(float(base["w"].mean())) < 0.01
 
 
+def test_a_fixed_denominator_divides_the_sum_by_the_full_federations_k():
+    """DP-FedAvg's fixed denominator: a round with one client fewer (a domain twin, DP's neighbour) divides the sum of
+    its clipped updates and the noise σC by the same K as the full federation, not by its own count."""
+    g = torch.Generator().manual_seed(0)
+    neighbour = ClientLevelDP(epsilon=1.0, delta=1e-5, rounds=1, clip=10.0, noise_multiplier=1e-9, denominator=3)
+    base, states = _states(torch.tensor([3.0, 4.0]), torch.tensor([0.0, 1.0]))
+    neighbour.mean_(base, states, g)
+    assert torch.allclose(base["w"], torch.tensor([1.0, 5.0 / 3]))  # (3+0, 4+1) / 3, not / 2
+    assert int(base["n"]) == 6  # integer buffers: the plain mean of those present
+    noisy = ClientLevelDP(epsilon=1.0, delta=1e-5, rounds=1, clip=2.0, noise_multiplier=3.0, denominator=4)
+    base, states = _states(*(torch.zeros(200_000) for _ in range(3)))
+    noisy.mean_(base, states, g)
+    assert float(base["w"].std()) == pytest.approx(3.0 * 2.0 / 4, rel=0.01)  # σC/K with K the full federation's
+
+
+def test_a_domain_twin_under_client_dp_is_the_mechanisms_neighbour():
+    """The participation row's null under client-level DP is the federation without the domain run through the same
+    mechanism: the sum over the remaining clients divided by the full K (a twin dividing by K − 1 gets more noise on
+    its mean than the released model did, and its spread was no null: a false MEDIUM at chance accuracy)."""
+    from fedaudit.api import run_config
+    from fedaudit.audit.domain_twin import train_domain_twin
+    from fedaudit.data import load_dataset, lodo_split
+    from fedaudit.methods import get_method
+    from fedaudit.simulation.federation import Federation
+    from fedaudit.simulation.wire import Wire
+
+    cfg, _ = run_config("fedavg", None, None, None, dict(dataset="digits", image_size=16, rounds=1, local_epochs=1,
+                                                          batch_size=32, device="cpu", client_dp_epsilon=8.0))
+    ds = load_dataset("digits", 16)
+    fed = Federation(cfg, get_method("fedavg")(cfg), ds, lodo_split(ds, ds.domains[-1], seed=0), torch.device("cpu"),
+                     Wire(None))
+    twin = train_domain_twin(cfg, fed.method, fed, "clean", 0)
+    assert len(twin.clients) == 2 and twin.client_dp.denominator == 3
+    assert twin.client_dp.noise_multiplier == fed.client_dp.noise_multiplier
+
+
 FAST = ["--dataset", "digits", "--image-size", "16", "--rounds", "2", "--local-epochs", "1", "--device", "cpu",
         "--quiet", "--attack", "none"]
 

@@ -62,6 +62,8 @@ def train_domain_twin(cfg: RunConfig, method: Method, fed: Federation, domain: s
         return f"{domain} is the only source domain: a federation without it has no client"
     twin_cfg = replace(cfg, seed=twin_seed(cfg.seed, domain, index))
     twin = Twin(twin_cfg, type(method)(twin_cfg), fed.dataset, replace(fed.split, sources=others), fed.device, Wire(None))
+    if twin.client_dp is not None:  # DP's neighbour: the same mechanism (sum over the full K, noise σC) on one client fewer
+        twin.client_dp.denominator = len(fed.split.sources)
     with torch.random.fork_rng(devices=[fed.device] if fed.device.type == "cuda" else []):  # the attacks' draws stay
         twin.setup()
         try:

@@ -58,6 +58,10 @@ class ClientLevelDP:
     noise_multiplier: float
     clipped: int = 0  # updates scaled down so far
     updates: int = 0
+    # The fixed K the sum of clipped updates is divided by (DP-FedAvg's fixed denominator); None: the round's clients.
+    # A domain twin (a federation without one client) keeps the full federation's K: it is then DP's neighbour — the
+    # same mechanism on one client fewer — and the participation test asks exactly what this mechanism bounds.
+    denominator: int | None = None
 
     @classmethod
     def for_target(cls, epsilon: float, delta: float, rounds: int, clip: float) -> ClientLevelDP:
@@ -71,10 +75,11 @@ class ClientLevelDP:
     @torch.no_grad()
     def mean_(self, global_state: dict[str, Tensor], states: list[Mapping[str, Tensor]],
               generator: torch.Generator) -> None:
-        """``global_state`` ← itself + the mean of the clipped updates + Gaussian noise of std σC/K, in place.
-        Integer buffers (BatchNorm's batch counts) take the rounded plain mean."""
+        """``global_state`` ← itself + the sum of the clipped updates over K + Gaussian noise of std σC/K, in place
+        (K: :attr:`denominator`, else the round's clients). Integer buffers (BatchNorm's batch counts) take the
+        rounded plain mean."""
         keys = [k for k, t in global_state.items() if t.is_floating_point()]
-        count = len(states)
+        count = self.denominator or len(states)
         total = [torch.zeros_like(global_state[k]) for k in keys]
         for state in states:
             update = [state[k] - global_state[k] for k in keys]
@@ -89,7 +94,7 @@ class ClientLevelDP:
             global_state[k].add_(t + noise.to(t.dtype))
         for k, t in global_state.items():
             if not t.is_floating_point():
-                t.copy_(torch.round(sum(s[k].double() for s in states) / count).to(t.dtype))
+                t.copy_(torch.round(sum(s[k].double() for s in states) / len(states)).to(t.dtype))
 
     def summary(self, clients: int) -> dict[str, Any]:
         """The block stored as ``privacy.client_dp``: the guarantee, its parameters, and what few clients cost."""
