@@ -14,6 +14,7 @@ from fedaudit.audit.verdict import (CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPA
                                     TIER_ORDER)
 from fedaudit.audit.verdict.wording import different_models, made_by, to_conclude
 from fedaudit.reports.load import Unit
+from fedaudit.simulation.secure_aggregation import MASKED
 from fedaudit.run.results import RunMetrics, VerdictRow
 
 NOT_LEGAL_ADVICE = ("These are facts measured in this run, for the impact assessment; they are not legal advice. "
@@ -46,6 +47,7 @@ CLIENT_DATA_UPLOADS = {
     "style_bank": "the styles are what CCST shares: --ccst-style overall sends one pooled style per client, still "
                   "that client's look",
 }
+MASKED_KINDS = tuple(k.value for k in MASKED)  # what secure aggregation sums (fedaudit.simulation.secure_aggregation)
 NOT_RECORD_DP = "Record-level DP (DP-SGD) bounds what one record does, not what a whole client's data is like"
 
 
@@ -142,13 +144,14 @@ def mitigation(row: VerdictRow, u: Unit) -> str:
     if row.level == RECORDS:
         return _record_mitigation(kind, row, method, u)
     if row.level == CLIENT_DATA and row.artifact.endswith("↑"):
-        return _upload_mitigation(kind, method, u)
+        return _upload_mitigation(kind, method, u, row.row.endswith(SECURE_AGGREGATION_ROW))
     return client_level_dp(method, u, "the released model" if row.level == PARTICIPATION else "what each client receives")
 
 
-def _upload_mitigation(kind: str, method: str, u: Unit) -> str:
+def _upload_mitigation(kind: str, method: str, u: Unit, under_secure_aggregation: bool = False) -> str:
     """The server reads each upload before it aggregates: keep per-client statistics out of it, or let it see only
-    the sum (secure aggregation)."""
+    the sum (secure aggregation). A row judged under secure aggregation already has the sum: what is left is less
+    per-client data in it, or noise on the sum; for what the mask does not cover, the upload as before."""
     if method == "gperxan" and kind == "full_model":
         how = GPERXAN_PARTIAL
     elif kind in CLIENT_DATA_UPLOADS:
@@ -159,8 +162,14 @@ def _upload_mitigation(kind: str, method: str, u: Unit) -> str:
                "compare this row")
     else:
         how = MITIGATIONS.get(kind, f"drop the artifact: a method that does not send {kind} (fedaudit list methods)")
-    return (f"{how}; or let the server see only the aggregate (secure aggregation: not yet measured by fedaudit). "
-            f"{NOT_RECORD_DP}, and noise on the aggregate does not reach an upload the server reads first.")
+    if under_secure_aggregation and kind in MASKED_KINDS:
+        return (f"{how}. The server sees only the aggregate here, and the aggregate still shows it; noise on the sum "
+                f"would reach it: {client_level_dp(method, u, 'the aggregate')}")
+    if under_secure_aggregation:
+        return f"{how}; secure aggregation does not cover {kind}. {NOT_RECORD_DP}."
+    return (f"{how}; or let the server see only the aggregate (secure aggregation: --secure-aggregation measures what "
+            f"the aggregate still shows). {NOT_RECORD_DP}, and noise on the aggregate does not reach an upload the "
+            "server reads first.")
 
 
 def client_level_dp(method: str, u: Unit, protects: str) -> str:

@@ -374,6 +374,9 @@ def test_the_summary_names_the_deployment_every_finding_and_what_would_decide_th
     ("fedavg", "full_model↑", "client_data", "secure aggregation"),
     ("gperxan", "full_model↑", "client_data", "--gperxan-upload partial"),
     ("elcfs", "amplitude_bank↑", "client_data", "--elcfs-fraction"),
+    # judged under secure aggregation: the mask is in place, so it is never the advice; what the mask leaves says so
+    ("fedavg", "full_model↑@secure_aggregation", "client_data", "the aggregate still shows it"),
+    ("elcfs", "amplitude_bank↑@secure_aggregation", "client_data", "secure aggregation does not cover amplitude_bank"),
 ])
 def test_each_finding_names_a_mitigation_of_its_level(method, artifact, question, expected):
     from fedaudit.audit.verdict import LEVEL_OF, RECORDS
@@ -382,10 +385,14 @@ def test_each_finding_names_a_mitigation_of_its_level(method, artifact, question
     from fedaudit.run.results import VerdictRow
 
     unit = Unit(Path("run"), {}, {"method": method, "provenance": {}}, [], [])
-    row = VerdictRow.from_json({"row": f"{question}:{artifact}", "artifact": artifact, "question": question,
+    artifact, _, observer = artifact.partition("@")
+    row = VerdictRow.from_json({"row": f"{question}:{artifact}" + (f"@{observer}" if observer else ""),
+                                "artifact": artifact, "question": question,
                                 "level": LEVEL_OF[question], "tier": "high", "reason": "x", "short": "x"})
     said = mitigation(row, unit)
     assert expected in said
+    if observer:
+        assert "let the server see only the aggregate" not in said
     if LEVEL_OF[question] != RECORDS:  # record-level DP is named only to say it does not reach this level
         assert "train with DP-SGD" not in said and "--dp-sweep" not in said and "--dp-epsilon" not in said
         assert "Record-level DP (DP-SGD) bounds what one record does" in said

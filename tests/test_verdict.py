@@ -682,3 +682,27 @@ def test_a_membership_row_with_nothing_scored_says_why_in_its_short_form():
     row = next(r for r in judge(metrics, SERVER) if r["row"] == "participation:global_model")
     assert row["tier"] == NOT_ASSESSED and why in row["reason"]
     assert row["short"] == "not applicable: 989 of 989 scores are not finite", row["short"]
+
+
+def test_a_secure_aggregation_row_is_judged_from_that_observers_evidence_and_says_what_it_saw():
+    """Known truth: the clear uploads give every member away (HIGH), the aggregate the secure-aggregation server saw
+    gives nothing (a flat score). Its row must read from the aggregate's evidence — not HIGH — and lead with what the
+    mask left that server; a bank the mask does not cover keeps the clear result and says so."""
+    rng = np.random.default_rng(3)
+    leak = membership_metrics(rng.uniform(0.55, 0.985, 1000), rng.uniform(0, 1, 6000))  # HIGH by the advantage rule
+    flat = membership_metrics(np.linspace(0, 1, 1000), np.linspace(0, 1, 6000))
+    clear = {"mia": {"loss": {"last_upload": {"a": leak}}}}
+    metrics = {"communication": {"declared": ["full_model↑"]}, "leakage": clear,
+               "secure_aggregation": {"observer": "server (secure aggregation)", "masked": ["full_model"],
+                                      "leaves": [{"kind": "style_bank", "direction": "up", "why": "its own message"}],
+                                      "aggregate": {"clients": ["a", "b", "c"], "round": 3},
+                                      "leakage": {"mia": {"loss": {"last_upload": {"a": flat}}}}}}
+    rows = {r["row"]: r for r in judge(metrics, SERVER)}
+    assert rows["membership:full_model↑"]["tier"] == HIGH
+    masked = rows["membership:full_model↑@secure_aggregation"]
+    assert masked["tier"] not in (HIGH, MEDIUM), masked["short"]
+    assert masked["observer"] == "server (secure aggregation)"
+    assert masked["reason"].startswith("Under secure aggregation the server sees only the sample-weighted aggregate "
+                                       "of round 3's full_model uploads (3 clients: a, b, c)")
+    assert "full_model↑@secure_aggregation" in rows and "client_data:full_model↑@secure_aggregation" in rows
+    assert not any(r.endswith("@secure_aggregation") for r in rows if "global_model" in r)  # the released model: once

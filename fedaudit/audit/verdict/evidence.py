@@ -96,6 +96,19 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Unscored:
+    """An attack that ran on a row's subject and stored no score: which (``<variant>/<victim>``), its status and why."""
+
+    what: str
+    status: str
+    reason: str
+
+    @classmethod
+    def of(cls, what: str, entry: dict[str, Any]) -> Unscored:
+        return cls(what, str(entry.get("status", "not run")), str(entry.get("reason", "no reason stored")))
+
+
+@dataclass(frozen=True)
 class Decision:
     """What a rule decided: the tier, the rule's name, and the facts the sentence is written from."""
 

@@ -30,7 +30,7 @@ from fedaudit.run.results import Leakage, MIA, MembershipResult
 from fedaudit.statistics.membership_statistics import advantage_null_quantile
 
 from .evidence import (ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAST_UPLOAD, LOW, MEDIUM, MEMBERSHIP,
-                       NOT_ASSESSED, Decision, Evidence, Row, decide, interval, isnum, mia_level, strongest)
+                       NOT_ASSESSED, Decision, Evidence, Row, Unscored, decide, interval, isnum, mia_level, strongest)
 from .thresholds import RiskThresholds
 from .wording import (membership_finding, membership_reason, membership_short, membership_title, not_assessed,
                       observer_of)
@@ -120,13 +120,13 @@ def _unseen(subject: str, observer: str, attacker: str, attacks: list[Attack],
     return Decision(NOT_ASSESSED, "no_target", {"subject": subject})
 
 
-def _evidence(attacks: list[Attack], t: RiskThresholds) -> tuple[list[Evidence], list[str]]:
+def _evidence(attacks: list[Attack], t: RiskThresholds) -> tuple[list[Evidence], list[Unscored]]:
     """Each attack's tests (TPR at 1% FPR, and the advantage), and why the others have none."""
     evidence: list[Evidence] = []
-    skipped: list[str] = []
+    skipped: list[Unscored] = []
     for variant, target, victim, e in attacks:
         if "advantage" not in e:
-            skipped.append(f"{variant}/{victim}: {e.get('status', 'not run')} — {e.get('reason', 'no reason stored')}")
+            skipped.append(Unscored.of(f"{variant}/{victim}", e))
             continue
         detail = {"attack": _attack_name(variant, e), "variant": variant, "target": target, "victim": victim,
                   "members": int(e.get("n_members", e.get("members", 0)) or 0),

@@ -30,7 +30,7 @@ from typing import Any
 from fedaudit.run.results import Leakage, MIA
 
 from .evidence import (ANYONE, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, PARTICIPATION, Decision,
-                       Evidence, Row, decide, isnum, strongest)
+                       Evidence, Row, Unscored, decide, isnum, strongest)
 from .thresholds import RiskThresholds
 from .wording import level_title, not_assessed, participation_finding, participation_reason, participation_short
 
@@ -58,8 +58,7 @@ def participation_row(metrics: dict[str, Any], t: RiskThresholds) -> Row:
     evidence = [e for victim, entry in entries.items()
                 if (e := participation_evidence(victim, entry, spread, df, t)) is not None]
     if not evidence:
-        skipped = [f"domain/{v}: {e.get('status', 'not run')} — {e.get('reason', 'no reason stored')}"
-                   for v, e in entries.items()]
+        skipped = [Unscored.of(f"domain/{v}", e) for v, e in entries.items()]
         return row(NOT_ASSESSED, *not_assessed(PARTICIPATION, Decision(NOT_ASSESSED, "no_score",
                                                                        {"subject": GLOBAL, "skipped": skipped})))
     decide(evidence, t)

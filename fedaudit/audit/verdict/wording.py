@@ -235,19 +235,12 @@ def not_assessed(question: str, d: Decision) -> tuple[str, str]:
     if reconstruction:
         return ("; ".join(skipped) or f"no score with nulls stored for {f['subject']}",
                 "not applicable" if skipped and all(s.startswith("not applicable") for s in skipped) else "not scored")
-    return (f"no membership result for {subject_name(f['subject'])}: {'; '.join(skipped) or 'none stored'}",
-            _unscored_short(skipped))
-
-
-def _unscored_short(skipped: list[str]) -> str:
-    """A membership row's short form when attacks ran and none scored: why, in a few words ("no result stored" only
-    when nothing was stored at all). Each entry reads "<variant>/<victim>: <status> — <reason>"."""
-    if not skipped:
-        return "no result stored"
-    first = skipped[0].split(": ", 1)[-1]
-    status, _, reason = first.partition(" — ")
-    clause = reason.split(":")[0].split(";")[0].strip()
-    return f"{status}: {clause}" if clause else status
+    # membership and participation: Unscored entries; the short form says why in a few words (the first reason's
+    # first clause), "no result stored" only when nothing was stored at all
+    full = "; ".join(f"{u.what}: {u.status} — {u.reason}" for u in skipped)
+    clause = skipped[0].reason.split(":")[0].split(";")[0].strip() if skipped else ""
+    return (f"no membership result for {subject_name(f['subject'])}: {full or 'none stored'}",
+            (f"{skipped[0].status}: {clause}" if clause else skipped[0].status) if skipped else "no result stored")
 
 
 # -- inversion rows ------------------------------------------------------------------------------------
