@@ -183,9 +183,10 @@ def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str,
             settings = getattr(attack, "settings", None)
             if settings is not None:
                 seen[attack.name]["settings"] = settings.to_json()
+    whole = secure_aggregation_view(clear, disaggregated)
     return {"observer": SECURE_AGGREGATION_OBSERVER, "masked": [k.value for k in MASKED] + ["the example count"],
-            "leaves": left_in_view(secure_aggregation_view(clear, disaggregated)),
-            "aggregate": next((a.meta["secure_aggregate"] for a in observe(clear) if "secure_aggregate" in a.meta
+            "leaves": left_in_view(whole),
+            "aggregate": next((a.meta["secure_aggregate"] for a in whole if "secure_aggregate" in a.meta
                                and "disaggregated_from" not in a.meta["secure_aggregate"]), None),
             "disaggregation": disaggregation_status(fed.wire.ledger, disaggregated),
             "leakage": merge_secure_aggregation(leakage, seen)}

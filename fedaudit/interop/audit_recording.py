@@ -45,8 +45,8 @@ from fedaudit.simulation.summary import communication, privacy, provenance
 from fedaudit.tensor_ops.aggregation import clone_state
 from fedaudit.simulation.federation import Federation
 from fedaudit.simulation.method import Method
-from fedaudit.simulation.secure_aggregation import (COUNTS, Disaggregated, RoundSum, disaggregate,
-                                                     disaggregation_rounds, weighted_mean)
+from fedaudit.simulation.secure_aggregation import (Disaggregated, RoundSum, disaggregate, disaggregation_rounds,
+                                                     example_count, weighted_mean)
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
 
 log = logging.getLogger("fedaudit")
@@ -331,9 +331,9 @@ def _round_sum(rec: Recording, uploads: list[dict[str, Any]], device: torch.devi
     counts = {}
     for r in rec.rows:
         if r["kind"] == ArtifactKind.SCALARS.value and r["round"] == rnd and r["receiver"] == SERVER:
-            found = {k: t for k, t in rec.artifact(r).tensors.items() if k in COUNTS}
-            if found:
-                counts[r["sender"]] = float(next(iter(found.values())))
+            count = example_count(rec.artifact(r))
+            if count is not None:
+                counts[r["sender"]] = count
     weights = [counts.get(u["sender"], 1.0) for u in uploads]
     mean = weighted_mean([rec.artifact(u, device).tensors for u in uploads], weights)
     return RoundSum(rnd, frozenset(u["sender"][len("client:"):] for u in uploads), float(sum(weights)), mean,

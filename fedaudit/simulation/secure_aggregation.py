@@ -66,13 +66,17 @@ def _real(name: str) -> str:
     return name.split(PSEUDO, 1)[0]
 
 
+def example_count(a: Artifact) -> float | None:
+    """The example count an upload's scalars carry (under any of :data:`COUNTS`' names), or None."""
+    if a.kind != ArtifactKind.SCALARS or a.receiver != SERVER:
+        return None
+    return next((float(a.tensors[k]) for k in COUNTS if k in a.tensors), None)
+
+
 def _weight(view: WireView, sender: str, rnd: int) -> float:
     """The example count ``sender`` sent with its round-``rnd`` upload (1 where it sent none: equal weights)."""
-    for a in view:
-        count = next((k for k in COUNTS if k in a.tensors), None)
-        if a.sender == sender and a.kind == ArtifactKind.SCALARS and a.receiver == SERVER and count and a.round == rnd:
-            return float(a.tensors[count])
-    return 1.0
+    found = (example_count(a) for a in view if a.sender == sender and a.round == rnd)
+    return next((c for c in found if c is not None), 1.0)
 
 
 def weighted_mean(states: list[dict[str, Tensor]], weights: list[float]) -> dict[str, Tensor]:
@@ -155,7 +159,7 @@ def _solved(uploads: list[Artifact], solved: Mapping[str, tuple[dict[str, Tensor
 
 def _without_count(a: Artifact) -> Artifact | None:
     """A client's clear scalars less its example count (masked with the parameters); None where nothing is left."""
-    if a.kind != ArtifactKind.SCALARS or a.receiver != SERVER or not set(COUNTS) & set(a.tensors):
+    if example_count(a) is None:
         return a
     rest = {k: t for k, t in a.tensors.items() if k not in COUNTS}
     return Artifact(a.kind, a.sender, a.receiver, a.round, rest, dict(a.meta)) if rest else None
@@ -237,5 +241,5 @@ def participation_varies(rounds: dict[int, set[str]]) -> bool:
     return len(sets) > 1
 
 
-__all__ = ["COUNTS", "Disaggregated", "LEFT_BECAUSE", "MASKED", "RoundSum", "disaggregate", "disaggregation_rounds", "leaves", "left_in_view", "participation_varies", "secure_aggregation_view",
+__all__ = ["COUNTS", "Disaggregated", "example_count", "LEFT_BECAUSE", "MASKED", "RoundSum", "disaggregate", "disaggregation_rounds", "leaves", "left_in_view", "participation_varies", "secure_aggregation_view",
            "weighted_mean"]
