@@ -235,12 +235,17 @@ def not_assessed(question: str, d: Decision) -> tuple[str, str]:
     if reconstruction:
         return ("; ".join(skipped) or f"no score with nulls stored for {f['subject']}",
                 "not applicable" if skipped and all(s.startswith("not applicable") for s in skipped) else "not scored")
-    # membership and participation: Unscored entries; the short form says why in a few words (the first reason's
-    # first clause), "no result stored" only when nothing was stored at all
-    full = "; ".join(f"{u.what}: {u.status} — {u.reason}" for u in skipped)
-    clause = skipped[0].reason.split(":")[0].split(";")[0].strip() if skipped else ""
-    return (f"no membership result for {subject_name(f['subject'])}: {full or 'none stored'}",
-            (f"{skipped[0].status}: {clause}" if clause else skipped[0].status) if skipped else "no result stored")
+    full = "; ".join(f"{u.what}: {u.status} — {u.reason}" for u in skipped)  # membership, participation: Unscored
+    return f"no membership result for {subject_name(f['subject'])}: {full or 'none stored'}", _unscored_short(skipped)
+
+
+def _unscored_short(skipped: list[Any]) -> str:
+    """Why attacks that ran stored no score, in a few words: the first one's status and its reason's first clause
+    ("no result stored" only when nothing was stored at all)."""
+    if not skipped:
+        return "no result stored"
+    clause = skipped[0].reason.split(":")[0].split(";")[0].strip()
+    return f"{skipped[0].status}: {clause}" if clause else skipped[0].status
 
 
 # -- inversion rows ------------------------------------------------------------------------------------
