@@ -7,7 +7,8 @@ import base64
 import io
 from typing import Any
 
-from fedaudit.audit.verdict import ARTIFACT, MIA, advice, mia_level
+from fedaudit.audit.verdict import ARTIFACT, MIA, advice_of, mia_level
+from fedaudit.run.entries import made_by
 from fedaudit.reports import plots
 from fedaudit.reports.cells import (LEVELS, MISSING, RESOLVE_PER_LEVEL, Table, as_text, ci_text, f3, f4, is_interval,
                                     mia_count, mia_tpr_ci, p_fmt)
@@ -145,7 +146,7 @@ def _references(u: Unit, e: dict[str, Any], label: str, warnings: list[str]) -> 
                   else "")
         warnings.append(f"{label}: the reference models do not stand in for the target{epochs}; read this "
                         "variant's numbers as a miscalibrated attack's "
-                        f"({advice(u.metrics, 'calibrated_references')})")
+                        f"({advice_of(made_by(u.metrics), 'calibrated_references')})")
     return refs
 
 

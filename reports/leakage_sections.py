@@ -9,6 +9,7 @@ from typing import Any
 
 from fedaudit.audit.verdict import CANARY, CANARY_GRADIENT, mia_level
 from fedaudit.audit.verdict.wording import fdp_bound
+from fedaudit.run.entries import number
 from fedaudit.run.results import result_tables
 from fedaudit.reports import plots
 from fedaudit.reports.cells import (MISSING, NULL_LABELS, Table, aligned, as_text, ci_text, f3, is_finite, mia_tpr_ci,
@@ -149,7 +150,8 @@ def _fdp_bound(e: dict[str, Any]) -> str:
     gdp = e.get("gdp") if isinstance(e.get("gdp"), dict) else {}
     text = ""
     if is_finite(gdp.get("mu_lower_bound")):
-        text += " · " + fdp_bound(gdp, ceiling=True)
+        text += " · " + fdp_bound(number(gdp["mu_lower_bound"]), number(gdp.get("epsilon_if_gaussian")),
+                                  number(gdp.get("mu_max_certifiable")))
     claim = e.get("claim") if isinstance(e.get("claim"), dict) else {}
     if is_finite(e.get("p_claim")):
         curve = (f"μ-GDP, μ {f3(claim.get('mu'))}" if claim.get("curve") == "gaussian" else

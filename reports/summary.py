@@ -12,7 +12,9 @@ from typing import Any
 
 from fedaudit.audit.verdict import (CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPATION, RECORDS, SECURE_AGGREGATION_ROW,
                                     TIER_ORDER)
-from fedaudit.audit.verdict.wording import different_models, made_by, to_conclude
+from fedaudit.audit.verdict import to_conclude
+from fedaudit.audit.verdict.wording import different_models
+from fedaudit.run.entries import BroadcastCheck, made_by
 from fedaudit.reports.load import Unit
 from fedaudit.simulation.secure_aggregation import MASKED
 from fedaudit.run.results import RunMetrics, VerdictRow
@@ -72,7 +74,7 @@ def first_screen(u: Unit, verdict: list[dict[str, Any]]) -> dict[str, Any]:
         "findings": findings,
         "by_level": level_groups(findings),
         "inconclusive": [{"title": r.title, "observer": r.observer, "cause": r.short or cause(r), "level": r.level,
-                          "needs": to_conclude(r.question, r.rule, u.metrics)} for r in _by_tier(rows, ("inconclusive",))],
+                          "needs": to_conclude(r.question, r.rule, made_by(u.metrics))} for r in _by_tier(rows, ("inconclusive",))],
         "not_assessed": not_assessed_groups(rows),
         "low": [r.title for r in rows if r.tier == "low"],
         "secure_aggregation": secure_aggregation_block(run, rows),
@@ -341,7 +343,7 @@ def recording_lines(recording: dict[str, Any]) -> list[tuple[str, str]]:
                                             "secure aggregation, beside what it would read of each upload without it"))
     same = ((recording.get("verification") or {}).get("broadcasts")) or {}
     if same.get("different"):  # also a HIGH verdict row (consistency:broadcasts); said here first, before any tier
-        lines.append(("NOT THE SAME MODEL", different_models(same["different"])))
+        lines.append(("NOT THE SAME MODEL", different_models(BroadcastCheck.of(same).different)))
     return lines
 
 

@@ -241,3 +241,46 @@ def test_the_rules_catch_a_breach(monkeypatch):
     fake["fedaudit.models.cnn"] = RUNTIME["fedaudit.models.cnn"] | {"fedaudit.simulation.training"}
     with pytest.raises(AssertionError, match="rooms that import each other: .*fedaudit.models ⇄ fedaudit.simulation"):
         test_no_two_rooms_import_each_other()
+
+
+# -- the verdict reads typed evidence only (issue 50) ----------------------------------------------------------
+
+VERDICT = "fedaudit.audit.verdict"
+# Not the package itself: judge() is the front door that reads a stored metrics dict into AuditedRun (once); not
+# thresholds.py: it reads the user's thresholds file, not the run's evidence.
+RULE_MODULES = sorted(m for m in MODULES if m.startswith(VERDICT + ".") and not m.endswith(".thresholds"))
+
+
+def raw_reads(source: str) -> list[str]:
+    """Where a module reads a stored dict by hand: a ``.get`` call (other than on a constant table, an UPPER_CASE
+    name), a parameter or return annotated as a mapping of strings to anything, or the raw metrics walk (``Leakage``,
+    ``RunMetrics``). The verdict takes the typed entries of :mod:`fedaudit.run.entries`, read once at the edge."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and not (isinstance(node.func.value, ast.Name) and node.func.value.id.isupper())):
+            out.append(f"line {node.lineno}: {ast.unparse(node)[:70]}")
+        annotations = ([a.annotation for a in (*node.args.args, *node.args.kwonlyargs)] + [node.returns]
+                       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else [])
+        out += [f"line {node.lineno}: {node.name} takes or returns {ast.unparse(a)}" for a in annotations
+                if a is not None and any(f"{t}[str, Any]" in ast.unparse(a) for t in ("dict", "Mapping"))]
+        if isinstance(node, ast.ImportFrom) and node.module == "fedaudit.run.results":
+            out += [f"line {node.lineno}: imports {a.name}" for a in node.names if a.name in ("Leakage", "RunMetrics")]
+    return out
+
+
+@pytest.mark.parametrize("module", RULE_MODULES)
+def test_the_verdict_reads_no_raw_dict(module):
+    """The rules and their wording read typed entries (fedaudit.run.entries), never metrics.json's dicts: a stored
+    key renamed or an alias added is resolved in one place, at the edge."""
+    found = raw_reads(MODULES[module][0].read_text(encoding="utf-8"))
+    assert not found, f"{module} reads raw stored dicts: {found}"
+
+
+def test_the_raw_read_check_can_fail():
+    """A rule that walks metrics.json itself is caught, in each of the three ways."""
+    planted = ('from fedaudit.run.results import Leakage\n'
+               'def rule(metrics: dict[str, Any]) -> bool:\n'
+               '    return TABLE.get("x") or metrics.get("leakage")\n')
+    found = raw_reads(planted)
+    assert len(found) == 3 and "Leakage" in found[0] and "metrics.get" in found[-1], found

@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -105,14 +105,54 @@ def result_tables(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, An
             if key not in BOOKKEEPING and isinstance(by_victim, Mapping)]
 
 
+@dataclass
+class Evidence:
+    """One test behind a verdict row: what it measured, the baseline it had to beat and that baseline's name, its
+    p-value before and after the row's correction, and the tier it reached. ``detail`` is the test family's own block
+    (its counts, its victim), written by the rule that built it."""
+
+    test: str
+    source: str  # "deepinversion full_model / clean", "lira_online on global_model / clean"
+    value: float
+    baseline: float | None
+    baseline_name: str
+    p_value: float
+    interval: list[float] | None = None
+    nulls: dict[str, float] | None = None
+    power: dict[str, Any] | None = None
+    p_adjusted: float = 1.0
+    tier: str = "low"
+    text: str = ""  # the plain-language sentence if this test decides the row (not stored)
+    effect: float | None = None  # what the effect-size rule compares (lift, or the interval's low end)
+    detail: dict[str, Any] | None = None
+
+    @property
+    def victim(self) -> str | None:
+        return (self.detail or {}).get("victim")
+
+    @property
+    def attack(self) -> str:
+        """The attack behind the test, as a reader names it: ``loss attack``, ``tracing test``."""
+        return str((self.detail or {}).get("attack") or self.source.split(" ")[0])
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None and k != "text"}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Evidence:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "text"}
+        return cls(**{"test": "", "source": "", "value": float("nan"), "baseline": None, "baseline_name": "",
+                      "p_value": 1.0, **known})
+
+
 @dataclass(frozen=True)
 class VerdictRow:
-    """One stored verdict row (written by :mod:`fedaudit.audit.verdict`): one question about one artifact, judged
-    from one observer's view."""
+    """One verdict row (built by :mod:`fedaudit.audit.verdict`, stored in metrics.json, read by the report and the
+    terminal): one question about one artifact, asked at one level, judged from one observer's view."""
 
     row: str  # stable key: "full_model↑", "client_data:full_model↑", "membership:global_model", "participation:…"
     title: str
-    question: str  # inversion, membership, dp_audit (records), client_data, participation
+    question: str  # inversion, membership, dp_audit, consistency (records), client_data, participation
     artifact: str
     observer: str
     tier: str  # high, medium, low, inconclusive, not_assessed
@@ -120,7 +160,7 @@ class VerdictRow:
     short: str  # the same facts in a few words, for a terminal
     rule: str | None = None
     correction: str | None = None
-    evidence: tuple[Mapping[str, Any], ...] = ()
+    evidence: tuple[Evidence, ...] = ()
     target: str | None = None  # the unseen target, in a --target-domain all run's list
     level: str = "records"  # records, client_data, participation (schema 3; older rows mixed records and domains)
 
@@ -128,7 +168,16 @@ class VerdictRow:
     def from_json(cls, data: Mapping[str, Any]) -> VerdictRow:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**{"title": "", "question": "", "artifact": "", "observer": "", "tier": "not_assessed",
-                      "reason": "", "short": "", **known, "evidence": tuple(data.get("evidence") or ())})
+                      "reason": "", "short": "", **known,
+                      "evidence": tuple(Evidence.from_json(e) for e in data.get("evidence") or ()
+                                        if isinstance(e, Mapping))})
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"row": self.row, "title": self.title, "question": self.question, "level": self.level,
+               "artifact": self.artifact, "observer": self.observer, "tier": self.tier, "reason": self.reason,
+               "short": self.short, "rule": self.rule, "correction": self.correction,
+               "evidence": [e.to_json() for e in self.evidence]}
+        return out if self.target is None else {**out, "target": self.target}
 
 
 @dataclass

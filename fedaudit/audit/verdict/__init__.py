@@ -56,10 +56,13 @@ tests on the statistics or bank they read; the record- and domain-level
 attacks on the released model), so no two rows about one tensor and one
 observer can disagree (:mod:`.membership`).
 
-Layout: :mod:`.evidence` (the row and its tests), :mod:`.inversion`,
-:mod:`.membership`, :mod:`.participation` and :mod:`.canary` (each row's rules, small functions that
-return the tier and the facts that decided it), :mod:`.wording` (every
-sentence and short form), :mod:`.thresholds`.
+Layout: the stored metrics are read once into typed entries (:class:`fedaudit.run.entries.AuditedRun`) by
+:func:`judge`; :mod:`.evidence` holds the tiers, a :class:`~.evidence.Rule` and its :class:`~.evidence.Decision`;
+:mod:`.unassessed` the rules of rows with nothing to judge; :mod:`.inversion`, :mod:`.membership`,
+:mod:`.participation`, :mod:`.canary` and :mod:`.consistency` each question's rules — one small class each, that
+decides from the row's typed case and writes its own reason and short form from the facts it decided — chained in
+the module's ``RULES``; :mod:`.wording` the vocabulary they write with; :mod:`.thresholds`. Every row is a
+:class:`~fedaudit.run.results.VerdictRow`, the type metrics.json stores and the report reads.
 
 **Enough evidence before LOW.** A reconstruction row that would read LOW
 reads INCONCLUSIVE when no test in it could have reached MEDIUM at its counts:
@@ -94,86 +97,95 @@ Tiers: ``high``, ``medium``, ``low``, ``inconclusive``, ``not_assessed``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from fedaudit.run.results import BOOKKEEPING, CANARY, CANARY_GRADIENT, Leakage, MIA, NOT_RECONSTRUCTIONS
+from fedaudit.run.entries import AuditedRun, SecureAggregationView, made_by, mia_level
+from fedaudit.run.results import BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_RECONSTRUCTIONS, Evidence, VerdictRow
 
-from .canary import canary_row
-from .evidence import CONSISTENCY
-from .consistency import consistency_row
-from .evidence import (ARTIFACT, CLIENT_DATA, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LEVEL_OF, LEVELS, LOW, MEDIUM,
-                       NOT_ASSESSED, NULL_NAMES, PARTICIPATION, POWER_ALPHA, RECORDS, TIER_ORDER, Evidence, Row,
-                       mia_level)
-from .inversion import inversion_rows
-from .membership import membership_groups, membership_row
-from .participation import participation_row
+from . import canary, consistency, inversion, membership, participation, unassessed
+from .evidence import (ARTIFACT, CLIENT_DATA, CONSISTENCY, DOMAIN, DP_AUDIT, GLOBAL, HIGH, INCONCLUSIVE, INVERSION,
+                       LEVEL_OF, LEVELS, LOW, MEDIUM, MEMBERSHIP, NOT_ASSESSED, NULL_NAMES, PARTICIPATION, POWER_ALPHA,
+                       RECORDS, TIER_ORDER, Rule)
 from .thresholds import CORRECTION, RiskThresholds, load_thresholds
-from .wording import ADVICE, advice, made_by, pct, secure_aggregation_lead, share_title
+from .wording import ADVICE, advice_of, pct, secure_aggregation_lead, share_title
 
 SECURE_AGGREGATION_ROW = "@secure_aggregation"  # the suffix of a row judged from that observer's view
 
+# Every question's rules, as each module chains them (the not-assessed ones first): where a stored rule name is
+# looked up again (what would make an inconclusive row conclusive).
+RULES: dict[str, tuple[Rule, ...]] = {
+    INVERSION: inversion.RULES, CLIENT_DATA: inversion.RULES, MEMBERSHIP: membership.RULES,
+    PARTICIPATION: participation.RULES, DP_AUDIT: canary.RULES, CONSISTENCY: consistency.RULES}
+NOT_ASSESSED_RULES = (unassessed.OTHER_VIEW, unassessed.NO_RECORDS, unassessed.NO_ATTACK, unassessed.NO_TARGET,
+                      unassessed.NO_SCORE)
+
 
 def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThresholds | None = None) -> list[dict[str, Any]]:
-    """The verdict rows of one target's metrics: for every declared share its records (reconstruction, membership)
-    and client-data rows, the membership of any other artifact an attack read, the released model's membership and
-    participation, and the canary audit if one ran."""
+    """The verdict rows of one target's metrics, as metrics.json stores them (:func:`judge_rows`)."""
+    return [row.to_json() for row in judge_rows(AuditedRun.of(metrics, config), thresholds)]
+
+
+def judge_rows(run: AuditedRun, thresholds: RiskThresholds | None = None) -> list[VerdictRow]:
+    """For every declared share its records (reconstruction, membership) and client-data rows, the membership of any
+    other artifact an attack read, the released model's membership and participation, the canary audit if one ran,
+    each upload's rows again under secure aggregation, and a recording's broadcast check."""
     t = thresholds or RiskThresholds()
-    groups = membership_groups(metrics, config)
-    declared = list((metrics.get("communication") or {}).get("declared") or [])
-    rows: list[Row] = []
-    for key in declared:
-        records, client_data = inversion_rows(key, metrics, config, t)
-        rows += [records, membership_row(key, groups.get(key, []), metrics, config, t), client_data]
-    rows += [membership_row(key, attacks, metrics, config, t) for key, attacks in groups.items()
-             if key not in declared and key != GLOBAL]
-    rows += [membership_row(GLOBAL, groups.get(GLOBAL, []), metrics, config, t), participation_row(metrics, t)]
-    if Leakage.of(metrics).canary_sections():
-        rows.append(canary_row(metrics, t))
-    rows += secure_aggregation_rows(metrics, config, declared, t)
-    consistency = consistency_row(metrics, t)
-    if consistency is not None:
-        rows.append(consistency)
-    data = metrics.get("auditor_data") or {}
-    if data.get("status") == "none":  # nothing was scored: every row says so first, whatever else it says
-        why = str(data.get("why") or "the auditor holds none of the clients' records")
-        for row in rows:
-            if why not in row.reason and row.question != CONSISTENCY:  # digests need no record
-                row.reason = f"{why}; {row.reason}"
-    return [row.to_json() for row in rows]
+    groups = membership.membership_groups(run)
+    rows: list[VerdictRow] = []
+    for key in run.declared:
+        records, client_data = inversion.inversion_rows(key, run, t)
+        rows += [records, membership.membership_row(key, groups[key], run, t), client_data]
+    rows += [membership.membership_row(key, attacks, run, t) for key, attacks in groups.items()
+             if key not in run.declared and key != GLOBAL]
+    rows += [membership.membership_row(GLOBAL, groups[GLOBAL], run, t), participation.participation_row(run, t)]
+    if run.canary_ran:
+        rows.append(canary.canary_row(run, t))
+    if run.secure_aggregation is not None:
+        rows += secure_aggregation_rows(run.secure_aggregation, run.declared, t)
+    if run.broadcasts is not None:
+        rows.append(consistency.consistency_row(run, t))
+    if run.no_records is not None:  # nothing was scored: every row says so first, whatever else it says
+        rows = [r if run.no_records in r.reason or r.question == CONSISTENCY  # digests need no record
+                else replace(r, reason=f"{run.no_records}; {r.reason}") for r in rows]
+    return rows
 
 
-def secure_aggregation_rows(metrics: dict[str, Any], config: dict[str, Any], declared: list[str],
-                            t: RiskThresholds) -> list[Row]:
+def secure_aggregation_rows(seen: SecureAggregationView, declared: tuple[str, ...], t: RiskThresholds) -> list[VerdictRow]:
     """Each upload's rows once more, judged from what a server under secure aggregation sees (``--secure-aggregation``;
     :mod:`fedaudit.simulation.secure_aggregation`): the same rules over that observer's evidence — the aggregate's
     for what the mask covers, the upload's own for what it leaves. Row keys end in :data:`SECURE_AGGREGATION_ROW`."""
-    section = metrics.get("secure_aggregation")
-    if not isinstance(section, dict) or not isinstance(section.get("leakage"), dict):
-        return []
-    seen = {**metrics, "leakage": section["leakage"]}
-    groups = membership_groups(seen, config)
-    left = {item["kind"]: item["why"] for item in section.get("leaves") or []}
-    rows: list[Row] = []
+    groups = membership.membership_groups(seen.run)
+    rows: list[VerdictRow] = []
     for key in (k for k in declared if k.endswith("↑")):
         kind = key[:-1]
-        records, client_data = inversion_rows(key, seen, config, t)
-        for row in (records, membership_row(key, groups.get(key, []), seen, config, t), client_data):
-            row.row += SECURE_AGGREGATION_ROW
-            row.observer = str(section.get("observer") or "server (secure aggregation)")
-            solved = (section.get("disaggregation") or {}).get("clients")
-            row.reason = f"{secure_aggregation_lead(kind, left.get(kind), section.get('aggregate'), solved)} {row.reason}"
-            rows.append(row)
+        lead = secure_aggregation_lead(kind, seen.left(kind), seen.aggregate_round, seen.aggregate_clients,
+                                       seen.solved)
+        records, client_data = inversion.inversion_rows(key, seen.run, t)
+        for r in (records, membership.membership_row(key, groups[key], seen.run, t), client_data):
+            rows.append(replace(r, row=r.row + SECURE_AGGREGATION_ROW, observer=seen.observer,
+                                reason=f"{lead} {r.reason}"))
     return rows
+
+
+def to_conclude(question: str, rule: str | None, made_by: str) -> str:
+    """What would turn an INCONCLUSIVE row (decided by ``rule``) into a conclusive one, in the words of the command
+    that made the run (``made_by``: evaluate, audit) — the report's summary lists it beside each such row."""
+    for found in RULES.get(question, ()) + NOT_ASSESSED_RULES:
+        if found.name == rule:
+            return found.to_conclude(made_by)
+    return Rule().to_conclude(made_by)
 
 
 def membership_row_of(metrics: dict[str, Any], config: dict[str, Any]) -> dict[tuple[str, str], str]:
     """(variant, target) of every stored membership attack → the key of the verdict row that judges it (tables built
     beside the verdict use it rather than guessing from the target's name)."""
-    return {(variant, target): f"membership:{key}" for key, attacks in membership_groups(metrics, config).items()
-            for variant, target, _, _ in attacks}
+    return {(test.variant, test.target): f"membership:{key}"
+            for key, attacks in membership.membership_groups(AuditedRun.of(metrics, config)).items() for test in attacks}
 
 
-__all__ = ["ADVICE", "ARTIFACT", "BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "CLIENT_DATA", "CORRECTION", "DOMAIN",
-           "Evidence", "HIGH", "INCONCLUSIVE", "LEVELS", "LEVEL_OF", "PARTICIPATION", "RECORDS", "LOW", "MEDIUM", "MIA", "NOT_ASSESSED", "NOT_RECONSTRUCTIONS", "NULL_NAMES", "POWER_ALPHA",
-           "RiskThresholds", "Row", "TIER_ORDER", "SECURE_AGGREGATION_ROW", "advice", "judge", "load_thresholds", "made_by", "membership_row_of", "mia_level", "pct",
-           "share_title"]
+__all__ = ["ADVICE", "ARTIFACT", "advice_of", "BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "CLIENT_DATA", "CORRECTION", "DOMAIN",
+           "Evidence", "HIGH", "INCONCLUSIVE", "LEVELS", "LEVEL_OF", "PARTICIPATION", "RECORDS", "LOW", "MEDIUM", "MIA",
+           "NOT_ASSESSED", "NOT_RECONSTRUCTIONS", "NULL_NAMES", "POWER_ALPHA", "RULES", "RiskThresholds",
+           "SECURE_AGGREGATION_ROW", "TIER_ORDER", "VerdictRow", "judge", "judge_rows", "load_thresholds",
+           "made_by", "membership_row_of", "mia_level", "pct", "share_title", "to_conclude"]

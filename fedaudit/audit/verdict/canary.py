@@ -15,94 +15,163 @@ could have certified ``canary_epsilon_high``: INCONCLUSIVE), else LOW.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
-from fedaudit.run.results import CANARY, CANARY_GRADIENT, Leakage
+from fedaudit.run.entries import AuditedRun, CanaryAudit
 from fedaudit.statistics.membership_statistics import holm
 
-from .evidence import (ANYONE, DP_AUDIT, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, Decision, Evidence, Row,
-                       decide, isnum, strongest)
-from .thresholds import RiskThresholds
-from .wording import canary_finding, canary_reason, canary_short
+from .evidence import (ANYONE, DP_AUDIT, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, Decision, Evidence, Rule,
+                       Significant, decide, first, row)
+from .thresholds import CORRECTION, RiskThresholds
+from .wording import canary_finding, clause, p_text, short
 
 KEY, TITLE = "membership:canary", "DP audit: do planted canaries prove more privacy loss than claimed?"
 
 
-def canary_row(metrics: dict[str, Any], t: RiskThresholds) -> Row:
-    sections = Leakage.of(metrics).canary_sections()
-    audits = [("input", v, e) for v, e in (sections.get(CANARY) or {}).items()]
-    audits += [("gradient", v, e) for v, e in (sections.get(CANARY_GRADIENT) or {}).items()]
-    evidence, notes, ceilings = _evidence(audits, t)
+@dataclass
+class Case:
+    """What the rules of the DP audit row look at."""
+
+    evidence: list[Evidence]
+    notes: list[str]  # audits that stored no bound, and why
+    ceilings: list[float]  # the largest ε each audit's canaries could certify
+    t: RiskThresholds
+
+
+def canary_row(run: AuditedRun, t: RiskThresholds):
+    evidence, notes, ceilings = _evidence(run.canaries, t)
     observer = ", ".join(sorted({_observer(ev) for ev in evidence})) or "server"
-
-    def row(tier: str, reason: str, brief: str, rule: str | None = None) -> Row:
-        return Row(KEY, TITLE, DP_AUDIT, "planted canaries", observer, tier, reason, brief, evidence, t.alpha, rule)
-
-    if not evidence:
-        return row(NOT_ASSESSED, "; ".join(notes) or "no canary result stored", "no canary result")
-    decide(evidence, t)
-    claims = holm([ev.detail["p_claim"] for ev in evidence])
-    for ev, adj in zip(evidence, claims):
-        ev.detail["p_claim_adjusted"] = adj
-    d = _refuted(evidence, t) or _significant(evidence) or _uncertifiable(ceilings, t) or Decision(LOW, "low", {
-        "ceiling": max(ceilings, default=0.0)})
-    if d.rule == "refuted":
-        d.facts["top"].tier = HIGH
-    return row(d.tier, canary_reason(d, evidence), canary_short(d, evidence), d.rule)
+    case = Case(evidence, notes, ceilings, t)
+    if evidence:
+        decide(evidence, t)
+        claims = holm([ev.detail["p_claim"] for ev in evidence])
+        for ev, adj in zip(evidence, claims):
+            ev.detail["p_claim_adjusted"] = adj
+    d = first(RULES, case)
+    return row(KEY, TITLE, DP_AUDIT, "planted canaries", observer, d, case, evidence, t.alpha)
 
 
 def _observer(ev: Evidence) -> str:
-    detail = ev.detail or {}
-    return "server" if detail.get("variant") == "gradient" or detail.get("target") == "last_upload" else ANYONE
+    return "server" if ev.detail["variant"] == "gradient" or ev.detail["target"] == "last_upload" else ANYONE
 
 
-def _evidence(audits: list[tuple[str, str, Any]], t: RiskThresholds) -> tuple[list[Evidence], list[str], list[float]]:
+def _evidence(audits: tuple[CanaryAudit, ...], t: RiskThresholds) -> tuple[list[Evidence], list[str], list[float]]:
     from fedaudit.statistics.one_run_audit import p_value_of_claim, p_value_of_curve
 
     evidence: list[Evidence] = []
     notes: list[str] = []
     ceilings: list[float] = []
-    for variant, victim, e in audits:
-        if not isinstance(e, dict) or not isnum(e.get("epsilon_lower_bound")):
-            notes.append(f"{victim} ({variant} canaries): {(e or {}).get('status', 'not run')} — "
-                         f"{(e or {}).get('reason', 'no reason stored')}")
+    for a in audits:
+        if a.bound is None:
+            notes.append(f"{a.victim} ({a.variant} canaries): {a.status} — {a.reason}")
             continue
-        m, r, v = int(e["canaries"]), int(e["guesses"]), int(e["correct"])
-        delta = float(e.get("delta", 1e-5))
-        per_k = e.get("per_k") or [{"guesses": r, "correct": v}] * len(e.get("k_grid") or [1])
-        p = p_value_of_claim(m, per_k, 0.0, delta)  # "no privacy loss at all" is the claim ε = 0
-        bound, spent = float(e["epsilon_lower_bound"]), e.get("epsilon_spent")
-        claim = e.get("claim")
-        p_claim = (1.0 if not isnum(spent) else p_value_of_curve(m, per_k, claim) if isinstance(claim, dict)
-                   else p_value_of_claim(m, per_k, float(spent), delta))
-        ceilings.append(float(e.get("epsilon_max_certifiable") or 0.0))
-        evidence.append(Evidence("canary_epsilon", f"{variant} canaries / {victim}", bound, 0.0, "ε = 0 (no privacy loss)",
-                                 p, tier=tier_of_bound(bound, t), effect=bound,
-                                 text=canary_finding(variant, victim, e),
-                                 detail={"attack": f"{variant} canaries", "victim": victim, "target": e.get("target"),
-                                         "epsilon_spent": spent, "epsilon_max_certifiable": e.get("epsilon_max_certifiable"),
-                                         "p_claim": p_claim, "variant": variant, "ideal_bound": e.get("ideal_bound"),
-                                         "estimate": (e.get("estimate") or {}).get("epsilon")}))
+        p = p_value_of_claim(a.canaries, a.per_k, 0.0, a.delta)  # "no privacy loss at all" is the claim ε = 0
+        p_claim = (1.0 if a.epsilon_spent is None else p_value_of_curve(a.canaries, a.per_k, a.claim)
+                   if a.claim is not None else p_value_of_claim(a.canaries, a.per_k, a.epsilon_spent, a.delta))
+        ceilings.append(a.ceiling)
+        evidence.append(Evidence("canary_epsilon", f"{a.variant} canaries / {a.victim}", a.bound, 0.0,
+                                 "ε = 0 (no privacy loss)", p, tier=tier_of_bound(a.bound, t), effect=a.bound,
+                                 text=canary_finding(a),
+                                 detail={"attack": f"{a.variant} canaries", "victim": a.victim, "target": a.target,
+                                         "epsilon_spent": a.epsilon_spent, "epsilon_max_certifiable": a.ceiling,
+                                         "p_claim": p_claim, "variant": a.variant, "ideal_bound": a.ideal_bound,
+                                         "estimate": a.estimate}))
     return evidence, notes, ceilings
 
 
 # -- rules ----------------------------------------------------------------------------------------
 
 
-def _refuted(evidence: list[Evidence], t: RiskThresholds) -> Decision | None:
-    refuted = [ev for ev in evidence if ev.detail["p_claim_adjusted"] <= t.alpha]
-    return Decision(HIGH, "refuted", {"top": max(refuted, key=lambda ev: ev.value)}) if refuted else None
+class NoBound(Rule):
+    """No audit stored a bound: why, per audit."""
+
+    name = "no_bound"
+    judges = False
+
+    def decide(self, case: Case) -> Decision | None:
+        return None if case.evidence else self(NOT_ASSESSED)
+
+    def reason(self, d: Decision, case: Case) -> str:
+        return "; ".join(case.notes) or "no canary result stored"
+
+    def short(self, d: Decision, case: Case) -> str:
+        return "no canary result"
 
 
-def _significant(evidence: list[Evidence]) -> Decision | None:
-    top = strongest(evidence)
-    return Decision(top.tier, "significant", {"top": top}) if top.tier in (HIGH, MEDIUM) else None
+class Refuted(Rule):
+    """The claim's test rejects after Holm over every audit of the row: the DP guarantee does not hold."""
+
+    name = "refuted"
+
+    def decide(self, case: Case) -> Decision | None:
+        refuted = [ev for ev in case.evidence if ev.detail["p_claim_adjusted"] <= case.t.alpha]
+        if not refuted:
+            return None
+        top = max(refuted, key=lambda ev: ev.value)
+        top.tier = HIGH
+        return self(HIGH, top=top)
+
+    def reason(self, d: Decision, case: Case) -> str:
+        top, m = d.facts["top"], len(case.evidence)
+        return (f"THE DP GUARANTEE DOES NOT HOLD: {clause(top, m)}; the claimed ε {top.detail['epsilon_spent']:.2f} is "
+                f"rejected at p {p_text(top.detail['p_claim_adjusted'])} after {CORRECTION} correction over {m} "
+                f"audit(s). {top.text} The DP-SGD implementation, its accounting or the audit is broken (or the target "
+                "carries something ε does not cover: see the coverage table).")
+
+    def short(self, d: Decision, case: Case) -> str:
+        top = d.facts["top"]
+        return f"claimed ε {top.detail['epsilon_spent']:.2f} refuted, p {p_text(top.detail['p_claim_adjusted'])}"
 
 
-def _uncertifiable(ceilings: list[float], t: RiskThresholds) -> Decision | None:
-    ceiling = max(ceilings, default=0.0)
-    return (Decision(INCONCLUSIVE, "uncertifiable", {"ceiling": ceiling, "high": t.canary_epsilon_high})
-            if ceiling < t.canary_epsilon_high else None)
+class RowSignificant(Significant):
+    def reason(self, d: Decision, case: Case) -> str:
+        top = d.facts["top"]
+        within = (f" The bound is within the claimed ε {float(top.detail['epsilon_spent']):.2f} (not rejected, p "
+                  f"{p_text(top.detail['p_claim_adjusted'])} after {CORRECTION}): the guarantee holds as far as this "
+                  "audit can tell, and the loss it proves is loss that ε allows."
+                  if top.detail["epsilon_spent"] is not None else "")
+        return f"{clause(top, len(case.evidence))}. {top.text}{within}"
+
+    def short(self, d: Decision, case: Case) -> str:
+        return short(d.facts["top"])
+
+
+class Uncertifiable(Rule):
+    """No audit could have certified ``canary_epsilon_high``."""
+
+    name = "uncertifiable"
+
+    def decide(self, case: Case) -> Decision | None:
+        ceiling = max(case.ceilings, default=0.0)
+        return self(INCONCLUSIVE, ceiling=ceiling) if ceiling < case.t.canary_epsilon_high else None
+
+    def reason(self, d: Decision, case: Case) -> str:
+        return (f"no canary audit proved any privacy loss, but with these canaries it could certify at most ε "
+                f"{d.facts['ceiling']:.2f} (below {case.t.canary_epsilon_high:g}): plant more canaries (--canaries, "
+                "--gradient-canaries) or use a dataset with a larger holdout.")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return f"no loss proved; ceiling ε {d.facts['ceiling']:.2f}"
+
+    def to_conclude(self, made_by: str) -> str:
+        return "more canaries (--canaries, --gradient-canaries) or a dataset with a larger holdout"
+
+
+class Low(Rule):
+    name = "low"
+
+    def decide(self, case: Case) -> Decision:
+        return self(LOW, ceiling=max(case.ceilings, default=0.0))
+
+    def reason(self, d: Decision, case: Case) -> str:
+        return (f"no canary audit proved any privacy loss (all bounds 0 after {CORRECTION} correction), though it "
+                f"could have certified up to ε {d.facts['ceiling']:.2f}.")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return f"no loss proved; could certify ε {d.facts['ceiling']:.2f}"
+
+
+RULES: tuple[Rule, ...] = (NoBound(), Refuted(), RowSignificant(), Uncertifiable(), Low())
 
 
 def tier_of_bound(bound: float, t: RiskThresholds) -> str:

@@ -14,46 +14,90 @@ copies are identical in every round: LOW). Runs fedaudit simulated have no such 
 
 from __future__ import annotations
 
-from typing import Any
+from fedaudit.run.entries import AuditedRun, BroadcastCheck
 
-from .evidence import CONSISTENCY, HIGH, INCONCLUSIVE, LOW, NOT_ASSESSED, Decision, Evidence, Row
+from .evidence import CONSISTENCY, HIGH, INCONCLUSIVE, LOW, NOT_ASSESSED, Decision, Evidence, Rule, first, row
 from .thresholds import RiskThresholds
-from .wording import consistency_reason, consistency_short
+from .wording import different_models, groups_text
 
 KEY, TITLE, ARTIFACT, OBSERVER = ("consistency:broadcasts", "did every client of a round receive the same model?",
                                   "broadcasts ↓", "the clients")
 
 
-def consistency_row(metrics: dict[str, Any], t: RiskThresholds) -> Row | None:
+def consistency_row(run: AuditedRun, t: RiskThresholds):
     """The row, for an audited recording whose verification compared its broadcasts; None otherwise."""
-    recording = (metrics.get("provenance") or {}).get("recording")
-    same = ((recording.get("verification") or {}).get("broadcasts")) if isinstance(recording, dict) else None
-    if not isinstance(same, dict):
+    if run.broadcasts is None:
         return None
-    d = _different(same) or _none_compared(same) or _server_copies(same) or Decision(LOW, "same", {
-        "compared": same.get("compared")})
-    evidence = [Evidence("broadcast_content", f"round {x['round']} {x['message_type']} {x['record']} "
-                         f"({x.get('recorded_by', 'server')}'s copies)", float(len(x["groups"])), 1.0,
-                         "one model for every client", 0.0, p_adjusted=0.0, tier=HIGH, effect=float(len(x["groups"])),
-                         detail={"groups": x["groups"], "exact": "content digests, no sampling"})
-                for x in d.facts.get("different", [])]
-    return Row(KEY, TITLE, CONSISTENCY, ARTIFACT, OBSERVER, d.tier, consistency_reason(d), consistency_short(d),
-               evidence, t.alpha, d.rule)
+    d = first(RULES, run.broadcasts)
+    evidence = [Evidence("broadcast_content", f"round {x.round} {x.message_type} {x.record} ({x.recorded_by}'s copies)",
+                         float(len(x.groups)), 1.0, "one model for every client", 0.0, p_adjusted=0.0, tier=HIGH,
+                         effect=float(len(x.groups)), detail={"groups": x.groups, "exact": "content digests, no sampling"})
+                for x in (run.broadcasts.different if d.rule is RULES[0] else ())]
+    return row(KEY, TITLE, CONSISTENCY, ARTIFACT, OBSERVER, d, run.broadcasts, evidence, t.alpha)
 
 
-def _different(same: dict[str, Any]) -> Decision | None:
-    found = [x for x in same.get("different") or [] if isinstance(x, dict) and x.get("groups")]
-    return Decision(HIGH, "different", {"different": found}) if found else None
+class Different(Rule):
+    """Two contents in one round, on either side's copies."""
+
+    name = "different"
+
+    def decide(self, check: BroadcastCheck) -> Decision | None:
+        return self(HIGH, different=list(check.different)) if check.different else None
+
+    def reason(self, d: Decision, check: BroadcastCheck) -> str:
+        return different_models(d.facts["different"])
+
+    def short(self, d: Decision, check: BroadcastCheck) -> str:
+        first_round = d.facts["different"][0]
+        return f"round {first_round.round}: {groups_text(first_round.groups)}"[:60]
 
 
-def _none_compared(same: dict[str, Any]) -> Decision | None:
-    return None if same.get("compared") else Decision(NOT_ASSESSED, "none_compared")
+class NoneCompared(Rule):
+    name = "none_compared"
+
+    def decide(self, check: BroadcastCheck) -> Decision | None:
+        return None if check.compared else self(NOT_ASSESSED)
+
+    def reason(self, d: Decision, check: BroadcastCheck) -> str:
+        return "no round sent a model to two clients or more, so there was nothing to compare"
+
+    def short(self, d: Decision, check: BroadcastCheck) -> str:
+        return "nothing to compare"
 
 
-def _server_copies(same: dict[str, Any]) -> Decision | None:
-    if same.get("recorded_by") == "client":
-        return None
-    return Decision(INCONCLUSIVE, "server_copies", {"compared": same.get("compared")})
+class ServerCopies(Rule):
+    """Identical, but only the server's own record says so — a server sending different models could record one."""
 
+    name = "server_copies"
+
+    def decide(self, check: BroadcastCheck) -> Decision | None:
+        return None if check.recorded_by == "client" else self(INCONCLUSIVE)
+
+    def reason(self, d: Decision, check: BroadcastCheck) -> str:
+        return (f"every client of a round received the same model by the server's own record ({check.compared} "
+                "broadcast(s) compared by content), but no client recorded what it received, and a server that sends "
+                "different models could record one; record on the clients (recording_mod, or each site's shard)")
+
+    def short(self, d: Decision, check: BroadcastCheck) -> str:
+        return "server's own copies only"
+
+
+class Same(Rule):
+    """The clients' own copies are identical in every round."""
+
+    name = "same"
+
+    def decide(self, check: BroadcastCheck) -> Decision:
+        return self(LOW)
+
+    def reason(self, d: Decision, check: BroadcastCheck) -> str:
+        return (f"every client of a round received the same model: the clients' own copies of {check.compared} "
+                "broadcast(s) are identical by content")
+
+    def short(self, d: Decision, check: BroadcastCheck) -> str:
+        return f"{check.compared} broadcast(s) identical"
+
+
+RULES: tuple[Rule, ...] = (Different(), NoneCompared(), ServerCopies(), Same())
 
 __all__ = ["KEY", "consistency_row"]

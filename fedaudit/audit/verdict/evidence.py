@@ -1,11 +1,15 @@
-"""What a verdict row is made of: the tests behind it (``Evidence``), the row itself (``Row``), the tiers, and
-readers of the stored metrics every rule shares."""
+"""What a verdict row is made of: the tiers and levels, a rule and its decision, and the row a decision makes
+(:class:`~fedaudit.run.results.VerdictRow`, the one row type, with its tests as
+:class:`~fedaudit.run.results.Evidence`)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+from fedaudit.run.results import Evidence, VerdictRow
 
 from fedaudit.statistics.membership_statistics import holm
 
@@ -37,64 +41,6 @@ LEVEL_OF = {INVERSION: RECORDS, MEMBERSHIP: RECORDS, DP_AUDIT: RECORDS, CONSISTE
 LEVELS = (RECORDS, CLIENT_DATA, PARTICIPATION)
 
 
-@dataclass
-class Evidence:
-    """One test behind a verdict row."""
-
-    test: str
-    source: str  # "deepinversion full_model / clean", "lira_online on global_model / clean"
-    value: float
-    baseline: float | None
-    baseline_name: str
-    p_value: float
-    interval: list[float] | None = None
-    nulls: dict[str, float] | None = None
-    power: dict[str, Any] | None = None
-    p_adjusted: float = 1.0
-    tier: str = LOW
-    text: str = ""  # the plain-language sentence if this test decides the row
-    effect: float | None = None  # what the effect-size rule compares (lift, or the interval's low end)
-    detail: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None and k != "text"}
-
-
-@dataclass
-class Row:
-    """One verdict row: one question about one artifact, judged from one observer's view.
-
-    ``reason`` leads with what decided (the attack, its number, the null it beat or failed to beat, p);
-    ``short`` is the same fact in a few words, for a terminal."""
-
-    # stable key: "full_model↑" (records: reconstruction), "client_data:full_model↑", "membership:full_model↑",
-    # "membership:global_model", "participation:global_model", "membership:canary"
-    row: str
-    title: str
-    question: str  # INVERSION, MEMBERSHIP, DP_AUDIT, CONSISTENCY (records), CLIENT_DATA or PARTICIPATION
-    artifact: str  # "full_model↑", "released model", ...
-    observer: str  # "server", "client:<domain>", ANYONE
-    tier: str
-    reason: str
-    short: str
-    evidence: list[Evidence] = field(default_factory=list)
-    alpha: float = 0.05
-    rule: str | None = None  # the rule that set the tier
-
-    @property
-    def level(self) -> str:
-        return LEVEL_OF[self.question]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"row": self.row, "title": self.title, "question": self.question, "level": self.level,
-                "artifact": self.artifact,
-                "observer": self.observer, "tier": self.tier, "reason": self.reason, "short": self.short,
-                "rule": self.rule,
-                "correction": (f"{CORRECTION} over {len(self.evidence)} test(s) at family-wise alpha {_num(self.alpha)}"
-                               if self.evidence else None),
-                "evidence": [e.to_json() for e in self.evidence]}
-
-
 @dataclass(frozen=True)
 class Unscored:
     """An attack that ran on a row's subject and stored no score: which (``<variant>/<victim>``), its status and why."""
@@ -103,18 +49,60 @@ class Unscored:
     status: str
     reason: str
 
-    @classmethod
-    def of(cls, what: str, entry: dict[str, Any]) -> Unscored:
-        return cls(what, str(entry.get("status", "not run")), str(entry.get("reason", "no reason stored")))
-
 
 @dataclass(frozen=True)
 class Decision:
-    """What a rule decided: the tier, the rule's name, and the facts the sentence is written from."""
+    """What a rule decided: the tier, the rule, and the facts its sentences are written from."""
 
     tier: str
-    rule: str
+    rule: Rule
     facts: dict[str, Any] = field(default_factory=dict)
+
+
+class Rule:
+    """One rule of a row. ``decide`` looks at the row's case (its tests, counts, controls: typed, never a stored
+    dict) and returns a :class:`Decision`, or None to let the next rule in the row's chain decide; ``reason`` and
+    ``short`` write the row's sentence and its few words from that decision's facts and the case; ``to_conclude``
+    says what would make an INCONCLUSIVE row conclusive, in the words of the command that made the run. A rule is
+    one class beside the rules of its question, and the chain its question runs is the module's ``RULES``: adding
+    a rule is adding a class there and its place in the chain (docs/architecture.md)."""
+
+    name: str = ""
+    judges = True  # False: a rule that finds nothing to judge (NOT ASSESSED); the row stores no rule name
+
+    def decide(self, case: Any) -> Decision | None:
+        raise NotImplementedError
+
+    def reason(self, d: Decision, case: Any) -> str:
+        raise NotImplementedError
+
+    def short(self, d: Decision, case: Any) -> str:
+        raise NotImplementedError
+
+    def to_conclude(self, made_by: str) -> str:
+        return "see the row's reason in the verdict"
+
+    def __call__(self, tier: str, **facts: Any) -> Decision:
+        return Decision(tier, self, facts)
+
+
+class Significant(Rule):
+    """The strongest test, after the row's correction, reached MEDIUM or HIGH: its tier is the row's."""
+
+    name = "significant"
+
+    def decide(self, case: Any) -> Decision | None:
+        top = strongest(case.evidence)
+        return self(top.tier, top=top) if top.tier in (HIGH, MEDIUM) else None
+
+
+def first(rules: Sequence[Rule], case: Any) -> Decision:
+    """The decision of the first rule in the chain that decides (the last rule of every chain always does)."""
+    for rule in rules:
+        found = rule.decide(case)
+        if found is not None:
+            return found
+    raise AssertionError(f"no rule decided: the chain {[r.name for r in rules]} has no last rule that always does")
 
 
 def decide(evidence: list[Evidence], t: RiskThresholds) -> None:
@@ -130,30 +118,16 @@ def strongest(evidence: list[Evidence]) -> Evidence:
     return max(evidence, key=lambda e: (TIER_ORDER[e.tier], e.effect or 0.0))
 
 
-# -- readers of a stored membership entry -----------------------------------------------------
-
-
-def mia_level(entry: dict[str, Any], level: float) -> dict[str, Any] | None:
-    """The stored operating point at FPR ``level`` (``tpr_at_fpr``; keys as strings)."""
-    for name in ("levels", "tpr_at_fpr"):
-        table = entry.get(name)
-        if isinstance(table, dict):
-            for key, value in table.items():
-                try:
-                    if math.isclose(float(key), level) and isinstance(value, dict):
-                        return value
-                except ValueError:
-                    continue
-    return None
+# -- numbers ----------------------------------------------------------------------------------------
 
 
 def isnum(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def interval(ci: Any) -> bool:
-    return isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isnum(v) for v in ci)
-
-
-def pair(x: Any) -> bool:
-    return isinstance(x, (list, tuple)) and len(x) == 2 and all(isnum(v) for v in x)
+def row(key: str, title: str, question: str, artifact: str, observer: str, d: Decision, case: Any,
+        evidence: Sequence[Evidence], alpha: float) -> VerdictRow:
+    """The row a decision makes: its tier, its rule's name, and the sentences that rule writes from its facts."""
+    return VerdictRow(key, title, question, artifact, observer, d.tier, d.rule.reason(d, case), d.rule.short(d, case),
+                      d.rule.name if d.rule.judges else None, (f"{CORRECTION} over {len(evidence)} test(s) at family-wise alpha {_num(alpha)}"
+                                    if evidence else None), tuple(evidence), level=LEVEL_OF[question])

@@ -17,130 +17,189 @@ data row's is its distribution-level finding (it revealed their domain or class)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from fedaudit.run.results import BOOKKEEPING, Leakage
+from fedaudit.run.entries import AuditedRun, finite_pair, LiftTest, ReconstructionEntry, ReconstructionPower, ReconstructionTable
 from fedaudit.statistics.membership_statistics import holm
 
-from .evidence import (CLIENT_DATA, HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NOT_ASSESSED, NULL_NAMES, POWER_ALPHA,
-                       Decision, Evidence, Row, decide, interval, isnum, pair, strongest)
-from .thresholds import RiskThresholds
-from .wording import (identifiability_finding, inversion_lead, inversion_reason, inversion_short, level_title,
-                      lift_finding, lift_lead, not_assessed, observer_of, pct)
+from .evidence import (CLIENT_DATA, HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NULL_NAMES, POWER_ALPHA,
+                       Decision, Evidence, Rule, Significant, decide, first, isnum, row)
+from .thresholds import CORRECTION, RiskThresholds
+from .unassessed import NO_ATTACK, NO_SCORE, NO_TARGET, OTHER_VIEW, Unseen
+from .wording import (advice_of, clause, identifiability_finding, inversion_lead, inversion_notes, level_title,
+                      lift_finding, lift_lead, observer_of, pct, short)
 
 RECORD_TESTS = ("identifiability",)
 
 
-def inversion_rows(key: str, metrics: dict[str, Any], config: dict[str, Any], t: RiskThresholds) -> list[Row]:
+@dataclass
+class Case:
+    """What the rules of one reconstruction row look at: its own tests, each victim's positive control, the level."""
+
+    key: str
+    evidence: list[Evidence]
+    powers: list[tuple[str, ReconstructionPower | None]]  # (whose control, its result) for each victim scored
+    records: bool  # the records row (else the client-data row)
+    made_by: str
+    t: RiskThresholds
+
+
+def inversion_rows(key: str, run: AuditedRun, t: RiskThresholds) -> list:
     """The records row and the client-data row of one declared share (``"full_model↑"``)."""
     kind, arrow = key[:-1], key[-1]
-    attacker = str(config.get("attacker") or "server")
-    observer = observer_of(key, attacker)
+    observer = observer_of(key, run.attacker)
+    found = [table for table in run.reconstructions if table.artifact.split(":")[0] == kind]
 
-    def row(question: str, tier: str, reason: str, brief: str, evidence: list[Evidence] = (),
-            rule: str | None = None) -> Row:
+    def made(question: str, d: Decision, case: object, evidence: list[Evidence] = ()):
         name = key if question == INVERSION else f"{CLIENT_DATA}:{key}"
-        return Row(name, level_title(key, question), question, key, observer, tier, reason, brief, list(evidence),
-                   t.alpha, rule)
+        return row(name, level_title(key, question), question, key, observer, d, case, evidence, t.alpha)
 
-    found = _attacks_on(kind, metrics)
-    unseen = _unseen(arrow, observer, attacker, kind, metrics, found)
-    if unseen:
-        return [row(q, NOT_ASSESSED, *not_assessed(q, unseen)) for q in (INVERSION, CLIENT_DATA)]
-    evidence, skipped, powers = _gather(found, attacker, t)
+    unseen = [Unseen(q, kind, observer, run.attacker, arrow == ("↑" if run.attacker == "server" else "↓"),
+                     run.no_records, run.reconstruction_ran, bool(found)) for q in (INVERSION, CLIENT_DATA)]
+    if (d := _first_unseen(unseen[0])) is not None:  # the same case for both rows
+        return [made(u.question, d, u) for u in unseen]
+    evidence, skipped, powers = _gather(found, run.attacker, t)
     rows = []
-    for question in (INVERSION, CLIENT_DATA):
-        mine = [e for e in evidence if (e.test in RECORD_TESTS) == (question == INVERSION)]
+    for question, u in zip((INVERSION, CLIENT_DATA), unseen):
+        records = question == INVERSION
+        mine = [e for e in evidence if (e.test in RECORD_TESTS) == records]
         if not mine:
-            why = skipped or ([f"no record-level test was stored for {kind} (distribution-level tests only)"]
-                              if evidence and question == INVERSION else [])
-            rows.append(row(question, NOT_ASSESSED, *not_assessed(question, Decision(
-                NOT_ASSESSED, "no_score", {"subject": kind, "skipped": why}))))
+            u.skipped[:] = skipped or ([f"no record-level test was stored for {kind} (distribution-level tests only)"]
+                                       if evidence and records else [])
+            rows.append(made(question, NO_SCORE.decide(u), u))
             continue
         decide(mine, t)
-        records = question == INVERSION
-        decision = (_significant(mine) or _uninformative(mine, t) or _powered(powers, records)
-                    or _unpowered(powers, records))
-        rows.append(row(question, decision.tier, inversion_reason(decision, mine, metrics),
-                        inversion_short(decision, mine), mine, decision.rule))
+        case = Case(key, mine, powers, records, run.made_by, t)
+        rows.append(made(question, first(RULES, case), case, mine))
     return rows
 
 
-def _attacks_on(kind: str, metrics: dict[str, Any]) -> list[tuple[str, str, dict]]:
-    """(attack, key, section) of every reconstruction result whose target is this kind."""
-    return [(name, k, sec) for name, sec in Leakage.of(metrics).reconstruction_sections().items()
-            for k in sec if k not in BOOKKEEPING and k.split(":")[0] == kind]
-
-
-def _unseen(arrow: str, observer: str, attacker: str, kind: str, metrics: dict[str, Any],
-            found: list[tuple[str, str, dict]]) -> Decision | None:
-    """Why a row has nothing to judge, or None."""
-    ran = bool(Leakage.of(metrics).reconstruction_sections())
-    if arrow != ("↑" if attacker == "server" else "↓"):  # first: the hint must name the view as well as the attack
-        return Decision(NOT_ASSESSED, "other_view", {"observer": observer, "attacker": attacker, "attack_ran": ran})
-    if not ran:
-        return Decision(NOT_ASSESSED, "no_attack")
-    if not found:
-        return Decision(NOT_ASSESSED, "no_target", {"subject": kind})
+def _first_unseen(u: Unseen) -> Decision | None:
+    for rule in (OTHER_VIEW, NO_ATTACK, NO_TARGET):
+        if (d := rule.decide(u)) is not None:
+            return d
     return None
 
 
-def _gather(found: list[tuple[str, str, dict]], attacker: str, t: RiskThresholds
-            ) -> tuple[list[Evidence], list[str], list[tuple[str, dict[str, Any]]]]:
+def _gather(found: list[ReconstructionTable], attacker: str, t: RiskThresholds
+            ) -> tuple[list[Evidence], list[str], list[tuple[str, ReconstructionPower | None]]]:
     """The tests of every attack on the share, why others were not scored, and each victim's positive control."""
     evidence: list[Evidence] = []
     skipped: list[str] = []
-    powers: list[tuple[str, dict[str, Any]]] = []
-    for name, key, sec in found:
-        entries = {v: e for v, e in sec[key].items() if isinstance(e, dict)}
-        summary = (sec.get("summary") or {}).get(key)
-        if summary is None:
-            for e in entries.values():
-                status = e.get("status", "unknown")
-                reason = e.get("reason") or (e.get("metrics") or {}).get("reason") or "no reason stored"
-                status = "attacked but not scored" if status == "attacked" else status
-                if f"{status}: {reason}" not in skipped:
-                    skipped.append(f"{status}: {reason}")
+    powers: list[tuple[str, ReconstructionPower | None]] = []
+    for table in found:
+        if not table.scored:
+            for e in table.entries.values():
+                status = "attacked but not scored" if e.status == "attacked" else e.status
+                if f"{status}: {e.reason}" not in skipped:
+                    skipped.append(f"{status}: {e.reason}")
             continue
-        evidence += reconstruction_evidence(name, key, attacker, entries, summary, t)
-        powers += [(f"{name} {key} / {v}", e.get("power") or {}) for v, e in entries.items()
-                   if isinstance(e.get("metrics"), dict) and "identifiability" in e["metrics"]]
+        evidence += reconstruction_evidence(table, attacker, t)
+        powers += [(f"{table.attack} {table.artifact} / {v}", e.power) for v, e in table.entries.items()
+                   if e.record_test]
     return evidence, skipped, powers
 
 
 # -- rules --------------------------------------------------------------------------------------
 
 
-def _significant(evidence: list[Evidence]) -> Decision | None:
-    top = strongest(evidence)
-    return Decision(top.tier, "significant", {"top": top}) if top.tier in (HIGH, MEDIUM) else None
+class RowSignificant(Significant):
+    def reason(self, d: Decision, case: Case) -> str:
+        return f"{clause(d.facts['top'], len(case.evidence))}. {d.facts['top'].text}"
+
+    def short(self, d: Decision, case: Case) -> str:
+        return short(d.facts["top"])
 
 
-def _uninformative(evidence: list[Evidence], t: RiskThresholds) -> Decision | None:
+class Uninformative(Rule):
     """A LOW that no result at these counts could have turned into MEDIUM is not a finding."""
-    if any(_could_reach_medium(e, len(evidence), t) for e in evidence):
-        return None
-    counts = sorted({f"{e.test} on {(e.detail or {}).get('n')}" for e in evidence
-                     if isinstance((e.detail or {}).get("n"), int)})
-    saturated = sorted({f"{e.test} ({e.baseline_name} already at {pct(e.baseline)})" for e in evidence if _saturated(e)})
-    return Decision(INCONCLUSIVE, "uninformative", {"counts": counts, "saturated": saturated})
+
+    name = "uninformative"
+
+    def decide(self, case: Case) -> Decision | None:
+        evidence = case.evidence
+        if any(_could_reach_medium(e, len(evidence), case.t) for e in evidence):
+            return None
+        counts = sorted({f"{e.test} on {e.detail['n']}" for e in evidence if isinstance(e.detail["n"], int)})
+        saturated = sorted({f"{e.test} ({e.baseline_name} already at {pct(e.baseline)})" for e in evidence
+                            if _saturated(e)})
+        return self(INCONCLUSIVE, counts=counts, saturated=saturated)
+
+    def reason(self, d: Decision, case: Case) -> str:
+        m = len(case.evidence)
+        stronger = advice_of(case.made_by, "stronger_inversion")
+        return (f"no test beat its strongest null ({inversion_notes(case.evidence)}), and at these counts none could "
+                f"have: even a perfect result would not reach medium after {CORRECTION} correction over {m} test(s) "
+                f"({', '.join(d.facts['counts']) or 'counts not stored'})"
+                + (f"; saturated: {', '.join(d.facts['saturated'])}" if d.facts["saturated"] else "")
+                + f". Give each client more records, and {stronger[0].lower()}{stronger[1:]}")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return "too few records for any test to decide"
+
+    def to_conclude(self, made_by: str) -> str:
+        return ("more records per client, so that a test could reach medium at all: "
+                f"{advice_of(made_by, 'more_records')}")
 
 
-def _powered(powers: list[tuple[str, dict[str, Any]]], records: bool) -> Decision | None:
+class Powered(Rule):
     """Power, corrected across the row's victims (Holm): a positive control that fires by chance in one of many
     victims must not turn an uninformative reading into an informative LOW. A records row needs the control to have
     singled out its member images; a client-data row, to have revealed their domain or class."""
-    measured = [(src, p) for src, p in powers if p.get("status") == "measured" and isnum(p.get("p_value"))]
-    # p_reveals: stored since issue 47; before, p_value was the smaller of it and the record-level p
-    level = [p.get("p_record_level", 1.0) if records else p.get("p_reveals", p["p_value"]) for _, p in measured]
-    reached = [src for (src, _), a in zip(measured, holm(level)) if a <= POWER_ALPHA]
-    return Decision(LOW, "powered", {"control": reached[0], "records": records}) if reached else None
+
+    name = "powered"
+
+    def decide(self, case: Case) -> Decision | None:
+        measured = [(src, p) for src, p in case.powers if p is not None and p.measured]
+        level = [p.p_record_level if case.records else p.p_reveals for _, p in measured]
+        reached = [src for (src, _), a in zip(measured, holm(level)) if a <= POWER_ALPHA]
+        return self(LOW, control=reached[0]) if reached else None
+
+    def reason(self, d: Decision, case: Case) -> str:
+        found = ("singled out a few member images from their statistics (reconstructions nearer them than to fresh "
+                 "records of their domain), so it would have found record-level leakage of that kind here"
+                 if case.records else
+                 "revealed the domain or class of a few member images from their statistics, so it would have found "
+                 "what this artifact tells about the client's data as a whole")
+        return (f"no test beat its strongest null after {CORRECTION} correction ({inversion_notes(case.evidence)}). "
+                f"On the positive control ({d.facts['control']}) the attack {found}.")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return f"{short(_closest(case))}; had power"
 
 
-def _unpowered(powers: list[tuple[str, dict[str, Any]]], records: bool) -> Decision:
-    why = sorted({p.get("reason") for _, p in powers if p.get("status") == "not available" and p.get("reason")})
-    ran = any(p.get("status") == "measured" for _, p in powers)
-    return Decision(INCONCLUSIVE, "unpowered", {"why": [] if ran else why, "records": records})
+class Unpowered(Rule):
+    name = "unpowered"
+
+    def decide(self, case: Case) -> Decision:
+        ran = any(p is not None and p.status == "measured" for _, p in case.powers)
+        why = sorted({p.reason for _, p in case.powers if p is not None and p.status == "not available" and p.reason})
+        return self(INCONCLUSIVE, why=[] if ran else why)
+
+    def reason(self, d: Decision, case: Case) -> str:
+        if d.facts["why"]:
+            budget = f"no positive control ran ({'; '.join(d.facts['why'])})"
+        elif case.records:
+            budget = ("the attack could not single out even the handful of member images its positive control was "
+                      "built from, so record-level leakage was not testable at this budget")
+        else:
+            budget = "the attack could not recover even the artifact of a handful of member images at this budget"
+        return (f"no test beat its strongest null ({inversion_notes(case.evidence)}), but {budget}: a low reading "
+                f"cannot be told from a weak attack. {advice_of(case.made_by, 'stronger_inversion')}")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return f"{short(_closest(case))}; no power"
+
+    def to_conclude(self, made_by: str) -> str:
+        return "an attack strong enough to pass its positive control: " + advice_of(made_by, "stronger_inversion")
+
+
+def _closest(case: Case) -> Evidence:
+    return min(case.evidence, key=lambda e: e.p_adjusted)
+
+
+RULES: tuple[Rule, ...] = (RowSignificant(), Uninformative(), Powered(), Unpowered())
 
 
 # -- evidence -----------------------------------------------------------------------------------
@@ -151,19 +210,19 @@ def _could_reach_medium(e: Evidence, m: int, t: RiskThresholds) -> bool:
     alpha / m (Holm's first step, the most a row's strongest test may need) and, for a lift test, a lift of at
     least the medium threshold. A test whose counts were not stored is given the benefit of the doubt."""
     detail = e.detail or {}
-    n = detail.get("n")
+    n = detail["n"]
     if not isinstance(n, int):
         return True
     if n <= 0:
         return False
     level = t.alpha / max(m, 1)
     if e.test == "identifiability":  # the permutation test against chance and one against each measured null
-        chance = detail.get("chance")
+        chance = detail["chance"]
         best = [lift_p_value([n, n], None, float(chance))] if isnum(chance) else []
-        best += [lift_p_value([n, n], [v * n, n], None) for v in (detail.get("measured") or {}).values()]
+        best += [lift_p_value([n, n], [v * n, n], None) for v in detail["measured"].values()]
         return max(best, default=0.0) <= level
-    return (1.0 - float(e.baseline or 0.0) >= float(detail.get("medium", 0.0)) - 1e-9
-            and lift_p_value([n, n], detail.get("null_counts"), detail.get("chance")) <= level)
+    return (1.0 - float(e.baseline or 0.0) >= float(detail["medium"]) - 1e-9
+            and lift_p_value([n, n], detail["null_counts"], detail["chance"]) <= level)
 
 
 def _saturated(e: Evidence) -> bool:
@@ -172,101 +231,75 @@ def _saturated(e: Evidence) -> bool:
 
 
 def _strongest_null(nulls: dict[str, float]) -> tuple[str, float]:
-    """(name, value) of the largest finite null."""
-    finite = {k: v for k, v in nulls.items() if isnum(v)}
-    name = max(finite, key=lambda k: finite[k])
-    return name, float(finite[name])
+    """(name, value) of the largest null."""
+    name = max(nulls, key=lambda k: nulls[k])
+    return name, float(nulls[name])
 
 
-def reconstruction_evidence(attack: str, key: str, attacker: str, entries: dict[str, dict], summary: dict[str, Any],
-                            t: RiskThresholds) -> list[Evidence]:
+def reconstruction_evidence(table: ReconstructionTable, attacker: str, t: RiskThresholds) -> list[Evidence]:
     """The distribution-level tests (macro over victims) and each victim's record-level test."""
-    attacked = {v: e for v, e in entries.items() if e.get("status") == "attacked" and isinstance(e.get("metrics"), dict)
-                and "identifiability" in e["metrics"]}
-    what = "images" if any("image_grid" in e for e in attacked.values()) else "latent features"
-    victims = list((summary.get("domain_attribution") or {}).get("victims") or attacked)
-    out = _distribution_evidence(attack, key, summary, victims, inversion_lead(key, attacker, victims, what), t)
-    for victim, e in attacked.items():
-        found = _record_evidence(attack, key, victim, e, what, t)
-        if found is not None:
-            out.append(found)
+    attacked = {v: e for v, e in table.entries.items() if e.identifiability is not None}
+    what = "images" if any(e.images for e in attacked.values()) else "latent features"
+    victims = list(table.victims or attacked)
+    lead = inversion_lead(table.artifact, attacker, victims, what)
+    source = f"{table.attack} {table.artifact}"
+    tests = (("domain_attribution", f"{source} (macro over {len(victims)} victim(s))", table.domain_attribution,
+              (t.domain_attribution_lift_high, t.domain_attribution_lift_medium)),
+             ("class_fidelity", f"{source} (mean over {len(victims)} victim(s))", table.class_fidelity,
+              (t.class_fidelity_lift_high, t.class_fidelity_lift_medium)))
+    out = [e for test, where, found, levels in tests if found is not None
+           and (e := _lift_evidence(test, where, found, levels, lift_lead(test, lead, victims), len(victims)))]
+    out += [e for victim, entry in attacked.items()
+            if (e := _record_evidence(f"{source} / {victim}", victim, entry, what, t)) is not None]
     return out
 
 
-def _distribution_evidence(attack: str, key: str, summary: dict[str, Any], victims: list[str], lead: str,
-                           t: RiskThresholds) -> list[Evidence]:
-    attribution = summary.get("domain_attribution") or {}
-    tests = (("domain_attribution", attribution.get("macro") or {}, attribution.get("counts"),
-              (t.domain_attribution_lift_high, t.domain_attribution_lift_medium)),
-             ("class_fidelity", summary.get("class_fidelity") or {}, (summary.get("class_fidelity") or {}).get("counts"),
-              (t.class_fidelity_lift_high, t.class_fidelity_lift_medium)))
-    source = {"domain_attribution": f"{attack} {key} (macro over {len(victims)} victim(s))",
-              "class_fidelity": f"{attack} {key} (mean over {len(victims)} victim(s))"}
-    found = [_lift_evidence(test, source[test], metric, counts or {}, levels, lift_lead(test, lead, victims),
-                            len(victims)) for test, metric, counts, levels in tests]
-    return [e for e in found if e is not None]
-
-
-def _lift_evidence(test: str, source: str, metric: dict[str, Any], counts: dict[str, Any], levels: tuple[float, float],
-                   lead: str, victims: int) -> Evidence | None:
+def _lift_evidence(test: str, source: str, found: LiftTest, levels: tuple[float, float], lead: str,
+                   victims: int) -> Evidence | None:
     """A distribution-level test: the attack's rate over the strongest of chance and the measured controls."""
-    nulls = {k: metric[k] for k in ("chance", "control", "prior_only") if isnum(metric.get(k))}
-    if not isnum(metric.get("attack")) or not nulls:
+    if found.attack is None or not found.nulls:
         return None
     high, medium = levels
-    name, base = _strongest_null(nulls)
-    p = lift_p_value(counts.get("attack"), counts.get(name), base if name == "chance" else None)
-    lift = metric["attack"] - base
+    name, base = _strongest_null(found.nulls)
+    attack = found.count("attack")
+    null_counts = found.count(name)
+    p = lift_p_value(attack, null_counts, base if name == "chance" else None)
+    lift = found.attack - base
     tier = HIGH if lift >= high - 1e-9 else MEDIUM if lift >= medium - 1e-9 else LOW
-    text = lift_finding(lead, metric, victims, lift, NULL_NAMES[name], base)
-    return Evidence(test, source, float(metric["attack"]), base, NULL_NAMES[name], p,
-                    nulls={**nulls, **({"twin": metric["twin"]} if isnum(metric.get("twin")) else {})},
+    text = lift_finding(lead, found, victims, lift, NULL_NAMES[name], base)
+    return Evidence(test, source, found.attack, base, NULL_NAMES[name], p,
+                    nulls={**found.nulls, **({"twin": found.twin} if found.twin is not None else {})},
                     tier=tier, text=text, effect=lift,
-                    detail={"n": round(counts["attack"][1]) if pair(counts.get("attack")) else None,
-                            "null_counts": counts.get(name), "chance": base if name == "chance" else None,
-                            "medium": medium})
+                    detail={"n": round(attack[1]) if attack else None, "null_counts": list(null_counts) if null_counts else None,
+                            "chance": base if name == "chance" else None, "medium": medium})
 
 
-def _record_evidence(attack: str, key: str, victim: str, e: dict[str, Any], what: str,
+def _record_evidence(source: str, victim: str, entry: ReconstructionEntry, what: str,
                      t: RiskThresholds) -> Evidence | None:
     """Record-level leakage beyond *every* null: the permutation test against chance and a one-sided test against
     each measured null must all reject (an intersection-union test: its p-value is the largest). Significant, it is
     MEDIUM; HIGH when its 95% interval's low end also clears the strongest null by ``identifiability_margin_high``
     (significance alone already puts the low end above each measured null at these counts, so the margin is what
     separates a large leak from a detectable one)."""
-    ident = e["metrics"]["identifiability"]
-    if not isnum(ident.get("attack")) or not isnum(ident.get("attack_p_value")):
+    ident = entry.identifiability
+    if ident is None or ident.attack is None or ident.attack_p_value is None:
         return None
-    nulls = {k: ident[k] for k in ("chance", "control", "prior_only", "twin") if isnum(ident.get(k))}
-    measured = {k: v for k, v in nulls.items() if k != "chance"}
-    name, base = _strongest_null(nulls)
-    ci = ident.get("attack_ci95")
-    n = int(ident.get("n") or 0)
-    p_each = {"chance": float(ident["attack_p_value"]),
-              **{k: lift_p_value([ident["attack"] * n, n], [v * n, n], None) for k, v in measured.items()}}
+    measured = {k: v for k, v in ident.nulls.items() if k != "chance"}
+    name, base = _strongest_null(ident.nulls)
+    ci = list(ident.ci95) if ident.ci95 else None
+    n = ident.n
+    p_each = {"chance": ident.attack_p_value,
+              **{k: lift_p_value([ident.attack * n, n], [v * n, n], None) for k, v in measured.items()}}
     p = max(p_each.values())
-    margin = (ci[0] - base) if interval(ci) else None
+    margin = (ci[0] - base) if ci else None
     tier = HIGH if margin is not None and margin >= t.identifiability_margin_high - 1e-9 else MEDIUM
-    text = identifiability_finding(ident, n, what, victim, ci if interval(ci) else None, p_each["chance"], p,
-                                   NULL_NAMES[name], base, margin, t.identifiability_margin_high)
-    return Evidence("identifiability", f"{attack} {key} / {victim}", float(ident["attack"]), base, NULL_NAMES[name],
-                    p, interval=ci if interval(ci) else None, nulls=nulls,
-                    power=_power_summary(e.get("power")), tier=tier, text=text, effect=margin,
-                    detail={"p_against": p_each, "balanced": ident.get("balanced"),
-                            "null_q95": ident.get("null_q95"), "n": n, "chance": ident.get("chance"),
-                            "measured": measured, "victim": victim})
-
-
-def _power_summary(power: Any) -> dict[str, Any] | None:
-    if not isinstance(power, dict):
-        return None
-    if power.get("status") != "measured":
-        return {"reached": False, "status": power.get("status"), "reason": power.get("reason")}
-    sizes = {k: {**{m: v[m] for m in ("domain_attribution", "class_fidelity") if m in v},
-                 "identifiability": v.get("identifiability"), "identifiability_p_value": v.get("p_value")}
-             for k, v in (power.get("sizes") or {}).items() if isinstance(v, dict) and "p_reveals" in v}
-    return {"reached": bool(power.get("reached")), "record_level": bool(power.get("record_level")),
-            "p_value": power.get("p_value"), "sizes": sizes}
+    text = identifiability_finding(ident, what, victim, p_each["chance"], p, NULL_NAMES[name], base, margin,
+                                   t.identifiability_margin_high)
+    return Evidence("identifiability", source, ident.attack, base, NULL_NAMES[name], p, interval=ci,
+                    nulls=dict(ident.nulls), power=entry.power.summary() if entry.power else None, tier=tier,
+                    text=text, effect=margin,
+                    detail={"p_against": p_each, "balanced": ident.balanced, "null_q95": ident.null_q95, "n": n,
+                            "chance": ident.chance, "measured": measured, "victim": victim})
 
 
 def lift_p_value(attack: Any, null: Any, chance: float | None) -> float:
@@ -274,14 +307,14 @@ def lift_p_value(attack: Any, null: Any, chance: float | None) -> float:
     Fisher's exact test against a measured control's count."""
     from scipy.stats import binomtest, fisher_exact
 
-    if not pair(attack):
+    if finite_pair(attack) is None:
         return 1.0
     k, n = round(attack[0]), round(attack[1])
     if n <= 0:
         return 1.0
     if chance is not None:
         return float(binomtest(k, n, min(max(chance, 0.0), 1.0), alternative="greater").pvalue)
-    if not pair(null) or round(null[1]) <= 0:
+    if finite_pair(null) is None or round(null[1]) <= 0:
         return 1.0
     kb, nb = round(null[0]), round(null[1])
     return float(fisher_exact([[k, n - k], [kb, nb - kb]], alternative="greater")[1])

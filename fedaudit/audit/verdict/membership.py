@@ -24,51 +24,51 @@ Rules, in order (each a small function returning a :class:`Decision` or None):
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections import defaultdict
+from dataclasses import dataclass
 
-from fedaudit.run.results import Leakage, MIA, MembershipResult
+from fedaudit.run.entries import AuditedRun, MembershipEntry, MembershipTest
 from fedaudit.statistics.membership_statistics import advantage_null_quantile
 
 from .evidence import (ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAST_UPLOAD, LOW, MEDIUM, MEMBERSHIP,
-                       NOT_ASSESSED, Decision, Evidence, Row, Unscored, decide, interval, isnum, mia_level, strongest)
-from .thresholds import RiskThresholds
-from .wording import (membership_finding, membership_reason, membership_short, membership_title, not_assessed,
-                      observer_of)
+                       Decision, Evidence, Rule, Significant, Unscored, decide, first, row)
+from .thresholds import CORRECTION, RiskThresholds
+from .unassessed import NO_ATTACK, NO_RECORDS, NO_SCORE, NO_TARGET, OTHER_VIEW, Unseen
+from .wording import (advice_of, attack_of, clause, fmt, membership_finding, membership_title, observer_of, p_text,
+                      short, subject_name)
 
-Attack = MembershipResult  # (variant, target, victim, entry)
+Attack = MembershipTest  # (variant, target, victim, entry)
 WEIGHTS_FROM = re.compile(r"^(\w+)@r\d+ from client:")
 
 
 # -- which row each attack belongs to -----------------------------------------------------------------
 
 
-def membership_groups(metrics: dict[str, Any], config: dict[str, Any]) -> dict[str, list[Attack]]:
+def membership_groups(run: AuditedRun) -> dict[str, list[Attack]]:
     """Every stored membership attack under the subject its input is: a share key (``full_model↑``), ``global_model``
     (the released model), or ``last_upload`` where a run stored no way to tell which share the upload was."""
-    groups: dict[str, list[Attack]] = {}
-    declared = list((metrics.get("communication") or {}).get("declared") or [])
-    sees = "↑" if str(config.get("attacker") or "server") == "server" else "↓"
-    for variant, target, victim, entry in Leakage.of(metrics).membership(ordered=True):
-        if variant == DOMAIN:  # participation, not records: its own row
+    groups: dict[str, list[Attack]] = defaultdict(list)  # a subject no attack read has none
+    sees = "↑" if run.attacker == "server" else "↓"
+    for test in sorted(run.membership, key=lambda r: (r.variant, r.target, r.victim)):  # judged again, the same
+        if test.variant == DOMAIN:  # participation, not records: its own row
             continue
-        if target == GLOBAL:
+        if test.target == GLOBAL:
             keys = [GLOBAL]
-        elif target == LAST_UPLOAD:
-            keys = upload_shares(entry, declared)
-        elif variant == ARTIFACT:
-            keys = [f"{target.split(':')[0]}{sees}"]
+        elif test.target == LAST_UPLOAD:
+            keys = upload_shares(test.entry, list(run.declared))
+        elif test.variant == ARTIFACT:
+            keys = [f"{test.target.split(':')[0]}{sees}"]
         else:
-            keys = [target]
+            keys = [test.target]
         for key in keys:
-            groups.setdefault(key, []).append(MembershipResult(variant, target, victim, entry))
+            groups[key].append(test)
     return groups
 
 
-def upload_shares(entry: dict[str, Any], declared: list[str]) -> list[str]:
+def upload_shares(entry: MembershipEntry, declared: list[str]) -> list[str]:
     """The shares a last-upload attack's model was built from: the client-sent kinds its ``weights_from`` names, else
     the declared weight-bearing upload, else ``last_upload`` (a run that stored neither)."""
-    sources = entry.get("weights_from")
-    kinds = [m.group(1) for s in (sources if isinstance(sources, dict) else {}) if (m := WEIGHTS_FROM.match(str(s)))]
+    kinds = [m.group(1) for s in entry.weights_from if (m := WEIGHTS_FROM.match(s))]
     if kinds:
         return [f"{k}↑" for k in dict.fromkeys(kinds)]
     weight = [k for k in declared if k.endswith("↑") and k[:-1] in ("full_model", "partial_model")]
@@ -78,125 +78,219 @@ def upload_shares(entry: dict[str, Any], declared: list[str]) -> list[str]:
 # -- one row ------------------------------------------------------------------------------------------------
 
 
-def membership_row(subject: str, attacks: list[Attack], metrics: dict[str, Any], config: dict[str, Any],
-                   t: RiskThresholds) -> Row:
+@dataclass
+class Case:
+    """What the rules of one membership row look at."""
+
+    subject: str
+    evidence: list[Evidence]
+    artifact_tests: list[tuple[str, MembershipEntry]]  # (victim, entry) of the artifact test, where it ran
+    discounted: list[Evidence]  # the artifact test's findings its holdout twin shares
+    run: AuditedRun
+    t: RiskThresholds
+
+
+def membership_row(subject: str, attacks: list[Attack], run: AuditedRun, t: RiskThresholds):
     """The membership row of one subject (a share key, ``global_model`` or ``last_upload``)."""
-    attacker = str(config.get("attacker") or "server")
-    observer = (ANYONE if subject == GLOBAL else "server" if subject == LAST_UPLOAD else observer_of(subject, attacker))
+    observer = (ANYONE if subject == GLOBAL else "server" if subject == LAST_UPLOAD else observer_of(subject, run.attacker))
     artifact = "released model" if subject == GLOBAL else subject
 
-    def row(tier: str, reason: str, brief: str, evidence: list[Evidence] = (), rule: str | None = None) -> Row:
-        return Row(f"membership:{subject}", membership_title(subject), MEMBERSHIP, artifact, observer, tier, reason,
-                   brief, list(evidence), t.alpha, rule)
+    def made(d: Decision, case: object, evidence: list[Evidence] = ()):
+        return row(f"membership:{subject}", membership_title(subject), MEMBERSHIP, artifact, observer, d, case,
+                   evidence, t.alpha)
 
-    unseen = _unseen(subject, observer, attacker, attacks, metrics)
-    if unseen:
-        return row(NOT_ASSESSED, *not_assessed(MEMBERSHIP, unseen))
-    evidence, skipped = _evidence(attacks, t)
+    sees = not (subject[-1:] in "↑↓" and subject.endswith("↑") != (run.attacker == "server"))
+    unseen = Unseen(MEMBERSHIP, subject, observer, run.attacker, sees, run.no_records, run.membership_ran,
+                    bool(attacks))
+    for rule in (OTHER_VIEW, NO_RECORDS, NO_ATTACK, NO_TARGET):
+        if (d := rule.decide(unseen)) is not None:
+            return made(d, unseen)
+    evidence, unseen.skipped[:] = _evidence(attacks, t)
     if not evidence:
-        return row(NOT_ASSESSED, *not_assessed(MEMBERSHIP, Decision(NOT_ASSESSED, "no_score", {"subject": subject,
-                                                                                            "skipped": skipped})))
+        return made(NO_SCORE.decide(unseen), unseen)
     decide(evidence, t)
-    artifact_tests = [(victim, e) for variant, _, victim, e in attacks if variant == ARTIFACT and "advantage" in e]
-    discounted = _discount_twins(evidence, artifact_tests, t)
-    decision = (_exact_match(artifact_tests) or _significant(evidence) or _twin_only(discounted)
-                or _no_control(artifact_tests, t) or _undetectable(evidence, t) or _low(evidence, t))
-    reason = membership_reason(decision, subject, evidence, artifact_tests, metrics, t)
-    return row(decision.tier, reason, membership_short(decision, evidence), evidence, decision.rule)
-
-
-def _unseen(subject: str, observer: str, attacker: str, attacks: list[Attack],
-            metrics: dict[str, Any]) -> Decision | None:
-    """Why a row has nothing to judge, or None."""
-    if subject[-1:] in "↑↓" and subject.endswith("↑") != (attacker == "server"):
-        return Decision(NOT_ASSESSED, "other_view", {"observer": observer, "attacker": attacker})
-    if attacks:
-        return None
-    data = metrics.get("auditor_data") or {}
-    if data.get("status") == "none":
-        return Decision(NOT_ASSESSED, "no_records", {"why": data.get("why")})
-    if not Leakage.of(metrics).sections.get(MIA):
-        return Decision(NOT_ASSESSED, "no_attack")
-    return Decision(NOT_ASSESSED, "no_target", {"subject": subject})
+    artifact_tests = [(a.victim, a.entry) for a in attacks if a.variant == ARTIFACT and a.entry.scored]
+    case = Case(subject, evidence, artifact_tests, _discount_twins(evidence, artifact_tests, t), run, t)
+    return made(first(RULES, case), case, evidence)
 
 
 def _evidence(attacks: list[Attack], t: RiskThresholds) -> tuple[list[Evidence], list[Unscored]]:
     """Each attack's tests (TPR at 1% FPR, and the advantage), and why the others have none."""
     evidence: list[Evidence] = []
     skipped: list[Unscored] = []
-    for variant, target, victim, e in attacks:
-        if "advantage" not in e:
-            skipped.append(Unscored.of(f"{variant}/{victim}", e))
+    for a in attacks:
+        variant, target, victim, e = a.variant, a.target, a.victim, a.entry
+        if not e.scored:
+            skipped.append(Unscored(f"{variant}/{victim}", e.status, e.reason))
             continue
         detail = {"attack": _attack_name(variant, e), "variant": variant, "target": target, "victim": victim,
-                  "members": int(e.get("n_members", e.get("members", 0)) or 0),
-                  "nonmembers": int(e.get("n_nonmembers", e.get("nonmembers", 0)) or 0),
-                  "auc": e.get("auc") if isnum(e.get("auc")) else None}
-        level = mia_level(e, 0.01)
-        if level is not None and isnum(level.get("p_value")):
-            ci = level.get("tpr_interval", level.get("tpr_ci95"))
-            resolvable = bool(level.get("resolvable", True))
-            clears = resolvable and interval(ci) and ci[0] > t.mia_tpr_ci_low
-            evidence.append(Evidence("mia_tpr", f"{variant} on {target} / {victim}", float(level.get("tpr", 0.0)),
-                                     float(level.get("fpr_achieved", 0.01)), "achieved FPR (the chance line TPR = FPR)",
-                                     float(level["p_value"]), interval=ci if interval(ci) else None,
-                                     tier=HIGH if clears else MEDIUM if resolvable else LOW,
-                                     effect=(ci[0] if interval(ci) else None),
-                                     detail={**detail, "resolvable": resolvable, "warning": level.get("warning") or None}))
-        adv, p = e.get("advantage"), e.get("advantage_p_value")
-        if isnum(adv) and isnum(p):
+                  "members": e.members, "nonmembers": e.nonmembers, "auc": e.auc}
+        level = e.at_1pct_fpr
+        if level is not None and level.p_value is not None:
+            ci = list(level.interval) if level.interval else None
+            clears = level.resolvable and ci is not None and ci[0] > t.mia_tpr_ci_low
+            evidence.append(Evidence("mia_tpr", f"{variant} on {target} / {victim}", level.tpr, level.fpr_achieved,
+                                     "achieved FPR (the chance line TPR = FPR)", level.p_value, interval=ci,
+                                     tier=HIGH if clears else MEDIUM if level.resolvable else LOW,
+                                     effect=(ci[0] if ci else None),
+                                     detail={**detail, "resolvable": level.resolvable, "warning": level.warning}))
+        if e.advantage is not None and e.advantage_p_value is not None:
+            adv = e.advantage
             tier = HIGH if adv >= t.mia_advantage_high else MEDIUM if adv >= t.mia_advantage_medium else LOW
-            evidence.append(Evidence("mia_advantage", f"{variant} on {target} / {victim}", float(adv),
-                                     e.get("advantage_null_95"), "95% quantile with no signal at these counts", float(p),
-                                     tier=tier, effect=float(adv), detail=detail))
+            evidence.append(Evidence("mia_advantage", f"{variant} on {target} / {victim}", adv,
+                                     e.advantage_null_95, "95% quantile with no signal at these counts",
+                                     e.advantage_p_value, tier=tier, effect=adv, detail=detail))
     for e in evidence:
         e.text = membership_finding(e)
     return evidence, skipped
 
 
-def _attack_name(variant: str, entry: dict[str, Any]) -> str:
+def _attack_name(variant: str, entry: MembershipEntry) -> str:
     if variant == ARTIFACT:
-        signal = str(entry.get("signal") or "")
-        return ("tracing test" if "tracing" in signal else "nearest-entry test" if "nearest" in signal
+        return ("tracing test" if "tracing" in entry.signal else "nearest-entry test" if "nearest" in entry.signal
                 else "artifact test")
     return f"{variant} attack"
 
 
-# -- rules --------------------------------------------------------------------------------------------
-
-
-def _discount_twins(evidence: list[Evidence], artifact_tests: list[tuple[str, dict]], t: RiskThresholds) -> list[Evidence]:
+def _discount_twins(evidence: list[Evidence], artifact_tests: list[tuple[str, MembershipEntry]],
+                    t: RiskThresholds) -> list[Evidence]:
     """The holdout twin is the artifact test's null: where it separates members as well (the signal survives swapping
     the members out, e.g. it comes from the weights), that test's finding cannot be credited to the artifact."""
-    twin_off = _twin_separates(artifact_tests, t)
-    discounted = [e for e in evidence if e.tier in (HIGH, MEDIUM) and (e.detail or {}).get("variant") == ARTIFACT
-                  and (e.detail or {}).get("victim") in twin_off]
+    twin_off = {victim for victim, e in artifact_tests if e.twin is not None and e.twin.significant(t.alpha)}
+    discounted = [e for e in evidence if e.tier in (HIGH, MEDIUM) and e.detail["variant"] == ARTIFACT
+                  and e.victim in twin_off]
     for e in discounted:
         e.tier = LOW
     return discounted
 
 
-def _exact_match(artifact_tests: list[tuple[str, dict]]) -> Decision | None:
-    shipped = [(victim, e) for victim, e in artifact_tests if isinstance(e.get("exact_matches"), dict)
-               and e["exact_matches"].get("members") and not e["exact_matches"].get("nonmembers")]
-    return Decision(HIGH, "exact_match", {"found": shipped}) if shipped else None
+# -- rules --------------------------------------------------------------------------------------------
 
 
-def _significant(evidence: list[Evidence]) -> Decision | None:
-    top = strongest(evidence)
-    return Decision(top.tier, "significant", {"top": top}) if top.tier in (HIGH, MEDIUM) else None
+class ExactMatch(Rule):
+    """A per-record bank holds members' own entries exactly and no non-member's: an exact match has no false
+    positives to estimate."""
+
+    name = "exact_match"
+
+    def decide(self, case: Case) -> Decision | None:
+        shipped = [(victim, e) for victim, e in case.artifact_tests
+                   if e.exact is not None and e.exact.members and not e.exact.nonmembers]
+        return self(HIGH, found=shipped) if shipped else None
+
+    def reason(self, d: Decision, case: Case) -> str:
+        return (f"{_matched(d.facts['found'])}: {subject_name(case.subject)} carries members' records verbatim (HIGH "
+                f"by the exact-match rule, whatever the counts).{_also(case, None)}")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return f"{sum(e.exact.members for _, e in d.facts['found'])} members' entries found verbatim"
 
 
-def _twin_only(discounted: list[Evidence]) -> Decision | None:
-    victims = sorted({(e.detail or {}).get("victim") for e in discounted})
-    return Decision(INCONCLUSIVE, "twin_only", {"victims": victims}) if discounted else None
+class RowSignificant(Significant):
+    def reason(self, d: Decision, case: Case) -> str:
+        top, t = d.facts["top"], case.t
+        rule = (f" HIGH by the advantage rule: significant after {CORRECTION} correction and at least "
+                f"{t.mia_advantage_high:g}, whatever the low-FPR figures." if top.tier == HIGH and top.test == "mia_advantage"
+                else "")
+        return f"{clause(top, len(case.evidence))}. {top.text}{rule}{_also(case, top)}{_verbatim(case)}"
+
+    def short(self, d: Decision, case: Case) -> str:
+        return short(d.facts["top"])
 
 
-def _no_control(artifact_tests: list[tuple[str, dict]], t: RiskThresholds) -> Decision | None:
+class TwinOnly(Rule):
+    """The artifact test separated members, but so did its holdout twin for those victims."""
+
+    name = "twin_only"
+
+    def decide(self, case: Case) -> Decision | None:
+        victims = sorted({e.victim for e in case.discounted})
+        return self(INCONCLUSIVE, victims=victims) if case.discounted else None
+
+    def reason(self, d: Decision, case: Case) -> str:
+        readings = "; ".join(f"{victim}: twin AUC {fmt(e.twin.auc)}, KS p {p_text(e.twin.advantage_p_value)}"
+                             for victim, e in case.artifact_tests if victim in d.facts["victims"])
+        return (f"{clause(_closest(case), len(case.evidence))}, but the test separates members for "
+                f"{', '.join(d.facts['victims'])} and so does its holdout twin (the artifact with those members swapped "
+                f"out): the signal is not this artifact's, and what the artifact adds cannot be told apart — "
+                f"{readings}.{_also(case, None)}")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return f"{short(_closest(case))}; its twin too"
+
+    def to_conclude(self, made_by: str) -> str:
+        return ("a signal the holdout twin does not share: the artifact carries no more than a model without those "
+                "members would; more records per victim tell the two apart")
+
+
+class NoControl(Rule):
     """Power before LOW: the artifact test must have found the members of its positive control."""
-    weak = [(victim, e) for victim, e in artifact_tests
-            if not (isnum((e.get("power") or {}).get("advantage_p_value")) and e["power"]["advantage_p_value"] <= t.alpha)]
-    return Decision(INCONCLUSIVE, "no_control", {"weak": weak}) if weak else None
+
+    name = "no_control"
+
+    def decide(self, case: Case) -> Decision | None:
+        weak = [(victim, e) for victim, e in case.artifact_tests
+                if not (e.control is not None and e.control.significant(case.t.alpha))]
+        return self(INCONCLUSIVE, weak=weak) if weak else None
+
+    def reason(self, d: Decision, case: Case) -> str:
+        shown = "; ".join(f"{victim}: {_control_reading(e)}" for victim, e in d.facts["weak"])
+        return (f"{_lead(case)}, but the artifact test did not find the members of its positive control (the artifact "
+                f"recomputed from a few members alone, significant at {case.t.alpha:g} needed) — {shown}: a silence "
+                f"from a test without power says nothing.{_also(case, None)}{_verbatim(case)}")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return f"{short(_closest(case))}; control missed"
+
+    def to_conclude(self, made_by: str) -> str:
+        return ("an artifact test that finds the members of its positive control: more records per victim ("
+                f"{advice_of(made_by, 'more_records')})")
+
+
+class Undetectable(Rule):
+    """At these counts an advantage of ``mia_advantage_medium`` could not have been detected across the row."""
+
+    name = "undetectable"
+
+    def decide(self, case: Case) -> Decision | None:
+        detectable, m = _detectable(case.evidence, case.t)
+        return None if detectable <= case.t.mia_advantage_medium else self(INCONCLUSIVE, detectable=detectable,
+                                                                            tests=m)
+
+    def reason(self, d: Decision, case: Case) -> str:
+        return (f"{_lead(case)}, but at these counts an advantage below {d.facts['detectable']:.2f} could not have "
+                f"been detected across {d.facts['tests']} tests (the medium threshold is "
+                f"{case.t.mia_advantage_medium:g}): {advice_of(case.run.made_by, 'more_records')}.{_also(case, None)}"
+                f"{_miscalibrated(case)}{_verbatim(case)}")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return f"{short(_closest(case))}; can't see <{d.facts['detectable']:.2f}"
+
+    def to_conclude(self, made_by: str) -> str:
+        return f"enough records to detect an advantage of 0.1 after the correction: {advice_of(made_by, 'more_records')}"
+
+
+class Low(Rule):
+    """Every attack on the artifact had its power and none was significant."""
+
+    name = "low"
+
+    def decide(self, case: Case) -> Decision:
+        detectable, m = _detectable(case.evidence, case.t)
+        return self(LOW, detectable=detectable, tests=m)
+
+    def reason(self, d: Decision, case: Case) -> str:
+        return (f"{_lead(case)}; every attack had its power: an advantage of {d.facts['detectable']:.2f} or more would "
+                f"have been detected.{_also(case, None)}{_miscalibrated(case)}{_verbatim(case)}")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return f"{short(_closest(case))}; sees ≥{d.facts['detectable']:.2f}"
+
+
+RULES: tuple[Rule, ...] = (ExactMatch(), RowSignificant(), TwinOnly(), NoControl(), Undetectable(), Low())
+
+
+# -- what the rules share ---------------------------------------------------------------------------------------
 
 
 def _detectable(evidence: list[Evidence], t: RiskThresholds) -> tuple[float, int]:
@@ -207,19 +301,50 @@ def _detectable(evidence: list[Evidence], t: RiskThresholds) -> tuple[float, int
     return (min(advantage_null_quantile(n1, n0, t.alpha / m) for n1, n0 in sizes) if sizes else float("inf")), m
 
 
-def _undetectable(evidence: list[Evidence], t: RiskThresholds) -> Decision | None:
-    detectable, m = _detectable(evidence, t)
-    if detectable <= t.mia_advantage_medium:
-        return None
-    return Decision(INCONCLUSIVE, "undetectable", {"detectable": detectable, "tests": m})
+def _closest(case: Case) -> Evidence:
+    return min(case.evidence, key=lambda e: e.p_adjusted)
 
 
-def _low(evidence: list[Evidence], t: RiskThresholds) -> Decision:
-    detectable, m = _detectable(evidence, t)
-    return Decision(LOW, "low", {"detectable": detectable, "tests": m})
+def _lead(case: Case) -> str:
+    m = len(case.evidence)
+    return (f"no attack on {subject_name(case.subject)} was significant after {CORRECTION} correction over {m} tests "
+            f"(closest {clause(_closest(case), m)})")
 
 
-def _twin_separates(artifact_tests: list[tuple[str, dict[str, Any]]], t: RiskThresholds) -> set[str]:
-    """Victims whose holdout twin (the artifact with the members swapped out) separates members significantly."""
-    return {victim for victim, e in artifact_tests if isinstance(e.get("twin"), dict)
-            and isnum(e["twin"].get("advantage_p_value")) and e["twin"]["advantage_p_value"] <= t.alpha}
+def _also(case: Case, top: Evidence | None) -> str:
+    """Every other attack on the artifact with its best advantage and corrected p: the reviewer sees them all."""
+    best: dict[str, Evidence] = {}
+    for e in case.evidence:
+        name = attack_of(e)
+        if e.test == "mia_advantage" and (top is None or name != attack_of(top)):
+            if name not in best or e.p_adjusted < best[name].p_adjusted:
+                best[name] = e
+    others = "; ".join(f"{name} {e.value:.2f} on {e.victim} (p {p_text(e.p_adjusted)})" for name, e in best.items())
+    return f" Other attacks on {subject_name(case.subject)}: {others}." if others else ""
+
+
+def _control_reading(e: MembershipEntry) -> str:
+    control = e.control
+    if control is not None and control.stored:
+        return f"AUC {fmt(control.auc)}, KS p {p_text(control.advantage_p_value)} on {control.records} records"
+    return str((control.reason if control else None) or e.controls or "not run")
+
+
+def _miscalibrated(case: Case) -> str:
+    bad = sorted({f"{r.variant}/{r.victim}" for r in case.run.membership if r.entry.miscalibrated})
+    return (f" The reference models did not stand in for the target ({', '.join(bad)}: see the membership section), "
+            "so those variants' silence says little." if bad else "")
+
+
+def _verbatim(case: Case) -> str:
+    """A note naming the records a per-record bank carries verbatim (their own entry, found exactly, within the
+    float error of recomputing it)."""
+    found = [(victim, e) for victim, e in case.artifact_tests if e.exact is not None and e.exact.members]
+    return f" The bank carries records verbatim: {_matched(found)}." if found else ""
+
+
+def _matched(found: list[tuple[str, MembershipEntry]]) -> str:
+    return "; ".join(
+        f"{e.exact.members} of {victim}'s members have their own entry in it exactly (non-members: {e.exact.nonmembers}"
+        + (f"; tolerance {e.exact.tolerance:.2g}" if e.exact.tolerance is not None else "") + ")"
+        for victim, e in found)

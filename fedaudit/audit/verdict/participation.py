@@ -25,61 +25,60 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
 
-from fedaudit.run.results import Leakage, MIA
+from fedaudit.run.entries import AuditedRun, MembershipEntry
 
-from .evidence import (ANYONE, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, PARTICIPATION, Decision,
-                       Evidence, Row, Unscored, decide, isnum, strongest)
-from .thresholds import RiskThresholds
-from .wording import level_title, not_assessed, participation_finding, participation_reason, participation_short
+from .evidence import (ANYONE, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, PARTICIPATION, Decision, Evidence,
+                       Rule, Significant, Unscored, decide, first, row)
+from .thresholds import CORRECTION, RiskThresholds
+from .unassessed import NO_ATTACK, NO_RECORDS, NO_SCORE, NO_TARGET, Unseen
+from .wording import clause, fmt, level_title, participation_finding, short
 
 KEY = f"{PARTICIPATION}:{GLOBAL}"
 POOLED = "all"
 
 
-def participation_row(metrics: dict[str, Any], t: RiskThresholds) -> Row:
+@dataclass
+class Case:
+    """What the rules of the participation row look at."""
+
+    evidence: list[Evidence]
+    df: int  # degrees of freedom of the twins' pooled spread
+    t: RiskThresholds
+
+
+def participation_row(run: AuditedRun, t: RiskThresholds):
     """The released model's participation row."""
 
-    def row(tier: str, reason: str, brief: str, evidence: list[Evidence] = (), rule: str | None = None) -> Row:
-        return Row(KEY, level_title(GLOBAL, PARTICIPATION), PARTICIPATION, "released model", ANYONE, tier, reason, brief,
-                   list(evidence), t.alpha, rule)
+    def made(d: Decision, case: object, evidence: list[Evidence] = ()):
+        return row(KEY, level_title(GLOBAL, PARTICIPATION), PARTICIPATION, "released model", ANYONE, d, case, evidence,
+                   t.alpha)
 
-    results = list(Leakage.of(metrics).membership())
-    entries = {victim: e for variant, _, victim, e in results if variant == DOMAIN and victim != POOLED}
-    if not entries:
-        data = metrics.get("auditor_data") or {}
-        rule = ("no_records" if data.get("status") == "none" else
-                "no_target" if Leakage.of(metrics).sections.get(MIA) and any(v == DOMAIN for v, *_ in results)
-                else "no_attack")
-        return row(NOT_ASSESSED, *not_assessed(PARTICIPATION, Decision(NOT_ASSESSED, rule, {"why": data.get("why"),
-                                                                                        "subject": GLOBAL})))
+    domain = [test for test in run.membership if test.variant == DOMAIN]
+    entries = {test.victim: test.entry for test in domain if test.victim != POOLED}
+    unseen = Unseen(PARTICIPATION, GLOBAL, ANYONE, run.attacker, True, run.no_records,
+                    run.membership_ran and bool(domain), bool(entries))
+    for rule in (NO_RECORDS, NO_ATTACK, NO_TARGET):
+        if (d := rule.decide(unseen)) is not None:
+            return made(d, unseen)
     spread, df = twin_spread(entries.values())
     evidence = [e for victim, entry in entries.items()
                 if (e := participation_evidence(victim, entry, spread, df, t)) is not None]
     if not evidence:
-        skipped = [Unscored.of(f"domain/{v}", e) for v, e in entries.items()]
-        return row(NOT_ASSESSED, *not_assessed(PARTICIPATION, Decision(NOT_ASSESSED, "no_score",
-                                                                       {"subject": GLOBAL, "skipped": skipped})))
+        unseen.skipped[:] = [Unscored(f"domain/{v}", e.status, e.reason) for v, e in entries.items()]
+        return made(NO_SCORE.decide(unseen), unseen)
     decide(evidence, t)
-    decision = (_significant(evidence) or _no_twin(evidence, df) or _undetectable(evidence, df, t)
-                or Decision(LOW, "low", {"detectable": _detectable(evidence, df, t)}))
-    return row(decision.tier, participation_reason(decision, evidence, t), participation_short(decision, evidence),
-               evidence, decision.rule)
+    case = Case(evidence, df, t)
+    return made(first(RULES, case), case, evidence)
 
 
-def _twin_aucs(entry: dict[str, Any]) -> list[float]:
-    twin = entry.get("domain_twin") if isinstance(entry.get("domain_twin"), dict) else {}
-    aucs = twin.get("aucs") if twin.get("status") == "measured" else None
-    return [float(a) for a in aucs if isnum(a)] if isinstance(aucs, list) else []
-
-
-def twin_spread(entries: Iterable[dict[str, Any]]) -> tuple[float | None, int]:
+def twin_spread(entries: Iterable[MembershipEntry]) -> tuple[float | None, int]:
     """The twins' standard deviation around their domain's mean, pooled over the domains, and its degrees of
     freedom (None and 0 where no domain has two twins)."""
     squares, df = 0.0, 0
     for entry in entries:
-        aucs = _twin_aucs(entry)
+        aucs = entry.twin_aucs
         if len(aucs) >= 2:
             mean = sum(aucs) / len(aucs)
             squares += sum((a - mean) ** 2 for a in aucs)
@@ -87,32 +86,29 @@ def twin_spread(entries: Iterable[dict[str, Any]]) -> tuple[float | None, int]:
     return (math.sqrt(squares / df) if df else None), df
 
 
-def participation_evidence(victim: str, entry: dict[str, Any], spread: float | None, df: int,
+def participation_evidence(victim: str, entry: MembershipEntry, spread: float | None, df: int,
                            t: RiskThresholds) -> Evidence | None:
     """One source domain's test: the released model's AUC against its twins' mean, by their pooled spread."""
     from scipy.stats import t as student
 
-    value = entry.get("auc")
-    if not isnum(value):
+    if entry.auc is None:
         return None
-    aucs = _twin_aucs(entry)
-    twin = entry.get("domain_twin") if isinstance(entry.get("domain_twin"), dict) else {}
+    aucs = list(entry.twin_aucs)
     detail = {"victim": victim, "attack": "domain-level attack", "twin_aucs": aucs, "df": df,
-              "twin_reason": None if aucs else str(twin.get("reason") or "no domain twin was trained"),
-              "members": int(entry.get("n_members", 0) or 0), "nonmembers": int(entry.get("n_nonmembers", 0) or 0),
-              "nonmember_domain": entry.get("nonmember_domain")}
+              "twin_reason": None if aucs else (entry.twin_reason or "no domain twin was trained"),
+              "members": entry.members, "nonmembers": entry.nonmembers, "nonmember_domain": entry.nonmember_domain}
     if not aucs or spread is None:  # nothing to compare with: the row says so (rule no_twin)
-        e = Evidence("participation_auc", f"domain-level attack on {GLOBAL} / {victim}", float(value), None,
+        e = Evidence("participation_auc", f"domain-level attack on {GLOBAL} / {victim}", entry.auc, None,
                      "domain twins", 1.0, tier=LOW, detail={**detail, "twin": False})
         e.text = participation_finding(e)
         return e
     base = sum(aucs) / len(aucs)
     se = spread * math.sqrt(1.0 + 1.0 / len(aucs))
-    lift = float(value) - base
+    lift = entry.auc - base
     p = float(student.sf(lift / se, df)) if se > 0 else (0.0 if lift > 0 else 1.0)
     tier = (HIGH if lift >= t.participation_auc_lift_high - 1e-9 else
             MEDIUM if lift >= t.participation_auc_lift_medium - 1e-9 else LOW)
-    e = Evidence("participation_auc", f"domain-level attack on {GLOBAL} / {victim}", float(value), base,
+    e = Evidence("participation_auc", f"domain-level attack on {GLOBAL} / {victim}", entry.auc, base,
                  "domain twins", p, nulls={"domain_twins": base}, tier=tier, effect=lift,
                  detail={**detail, "twin": True, "spread": spread, "se": se})
     e.text = participation_finding(e)
@@ -122,29 +118,99 @@ def participation_evidence(victim: str, entry: dict[str, Any], spread: float | N
 # -- rules --------------------------------------------------------------------------------------------
 
 
-def _significant(evidence: list[Evidence]) -> Decision | None:
-    top = strongest(evidence)
-    return Decision(top.tier, "significant", {"top": top}) if top.tier in (HIGH, MEDIUM) else None
+class RowSignificant(Significant):
+    def reason(self, d: Decision, case: Case) -> str:
+        top = d.facts["top"]
+        return (f"{clause(top, len(case.evidence))}. {top.text} The released model's AUC is {top.effect:+.2f} over "
+                f"its twins': it reveals that {top.victim} took part, beyond that domain's own difficulty and the "
+                "training noise of the federation.")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return short(d.facts["top"])
 
 
-def _no_twin(evidence: list[Evidence], df: int) -> Decision | None:
-    missing = [e for e in evidence if not (e.detail or {}).get("twin")]
-    return Decision(INCONCLUSIVE, "no_twin", {"missing": missing, "df": df}) if missing else None
+class NoTwin(Rule):
+    """A domain has no twin (a recording, whose loop fedaudit cannot re-run), or no domain has two: its gap cannot be
+    told from the domain's own difficulty."""
+
+    name = "no_twin"
+
+    def decide(self, case: Case) -> Decision | None:
+        missing = [e for e in case.evidence if not e.detail["twin"]]
+        return self(INCONCLUSIVE, missing=missing, df=case.df) if missing else None
+
+    def reason(self, d: Decision, case: Case) -> str:
+        names = ", ".join(str(e.victim) for e in d.facts["missing"])
+        why = d.facts["missing"][0].detail["twin_reason"] or "one twin per domain: no spread to judge by"
+        seen = ", ".join(f"{fmt(e.value)} on {e.victim}" for e in case.evidence)
+        return (f"the domain-level attack: AUC {seen}, but no domain twins for {names} ({why}): a gap between a "
+                "source domain and the unseen one may be that domain's own difficulty, not its participation, and "
+                "cannot be told apart without federations trained without it.")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return f"{short(_closest(case))}; no domain twin"
+
+    def to_conclude(self, made_by: str) -> str:
+        return ("at least two federations trained without each source domain (its domain twins, --domain-twins), "
+                "which fedaudit evaluate trains itself; a recording cannot supply them, since fedaudit cannot re-run "
+                "the deployment's loop")
 
 
-def _detectable(evidence: list[Evidence], df: int, t: RiskThresholds) -> float:
+class Undetectable(Rule):
+    """At this spread a lift of ``participation_auc_lift_medium`` could not have been detected after the correction."""
+
+    name = "undetectable"
+
+    def decide(self, case: Case) -> Decision | None:
+        detectable = _detectable(case)
+        if detectable <= case.t.participation_auc_lift_medium:
+            return None
+        return self(INCONCLUSIVE, detectable=detectable, tests=len(case.evidence))
+
+    def reason(self, d: Decision, case: Case) -> str:
+        m = len(case.evidence)
+        return (f"no domain's AUC beat its twins' after {CORRECTION} correction over {m} test(s) (closest "
+                f"{clause(_closest(case), m)}), but the twins spread so widely that an AUC lift below "
+                f"{d.facts['detectable']:.2f} could not have been detected (the medium threshold is "
+                f"{case.t.participation_auc_lift_medium:g}): more twins (--domain-twins) narrow it.")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return f"{short(_closest(case))}; can't see <{d.facts['detectable']:.2f}"
+
+    def to_conclude(self, made_by: str) -> str:
+        return ("more domain twins (--domain-twins), so that their spread can show a lift of 0.05 in AUC over their "
+                "mean")
+
+
+class Low(Rule):
+    name = "low"
+
+    def decide(self, case: Case) -> Decision:
+        return self(LOW, detectable=_detectable(case))
+
+    def reason(self, d: Decision, case: Case) -> str:
+        m = len(case.evidence)
+        return (f"no domain's AUC beat its twins' after {CORRECTION} correction over {m} test(s) (closest "
+                f"{clause(_closest(case), m)}); a lift of {d.facts['detectable']:.2f} in AUC over the twins would have "
+                "been detected.")
+
+    def short(self, d: Decision, case: Case) -> str:
+        return f"{short(_closest(case))}; sees ≥{d.facts['detectable']:.2f}"
+
+
+RULES: tuple[Rule, ...] = (RowSignificant(), NoTwin(), Undetectable(), Low())
+
+
+def _closest(case: Case) -> Evidence:
+    return min(case.evidence, key=lambda e: e.p_adjusted)
+
+
+def _detectable(case: Case) -> float:
     """The smallest AUC lift over the twins the row's tests could have detected after Holm's first step (the
     one-sided t quantile times the largest standard error)."""
     from scipy.stats import t as student
 
-    ses = [float(e.detail["se"]) for e in evidence if isnum((e.detail or {}).get("se"))]
-    if not ses or df < 1:
+    ses = [float(e.detail["se"]) for e in case.evidence if e.detail["twin"]]
+    if not ses or case.df < 1:
         return float("inf")
-    return float(student.isf(t.alpha / len(evidence), df)) * max(ses)
-
-
-def _undetectable(evidence: list[Evidence], df: int, t: RiskThresholds) -> Decision | None:
-    detectable = _detectable(evidence, df, t)
-    if detectable <= t.participation_auc_lift_medium:
-        return None
-    return Decision(INCONCLUSIVE, "undetectable", {"detectable": detectable, "tests": len(evidence)})
+    return float(student.isf(case.t.alpha / len(case.evidence), case.df)) * max(ses)

@@ -1,0 +1,467 @@
+"""The attack results of metrics.json as typed entries, read once, here: what the verdict judges and the report shows.
+
+Every reader used to walk the stored dicts by hand (``e.get("n_members", e.get("members", 0))``); now the stored
+mapping is read into one frozen object per entry at this edge — a membership test, a reconstruction and its
+summary, a canary audit, a positive control, a twin — with legacy key aliases resolved and anything not a finite
+number read as ``None``. Past this module nothing reads a raw entry: the verdict's rules take these types only
+(``tests/test_layout.py`` holds it). :class:`AuditedRun` is one target's metrics as the verdict sees them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fedaudit.run.results import CANARY, CANARY_GRADIENT, Leakage, MIA, result_tables
+
+EMPTY: Mapping[str, Any] = {}
+
+
+def block(x: Any) -> Mapping[str, Any]:
+    """A stored sub-block, or an empty one where the file has none (or something else)."""
+    return x if isinstance(x, Mapping) else EMPTY
+
+
+def number(x: Any) -> float | None:
+    """A finite number as a float; anything else (missing, null, NaN, a string, a bool) is None."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
+        return float(x)
+    return None
+
+
+def number_or(x: Any, default: float) -> float:
+    found = number(x)
+    return default if found is None else found
+
+
+def finite_pair(x: Any) -> tuple[float, float] | None:
+    """Two finite numbers (an interval, or a (count, total) pair), else None."""
+    if isinstance(x, (list, tuple)) and len(x) == 2 and all(number(v) is not None for v in x):
+        return x[0], x[1]  # as stored (counts stay integers)
+    return None
+
+
+def whole(x: Any) -> int:
+    """A stored count (0 where none is stored)."""
+    return int(x or 0) if number(x) is not None else 0
+
+
+def text(x: Any) -> str | None:
+    return None if x is None else str(x)
+
+
+# -- membership ------------------------------------------------------------------------------------------
+
+
+def mia_level(entry: Mapping[str, Any], level: float) -> Mapping[str, Any] | None:
+    """The stored operating point at FPR ``level`` as its mapping (``levels``, or before ``tpr_at_fpr``; keys as
+    strings): what the report's membership tables print."""
+    for name in ("levels", "tpr_at_fpr"):
+        for key, value in block(entry.get(name)).items():
+            try:
+                if math.isclose(float(key), level) and isinstance(value, Mapping):
+                    return value
+            except ValueError:
+                continue
+    return None
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """A membership test's stored TPR at one target FPR (``levels`` or, before, ``tpr_at_fpr``)."""
+
+    tpr: float
+    fpr_achieved: float
+    p_value: float | None
+    interval: tuple[float, float] | None
+    resolvable: bool
+    warning: str | None
+
+    @classmethod
+    def at(cls, entry: Mapping[str, Any], level: float) -> OperatingPoint | None:
+        value = mia_level(entry, level)
+        if value is None:
+            return None
+        return cls(float(value.get("tpr", 0.0)), float(value.get("fpr_achieved", 0.01)), number(value.get("p_value")),
+                   finite_pair(value.get("tpr_interval", value.get("tpr_ci95"))), bool(value.get("resolvable", True)),
+                   value.get("warning") or None)
+
+
+@dataclass(frozen=True)
+class SeparationTest:
+    """How well one score separates two sets (a positive control, a holdout twin): AUC and the KS advantage."""
+
+    stored: bool  # whether the test ran and stored its advantage
+    auc: float | None
+    advantage_p_value: float | None
+    records: Any
+    reason: str | None
+
+    @classmethod
+    def of(cls, data: Any) -> SeparationTest | None:
+        if not isinstance(data, Mapping):
+            return None
+        return cls("advantage" in data, number(data.get("auc")), number(data.get("advantage_p_value")),
+                   data.get("records", "?"), text(data.get("reason")))
+
+    def significant(self, alpha: float) -> bool:
+        return self.advantage_p_value is not None and self.advantage_p_value <= alpha
+
+
+@dataclass(frozen=True)
+class ExactMatches:
+    """Records whose own entry a per-record bank holds exactly (within ``tolerance``)."""
+
+    members: int
+    nonmembers: int
+    tolerance: float | None
+
+
+@dataclass(frozen=True)
+class MembershipEntry:
+    """One stored membership test (``leakage.mia.<variant>.<target>.<victim>``)."""
+
+    status: str
+    reason: str
+    scored: bool  # an advantage was stored: the attack scored members against non-members
+    advantage: float | None
+    advantage_p_value: float | None
+    advantage_null_95: float | None
+    members: int
+    nonmembers: int
+    auc: float | None
+    at_1pct_fpr: OperatingPoint | None
+    signal: str  # the artifact test's signal: "tracing …", "nearest entry …"
+    exact: ExactMatches | None
+    control: SeparationTest | None  # the artifact test's positive control (stored as ``power``)
+    controls: str | None  # why the artifact test has no control, where it says
+    twin: SeparationTest | None  # the artifact test's holdout twin
+    weights_from: tuple[str, ...]  # what the last-upload model was built from ("full_model@r2 from client:a", …)
+    miscalibrated: bool  # the reference models did not stand in for the target
+    twin_aucs: tuple[float, ...]  # the domain-level attack's AUCs on its measured domain twins
+    twin_reason: str | None  # why there are none, where stored
+    nonmember_domain: str | None
+
+    @classmethod
+    def of(cls, e: Mapping[str, Any]) -> MembershipEntry:
+        exact = e.get("exact_matches")
+        twin = block(e.get("domain_twin"))
+        aucs = twin.get("aucs") if twin.get("status") == "measured" else None
+        return cls(
+            status=str(e.get("status", "not run")), reason=str(e.get("reason", "no reason stored")),
+            scored="advantage" in e, advantage=number(e.get("advantage")),
+            advantage_p_value=number(e.get("advantage_p_value")), advantage_null_95=e.get("advantage_null_95"),
+            members=whole(e.get("n_members", e.get("members", 0))),
+            nonmembers=whole(e.get("n_nonmembers", e.get("nonmembers", 0))),
+            auc=number(e.get("auc")), at_1pct_fpr=OperatingPoint.at(e, 0.01), signal=str(e.get("signal") or ""),
+            exact=(ExactMatches(whole(exact.get("members")), whole(exact.get("nonmembers")),
+                                number(e.get("exact_tolerance"))) if isinstance(exact, Mapping) else None),
+            control=SeparationTest.of(e.get("power")), controls=text(e.get("controls")),
+            twin=SeparationTest.of(e.get("twin")), weights_from=tuple(str(s) for s in block(e.get("weights_from"))),
+            miscalibrated=block(e.get("calibration")).get("status") == "miscalibrated",
+            twin_aucs=tuple(float(a) for a in aucs if number(a) is not None) if isinstance(aucs, list) else (),
+            twin_reason=text(twin.get("reason")), nonmember_domain=text(e.get("nonmember_domain")))
+
+
+@dataclass(frozen=True)
+class MembershipTest:
+    """One stored membership test and where it sits: ``leakage.mia.<variant>.<target>.<victim>``."""
+
+    variant: str  # loss, lira_online, lira_offline, rmia, domain, artifact
+    target: str  # global_model, last_upload, or the artifact kind a shared-artifact test read
+    victim: str
+    entry: MembershipEntry
+
+
+# -- reconstruction ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Identifiability:
+    """The record-level test of one victim's reconstructions: nearer its training records than fresh ones?"""
+
+    attack: float | None
+    attack_k: float | None
+    attack_p_value: float | None
+    nulls: dict[str, float]  # chance, control, prior_only, twin: those stored as finite numbers
+    ci95: tuple[float, float] | None
+    n: int
+    balanced: Any
+    null_q95: Any
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any]) -> Identifiability:
+        return cls(number(d.get("attack")), number(d.get("attack_k")), number(d.get("attack_p_value")),
+                   {k: float(d[k]) for k in ("chance", "control", "prior_only", "twin") if number(d.get(k)) is not None},
+                   finite_pair(d.get("attack_ci95")), int(d.get("n") or 0), d.get("balanced"), d.get("null_q95"))
+
+    @property
+    def chance(self) -> float | None:
+        return self.nulls.get("chance")
+
+
+@dataclass(frozen=True)
+class ReconstructionPower:
+    """A victim's positive control: the attack on an artifact recomputed from a few of its member images."""
+
+    status: str | None
+    reason: str | None
+    reached: bool
+    record_level: bool
+    p_value: float | None
+    p_reveals: float | None  # revealed their domain or class (issue 47; before, p_value was the smaller of both)
+    p_record_level: float  # singled them out
+    sizes: dict[str, Any]  # per control size: its tests, as the row's evidence shows them
+
+    @classmethod
+    def of(cls, p: Any) -> ReconstructionPower | None:
+        if not isinstance(p, Mapping):
+            return None
+        sizes = {k: {**{m: v[m] for m in ("domain_attribution", "class_fidelity") if m in v},
+                     "identifiability": v.get("identifiability"), "identifiability_p_value": v.get("p_value")}
+                 for k, v in block(p.get("sizes")).items() if isinstance(v, Mapping) and "p_reveals" in v}
+        p_value = number(p.get("p_value"))
+        return cls(text(p.get("status")), text(p.get("reason")), bool(p.get("reached")), bool(p.get("record_level")),
+                   p_value, number(p.get("p_reveals")) if "p_reveals" in p else p_value,
+                   number_or(p.get("p_record_level"), 1.0), sizes)
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "measured" and self.p_value is not None
+
+    def summary(self) -> dict[str, Any]:
+        """What the verdict's evidence stores of it."""
+        if self.status != "measured":
+            return {"reached": False, "status": self.status, "reason": self.reason}
+        return {"reached": self.reached, "record_level": self.record_level, "p_value": self.p_value,
+                "sizes": self.sizes}
+
+
+@dataclass(frozen=True)
+class ReconstructionEntry:
+    """One victim's stored reconstruction (``leakage.<attack>.<artifact>.<victim>``)."""
+
+    status: str
+    reason: str
+    record_test: bool  # the auditor ran the record-level test on it (so its positive control counts for the row)
+    identifiability: Identifiability | None  # that test's result, where the victim was attacked
+    power: ReconstructionPower | None
+    images: bool  # synthesised images (a grid), not latent features
+
+    @classmethod
+    def of(cls, e: Mapping[str, Any]) -> ReconstructionEntry:
+        scores = block(e.get("metrics"))
+        record_test = "identifiability" in scores
+        ident = scores.get("identifiability") if record_test and e.get("status") == "attacked" else None
+        return cls(str(e.get("status", "unknown")), str(e.get("reason") or scores.get("reason") or "no reason stored"),
+                   record_test, Identifiability.of(ident) if isinstance(ident, Mapping) else None,
+                   ReconstructionPower.of(e.get("power")), "image_grid" in e)
+
+
+@dataclass(frozen=True)
+class LiftTest:
+    """A distribution-level test over a share's victims (domain attribution, class fidelity): the attack's rate and
+    its nulls, with the counts behind them."""
+
+    attack: float | None
+    nulls: dict[str, float]  # chance, control, prior_only: those stored as finite numbers
+    twin: float | None
+    counts: Mapping[str, Any]  # "attack" / a null's name → (hits, total)
+
+    @classmethod
+    def of(cls, metric: Any, counts: Any) -> LiftTest:
+        metric = block(metric)
+        return cls(number(metric.get("attack")),
+                   {k: float(metric[k]) for k in ("chance", "control", "prior_only") if number(metric.get(k)) is not None},
+                   number(metric.get("twin")), block(counts))
+
+    def count(self, name: str) -> tuple[float, float] | None:
+        """The (hits, total) behind the attack's rate or a null's."""
+        return finite_pair(self.counts.get(name))
+
+    def null(self, name: str) -> float | None:
+        return self.nulls.get(name)
+
+
+@dataclass(frozen=True)
+class ReconstructionTable:
+    """One attack on one artifact: every victim's entry, and the summary over them (None: not scored)."""
+
+    attack: str
+    artifact: str  # "full_model", "head:<client>", …
+    entries: dict[str, ReconstructionEntry]
+    scored: bool
+    victims: tuple[str, ...]  # the victims the summary is over, as it stored them
+    domain_attribution: LiftTest | None
+    class_fidelity: LiftTest | None
+
+    @classmethod
+    def of(cls, attack: str, artifact: str, by_victim: Mapping[str, Any], summary: Any) -> ReconstructionTable:
+        entries = {v: ReconstructionEntry.of(e) for v, e in by_victim.items() if isinstance(e, Mapping)}
+        attribution, fidelity = block(block(summary).get("domain_attribution")), block(block(summary).get("class_fidelity"))
+        return cls(attack, artifact, entries, summary is not None,
+                   tuple(attribution.get("victims") or ()),
+                   LiftTest.of(attribution.get("macro"), attribution.get("counts")) if summary is not None else None,
+                   LiftTest.of(fidelity, fidelity.get("counts")) if summary is not None else None)
+
+
+# -- the canary audit ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CanaryAudit:
+    """One victim's one-run ε audit (input canaries, or gradient canaries in its DP-SGD)."""
+
+    variant: str  # input, gradient
+    victim: str
+    status: str
+    reason: str
+    bound: float | None  # the proven ε lower bound
+    canaries: int
+    guesses: int
+    correct: int
+    delta: float
+    per_k: list[Any]
+    epsilon_spent: float | None  # the accountant's claim
+    claim: Mapping[str, Any] | None  # the claimed privacy curve, where recorded
+    ceiling: float  # the largest ε these canaries could certify
+    target: str | None
+    confidence: Any
+    stored_delta: Any
+    ideal_bound: float | None
+    ideal_gdp_mu: float | None
+    estimate: float | None
+    mu: float | None
+    mu_as_epsilon: float | None
+    mu_ceiling: float | None
+
+    @classmethod
+    def of(cls, variant: str, victim: str, e: Any) -> CanaryAudit:
+        e = block(e)
+        guesses, correct = whole(e.get("guesses")), whole(e.get("correct"))
+        gdp = block(e.get("gdp"))
+        claim = e.get("claim")
+        return cls(variant, victim, str(e.get("status", "not run")), str(e.get("reason", "no reason stored")),
+                   number(e.get("epsilon_lower_bound")), whole(e.get("canaries")), guesses, correct,
+                   float(e.get("delta", 1e-5)),
+                   e.get("per_k") or [{"guesses": guesses, "correct": correct}] * len(e.get("k_grid") or [1]),
+                   number(e.get("epsilon_spent")), claim if isinstance(claim, Mapping) else None,
+                   float(e.get("epsilon_max_certifiable") or 0.0), text(e.get("target")), e.get("confidence"),
+                   e.get("delta"), number(e.get("ideal_bound")), number(e.get("ideal_gdp_mu")),
+                   number(block(e.get("estimate")).get("epsilon")), number(gdp.get("mu_lower_bound")),
+                   number(gdp.get("epsilon_if_gaussian")), number(gdp.get("mu_max_certifiable")))
+
+
+# -- the run as the verdict reads it -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DifferentRound:
+    """A round in which the server sent clients different content under one record and message type."""
+
+    round: Any
+    message_type: Any
+    record: Any
+    groups: list[list[str]]  # clients that received the same content, one list per content
+    recorded_by: str  # whose copies were compared: server, or client
+
+
+@dataclass(frozen=True)
+class BroadcastCheck:
+    """A recording's verification of the broadcasts: did every client of a round receive the same model?"""
+
+    compared: Any  # how many broadcasts were compared
+    recorded_by: str | None
+    different: tuple[DifferentRound, ...]
+
+    @classmethod
+    def of(cls, same: Mapping[str, Any]) -> BroadcastCheck:
+        return cls(same.get("compared"), text(same.get("recorded_by")),
+                   tuple(DifferentRound(x.get("round"), x.get("message_type"), x.get("record"), list(x["groups"]),
+                                        str(x.get("recorded_by", "server")))
+                         for x in same.get("different") or [] if isinstance(x, Mapping) and x.get("groups")))
+
+
+@dataclass(frozen=True)
+class SecureAggregationView:
+    """What ``--secure-aggregation`` stored: that server's view of the same run, and what the mask leaves."""
+
+    run: AuditedRun
+    observer: str
+    leaves: dict[str, str]  # kind → why the mask leaves it (secure aggregation does not cover it)
+    aggregate_round: Any
+    aggregate_clients: tuple[str, ...] | None  # None: the aggregate was not described
+    solved: dict[str, tuple[str, list[Any]]]  # client → (kind, the two rounds) disaggregation solved
+
+
+    def left(self, kind: str) -> str | None:
+        """Why the mask leaves ``kind`` in clear, or None where it covers it."""
+        return self.leaves[kind] if kind in self.leaves else None
+
+
+@dataclass(frozen=True)
+class AuditedRun:
+    """One target's metrics.json as the verdict reads it."""
+
+    declared: tuple[str, ...]  # the shares, kind and arrow: "full_model↑"
+    attacker: str  # server, or client:<domain>
+    made_by: str  # evaluate, or audit (a recording's)
+    no_records: str | None  # why, where the auditor held none of the clients' records (nothing was scored)
+    membership_ran: bool
+    membership: tuple[MembershipTest, ...]  # in the order the attacks wrote them
+    reconstructions: tuple[ReconstructionTable, ...]  # in the order the attacks ran
+    canary_ran: bool  # a canary section was stored (its audits may all lack a bound)
+    canaries: tuple[CanaryAudit, ...]
+    broadcasts: BroadcastCheck | None
+    secure_aggregation: SecureAggregationView | None
+
+    @classmethod
+    def of(cls, metrics: Mapping[str, Any], config: Mapping[str, Any]) -> AuditedRun:
+        leakage = Leakage.of(metrics)
+        data = block(metrics.get("auditor_data"))
+        recording = block(block(metrics.get("provenance")).get("recording"))
+        same = block(recording.get("verification")).get("broadcasts")
+        canaries = leakage.canary_sections()
+        return cls(
+            declared=tuple(block(metrics.get("communication")).get("declared") or ()),
+            attacker=str(config.get("attacker") or "server"),
+            made_by=made_by(metrics),
+            no_records=(str(data.get("why") or "the auditor holds none of the clients' records")
+                        if data.get("status") == "none" else None),
+            membership_ran=bool(leakage.sections.get(MIA)),
+            membership=tuple(MembershipTest(r.variant, r.target, r.victim, MembershipEntry.of(r.entry))
+                             for r in leakage.membership()),
+            reconstructions=tuple(ReconstructionTable.of(name, key, by_victim, block(sec.get("summary")).get(key))
+                                  for name, sec in leakage.reconstruction_sections().items()
+                                  for key, by_victim in result_tables(sec)),
+            canary_ran=bool(canaries),
+            canaries=tuple(CanaryAudit.of(variant, v, e) for variant, section in (("input", CANARY),
+                                                                                  ("gradient", CANARY_GRADIENT))
+                           for v, e in block(canaries.get(section)).items()),
+            broadcasts=BroadcastCheck.of(same) if isinstance(same, Mapping) else None,
+            secure_aggregation=_secure_aggregation(metrics, config))
+
+    @property
+    def reconstruction_ran(self) -> bool:
+        return bool(self.reconstructions)
+
+
+def made_by(metrics: Mapping[str, Any]) -> str:
+    """Which command made the run: ``audit`` (a recording's) or ``evaluate``."""
+    return "audit" if "recording" in block(metrics.get("provenance")) else "evaluate"
+
+
+def _secure_aggregation(metrics: Mapping[str, Any], config: Mapping[str, Any]) -> SecureAggregationView | None:
+    section = metrics.get("secure_aggregation")
+    if not isinstance(section, Mapping) or not isinstance(section.get("leakage"), Mapping):
+        return None
+    aggregate = section.get("aggregate")
+    solved = block(block(section.get("disaggregation")).get("clients"))
+    return SecureAggregationView(
+        AuditedRun.of({**metrics, "leakage": section["leakage"], "secure_aggregation": None}, config),
+        str(section.get("observer") or "server (secure aggregation)"),
+        {item["kind"]: item["why"] for item in section.get("leaves") or []},
+        block(aggregate).get("round"), tuple(block(aggregate).get("clients") or ()) if aggregate else None,
+        {c: (str(v.get("kind")), list(v.get("rounds") or ())) for c, v in solved.items() if isinstance(v, Mapping)})
