@@ -7,9 +7,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fedaudit.audit.verdict import CANARY, CANARY_GRADIENT, mia_level
+from fedaudit.audit.verdict import mia_level
 from fedaudit.audit.verdict.wording import fdp_bound
-from fedaudit.run.entries import number
+from fedaudit.run.entries import CanaryAudit, ClaimedCurve, canary_audits
 from fedaudit.run.results import result_tables
 from fedaudit.reports import plots
 from fedaudit.reports.cells import (MISSING, NULL_LABELS, Table, aligned, as_text, ci_text, f3, is_finite, mia_tpr_ci,
@@ -128,72 +128,65 @@ def _canary_cells(u: Unit) -> list[tuple[str, str]]:
             + [(f"gradient canaries · {victim} · ε lower bound", text) for victim, text in _gradient_bounds(u)])
 
 
-def _audits(u: Unit, section_key: str, describe: Callable[[dict[str, Any]], str]) -> list[tuple[str, str]]:
-    """(victim, sentence) for each audit of a canary section: ``describe`` for a bound, else why there is none."""
+def _audits(u: Unit, variant: str, describe: Callable[[CanaryAudit], str]) -> list[tuple[str, str]]:
+    """(victim, sentence) for each audit of a canary variant: ``describe`` for a bound, else why there is none."""
     out = []
-    section = u.leakage.get(section_key)
-    for victim, e in (section.items() if isinstance(section, dict) else ()):
-        if not isinstance(e, dict):
+    for a in canary_audits(u.metrics):
+        if a.variant != variant:
             continue
-        if "epsilon_lower_bound" not in e:
-            out.append((victim, f"{e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}"))
+        if not a.has_bound:
+            out.append((a.victim, f"{a.status or 'unknown'} — {a.reason or 'no reason stored'}"))
             continue
-        conf = e.get("confidence")
-        bound = (f"ε ≥ {f3(e.get('epsilon_lower_bound'))}"
-                 + (f" at {conf:.0%} confidence, δ {e.get('delta')}" if is_finite(conf) else ""))
-        out.append((victim, bound + _fdp_bound(e) + describe(e)))
+        bound = (f"ε ≥ {f3(a.bound)}"
+                 + (f" at {a.confidence:.0%} confidence, δ {a.stored_delta}" if is_finite(a.confidence) else ""))
+        out.append((a.victim, bound + _fdp_bound(a) + describe(a)))
     return out
 
 
-def _fdp_bound(e: dict[str, Any]) -> str:
+def _fdp_bound(a: CanaryAudit) -> str:
     """The f-DP bound beside Steinke et al.'s, and the test of the accountant's claimed curve."""
-    gdp = e.get("gdp") if isinstance(e.get("gdp"), dict) else {}
     text = ""
-    if is_finite(gdp.get("mu_lower_bound")):
-        text += " · " + fdp_bound(number(gdp["mu_lower_bound"]), number(gdp.get("epsilon_if_gaussian")),
-                                  number(gdp.get("mu_max_certifiable")))
-    claim = e.get("claim") if isinstance(e.get("claim"), dict) else {}
-    if is_finite(e.get("p_claim")):
-        curve = (f"μ-GDP, μ {f3(claim.get('mu'))}" if claim.get("curve") == "gaussian" else
-                 f"(ε {f3(claim.get('epsilon'))}, δ {as_text(claim.get('delta'))})")
-        text += f" · test of the accountant's claim ({curve}): p {p_fmt(e['p_claim'])} (before correction across audits)"
+    if a.mu is not None:
+        text += " · " + fdp_bound(a.mu, a.mu_as_epsilon, a.mu_ceiling)
+    if a.p_claim is not None:
+        claim = a.curve or ClaimedCurve(None, None, None, None)
+        curve = (f"μ-GDP, μ {f3(claim.mu)}" if claim.curve == "gaussian" else
+                 f"(ε {f3(claim.epsilon)}, δ {as_text(claim.delta)})")
+        text += f" · test of the accountant's claim ({curve}): p {p_fmt(a.p_claim)} (before correction across audits)"
     return text
 
 
 def _gradient_bounds(u: Unit) -> list[tuple[str, str]]:
     """The white-box audit per victim: the bound with its confidence, what a mechanism spending exactly the
     accountant's ε would give the same canaries, the audit's ceiling, and the one-shot estimate (not a bound)."""
-    def describe(e: dict[str, Any]) -> str:
-        text = (f" · {as_text(e.get('correct'))}/{as_text(e.get('guesses'))} correct guesses on {as_text(e.get('canaries'))} "
-                f"gradient canaries over {as_text(e.get('rounds'))} rounds of updates")
-        spent = e.get("epsilon_spent")
-        if is_finite(spent):
-            text += f" · accountant's ε {f3(spent)}"
-            if is_finite(e.get("ideal_bound")):
-                text += f" · a mechanism spending exactly that would show about ε ≥ {f3(e['ideal_bound'])} here"
-        text += f" · at most {f3(e.get('epsilon_max_certifiable'))} certifiable"
-        estimate = (e.get("estimate") or {}).get("epsilon")
-        if is_finite(estimate):
-            text += f" · one-shot estimate (not a bound) ε ≈ {f3(estimate)}"
-        return text + (" · EXCEEDS THE CLAIM" if e.get("exceeds_claimed") else "")
+    def describe(a: CanaryAudit) -> str:
+        text = (f" · {as_text(a.correct)}/{as_text(a.guesses)} correct guesses on {as_text(a.canaries)} "
+                f"gradient canaries over {as_text(a.rounds)} rounds of updates")
+        if a.epsilon_spent is not None:
+            text += f" · accountant's ε {f3(a.epsilon_spent)}"
+            if a.ideal_bound is not None:
+                text += f" · a mechanism spending exactly that would show about ε ≥ {f3(a.ideal_bound)} here"
+        text += f" · at most {f3(a.ceiling)} certifiable"
+        if a.estimate is not None:
+            text += f" · one-shot estimate (not a bound) ε ≈ {f3(a.estimate)}"
+        return text + (" · EXCEEDS THE CLAIM" if a.exceeds_claimed else "")
 
-    return _audits(u, CANARY_GRADIENT, describe)
+    return _audits(u, "gradient", describe)
 
 
 def _canary_bounds(u: Unit) -> list[tuple[str, str]]:
     """The one-run audit per victim: the ε lower bound beside its power and the accountant's ε."""
-    def describe(e: dict[str, Any]) -> str:
-        text = (f" · {as_text(e.get('correct'))}/{as_text(e.get('guesses'))} correct guesses on {as_text(e.get('canaries'))} "
-                f"canaries ({as_text(e.get('target'))}) · at most {f3(e.get('epsilon_max_certifiable'))} certifiable")
-        spent = e.get("epsilon_spent")
-        text += " · no DP: nothing claimed" if spent is None else f" · accountant's ε {f3(spent)}"
-        if e.get("exceeds_claimed"):
-            text += f" · EXCEEDS THE CLAIM: {as_text(e.get('warning'))}"
-        elif e.get("can_refute_claim") is False:
+    def describe(a: CanaryAudit) -> str:
+        text = (f" · {as_text(a.correct)}/{as_text(a.guesses)} correct guesses on {as_text(a.canaries)} "
+                f"canaries ({as_text(a.target)}) · at most {f3(a.ceiling)} certifiable")
+        text += " · no DP: nothing claimed" if a.epsilon_spent is None else f" · accountant's ε {f3(a.epsilon_spent)}"
+        if a.exceeds_claimed:
+            text += f" · EXCEEDS THE CLAIM: {as_text(a.warning)}"
+        elif a.can_refute_claim is False:
             text += " · too few canaries to test the claim"
         return text
 
-    return _audits(u, CANARY, describe)
+    return _audits(u, "input", describe)
 
 
 def victim_metrics(e: dict[str, Any]) -> list[tuple[str, str]]:

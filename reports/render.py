@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fedaudit.audit.verdict import NOT_ASSESSED, RiskThresholds, judge, load_thresholds
+from fedaudit.audit.verdict import NOT_ASSESSED, RiskThresholds, judge_rows, load_thresholds
 from fedaudit.errors import FedauditError
 from fedaudit.reports import plots
 from fedaudit.reports.attack_sections import image_uri, membership, reconstructions
@@ -39,7 +39,8 @@ from fedaudit.reports.leakage_sections import dp_curve_section, dp_of, leakage_t
 from fedaudit.reports.load import Run, Unit, load_run
 from fedaudit.reports.summary import dpia, first_screen, verification_text
 from fedaudit.run import run_directory
-from fedaudit.run.results import SCHEMA_VERSION
+from fedaudit.run.entries import AuditedRun
+from fedaudit.run.results import SCHEMA_VERSION, RunMetrics, VerdictRow
 
 log = logging.getLogger("fedaudit")
 
@@ -201,22 +202,21 @@ def verdict_table(units: Sequence[Unit], t: RiskThresholds | None
     """Rows: both questions for every shared (kind, direction) any unit declares, then the released model and the
     canary audit; each with the observer it was judged for; cells: each unit's stored verdict row (or None where
     the unit does not share that artifact). And a note on where the verdict came from."""
-    per_unit: list[dict[str, dict]] = []
+    per_unit: list[dict[str, VerdictRow]] = []
     judged = 0
     for u in units:
         rows, rejudged = verdict_rows(u, t)
         judged += rejudged
-        per_unit.append({r["row"]: r for r in rows})
+        per_unit.append({r.row: r for r in rows})
     keys: list[str] = []
     for rows in per_unit:
         keys += [k for k in rows if k not in keys]
     table = []
     for key in keys:
         first = next(r[key] for r in per_unit if key in r)
-        table.append((first["title"], str(first.get("observer") or ""), [None if key not in rows else {"tier": tier_label(rows[key].get("tier")),
-                                                             "reason": rows[key].get("reason", ""),
-                                                             "evidence": verdict_evidence(rows[key])}
-                              for rows in per_unit]))
+        table.append((first.title, first.observer, [None if key not in rows else {
+            "tier": tier_label(rows[key].tier), "reason": rows[key].reason, "evidence": verdict_evidence(rows[key])}
+            for rows in per_unit]))
     if t is not None:
         note = "Re-judged at report time from the stored evidence with the thresholds below (--risk-thresholds)."
     elif judged:
@@ -228,28 +228,27 @@ def verdict_table(units: Sequence[Unit], t: RiskThresholds | None
     return table, note
 
 
-def verdict_rows(u: Unit, t: RiskThresholds | None) -> tuple[list[dict[str, Any]], bool]:
+def verdict_rows(u: Unit, t: RiskThresholds | None) -> tuple[list[VerdictRow], bool]:
     """The unit's verdict rows as the page shows them, and whether they were judged now: the stored rows, or the
     stored evidence re-judged (other thresholds, or a run stored before this schema's rows)."""
-    stored = u.metrics.get("verdict")
-    if t is not None or not isinstance(stored, list) or u.schema < SCHEMA_VERSION:
-        return judge(u.metrics, _config(u), t), True
-    return [r for r in stored if isinstance(r, dict) and "row" in r], False
+    run = RunMetrics.from_json(u.metrics)
+    if t is not None or not isinstance(u.metrics.get("verdict"), list) or u.schema < SCHEMA_VERSION:
+        return judge_rows(AuditedRun.of(u.metrics, _config(u)), t), True
+    return run.rows(), False
 
 
-def verdict_evidence(row: dict[str, Any], limit: int = 4) -> list[str]:
+def verdict_evidence(row: VerdictRow, limit: int = 4) -> list[str]:
     """The tests that decided a row, one short line each, deciding ones first."""
     order = {"high": 0, "medium": 1, "low": 2}
-    items = sorted((e for e in row.get("evidence") or [] if isinstance(e, dict)),
-                   key=lambda e: (order.get(e.get("tier"), 3), -(e.get("effect") or 0.0) if is_finite(e.get("effect")) else 0))
+    items = sorted(row.evidence, key=lambda e: (order.get(e.tier, 3), -(e.effect or 0.0) if is_finite(e.effect) else 0))
     out = []
     for e in items[:limit]:
-        base = (f" vs {e.get('baseline_name', '?')} {f3(e.get('baseline'))}" if is_finite(e.get("baseline")) else "")
-        ci = f" {ci_text(e.get('interval'))}" if e.get("interval") else ""
-        power = e.get("power")
-        pw = "" if not isinstance(power, dict) else (" · power reached" if power.get("reached") else " · power not reached")
-        out.append(f"{e.get('test')} ({e.get('source')}): {f3(e.get('value'))}{ci}{base}; p {p_fmt(e.get('p_value'))}, "
-                   f"adjusted {p_fmt(e.get('p_adjusted'))}{pw}")
+        base = f" vs {e.baseline_name or '?'} {f3(e.baseline)}" if is_finite(e.baseline) else ""
+        ci = f" {ci_text(e.interval)}" if e.interval else ""
+        pw = "" if not isinstance(e.power, dict) else (" · power reached" if e.power.get("reached") else
+                                                       " · power not reached")
+        out.append(f"{e.test} ({e.source}): {f3(e.value)}{ci}{base}; p {p_fmt(e.p_value)}, "
+                   f"adjusted {p_fmt(e.p_adjusted)}{pw}")
     if len(items) > limit:
         out.append(f"… and {len(items) - limit} more test(s) in metrics.json → verdict")
     return out

@@ -59,10 +59,9 @@ def level_groups(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for level in LEVELS if any(i["level"] == level for i in items)]
 
 
-def first_screen(u: Unit, verdict: list[dict[str, Any]]) -> dict[str, Any]:
+def first_screen(u: Unit, rows: list[VerdictRow]) -> dict[str, Any]:
     """The summary block of one unit (one trained federation and target), from the verdict rows the page shows."""
     run = RunMetrics.from_json(u.metrics)
-    rows = [VerdictRow.from_json(r) for r in verdict]
     judged = [r for r in rows if r.tier != NOT_ASSESSED]
     highest = max((r.tier for r in judged), key=TIER_ORDER.get, default=NOT_ASSESSED)
     findings = [{"tier": r.tier, "title": r.title, "observer": r.observer, "cause": cause(r), "level": r.level,
@@ -247,7 +246,7 @@ def _attacks_run(run: RunMetrics) -> list[str]:
     return found
 
 
-def dpia(u: Unit, verdict: list[dict[str, Any]]) -> dict[str, Any]:
+def dpia(u: Unit, rows: list[VerdictRow]) -> dict[str, Any]:
     """The impact-assessment facts of one unit, each from the stored files (and the verdict rows the page shows)."""
     run = RunMetrics.from_json(u.metrics)
     comm = run.communication or {}
@@ -273,7 +272,7 @@ def dpia(u: Unit, verdict: list[dict[str, Any]]) -> dict[str, Any]:
         "measures": " ".join(x for x in (_measures(dp), _client_measures(client)) if x),
         "coverage": _coverage_rows(privacy, "coverage"),
         "client_coverage": _coverage_rows(privacy, "client_coverage"),
-        "residual": _residual([VerdictRow.from_json(r) for r in verdict]),
+        "residual": _residual(rows),
         "disclaimer": NOT_LEGAL_ADVICE,
     }
 

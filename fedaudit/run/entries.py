@@ -311,25 +311,43 @@ class ReconstructionTable:
 
 
 @dataclass(frozen=True)
+class ClaimedCurve:
+    """The accountant's claimed privacy curve a canary audit tested: μ-GDP (``gaussian``) or (ε, δ)."""
+
+    curve: str | None
+    mu: float | None
+    epsilon: float | None
+    delta: Any
+
+
+@dataclass(frozen=True)
 class CanaryAudit:
     """One victim's one-run ε audit (input canaries, or gradient canaries in its DP-SGD)."""
 
     variant: str  # input, gradient
     victim: str
-    status: str
-    reason: str
+    status: str | None  # as stored (None: none stored)
+    reason: str | None
+    has_bound: bool  # the audit stored a bound (it ran to the end)
     bound: float | None  # the proven ε lower bound
-    canaries: int
-    guesses: int
-    correct: int
-    delta: float
-    per_k: list[Any]
+    canaries: int | None
+    guesses: int | None
+    correct: int | None
+    delta: float  # for the tests: the stored δ, else 1e-5
+    stored_delta: Any  # as stored, for the page
+    k_grid: int  # how many k the audit searched (its Bonferroni factor)
+    stored_per_k: list[Any] | None
     epsilon_spent: float | None  # the accountant's claim
-    claim: Mapping[str, Any] | None  # the claimed privacy curve, where recorded
-    ceiling: float  # the largest ε these canaries could certify
+    claim: Mapping[str, Any] | None  # the claimed privacy curve, where recorded (as the tests take it)
+    curve: ClaimedCurve | None
+    p_claim: float | None  # the claim's test, before the correction across audits
+    ceiling: float | None  # the largest ε these canaries could certify
     target: str | None
     confidence: Any
-    stored_delta: Any
+    rounds: Any  # gradient canaries: over how many rounds of updates
+    exceeds_claimed: bool
+    can_refute_claim: Any  # False: too few canaries to test the claim
+    warning: Any
     ideal_bound: float | None
     ideal_gdp_mu: float | None
     estimate: float | None
@@ -340,18 +358,36 @@ class CanaryAudit:
     @classmethod
     def of(cls, variant: str, victim: str, e: Any) -> CanaryAudit:
         e = block(e)
-        guesses, correct = whole(e.get("guesses")), whole(e.get("correct"))
         gdp = block(e.get("gdp"))
         claim = e.get("claim")
-        return cls(variant, victim, str(e.get("status", "not run")), str(e.get("reason", "no reason stored")),
-                   number(e.get("epsilon_lower_bound")), whole(e.get("canaries")), guesses, correct,
-                   float(e.get("delta", 1e-5)),
-                   e.get("per_k") or [{"guesses": guesses, "correct": correct}] * len(e.get("k_grid") or [1]),
-                   number(e.get("epsilon_spent")), claim if isinstance(claim, Mapping) else None,
-                   float(e.get("epsilon_max_certifiable") or 0.0), text(e.get("target")), e.get("confidence"),
-                   e.get("delta"), number(e.get("ideal_bound")), number(e.get("ideal_gdp_mu")),
+        per_k = e.get("per_k")
+        return cls(variant, victim, text(e.get("status")), text(e.get("reason")), "epsilon_lower_bound" in e, number(e.get("epsilon_lower_bound")), _count(e.get("canaries")),
+                   _count(e.get("guesses")), _count(e.get("correct")), float(e.get("delta", 1e-5)), e.get("delta"),
+                   len(e.get("k_grid") or [1]), per_k if per_k else None, number(e.get("epsilon_spent")),
+                   claim if isinstance(claim, Mapping) else None,
+                   (ClaimedCurve(text(claim.get("curve")), number(claim.get("mu")), number(claim.get("epsilon")),
+                                 claim.get("delta")) if isinstance(claim, Mapping) else None),
+                   number(e.get("p_claim")), number(e.get("epsilon_max_certifiable")), text(e.get("target")),
+                   e.get("confidence"), e.get("rounds"), bool(e.get("exceeds_claimed")), e.get("can_refute_claim"),
+                   e.get("warning"), number(e.get("ideal_bound")), number(e.get("ideal_gdp_mu")),
                    number(block(e.get("estimate")).get("epsilon")), number(gdp.get("mu_lower_bound")),
                    number(gdp.get("epsilon_if_gaussian")), number(gdp.get("mu_max_certifiable")))
+
+    @property
+    def per_k(self) -> list[Any]:
+        """The guesses and correct guesses at each k the audit searched (one entry per k)."""
+        return self.stored_per_k or [{"guesses": self.guesses, "correct": self.correct}] * self.k_grid
+
+
+def canary_audits(metrics: Mapping[str, Any]) -> list[CanaryAudit]:
+    """Every stored canary audit: the input canaries' (``leakage.canary``), then the gradient canaries'."""
+    sections = Leakage.of(metrics).canary_sections()
+    return [CanaryAudit.of(variant, victim, e) for variant, key in (("input", CANARY), ("gradient", CANARY_GRADIENT))
+            for victim, e in block(sections.get(key)).items() if isinstance(e, Mapping)]
+
+
+def _count(x: Any) -> int | None:
+    return int(x) if number(x) is not None else None
 
 
 # -- the run as the verdict reads it -------------------------------------------------------------------------------
@@ -437,9 +473,7 @@ class AuditedRun:
                                   for name, sec in leakage.reconstruction_sections().items()
                                   for key, by_victim in result_tables(sec)),
             canary_ran=bool(canaries),
-            canaries=tuple(CanaryAudit.of(variant, v, e) for variant, section in (("input", CANARY),
-                                                                                  ("gradient", CANARY_GRADIENT))
-                           for v, e in block(canaries.get(section)).items()),
+            canaries=tuple(canary_audits(metrics)),
             broadcasts=BroadcastCheck.of(same) if isinstance(same, Mapping) else None,
             secure_aggregation=_secure_aggregation(metrics, config))
 

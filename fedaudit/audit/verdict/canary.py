@@ -63,12 +63,12 @@ def _evidence(audits: tuple[CanaryAudit, ...], t: RiskThresholds) -> tuple[list[
     ceilings: list[float] = []
     for a in audits:
         if a.bound is None:
-            notes.append(f"{a.victim} ({a.variant} canaries): {a.status} — {a.reason}")
+            notes.append(f"{a.victim} ({a.variant} canaries): {a.status or 'not run'} — {a.reason or 'no reason stored'}")
             continue
         p = p_value_of_claim(a.canaries, a.per_k, 0.0, a.delta)  # "no privacy loss at all" is the claim ε = 0
         p_claim = (1.0 if a.epsilon_spent is None else p_value_of_curve(a.canaries, a.per_k, a.claim)
                    if a.claim is not None else p_value_of_claim(a.canaries, a.per_k, a.epsilon_spent, a.delta))
-        ceilings.append(a.ceiling)
+        ceilings.append(a.ceiling or 0.0)
         evidence.append(Evidence("canary_epsilon", f"{a.variant} canaries / {a.victim}", a.bound, 0.0,
                                  "ε = 0 (no privacy loss)", p, tier=tier_of_bound(a.bound, t), effect=a.bound,
                                  text=canary_finding(a),

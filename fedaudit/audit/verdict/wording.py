@@ -279,7 +279,7 @@ def canary_finding(a: CanaryAudit) -> str:
                    + (f", μ ≥ {a.ideal_gdp_mu:.2f}" if a.ideal_gdp_mu is not None else "")
                    if a.ideal_bound is not None else "")
                 + (f"; the one-shot estimate, not a bound: ε ≈ {a.estimate:.2f}" if a.estimate is not None else "")
-                + f"; at most ε {a.ceiling:.2f} certifiable).")
+                + f"; at most ε {a.ceiling or 0.0:.2f} certifiable).")
     return (f"Of {a.canaries} canaries planted in {a.victim}'s training split, the {a.target or '?'} reveals which "
             f"were trained on well enough to prove ε ≥ {a.bound:.2f} ({counts}; {claim}{fdp}).")
 
