@@ -96,6 +96,11 @@ class Significant(Rule):
         return self(top.tier, top=top) if top.tier in (HIGH, MEDIUM) else None
 
 
+def closest(evidence: Sequence[Evidence]) -> Evidence:
+    """The test nearest significance after the row's correction: what a quiet row quotes."""
+    return min(evidence, key=lambda e: e.p_adjusted)
+
+
 def first(rules: Sequence[Rule], case: Any) -> Decision:
     """The decision of the first rule in the chain that decides (the last rule of every chain always does)."""
     for rule in rules:

@@ -24,7 +24,7 @@ from fedaudit.run.entries import AuditedRun, finite_pair, LiftTest, Reconstructi
 from fedaudit.statistics.membership_statistics import holm
 
 from .evidence import (CLIENT_DATA, HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NULL_NAMES, POWER_ALPHA,
-                       Decision, Evidence, Rule, Significant, decide, first, isnum, row)
+                       Decision, Evidence, Rule, Significant, closest, decide, first, isnum, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_SCORE, NO_TARGET, OTHER_VIEW, Unseen
 from .wording import (advice_of, clause, identifiability_finding, inversion_lead, inversion_notes, level_title,
@@ -166,7 +166,7 @@ class Powered(Rule):
                 f"On the positive control ({d.facts['control']}) the attack {found}.")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(_closest(case))}; had power"
+        return f"{short(closest(case.evidence))}; had power"
 
 
 class Unpowered(Rule):
@@ -189,14 +189,11 @@ class Unpowered(Rule):
                 f"cannot be told from a weak attack. {advice_of(case.made_by, 'stronger_inversion')}")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(_closest(case))}; no power"
+        return f"{short(closest(case.evidence))}; no power"
 
     def to_conclude(self, made_by: str) -> str:
         return "an attack strong enough to pass its positive control: " + advice_of(made_by, "stronger_inversion")
 
-
-def _closest(case: Case) -> Evidence:
-    return min(case.evidence, key=lambda e: e.p_adjusted)
 
 
 RULES: tuple[Rule, ...] = (RowSignificant(), Uninformative(), Powered(), Unpowered())

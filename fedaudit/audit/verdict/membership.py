@@ -31,7 +31,7 @@ from fedaudit.run.entries import AuditedRun, MembershipEntry, MembershipTest
 from fedaudit.statistics.membership_statistics import advantage_null_quantile
 
 from .evidence import (ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAST_UPLOAD, LOW, MEDIUM, MEMBERSHIP,
-                       Decision, Evidence, Rule, Significant, Unscored, decide, first, row)
+                       Decision, Evidence, Rule, Significant, Unscored, closest, decide, first, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_RECORDS, NO_SCORE, NO_TARGET, OTHER_VIEW, Unseen
 from .wording import (advice_of, attack_of, clause, fmt, membership_finding, membership_title, observer_of, p_text,
@@ -210,13 +210,13 @@ class TwinOnly(Rule):
     def reason(self, d: Decision, case: Case) -> str:
         readings = "; ".join(f"{victim}: twin AUC {fmt(e.twin.auc)}, KS p {p_text(e.twin.advantage_p_value)}"
                              for victim, e in case.artifact_tests if victim in d.facts["victims"])
-        return (f"{clause(_closest(case), len(case.evidence))}, but the test separates members for "
+        return (f"{clause(closest(case.evidence), len(case.evidence))}, but the test separates members for "
                 f"{', '.join(d.facts['victims'])} and so does its holdout twin (the artifact with those members swapped "
                 f"out): the signal is not this artifact's, and what the artifact adds cannot be told apart — "
                 f"{readings}.{_also(case, None)}")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(_closest(case))}; its twin too"
+        return f"{short(closest(case.evidence))}; its twin too"
 
     def to_conclude(self, made_by: str) -> str:
         return ("a signal the holdout twin does not share: the artifact carries no more than a model without those "
@@ -240,7 +240,7 @@ class NoControl(Rule):
                 f"from a test without power says nothing.{_also(case, None)}{_verbatim(case)}")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(_closest(case))}; control missed"
+        return f"{short(closest(case.evidence))}; control missed"
 
     def to_conclude(self, made_by: str) -> str:
         return ("an artifact test that finds the members of its positive control: more records per victim ("
@@ -264,7 +264,7 @@ class Undetectable(Rule):
                 f"{_miscalibrated(case)}{_verbatim(case)}")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(_closest(case))}; can't see <{d.facts['detectable']:.2f}"
+        return f"{short(closest(case.evidence))}; can't see <{d.facts['detectable']:.2f}"
 
     def to_conclude(self, made_by: str) -> str:
         return f"enough records to detect an advantage of 0.1 after the correction: {advice_of(made_by, 'more_records')}"
@@ -284,7 +284,7 @@ class Low(Rule):
                 f"have been detected.{_also(case, None)}{_miscalibrated(case)}{_verbatim(case)}")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(_closest(case))}; sees ≥{d.facts['detectable']:.2f}"
+        return f"{short(closest(case.evidence))}; sees ≥{d.facts['detectable']:.2f}"
 
 
 RULES: tuple[Rule, ...] = (ExactMatch(), RowSignificant(), TwinOnly(), NoControl(), Undetectable(), Low())
@@ -301,14 +301,11 @@ def _detectable(evidence: list[Evidence], t: RiskThresholds) -> tuple[float, int
     return (min(advantage_null_quantile(n1, n0, t.alpha / m) for n1, n0 in sizes) if sizes else float("inf")), m
 
 
-def _closest(case: Case) -> Evidence:
-    return min(case.evidence, key=lambda e: e.p_adjusted)
-
 
 def _lead(case: Case) -> str:
     m = len(case.evidence)
     return (f"no attack on {subject_name(case.subject)} was significant after {CORRECTION} correction over {m} tests "
-            f"(closest {clause(_closest(case), m)})")
+            f"(closest {clause(closest(case.evidence), m)})")
 
 
 def _also(case: Case, top: Evidence | None) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from fedaudit.run.entries import AuditedRun, MembershipEntry
 
 from .evidence import (ANYONE, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, PARTICIPATION, Decision, Evidence,
-                       Rule, Significant, Unscored, decide, first, row)
+                       Rule, Significant, Unscored, closest, decide, first, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_RECORDS, NO_SCORE, NO_TARGET, Unseen
 from .wording import clause, fmt, level_title, participation_finding, short
@@ -148,7 +148,7 @@ class NoTwin(Rule):
                 "cannot be told apart without federations trained without it.")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(_closest(case))}; no domain twin"
+        return f"{short(closest(case.evidence))}; no domain twin"
 
     def to_conclude(self, made_by: str) -> str:
         return ("at least two federations trained without each source domain (its domain twins, --domain-twins), "
@@ -170,12 +170,12 @@ class Undetectable(Rule):
     def reason(self, d: Decision, case: Case) -> str:
         m = len(case.evidence)
         return (f"no domain's AUC beat its twins' after {CORRECTION} correction over {m} test(s) (closest "
-                f"{clause(_closest(case), m)}), but the twins spread so widely that an AUC lift below "
+                f"{clause(closest(case.evidence), m)}), but the twins spread so widely that an AUC lift below "
                 f"{d.facts['detectable']:.2f} could not have been detected (the medium threshold is "
                 f"{case.t.participation_auc_lift_medium:g}): more twins (--domain-twins) narrow it.")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(_closest(case))}; can't see <{d.facts['detectable']:.2f}"
+        return f"{short(closest(case.evidence))}; can't see <{d.facts['detectable']:.2f}"
 
     def to_conclude(self, made_by: str) -> str:
         return ("more domain twins (--domain-twins), so that their spread can show a lift of 0.05 in AUC over their "
@@ -191,18 +191,15 @@ class Low(Rule):
     def reason(self, d: Decision, case: Case) -> str:
         m = len(case.evidence)
         return (f"no domain's AUC beat its twins' after {CORRECTION} correction over {m} test(s) (closest "
-                f"{clause(_closest(case), m)}); a lift of {d.facts['detectable']:.2f} in AUC over the twins would have "
+                f"{clause(closest(case.evidence), m)}); a lift of {d.facts['detectable']:.2f} in AUC over the twins would have "
                 "been detected.")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(_closest(case))}; sees ≥{d.facts['detectable']:.2f}"
+        return f"{short(closest(case.evidence))}; sees ≥{d.facts['detectable']:.2f}"
 
 
 RULES: tuple[Rule, ...] = (RowSignificant(), NoTwin(), Undetectable(), Low())
 
-
-def _closest(case: Case) -> Evidence:
-    return min(case.evidence, key=lambda e: e.p_adjusted)
 
 
 def _detectable(case: Case) -> float:
