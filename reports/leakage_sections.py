@@ -9,6 +9,7 @@ from typing import Any
 
 from fedaudit.audit.verdict import mia_level
 from fedaudit.audit.verdict.wording import fdp_bound
+from fedaudit.run.blocks import DP
 from fedaudit.run.entries import CanaryAudit, ClaimedCurve, canary_audits
 from fedaudit.run.results import result_tables
 from fedaudit.reports import plots
@@ -17,15 +18,15 @@ from fedaudit.reports.cells import (MISSING, NULL_LABELS, Table, aligned, as_tex
 from fedaudit.reports.load import Unit
 
 
-def dp_of(u: Unit) -> dict[str, Any] | None:
-    return (u.metrics.get("privacy") or {}).get("dp")
+def dp_of(u: Unit) -> DP | None:
+    return u.stored.privacy.dp if u.stored.privacy else None
 
 
 def dp_curve_section(units: Sequence[Unit]) -> dict[str, Any] | None:
     """Privacy–utility curve over the DP ε of runs that differ only in it (``--dp-sweep``): accuracy and every
     leakage metric measured in all of them, against ε (∞ = no DP, at the right); and a table with one row
     per point: the ε claimed and spent beside the canary audit's lower bound (when the run has one)."""
-    eps = [(dp_of(u) or {}).get("epsilon_target") for u in units]
+    eps = [dp.epsilon_target if (dp := dp_of(u)) else None for u in units]
     if len(set(eps)) < 2 or len({(u.method, u.dataset, u.target) for u in units}) != 1:
         return None
     per_unit = [_scatter_metrics(u) for u in units]
@@ -46,7 +47,8 @@ def dp_curve_section(units: Sequence[Unit]) -> dict[str, Any] | None:
 
 def _dp_point_row(e: float | None, u: Unit) -> tuple[str, list[str]]:
     """One ε of the sweep: the ε the accountant spent beside the canaries' lower bound, and the accuracy it cost."""
-    spent = [c.get("epsilon_spent") for c in ((dp_of(u) or {}).get("clients") or {}).values()]
+    dp = dp_of(u)
+    spent = [c.epsilon_spent for c in dp.clients.values()] if dp else []
     spent_text = "no DP" if e is None else f3(max(spent)) if spent and all(is_finite(x) for x in spent) else MISSING
     bounds = ([f"{victim}: {text}" for victim, text in _canary_bounds(u)]
               + [f"{victim} (gradient canaries): {text}" for victim, text in _gradient_bounds(u)])
@@ -59,13 +61,14 @@ def _dp_point_row(e: float | None, u: Unit) -> tuple[str, list[str]]:
 def _last_round_source_val(u: Unit) -> float | None:
     """The sources' validation accuracy of the last round's model: under DP the round source-val selects is
     the best of many noisy rounds, so the curve shows both."""
-    value = ((u.metrics.get("accuracy") or {}).get("final_round") or {}).get("source_val_mean")
+    final = u.stored.accuracy.final_round
+    value = final.source_val_mean if final else None
     return float(value) if is_finite(value) else None  # runs from before it was recorded
 
 
 def _accuracy(u: Unit, key: str) -> float:
-    value = (u.metrics.get("accuracy") or {}).get(key)
-    value = value.get("mean") if isinstance(value, dict) else value
+    accuracy = u.stored.accuracy
+    value = accuracy.source_val.mean if key == "source_val" else accuracy.unseen_domain
     return float(value) if is_finite(value) else float("nan")
 
 

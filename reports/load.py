@@ -13,11 +13,13 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from fedaudit.errors import FedauditError
 from fedaudit.run import run_directory
+from fedaudit.run.blocks import HistoryRow, StoredRun, WireRow
 from fedaudit.run.results import Leakage, schema_version
 
 
@@ -33,21 +35,34 @@ class Unit:
     label: str = ""
     images: dict[str, bytes] = field(default_factory=dict)  # path relative to run_dir -> PNG bytes
 
+    @cached_property
+    def stored(self) -> StoredRun:
+        """metrics.json's blocks by name, read once."""
+        return StoredRun.of(self.metrics)
+
     @property
     def method(self) -> str:
-        return str(self.metrics.get("method", "?"))
+        return str(self.stored.method)
 
     @property
     def dataset(self) -> str:
-        return str(self.metrics.get("dataset", "?"))
+        return str(self.stored.dataset)
 
     @property
     def target(self) -> str:
-        return str(self.metrics.get("target_domain", "?"))
+        return str(self.stored.target_domain)
 
     @property
     def leakage(self) -> dict[str, Any]:
-        return self.metrics.get("leakage") or {}
+        return self.metrics["leakage"] if isinstance(self.metrics.get("leakage"), dict) else {}
+
+    @cached_property
+    def history_rows(self) -> list[HistoryRow]:
+        return [HistoryRow.of(r) for r in self.history]
+
+    @cached_property
+    def wire_rows(self) -> list[WireRow]:
+        return [WireRow.of(r) for r in self.wire]
 
     @property
     def schema(self) -> int:
@@ -71,7 +86,12 @@ class Run:
 
     @property
     def multi_target(self) -> bool:
-        return self.metrics.get("target_domain") == "all"
+        return self.stored.target_domain == "all"
+
+    @cached_property
+    def stored(self) -> StoredRun:
+        """The root's metrics.json blocks by name (a ``--target-domain all`` run: the means)."""
+        return StoredRun.of(self.metrics)
 
 
 def load_run(path: str | Path) -> Run:

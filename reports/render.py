@@ -39,6 +39,7 @@ from fedaudit.reports.leakage_sections import dp_curve_section, dp_of, leakage_t
 from fedaudit.reports.load import Run, Unit, load_run
 from fedaudit.reports.summary import dpia, first_screen, verification_text
 from fedaudit.run import run_directory
+from fedaudit.run.blocks import DP
 from fedaudit.run.entries import AuditedRun
 from fedaudit.run.results import SCHEMA_VERSION, RunMetrics, VerdictRow
 
@@ -88,8 +89,7 @@ def comparability(loaded: Sequence[Run]) -> dict[str, list[str]]:
     """What the runs differ in among dataset, unseen target and profile: {field: the distinct values}."""
     out = {}
     for key, label in (("dataset", "dataset"), ("target_domain", "unseen target"), ("profile", "profile")):
-        values = list(dict.fromkeys(str((r.config.get("config") or {}).get(key, r.metrics.get(key, "?")))
-                                    for r in loaded))
+        values = list(dict.fromkeys(str(_run_config(r).get(key, r.metrics.get(key, "?"))) for r in loaded))
         if len(values) > 1:
             out[label] = values
     return out
@@ -99,10 +99,10 @@ def unscored_notes(units: Sequence[Unit]) -> list[dict[str, Any]]:
     """Units audited without the clients' records: why nothing is scored, what needs the data, what was left out."""
     out = []
     for u in units:
-        data = u.metrics.get("auditor_data") or {}
-        if data.get("status") == "none":
-            out.append({"label": u.label, "why": str(data.get("why", "")), "needs": [str(x) for x in data.get("needs_data") or []],
-                        "left_out": [f"{k}: {v}" for k, v in (data.get("left_out") or {}).items()]})
+        data = u.stored.auditor_data
+        if data is not None and data.status == "none":
+            out.append({"label": u.label, "why": str(data.why), "needs": [str(x) for x in data.needs_data],
+                        "left_out": [f"{k}: {v}" for k, v in data.left_out.items()]})
     return out
 
 
@@ -120,8 +120,8 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
         "title": _title(run_list, compare),
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "version": __version__,
-        "runs": [{"dir": r.run_dir.name, "method": r.metrics.get("method", "?"), "dataset": r.metrics.get("dataset", "?"),
-                  "target": r.metrics.get("target_domain", "?")} for r in run_list],
+        "runs": [{"dir": r.run_dir.name, "method": r.stored.method, "dataset": r.stored.dataset,
+                  "target": r.stored.target_domain} for r in run_list],
         "labels": [u.label for u in units],
         "thresholds": _stored_thresholds(units, thresholds).describe(),
         "verdict": verdict,
@@ -157,7 +157,7 @@ def _stored_thresholds(units: Sequence[Unit], given: RiskThresholds | None) -> R
     if given is not None:
         return given
     for u in units:
-        stored = u.metrics.get("verdict_thresholds")
+        stored = u.stored.verdict_thresholds
         if isinstance(stored, dict):
             try:
                 return RiskThresholds(**stored)
@@ -177,16 +177,16 @@ def _environment():
 def _title(run_list: Sequence[Run], compare: bool) -> str:
     if compare:
         return f"fedaudit comparison of {len(run_list)} runs"
-    m = run_list[0].metrics
-    return f"fedaudit leakage report: {m.get('method', '?')} on {m.get('dataset', '?')}, unseen domain {m.get('target_domain', '?')}"
+    m = run_list[0].stored
+    return f"fedaudit leakage report: {m.method} on {m.dataset}, unseen domain {m.target_domain}"
 
 
 def _label_units(units: list[Unit], compare: bool) -> None:
     any_dp = any(dp_of(u) for u in units)
     for i, u in enumerate(units, 1):
         # with DP in any run, every label says its ε: the runs may differ only in it
-        dp = dp_of(u) or {}
-        value = dp.get("epsilon_target", dp.get("epsilon"))  # a recorded deployment's ε is accounted, not targeted
+        dp = dp_of(u)
+        value = dp.label_epsilon if dp else None  # a recorded deployment's ε is accounted, not targeted
         eps = (f" · ε {value:.3g}" if isinstance(value, (int, float)) else " · ε ?") if dp else (" · no DP" if any_dp else "")
         if compare:
             u.label = f"{i}. {u.method} · {u.dataset} · target {u.target}{eps}"
@@ -232,7 +232,7 @@ def verdict_rows(u: Unit, t: RiskThresholds | None) -> tuple[list[VerdictRow], b
     """The unit's verdict rows as the page shows them, and whether they were judged now: the stored rows, or the
     stored evidence re-judged (other thresholds, or a run stored before this schema's rows)."""
     run = RunMetrics.from_json(u.metrics)
-    if t is not None or not isinstance(u.metrics.get("verdict"), list) or u.schema < SCHEMA_VERSION:
+    if t is not None or not isinstance(u.stored.verdict, list) or u.schema < SCHEMA_VERSION:
         return judge_rows(AuditedRun.of(u.metrics, _config(u)), t), True
     return run.rows(), False
 
@@ -259,7 +259,13 @@ def tier_label(tier: Any) -> str:
 
 
 def _config(u: Unit) -> dict[str, Any]:
-    return u.config.get("config") or (u.metrics.get("provenance") or {}).get("config") or {}
+    return _run_config(u) or u.stored.provenance.config or {}
+
+
+def _run_config(r: Run | Unit) -> dict[str, Any]:
+    """config.json's resolved configuration (empty where the run directory has none)."""
+    found = r.config["config"] if "config" in r.config else None
+    return found if isinstance(found, dict) else {}
 
 
 # -- 2. side by side -------------------------------------------------------------------
@@ -267,52 +273,51 @@ def _config(u: Unit) -> dict[str, Any]:
 
 def accuracy_table(units: Sequence[Unit]) -> Table:
     def cells(u: Unit) -> list[tuple[str, str]]:
-        acc = u.metrics.get("accuracy") or {}
-        out = [("unseen-domain accuracy (selected round)", f3(acc.get("unseen_domain"))),
-               ("selected round (best source validation)", as_text(acc.get("selected_round")))]
-        final = acc.get("final_round") or {}
+        acc = u.stored.accuracy
+        out = [("unseen-domain accuracy (selected round)", f3(acc.unseen_domain)),
+               ("selected round (best source validation)", as_text(acc.selected_round))]
+        final = acc.final_round
         if final:
-            out.append(("unseen-domain accuracy at the final round", f"{f3(final.get('unseen_domain'))} (round {as_text(final.get('round'))})"))
-        undeployed = acc.get("rounds_without_deployed_model")
-        if undeployed:
-            out.append(("rounds with no deployable model (not scored, never selected)", rounds_text(undeployed)))
-        val = acc.get("source_val") or {}
-        out.append(("source validation accuracy, mean", f3(val.get("mean"))))
-        for domain, v in (val.get("per_domain") or {}).items():
+            out.append(("unseen-domain accuracy at the final round", f"{f3(final.unseen_domain)} (round {as_text(final.round)})"))
+        if acc.rounds_without_deployed_model:
+            out.append(("rounds with no deployable model (not scored, never selected)",
+                        rounds_text(acc.rounds_without_deployed_model)))
+        out.append(("source validation accuracy, mean", f3(acc.source_val.mean)))
+        for domain, v in acc.source_val.per_domain.items():
             out.append((f"source validation accuracy, {domain}", f3(v)))
-        for k, v in (acc.get("method_specific") or {}).items():
+        for k, v in acc.method_specific.items():
             out.append((f"method-specific: {k}", value_text(v)))
-        twin = acc.get("without_canaries")
-        if isinstance(twin, dict):
-            change = twin.get("change_with_canaries") or {}
+        twin = acc.without_canaries
+        if twin is not None:
+            change = twin.change_with_canaries
             out.append(("the same run without the canary audit's canaries: unseen-domain / source validation",
-                        f"{f3(twin.get('unseen_domain'))} / {f3((twin.get('source_val') or {}).get('mean'))} (the "
-                        f"canaries changed them by {signed(change.get('unseen_domain'))} / "
-                        f"{signed(change.get('source_val_mean'))})"))
+                        f"{f3(twin.unseen_domain)} / {f3(twin.source_val.mean)} (the "
+                        f"canaries changed them by {signed(change.unseen_domain)} / "
+                        f"{signed(change.source_val_mean)})"))
         return out
 
     return aligned(units, cells)
 
 
 def mean_note(run: Run) -> str:
-    acc = run.metrics.get("accuracy") or {}
+    acc = run.stored.accuracy
     n = len(run.units)
     return (f"{run.run_dir.name}: mean over its {n} targets as stored in metrics.json — unseen-domain accuracy "
-            f"{f3(acc.get('unseen_domain'))}, source validation {f3((acc.get('source_val') or {}).get('mean'))}.")
+            f"{f3(acc.unseen_domain)}, source validation {f3(acc.source_val.mean)}.")
 
 
 def communication_table(units: Sequence[Unit]) -> Table:
     def cells(u: Unit) -> list[tuple[str, str]]:
-        c = u.metrics.get("communication") or {}
-        out = [("shares (declared by the method)", ", ".join(c.get("declared") or []) or MISSING),
-               ("rounds × clients", f"{as_text(c.get('rounds'))} × {as_text(c.get('clients'))}"),
-               ("MB up per round (clients → server)", f3(c.get("mb_up_per_round"))),
-               ("MB down per round (server → clients)", f3(c.get("mb_down_per_round"))),
-               ("total up", size_text(c.get("bytes_up"))),
-               ("total down", size_text(c.get("bytes_down")))]
-        for kind, d in (c.get("by_kind") or {}).items():
+        c = u.stored.communication
+        out = [("shares (declared by the method)", ", ".join(c.declared) or MISSING),
+               ("rounds × clients", f"{as_text(c.rounds)} × {as_text(c.clients)}"),
+               ("MB up per round (clients → server)", f3(c.mb_up_per_round)),
+               ("MB down per round (server → clients)", f3(c.mb_down_per_round)),
+               ("total up", size_text(c.bytes_up)),
+               ("total down", size_text(c.bytes_down))]
+        for kind, d in c.by_kind.items():
             for direction, arrow in (("up", "↑"), ("down", "↓")):
-                if (d or {}).get(direction):
+                if isinstance(d, dict) and d.get(direction):
                     out.append((f"total, {kind} {arrow}", size_text(d[direction])))
         return out
 
@@ -323,62 +328,72 @@ def privacy_table(units: Sequence[Unit]) -> Table:
     """The defense in force: DP-SGD's ε per client (the tight accountant's, RDP's beside it), and for every artifact the
     method shares whether that ε covers it — an ε says nothing about what it does not cover."""
     def cells(u: Unit) -> list[tuple[str, str]]:
-        privacy = u.metrics.get("privacy")
+        privacy = u.stored.privacy
         if privacy is None:
             return [("defense", "not recorded (a run from before fedaudit recorded defenses)")]
-        dp = privacy.get("dp")
+        dp = privacy.dp
         if not dp:
             out = [("defense", "none: clients train with plain SGD; no artifact is covered by a privacy guarantee")]
-        elif dp.get("recorded"):  # the deployment's own mechanism, read from its recording
-            out = [("defense", f"{as_text(dp.get('mechanism'))} ({as_text(dp.get('source'))}): {as_text(dp.get('clipping'))}, "
-                               f"the server adds Gaussian noise of std {num_text(dp.get('noise_std_on_sum'))} to the sum "
-                               f"of {as_text(dp.get('num_sampled_clients'))} sampled updates (noise multiplier "
-                               f"{num_text(dp.get('noise_multiplier'))}, clipping norm {num_text(dp.get('clipping_norm'))}); "
-                               f"unit: {as_text(dp.get('unit'))}; neighbours: {as_text(dp.get('neighbours'))}"),
-                   ("ε", f"{f3(dp.get('epsilon'))} at δ {num_text(dp.get('delta'))} over {as_text(dp.get('rounds'))} "
-                         f"rounds ({as_text(dp.get('accountant'))} accountant"
-                         + (f"; RDP's bound {f3(dp['epsilon_rdp'])}" if is_finite(dp.get("epsilon_rdp")) else "")
-                         + f"; {as_text(dp.get('sampling'))})")]
-            if dp.get("weaker_rounds"):
-                out.append(("noise per client", as_text(dp["weaker_rounds"])))
-            check = dp.get("clipping_check") or {}
-            if check.get("status") in ("held", "violated"):
-                out.append(("clipping on the wire", f"{check['status']}: {as_text(check.get('over_norm'))} of "
-                                                    f"{as_text(check.get('updates'))} recorded updates over the clipping "
-                                                    f"norm; largest {f3(check.get('max_ratio'))}× it ({as_text(check.get('worst'))})"))
-            else:
-                out.append(("clipping on the wire", f"{as_text(check.get('status'))}: {as_text(check.get('why'))}"))
-            if dp.get("claim"):
-                out.append(("claim", as_text(dp["claim"])))
+        elif dp.recorded:  # the deployment's own mechanism, read from its recording
+            out = _recorded_dp_cells(dp)
         else:
-            out = [("defense", f"DP-SGD (Opacus), target ε {num_text(dp.get('epsilon_target'))} per client over all rounds, "
-                               f"δ {num_text(dp.get('delta'))}, clipping norm {num_text(dp.get('max_grad_norm'))}, "
-                               f"{as_text(dp.get('accountant'))} accountant; unit: {as_text(dp.get('unit'))}"
-                               + ("; noise from torch's PRNG, not a cryptographic one" if dp.get("secure_rng") is False else ""))]
-            if "trained_parameters" in dp:  # runs from before the DP recipe did not record it
-                out.append(("DP-SGD recipe", f"{as_text(dp.get('augmentations'))} augmented view(s) per record; trains "
-                                             f"{as_text(dp.get('trained'))} ({as_text(dp.get('trained_parameters'))} parameters, "
-                                             f"{as_text(dp.get('frozen_parameters'))} frozen at their initialisation)"))
-            for domain, c in (dp.get("clients") or {}).items():
-                ratio = c.get("noise_to_signal")
-                rdp = (f"; RDP's bound on the same noise {f3(c['epsilon_rdp'])}" if is_finite(c.get("epsilon_rdp")) else "")
-                out.append((f"ε spent, {domain}", f"{f3(c.get('epsilon_spent'))}"
-                                                   + (f" by {as_text(c['accountant'])}" if c.get("accountant") else "")
-                                                   + f" (noise multiplier {f3(c.get('noise_multiplier'))}, "
-                                                   f"sampling rate {f3(c.get('sample_rate'))}, {as_text(c.get('steps'))} steps, "
-                                                   f"{as_text(c.get('records'))} records"
-                                                   + (f", batch {as_text(c['batch_size'])}" if "batch_size" in c else "")
-                                                   + (f", {as_text(c['step_factor'])}× the method's local steps"
-                                                      if c.get("step_factor", 1) != 1 else "")
-                                                   + (f"; noise-to-signal per step {f3(ratio)}" if is_finite(ratio) else "")
-                                                   + rdp + ")"))
-        for row in privacy.get("coverage") or []:
-            arrow = "↑" if row.get("direction") == "up" else "↓"
-            verdict = "covered" if row.get("covered") else "NOT covered"
-            out.append((f"covered by ε? {as_text(row.get('artifact'))} {arrow}", f"{verdict}: {as_text(row.get('why'))}"))
+            out = _dp_sgd_cells(dp)
+        for row in privacy.coverage:
+            arrow = "↑" if row.direction == "up" else "↓"
+            verdict = "covered" if row.covered else "NOT covered"
+            out.append((f"covered by ε? {as_text(row.artifact)} {arrow}", f"{verdict}: {as_text(row.why)}"))
         return out
 
     return aligned(units, cells)
+
+
+def _recorded_dp_cells(dp: DP) -> list[tuple[str, str]]:
+    out = [("defense", f"{as_text(dp.mechanism)} ({as_text(dp.source)}): {as_text(dp.clipping)}, "
+                       f"the server adds Gaussian noise of std {num_text(dp.noise_std_on_sum)} to the sum "
+                       f"of {as_text(dp.num_sampled_clients)} sampled updates (noise multiplier "
+                       f"{num_text(dp.noise_multiplier)}, clipping norm {num_text(dp.clipping_norm)}); "
+                       f"unit: {as_text(dp.unit)}; neighbours: {as_text(dp.neighbours)}"),
+           ("ε", f"{f3(dp.epsilon)} at δ {num_text(dp.delta)} over {as_text(dp.rounds)} "
+                 f"rounds ({as_text(dp.accountant)} accountant"
+                 + (f"; RDP's bound {f3(dp.epsilon_rdp)}" if is_finite(dp.epsilon_rdp) else "")
+                 + f"; {as_text(dp.sampling)})")]
+    if dp.weaker_rounds:
+        out.append(("noise per client", as_text(dp.weaker_rounds)))
+    check = dp.clipping_check
+    if check.status in ("held", "violated"):
+        out.append(("clipping on the wire", f"{check.status}: {as_text(check.over_norm)} of "
+                                            f"{as_text(check.updates)} recorded updates over the clipping "
+                                            f"norm; largest {f3(check.max_ratio)}× it ({as_text(check.worst)})"))
+    else:
+        out.append(("clipping on the wire", f"{as_text(check.status)}: {as_text(check.why)}"))
+    if dp.claim:
+        out.append(("claim", as_text(dp.claim)))
+    return out
+
+
+def _dp_sgd_cells(dp: DP) -> list[tuple[str, str]]:
+    out = [("defense", f"DP-SGD (Opacus), target ε {num_text(dp.epsilon_target)} per client over all rounds, "
+                       f"δ {num_text(dp.delta)}, clipping norm {num_text(dp.max_grad_norm)}, "
+                       f"{as_text(dp.accountant)} accountant; unit: {as_text(dp.unit)}"
+                       + ("; noise from torch's PRNG, not a cryptographic one" if dp.secure_rng is False else ""))]
+    if dp.trained_parameters is not None:  # runs from before the DP recipe did not record it
+        out.append(("DP-SGD recipe", f"{as_text(dp.augmentations)} augmented view(s) per record; trains "
+                                     f"{as_text(dp.trained)} ({as_text(dp.trained_parameters)} parameters, "
+                                     f"{as_text(dp.frozen_parameters)} frozen at their initialisation)"))
+    for domain, c in dp.clients.items():
+        rdp = f"; RDP's bound on the same noise {f3(c.epsilon_rdp)}" if is_finite(c.epsilon_rdp) else ""
+        out.append((f"ε spent, {domain}", f"{f3(c.epsilon_spent)}"
+                                           + (f" by {as_text(c.accountant)}" if c.accountant else "")
+                                           + f" (noise multiplier {f3(c.noise_multiplier)}, "
+                                           f"sampling rate {f3(c.sample_rate)}, {as_text(c.steps)} steps, "
+                                           f"{as_text(c.records)} records"
+                                           + (f", batch {as_text(c.batch_size)}" if c.batch_size is not None else "")
+                                           + (f", {as_text(c.step_factor)}× the method's local steps"
+                                              if c.step_factor != 1 else "")
+                                           + (f"; noise-to-signal per step {f3(c.noise_to_signal)}"
+                                              if is_finite(c.noise_to_signal) else "")
+                                           + rdp + ")"))
+    return out
 
 
 # -- privacy–utility scatter (compare) ---------------------------------------------------
@@ -393,18 +408,18 @@ def wire_table(u: Unit) -> Table | str:
         return "wire.jsonl is empty or missing: this run recorded no messages"
     cols: list[tuple[str, str]] = []
     cells: dict[tuple[int, str, str], list[int]] = {}
-    for row in u.wire:
-        key = (str(row.get("kind", "?")), str(row.get("direction", "?")))
+    for row in u.wire_rows:
+        key = (str(row.kind), str(row.direction))
         if key not in cols:
             cols.append(key)
-        slot = cells.setdefault((int(row.get("round", -1)), *key), [0, 0])
-        slot[0] += int(row.get("bytes", 0))
+        slot = cells.setdefault((int(row.round), *key), [0, 0])
+        slot[0] += int(row.bytes)
         slot[1] += 1
     table = Table([f"{k} {'↑' if d == 'up' else '↓' if d == 'down' else d}" for k, d in cols])
     for rnd in sorted({r for r, _, _ in cells}):
         row = []
         for k, d in cols:
-            b = cells.get((rnd, k, d))
+            b = cells[(rnd, k, d)] if (rnd, k, d) in cells else None
             row.append(f"{size_text(b[0])} · {b[1]} msg" if b else MISSING)
         table.rows.append((f"round {rnd}", row))
     totals = [sum(v[0] for (r, k, d), v in cells.items() if (k, d) == col) for col in cols]
@@ -428,14 +443,14 @@ def rounds_section(units: Sequence[Unit]) -> dict[str, Any]:
         return {"acc": None, "bytes": None, "table": None, "why": "history.csv is empty or missing in every run"}
     acc, traffic = [], []
     for u in with_history:
-        xs = [r.get("round") for r in u.history]
-        acc.append((f"{u.label}: source validation", xs, [to_float(r.get("val_mean")) for r in u.history]))
-        acc.append((f"{u.label}: unseen domain", xs, [to_float(r.get("target")) for r in u.history]))
-        traffic.append((f"{u.label}: MB up", xs, [mb(r.get("bytes_up")) for r in u.history]))
-        traffic.append((f"{u.label}: MB down", xs, [mb(r.get("bytes_down")) for r in u.history]))
-    table = aligned(with_history, lambda u: [(f"round {r.get('round')}", (
-        f"val {f3(r.get('val_mean'))} · unseen {f3(r.get('target'))} · "
-        f"{size_text(r.get('bytes_up'))} ↑ / {size_text(r.get('bytes_down'))} ↓")) for r in u.history])
+        xs = [r.round for r in u.history_rows]
+        acc.append((f"{u.label}: source validation", xs, [to_float(r.val_mean) for r in u.history_rows]))
+        acc.append((f"{u.label}: unseen domain", xs, [to_float(r.target) for r in u.history_rows]))
+        traffic.append((f"{u.label}: MB up", xs, [mb(r.bytes_up) for r in u.history_rows]))
+        traffic.append((f"{u.label}: MB down", xs, [mb(r.bytes_down) for r in u.history_rows]))
+    table = aligned(with_history, lambda u: [(f"round {r.round}", (
+        f"val {f3(r.val_mean)} · unseen {f3(r.target)} · "
+        f"{size_text(r.bytes_up)} ↑ / {size_text(r.bytes_down)} ↓")) for r in u.history_rows])
     return {"acc": plots.rounds_plot(acc, "accuracy", "Accuracy per round", percent=True),
             "bytes": plots.rounds_plot(traffic, "MB", "Traffic per round"), "table": table,
             "why": None if len(with_history) == len(units) else
@@ -447,43 +462,48 @@ def rounds_section(units: Sequence[Unit]) -> dict[str, Any]:
 
 def provenance_table(units: Sequence[Unit]) -> Table:
     def cells(u: Unit) -> list[tuple[str, str]]:
-        p = u.metrics.get("provenance") or {}
-        out = [("run directory", u.run_dir.name), ("command", as_text(p.get("command") or u.config.get("command"))),
-               ("config hash", as_text(p.get("config_hash") or u.config.get("config_hash"))),
-               ("dataset fingerprint", as_text(p.get("dataset_fingerprint"))),
-               ("dataset files skipped (unreadable)", as_text(p.get("dataset_skipped_files"))),
-               ("dataset class folders without images", as_text(", ".join(p.get("dataset_empty_class_folders") or [])
-                                                                or ("none" if "dataset_empty_class_folders" in p else None))),
-               ("thin splits", as_text("; ".join(p.get("data_warnings") or []) or ("none" if "data_warnings" in p else None))),
-               ("seed", as_text(p.get("seed"))), ("metrics schema version", as_text(u.metrics.get("schema_version")))]
-        dev = p.get("device") or {}
-        out.append(("device", f"{dev.get('type', '?')} · {dev.get('name', '?')} · {dev.get('threads', '?')} threads"))
-        for k, v in (p.get("numerics") or {}).items():  # what the numbers depend on beyond the config (docs/gpu.md)
+        p = u.stored.provenance
+        config_file = u.config  # config.json: the command and hash, where metrics.json's provenance lacks them
+        out = [("run directory", u.run_dir.name),
+               ("command", as_text(p.command or (config_file["command"] if "command" in config_file else None))),
+               ("config hash", as_text(p.config_hash
+                                       or (config_file["config_hash"] if "config_hash" in config_file else None))),
+               ("dataset fingerprint", as_text(p.dataset_fingerprint)),
+               ("dataset files skipped (unreadable)", as_text(p.dataset_skipped_files)),
+               ("dataset class folders without images", as_text(", ".join(p.dataset_empty_class_folders or [])
+                                                                or ("none" if p.dataset_empty_class_folders is not None
+                                                                    else None))),
+               ("thin splits", as_text("; ".join(p.data_warnings or [])
+                                       or ("none" if p.data_warnings is not None else None))),
+               ("seed", as_text(p.seed)), ("metrics schema version", as_text(u.stored.schema_version))]
+        dev = p.device
+        out.append(("device", f"{dev.type} · {dev.name} · {dev.threads} threads"))
+        for k, v in p.numerics.items():  # what the numbers depend on beyond the config (docs/gpu.md)
             out.append((f"numerics: {k}", as_text(", ".join(map(str, v)) or "none" if isinstance(v, list) else v)))
-        model = p.get("model")
-        if isinstance(model, dict):  # the model trained or audited: fedaudit's architecture or the user's factory
-            built = (f"{model['factory']}({', '.join(f'{k}={v!r}' for k, v in (model.get('args') or {}).items())}), "
-                     f"defined in {model.get('module_file')} (sha256 {model.get('sha256')})" if model.get("factory") else
-                     f"fedaudit's {model.get('architecture')} (norm {model.get('norm')})")
-            out += [("model", as_text(f"{built}; {model.get('class')}, {model.get('parameters'):,} parameters"
-                                    if isinstance(model.get("parameters"), int) else built)),
-                    ("classifier head (for the attacks)", as_text(model.get("head_layer") or "none found"))]
-        recording = p.get("recording")
+        model = p.model
+        if model is not None:  # the model trained or audited: fedaudit's architecture or the user's factory
+            built = (f"{model.factory}({', '.join(f'{k}={v!r}' for k, v in (model.args or {}).items())}), "
+                     f"defined in {model.module_file} (sha256 {model.sha256})" if model.factory else
+                     f"fedaudit's {model.architecture} (norm {model.norm})")
+            out += [("model", as_text(f"{built}; {model.cls}, {model.parameters:,} parameters"
+                                    if isinstance(model.parameters, int) else built)),
+                    ("classifier head (for the attacks)", as_text(model.head_layer or "none found"))]
+        recording = p.recording
         if recording:  # `fedaudit audit`: nothing was trained here; the wire is a recorded federation's
-            framework = recording.get("framework") or {}
-            deployed = recording.get("deployed_model") or {}
-            out += [("audited recording", as_text(recording.get("path"))),
-                    ("recorded with", as_text(f"{framework.get('name', '?')} {framework.get('version', '')}, run id "
-                                            f"{recording.get('run_id')}"
-                                            + (f" ({framework.get('name')} run {recording['framework_run_id']})"
-                                               if recording.get("framework_run_id") is not None else ""))),
-                    ("recorded nodes", as_text(", ".join(f"{k} = {v}" for k, v in (recording.get("nodes") or {}).items()))),
-                    ("recording verified", as_text(verification_text(recording.get("verification")))),
-                    ("deployed model", as_text(f"the server's {deployed.get('message_type', '?')} broadcast of round "
-                                             f"{deployed.get('round', '?')}"))]
-        for k, v in (p.get("versions") or {}).items():
+            framework = recording.framework_block
+            deployed = recording.deployed_model
+            out += [("audited recording", as_text(recording.path)),
+                    ("recorded with", as_text(f"{framework.name} {framework.version}, run id "
+                                            f"{recording.run_id}"
+                                            + (f" ({framework.name} run {recording.framework_run_id})"
+                                               if recording.framework_run_id is not None else ""))),
+                    ("recorded nodes", as_text(", ".join(f"{k} = {v}" for k, v in recording.nodes.items()))),
+                    ("recording verified", as_text(verification_text(recording.verified))),
+                    ("deployed model", as_text(f"the server's {deployed.message_type} broadcast of round "
+                                             f"{deployed.round}"))]
+        for k, v in p.versions.items():
             out.append((f"version: {k}", as_text(v)))
-        for k, v in (p.get("seconds") or {}).items():
+        for k, v in p.seconds.items():
             out.append((f"seconds: {k}", value_text(v)))
         return out
 

@@ -14,6 +14,8 @@ from fedaudit.audit.verdict import (CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPA
                                     TIER_ORDER)
 from fedaudit.audit.verdict import to_conclude
 from fedaudit.audit.verdict.wording import different_models
+from fedaudit.run.blocks import (DP, ClientDP, CoverageRow, ModelInfo, Privacy, Recording, SecureAggregation,
+                                  Verification)
 from fedaudit.run.entries import BroadcastCheck, made_by
 from fedaudit.reports.load import Unit
 from fedaudit.simulation.secure_aggregation import MASKED
@@ -90,23 +92,21 @@ SECURE_AGGREGATION_ASSUMES = (
 def secure_aggregation_block(run: RunMetrics, rows: list[VerdictRow]) -> dict[str, Any] | None:
     """Each server row beside its twin judged from the server under secure aggregation (``--secure-aggregation``), what
     the mask leaves, and whether disaggregation was possible; None where the run did not ask."""
-    section = run.secure_aggregation
-    if not section:
+    section = SecureAggregation.maybe(run.secure_aggregation)
+    if section is None:
         return None
     by_key = {r.row: r for r in rows}
     pairs = [{"title": r.title, "without": by_key[r.row[: -len(SECURE_AGGREGATION_ROW)]].tier, "with": r.tier,
               "fact": r.short} for r in rows
              if r.row.endswith(SECURE_AGGREGATION_ROW) and r.row[: -len(SECURE_AGGREGATION_ROW)] in by_key]
-    aggregate = section.get("aggregate") or {}
-    dis = section.get("disaggregation") or {}
+    aggregate, dis = section.aggregate, section.disaggregation
     return {"assumes": SECURE_AGGREGATION_ASSUMES,
-            "masked": ", ".join(section.get("masked") or []),
-            "aggregate": (f"round {aggregate.get('round')}: {len(aggregate.get('clients') or [])} client(s) "
-                          f"({', '.join(aggregate.get('clients') or [])})" if aggregate else "none on the wire"),
+            "masked": ", ".join(section.masked),
+            "aggregate": (f"round {aggregate.round}: {len(aggregate.clients)} client(s) ({', '.join(aggregate.clients)})"
+                          if aggregate else "none on the wire"),
             "pairs": pairs,
-            "leaves": [f"{x['kind']}{'↑' if x['direction'] == 'up' else '↓'}: {x['why']}"
-                       for x in section.get("leaves") or []],
-            "disaggregation": f"{dis.get('status', 'not run')}: {dis.get('reason', '')}".rstrip(": ")}
+            "leaves": [f"{x.kind}{'↑' if x.direction == 'up' else '↓'}: {x.why}" for x in section.leaves],
+            "disaggregation": f"{dis.status}: {dis.reason}".rstrip(": ")}
 
 
 def not_assessed_groups(rows: list[VerdictRow]) -> list[dict[str, Any]]:
@@ -132,7 +132,7 @@ def cause(row: VerdictRow) -> str:
 def mitigation(row: VerdictRow, u: Unit) -> str:
     """What would lower this row — a measure of the row's level — and the command that measures it (the accuracy
     it costs included)."""
-    method = str(u.metrics.get("method") or "?")
+    method = str(u.stored.method or "?")
     if row.question == "dp_audit":
         return ("the DP-SGD implementation or its accounting does not deliver the claimed ε: fix it and re-run "
                 "--attack canary; until then the claim cannot be relied on")
@@ -214,29 +214,34 @@ def _record_mitigation(kind: str, row: VerdictRow, method: str, u: Unit) -> str:
 
 def deployment(u: Unit, run: RunMetrics) -> list[tuple[str, str]]:
     """(what, value) lines naming the federation audited and the threat model."""
-    cfg = (run.provenance or {}).get("config") or u.config.get("config") or {}
-    model = (run.provenance or {}).get("model") or {}
-    built = model.get("factory") or model.get("architecture") or cfg.get("model", "?")
-    recording = (run.provenance or {}).get("recording")
+    provenance = u.stored.provenance
+    cfg = provenance.config or _config_file(u)
+    model = provenance.model or ModelInfo()
+    built = model.factory or model.architecture or (cfg["model"] if "model" in cfg else "?")
+    recording = provenance.recording
     where = f"fedaudit's simulation of {run.method}"
-    if isinstance(recording, dict):
-        framework = recording.get("framework")
-        name = framework.get("name") if isinstance(framework, dict) else framework
-        where = (f"a recording of a {name} run ({recording.get('path')})" if name not in (None, "", "none") else
-                 f"a recording made with fedaudit's Recorder ({recording.get('path')})")
-    attacker = str(cfg.get("attacker") or "server")
+    if recording is not None:
+        name = recording.framework_name
+        where = (f"a recording of a {name} run ({recording.path})" if name not in (None, "", "none") else
+                 f"a recording made with fedaudit's Recorder ({recording.path})")
+    attacker = str((cfg["attacker"] if "attacker" in cfg else None) or "server")
     sees = "every upload (client → server)" if attacker == "server" else "every broadcast it receives (server → client)"
     attacks = ", ".join(_attacks_run(run)) or "none"
     clients = ", ".join(run.source_domains or []) or "?"
-    evidence = recording_lines(recording) if isinstance(recording, dict) else []
+    evidence = recording_lines(recording) if recording is not None else []
     return [
         *evidence,
         ("method", f"{run.method}, as run by {where}"),
-        ("model", f"{built} ({model.get('parameters', '?')} parameters)" if model.get("parameters") else str(built)),
+        ("model", f"{built} ({model.parameters} parameters)" if model.parameters else str(built)),
         ("data", f"{run.dataset}: clients {clients}; unseen domain {run.target_domain}"),
         ("threat model", f"the {attacker} as attacker, seeing {sees}; anyone holding the released model"),
         ("attacks run", attacks),
     ]
+
+
+def _config_file(u: Unit) -> dict[str, Any]:
+    found = u.config["config"] if "config" in u.config else None
+    return found if isinstance(found, dict) else {}
 
 
 def _attacks_run(run: RunMetrics) -> list[str]:
@@ -249,68 +254,64 @@ def _attacks_run(run: RunMetrics) -> list[str]:
 def dpia(u: Unit, rows: list[VerdictRow]) -> dict[str, Any]:
     """The impact-assessment facts of one unit, each from the stored files (and the verdict rows the page shows)."""
     run = RunMetrics.from_json(u.metrics)
-    comm = run.communication or {}
-    rounds = comm.get("rounds") or max((int(r.get("round") or 0) for r in u.wire), default=0)
+    rounds = u.stored.communication.rounds or max((int(r.round or 0) for r in u.wire_rows), default=0)
     flows: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in u.wire:
-        key = (str(r.get("kind")), "up" if str(r.get("receiver")) == "server" else "down")
+    for r in u.wire_rows:
+        key = (str(r.kind), "up" if str(r.receiver) == "server" else "down")
         flow = flows.setdefault(key, {"bytes": 0, "rounds": set(), "clients": set()})
-        flow["bytes"] += int(r.get("bytes") or 0)
-        flow["rounds"].add(r.get("round"))
-        flow["clients"].add(r.get("sender") if key[1] == "up" else r.get("receiver"))
+        flow["bytes"] += int(r.bytes or 0)
+        flow["rounds"].add(r.round)
+        flow["clients"].add(r.sender if key[1] == "up" else r.receiver)
     processing = [{"artifact": kind, "direction": "client → server" if d == "up" else "server → client",
                    "to": "the server" if d == "up" else "every client", "clients": len(f["clients"]),
                    "rounds": f"{len(f['rounds'])} of {rounds}", "mb": f"{f['bytes'] / 1e6:.2f}"}
                   for (kind, d), f in sorted(flows.items())]
-    privacy = run.privacy or {}
-    dp = privacy.get("dp") if isinstance(privacy, dict) else None
-    client = privacy.get("client_dp") if isinstance(privacy, dict) else None
+    privacy = u.stored.privacy or Privacy()
     return {
         "label": u.label,
         "processing": processing,
         "threats": [line for line in deployment(u, run) if line[0] in ("threat model", "attacks run")],
-        "measures": " ".join(x for x in (_measures(dp), _client_measures(client)) if x),
-        "coverage": _coverage_rows(privacy, "coverage"),
-        "client_coverage": _coverage_rows(privacy, "client_coverage"),
+        "measures": " ".join(x for x in (_measures(privacy.dp), _client_measures(privacy.client_dp)) if x),
+        "coverage": _coverage_rows(privacy.coverage),
+        "client_coverage": _coverage_rows(privacy.client_coverage),
         "residual": _residual(rows),
         "disclaimer": NOT_LEGAL_ADVICE,
     }
 
 
-def _coverage_rows(privacy: Any, key: str) -> list[dict[str, str]]:
-    rows = privacy.get(key) if isinstance(privacy, dict) else None
-    return [{"artifact": f"{c.get('artifact')} {'↑' if c.get('direction') == 'up' else '↓'}",
-             "covered": "yes" if c.get("covered") else "no", "why": c.get("why", "")} for c in rows or []]
+def _coverage_rows(rows: list[CoverageRow]) -> list[dict[str, str]]:
+    return [{"artifact": f"{c.artifact} {'↑' if c.direction == 'up' else '↓'}",
+             "covered": "yes" if c.covered else "no", "why": c.why} for c in rows]
 
 
-def _client_measures(client: dict[str, Any] | None) -> str:
+def _client_measures(client: ClientDP | None) -> str:
     """Client-level DP, beside the record-level sentence: its ε, what it costs in noise, what it covers."""
     if not client:
         return ""
-    return (f"Client-level DP on the aggregate: ε {_num(client.get('epsilon'))} at δ {client.get('delta')} for "
-            f"{client.get('unit')}, over {client.get('rounds')} rounds (μ {_num(client.get('mu'))}, noise multiplier "
-            f"{_num(client.get('noise_multiplier'))}, updates clipped at {client.get('clip')}; the noise on the mean of "
-            f"{client.get('clients')} clients has standard deviation {_num(client.get('noise_std_on_mean'))} per "
-            f"coordinate); it covers {client.get('covers')}.")
+    return (f"Client-level DP on the aggregate: ε {_num(client.epsilon)} at δ {client.delta} for "
+            f"{client.unit}, over {client.rounds} rounds (μ {_num(client.mu)}, noise multiplier "
+            f"{_num(client.noise_multiplier)}, updates clipped at {client.clip}; the noise on the mean of "
+            f"{client.clients} clients has standard deviation {_num(client.noise_std_on_mean)} per "
+            f"coordinate); it covers {client.covers}.")
 
 
 def _num(x: Any) -> str:
     return f"{float(x):.3g}" if isinstance(x, (int, float)) else "?"
 
 
-def _measures(dp: dict[str, Any] | None) -> str:
+def _measures(dp: DP | None) -> str:
     if not dp:
         return ("No record-level DP: the clients trained without DP-SGD, so no artifact carries a record-level "
                 "guarantee.")
-    if dp.get("recorded"):
-        return (f"Central DP declared by the recording ({dp.get('mechanism')}): noise multiplier "
-                f"{dp.get('noise_multiplier')}, clipping norm {dp.get('clipping_norm')}, ε {dp.get('epsilon')} at "
-                f"δ {dp.get('delta')} over {dp.get('rounds')} rounds ({dp.get('unit')}).")
-    spent = {name: c.get("epsilon_spent") for name, c in (dp.get("clients") or {}).items()}
+    if dp.recorded:
+        return (f"Central DP declared by the recording ({dp.mechanism}): noise multiplier "
+                f"{dp.noise_multiplier}, clipping norm {dp.clipping_norm}, ε {dp.epsilon} at "
+                f"δ {dp.delta} over {dp.rounds} rounds ({dp.unit}).")
+    spent = {name: c.epsilon_spent for name, c in dp.clients.items()}
     per_client = "; ".join(f"{k} ε {v:.2f}" if isinstance(v, (int, float)) else f"{k} ε ?" for k, v in spent.items())
-    return (f"DP-SGD on every client: target ε ≤ {dp.get('epsilon_target')} at δ {dp.get('delta')}, per-record "
-            f"clipping at {dp.get('max_grad_norm')}, accounted by {dp.get('accountant')} (spent: {per_client}); the "
-            f"unit of privacy is {dp.get('unit')}.")
+    return (f"DP-SGD on every client: target ε ≤ {dp.epsilon_target} at δ {dp.delta}, per-record "
+            f"clipping at {dp.max_grad_norm}, accounted by {dp.accountant} (spent: {per_client}); the "
+            f"unit of privacy is {dp.unit}.")
 
 
 def _residual(rows: list[VerdictRow]) -> list[dict[str, str]]:
@@ -326,23 +327,22 @@ def _residual(rows: list[VerdictRow]) -> list[dict[str, str]]:
              "fact": r.short} for (a, level), r in sorted(best.items(), key=lambda kv: order[kv[0][1]])]
 
 
-def recording_lines(recording: dict[str, Any]) -> list[tuple[str, str]]:
+def recording_lines(recording: Recording) -> list[tuple[str, str]]:
     """What a reviewer must know of an audited recording before any verdict: what was verified, which model was
     judged as the deployed one, and which clients failed to answer in which rounds."""
-    lines = [("recording", verification_text(recording.get("verification")))]
-    judged = recording.get("deployed_model") or {}
-    if judged.get("what"):
-        lines.append(("model judged", str(judged["what"])))
-    missed = (recording.get("participation") or {}).get("missed") or {}
-    if missed:
-        lines.append(("clients that failed", missed_text(missed)))
-    if recording.get("secure_aggregation"):
-        lines.append(("secure aggregation", f"the run used {recording['secure_aggregation']} (recognised from its stage "
+    lines = [("recording", verification_text(recording.verified))]
+    if recording.deployed_model.what:
+        lines.append(("model judged", str(recording.deployed_model.what)))
+    if recording.participation.missed:
+        lines.append(("clients that failed", missed_text(recording.participation.missed)))
+    if recording.secure_aggregation:
+        lines.append(("secure aggregation", f"the run used {recording.secure_aggregation} (recognised from its stage "
                                             "messages): the server received masked uploads; its rows are judged under "
                                             "secure aggregation, beside what it would read of each upload without it"))
-    same = ((recording.get("verification") or {}).get("broadcasts")) or {}
-    if same.get("different"):  # also a HIGH verdict row (consistency:broadcasts); said here first, before any tier
-        lines.append(("NOT THE SAME MODEL", different_models(BroadcastCheck.of(same).different)))
+    checked = recording.verified.broadcasts if recording.verified else None
+    different = BroadcastCheck.of(checked).different if isinstance(checked, dict) else ()
+    if different:  # also a HIGH verdict row (consistency:broadcasts); said here first, before any tier
+        lines.append(("NOT THE SAME MODEL", different_models(different)))
     return lines
 
 
@@ -354,21 +354,25 @@ def missed_text(missed: dict[str, list[int]]) -> str:
             + " — the attacks on those rounds see fewer clients than the deployment has")
 
 
-def verification_text(v: dict[str, Any] | None) -> str:
-    """What was verified of a recording before it was audited (fedaudit.interop.recording_verify), and its digest."""
-    if not isinstance(v, dict):
-        return "not verified (audited before fedaudit verified recordings)"
-    found = "; ".join(f"{f['sender']} round {f['round']}: {f['record']}/{f['tensor']}" for f in v.get("non_finite") or [])
-    head = {"verified": "VERIFIED: every message matches the sha256 its ledger row carries and the ledger matches the "
-                        "digest sealed when the run ended",
-            "unverified: no hashes": "UNVERIFIED: the recording carries no hashes (made before the recorder wrote "
-                                     "them), so edits after the run cannot be detected",
-            "unverified: ledger not sealed": "PARTLY VERIFIED: every message matches its ledger row's sha256, but the "
-                                             "run never sealed its ledger (Recorder.close, seal_recording), so rows "
-                                             "added or removed since cannot be detected",
-            }.get(v.get("status"), "UNVERIFIED: audited with --unverified although " + "; ".join(v.get("mismatches") or []))
-    return (f"{head}. Checked whole before the audit: {v.get('messages')} message file(s), {v.get('bytes')} bytes, "
-            f"{v.get('rows')} ledger rows over {v.get('rounds')} round(s) from {v.get('clients')} client(s); ledger "
-            f"sha256 {v.get('ledger_sha256')}"
-            + (f". NON-FINITE values (NaN or infinity) in: {found}" if found else ""))
+VERIFICATION_HEADS = {
+    "verified": "VERIFIED: every message matches the sha256 its ledger row carries and the ledger matches the digest "
+                "sealed when the run ended",
+    "unverified: no hashes": "UNVERIFIED: the recording carries no hashes (made before the recorder wrote them), so "
+                             "edits after the run cannot be detected",
+    "unverified: ledger not sealed": "PARTLY VERIFIED: every message matches its ledger row's sha256, but the run "
+                                     "never sealed its ledger (Recorder.close, seal_recording), so rows added or "
+                                     "removed since cannot be detected",
+}
 
+
+def verification_text(v: Verification | None) -> str:
+    """What was verified of a recording before it was audited (fedaudit.interop.recording_verify), and its digest."""
+    if v is None:
+        return "not verified (audited before fedaudit verified recordings)"
+    found = "; ".join(f"{f.sender} round {f.round}: {f.record}/{f.tensor}" for f in v.non_finite)
+    head = (VERIFICATION_HEADS[v.status] if v.status in VERIFICATION_HEADS else
+            "UNVERIFIED: audited with --unverified although " + "; ".join(v.mismatches or []))
+    return (f"{head}. Checked whole before the audit: {v.messages} message file(s), {v.bytes} bytes, "
+            f"{v.rows} ledger rows over {v.rounds} round(s) from {v.clients} client(s); ledger "
+            f"sha256 {v.ledger_sha256}"
+            + (f". NON-FINITE values (NaN or infinity) in: {found}" if found else ""))

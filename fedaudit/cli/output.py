@@ -142,8 +142,9 @@ def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
     recording = (metrics.get("provenance") or {}).get("recording")
     if isinstance(recording, dict):  # before any verdict: which model was judged, who failed to answer
         from fedaudit.reports.summary import recording_lines
+        from fedaudit.run.blocks import Recording
 
-        for what, text in recording_lines(recording)[1:]:
+        for what, text in recording_lines(Recording.of(recording))[1:]:
             console().print(f"{what}: {text}", highlight=False, markup=False)
     print_verdict(metrics, run_dir)
     console().print(f"run directory: {run_dir}", highlight=False, markup=False)

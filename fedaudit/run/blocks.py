@@ -1,0 +1,424 @@
+"""The run's other blocks of metrics.json as named fields: accuracy, communication, privacy, provenance (with a
+recording's), the auditor's data, secure aggregation, and the rows of history.csv and wire.jsonl — read once, here,
+for the report and the terminal.
+
+A :class:`Block` is a frozen dataclass whose fields name the stored keys. ``Block.of(mapping)`` reads each field from
+the key of its name (a legacy key through the field's ``alias`` metadata), a nested block, a list of blocks or a
+mapping of blocks the same way, and anything absent (or of the wrong shape for a block) as the field's default.
+Values keep their stored form: the report prints what the run stored, and says so where it is missing. The attack
+results have their own typed entries (:mod:`fedaudit.run.entries`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, TypeVar
+
+B = TypeVar("B", bound="Block")
+
+
+def alias(name: str, default: Any = None) -> Any:
+    """A field read from another stored key (a legacy name)."""
+    return field(default=default, metadata={"alias": name})
+
+
+class Block:
+    """A stored block read into named fields (see the module's doc)."""
+
+    @classmethod
+    def of(cls: type[B], data: Any) -> B:
+        data = data if isinstance(data, Mapping) else {}
+        values = {}
+        for f, read in _readers(cls):
+            key = f.metadata.get("alias", f.name)
+            if key in data:
+                values[f.name] = read(data[key])
+        return cls(**values)
+
+    @classmethod
+    def maybe(cls: type[B], data: Any) -> B | None:
+        """The block, or None where the file stores none (an empty mapping, or not a mapping)."""
+        return cls.of(data) if isinstance(data, Mapping) and data else None
+
+
+@lru_cache(maxsize=None)
+def _readers(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f, _reader(hints[f.name])) for f in dataclasses.fields(cls))
+
+
+def _reader(hint: Any) -> Any:
+    """How a stored value becomes the field's value: blocks (also inside lists and mappings) read, the rest kept."""
+    options = [a for a in typing.get_args(hint) if a is not type(None)] if _is_union(hint) else [hint]
+    block = next((o for o in options if isinstance(o, type) and issubclass(o, Block)), None)
+    if block is not None:
+        return block.maybe if type(None) in typing.get_args(hint) else block.of
+    for o in options:
+        origin, args = typing.get_origin(o), typing.get_args(o)
+        inner = args[-1] if args and isinstance(args[-1], type) and issubclass(args[-1], Block) else None
+        if origin is list:  # a list of blocks, or of values: anything else stored reads as empty
+            return lambda v: ([inner.of(x) for x in v if isinstance(x, Mapping)] if inner else v) if isinstance(v, list) else []
+        if origin is dict:
+            return lambda v: ({k: inner.of(x) for k, x in v.items() if isinstance(x, Mapping)} if inner else v
+                              ) if isinstance(v, Mapping) else {}
+    return lambda v: v
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+# -- accuracy and communication ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FinalRound(Block):
+    round: Any = None
+    unseen_domain: Any = None
+    source_val_mean: Any = None
+
+
+@dataclass(frozen=True)
+class SourceVal(Block):
+    mean: Any = None
+    per_domain: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CanaryChange(Block):
+    unseen_domain: Any = None
+    source_val_mean: Any = None
+
+
+@dataclass(frozen=True)
+class WithoutCanaries(Block):
+    """The same run without the canary audit's canaries."""
+
+    unseen_domain: Any = None
+    source_val: SourceVal = field(default_factory=SourceVal)
+    change_with_canaries: CanaryChange = field(default_factory=CanaryChange)
+
+
+@dataclass(frozen=True)
+class Accuracy(Block):
+    unseen_domain: Any = None
+    selected_round: Any = None
+    final_round: FinalRound | None = None
+    rounds_without_deployed_model: Any = None
+    source_val: SourceVal = field(default_factory=SourceVal)
+    method_specific: dict[str, Any] = field(default_factory=dict)
+    without_canaries: WithoutCanaries | None = None
+
+
+@dataclass(frozen=True)
+class Communication(Block):
+    declared: list[str] = field(default_factory=list)
+    rounds: Any = None
+    clients: Any = None
+    mb_up_per_round: Any = None
+    mb_down_per_round: Any = None
+    bytes_up: Any = None
+    bytes_down: Any = None
+    by_kind: dict[str, Any] = field(default_factory=dict)  # kind → {up, down: bytes}
+
+
+# -- privacy ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DPClient(Block):
+    """One client's DP-SGD accounting."""
+
+    epsilon_spent: Any = None
+    epsilon_rdp: Any = None
+    accountant: Any = None
+    noise_multiplier: Any = None
+    sample_rate: Any = None
+    steps: Any = None
+    records: Any = None
+    batch_size: Any = None
+    step_factor: Any = 1
+    noise_to_signal: Any = None
+
+
+@dataclass(frozen=True)
+class ClippingCheck(Block):
+    """A recorded deployment's clipping, checked on the updates it recorded."""
+
+    status: Any = None
+    over_norm: Any = None
+    updates: Any = None
+    max_ratio: Any = None
+    worst: Any = None
+    why: Any = None
+
+
+@dataclass(frozen=True)
+class DP(Block):
+    """The record-level DP in force: DP-SGD per client (fedaudit's), or a recorded deployment's central DP
+    (``recorded``); each mechanism stores its own keys, the rest stay None."""
+
+    recorded: bool = False
+    # DP-SGD (Opacus)
+    epsilon_target: Any = None
+    max_grad_norm: Any = None
+    secure_rng: Any = None
+    augmentations: Any = None
+    trained: Any = None
+    trained_parameters: Any = None
+    frozen_parameters: Any = None
+    clients: dict[str, DPClient] = field(default_factory=dict)
+    # a recording's central DP
+    mechanism: Any = None
+    source: Any = None
+    clipping: Any = None
+    noise_std_on_sum: Any = None
+    num_sampled_clients: Any = None
+    noise_multiplier: Any = None
+    clipping_norm: Any = None
+    neighbours: Any = None
+    epsilon: Any = None
+    epsilon_rdp: Any = None
+    rounds: Any = None
+    sampling: Any = None
+    weaker_rounds: Any = None
+    clipping_check: ClippingCheck = field(default_factory=ClippingCheck)
+    claim: Any = None
+    # both
+    delta: Any = None
+    accountant: Any = None
+    unit: Any = None
+
+    @property
+    def label_epsilon(self) -> Any:
+        """The ε a run is labelled with: DP-SGD's target, or a recorded deployment's accounted ε."""
+        return self.epsilon_target if self.epsilon_target is not None else self.epsilon
+
+
+@dataclass(frozen=True)
+class CoverageRow(Block):
+    artifact: Any = None
+    direction: Any = None
+    covered: Any = None
+    why: Any = ""
+
+
+@dataclass(frozen=True)
+class ClientDP(Block):
+    """Client-level DP on the aggregate."""
+
+    epsilon: Any = None
+    delta: Any = None
+    unit: Any = None
+    rounds: Any = None
+    mu: Any = None
+    noise_multiplier: Any = None
+    clip: Any = None
+    clients: Any = None
+    noise_std_on_mean: Any = None
+    covers: Any = None
+
+
+@dataclass(frozen=True)
+class Privacy(Block):
+    dp: DP | None = None
+    coverage: list[CoverageRow] = field(default_factory=list)
+    client_dp: ClientDP | None = None
+    client_coverage: list[CoverageRow] = field(default_factory=list)
+
+
+# -- provenance and a recording's -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Device(Block):
+    type: Any = "?"
+    name: Any = "?"
+    threads: Any = "?"
+
+
+@dataclass(frozen=True)
+class ModelInfo(Block):
+    """The model trained or audited: fedaudit's architecture, or the user's factory."""
+
+    factory: Any = None
+    args: Any = None
+    module_file: Any = None
+    sha256: Any = None
+    architecture: Any = None
+    norm: Any = None
+    cls: Any = alias("class")
+    parameters: Any = None
+    head_layer: Any = None
+
+
+@dataclass(frozen=True)
+class NonFinite(Block):
+    sender: Any = None
+    round: Any = None
+    record: Any = None
+    tensor: Any = None
+
+
+@dataclass(frozen=True)
+class Verification(Block):
+    """What was verified of a recording before it was audited."""
+
+    status: Any = None
+    non_finite: list[NonFinite] = field(default_factory=list)
+    mismatches: Any = None
+    messages: Any = None
+    bytes: Any = None
+    rows: Any = None
+    rounds: Any = None
+    clients: Any = None
+    ledger_sha256: Any = None
+    broadcasts: Any = None  # the model-consistency check (fedaudit.run.entries.BroadcastCheck)
+
+
+@dataclass(frozen=True)
+class Framework(Block):
+    name: Any = "?"
+    version: Any = ""
+
+
+@dataclass(frozen=True)
+class DeployedModel(Block):
+    message_type: Any = "?"
+    round: Any = "?"
+    what: Any = None
+
+
+@dataclass(frozen=True)
+class Participation(Block):
+    missed: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Recording(Block):
+    """``fedaudit audit``: the recorded federation the run audited."""
+
+    path: Any = None
+    framework: Any = None  # {name, version}, or a name (older runs)
+    run_id: Any = None
+    framework_run_id: Any = None
+    nodes: dict[str, Any] = field(default_factory=dict)
+    verification: Any = None
+    deployed_model: DeployedModel = field(default_factory=DeployedModel)
+    participation: Participation = field(default_factory=Participation)
+    secure_aggregation: Any = None
+
+    @property
+    def framework_block(self) -> Framework:
+        return Framework.of(self.framework)
+
+    @property
+    def framework_name(self) -> Any:
+        return self.framework_block.name if isinstance(self.framework, Mapping) else self.framework
+
+    @property
+    def verified(self) -> Verification | None:
+        return Verification.maybe(self.verification)
+
+
+@dataclass(frozen=True)
+class Provenance(Block):
+    command: Any = None
+    config_hash: Any = None
+    config: dict[str, Any] = field(default_factory=dict)
+    dataset_fingerprint: Any = None
+    dataset_skipped_files: Any = None
+    dataset_empty_class_folders: Any = None
+    data_warnings: Any = None
+    seed: Any = None
+    device: Device = field(default_factory=Device)
+    numerics: dict[str, Any] = field(default_factory=dict)
+    model: ModelInfo | None = None
+    recording: Recording | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, Any] = field(default_factory=dict)
+
+
+# -- what the auditor held, and secure aggregation --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditorData(Block):
+    status: Any = None
+    why: Any = ""
+    needs_data: list[Any] = field(default_factory=list)
+    left_out: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AggregateSeen(Block):
+    round: Any = None
+    clients: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LeftInClear(Block):
+    kind: Any = None
+    direction: Any = None
+    why: Any = None
+
+
+@dataclass(frozen=True)
+class Disaggregation(Block):
+    status: Any = "not run"
+    reason: Any = ""
+
+
+@dataclass(frozen=True)
+class SecureAggregation(Block):
+    masked: list[str] = field(default_factory=list)
+    aggregate: AggregateSeen | None = None
+    leaves: list[LeftInClear] = field(default_factory=list)
+    disaggregation: Disaggregation = field(default_factory=Disaggregation)
+
+
+# -- history.csv and wire.jsonl rows --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HistoryRow(Block):
+    round: Any = None
+    val_mean: Any = None
+    target: Any = None
+    bytes_up: Any = None
+    bytes_down: Any = None
+
+
+@dataclass(frozen=True)
+class WireRow(Block):
+    kind: Any = "?"
+    direction: Any = "?"
+    round: Any = -1
+    bytes: Any = 0
+    sender: Any = None
+    receiver: Any = None
+
+
+@dataclass(frozen=True)
+class StoredRun(Block):
+    """One target's metrics.json, its blocks by name (the attack results: :class:`fedaudit.run.results.Leakage` and
+    :mod:`fedaudit.run.entries`)."""
+
+    method: Any = "?"
+    dataset: Any = "?"
+    target_domain: Any = "?"
+    source_domains: list[str] = field(default_factory=list)
+    accuracy: Accuracy = field(default_factory=Accuracy)
+    communication: Communication = field(default_factory=Communication)
+    privacy: Privacy | None = None  # None: a run from before fedaudit recorded defenses
+    provenance: Provenance = field(default_factory=Provenance)
+    auditor_data: AuditorData | None = None
+    secure_aggregation: SecureAggregation | None = None
+    verdict: Any = None  # the stored rows (fedaudit.run.results.VerdictRow); None: the run stored none
+    verdict_thresholds: Any = None
+    schema_version: Any = None
