@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Unpack
 
 import torch
 
@@ -33,6 +33,7 @@ from fedaudit.reports import write_report_or_warn
 from fedaudit.run import run_directory
 from fedaudit.run.config import RunConfig, from_json, load_toml, parse_method_options, resolve
 from fedaudit.run.numerics import run_numerics
+from fedaudit.run.option_types import AuditOptions, EvaluateOptions
 from fedaudit.run.results import RunMetrics, write_metrics
 from fedaudit.simulation.summary import communication, privacy, provenance, summarise_targets
 from fedaudit.simulation.dp_sgd import private_config
@@ -55,10 +56,20 @@ class Reporter:
     def end_target(self, target: str) -> None: ...
 
 
-@dataclass
-class EvaluateResult:
+class RunResult(NamedTuple):
+    """What ``evaluate`` and ``audit_recording`` return: the run directory and its metrics.json (as written;
+    ``run_dir, metrics = ...`` unpacks it), with its typed reading beside them."""
+
     run_dir: Path
     metrics: dict[str, Any]
+
+    @property
+    def stored(self) -> RunMetrics:
+        """metrics.json as typed objects (its verdict rows: ``.stored.rows()``)."""
+        return RunMetrics.from_json(self.metrics, self.run_dir / "metrics.json")
+
+
+EvaluateResult = RunResult  # the name before audit_recording returned the same type
 
 
 def evaluate(
@@ -71,8 +82,8 @@ def evaluate(
     reporter: Reporter | None = None,
     on_round_end: Callable[[Federation, int], None] | None = None,
     command: str | None = None,
-    **options: Any,
-) -> EvaluateResult:
+    **options: Unpack[EvaluateOptions],
+) -> RunResult:
     """Train ``method`` in a LODO federation, attack what it shares, write a run directory.
 
     ``options`` are :class:`~fedaudit.run.config.RunConfig` fields (``dataset``,
@@ -166,7 +177,7 @@ def warn_unused_attack_options(given: dict[str, Any], cfg: RunConfig) -> None:
                     name.replace("_", "-"), cfg.attack)
 
 
-def _resume(path: Path, reporter: Reporter, on_round_end, model: str | None = None) -> EvaluateResult:
+def _resume(path: Path, reporter: Reporter, on_round_end, model: str | None = None) -> RunResult:
     from fedaudit.attacks import attack_schema
 
     root = run_directory.resolve_resume(path)
@@ -174,7 +185,7 @@ def _resume(path: Path, reporter: Reporter, on_round_end, model: str | None = No
     cfg = from_json(saved["config"], attack_schema(saved["config"].get("attack", "none")))
     if run_directory.is_complete(root):
         log.info("run %s is already complete; nothing to resume", root)
-        return EvaluateResult(root, run_directory.read_json(root / "metrics.json"))
+        return RunResult(root, run_directory.read_json(root / "metrics.json"))
     if is_factory(cfg.model) and model != cfg.model:  # a run directory is a file: it never makes fedaudit import code
         raise FedauditError(f"run {root} trains the model factory {cfg.model}; fedaudit imports code only when the "
                             f"command names it: add --model {cfg.model} to --resume")
@@ -200,12 +211,12 @@ class RunPlan:
     data_seconds: float
 
 
-def _run_targets(root: Path, plan: RunPlan, targets: list[str]) -> EvaluateResult:
+def _run_targets(root: Path, plan: RunPlan, targets: list[str]) -> RunResult:
     cfg = plan.cfg
     if len(targets) == 1:
         metrics = run_one(root, plan, targets[0])
         write_report_or_warn(root)  # report.html from the finished run's files; a failure only warns
-        return EvaluateResult(root, metrics)
+        return RunResult(root, metrics)
     per_target = {}
     for target in targets:
         sub = root / run_directory.target_dirname(target)
@@ -217,7 +228,7 @@ def _run_targets(root: Path, plan: RunPlan, targets: list[str]) -> EvaluateResul
     metrics = write_metrics(root / "metrics.json", summarise_targets(cfg, per_target))
     run_directory.mark_complete(root, ["config.json", "metrics.json", *(f"{run_directory.target_dirname(t)}/{run_directory.COMPLETE}" for t in targets)])
     write_report_or_warn(root)  # one report for all targets, rendered from the root and its target-*/ folders
-    return EvaluateResult(root, metrics)
+    return RunResult(root, metrics)
 
 
 def run_one(run_dir: Path, plan: RunPlan, target: str) -> dict[str, Any]:
@@ -297,10 +308,10 @@ def _run_one(run_dir: Path, plan: RunPlan, target: str, unpinned: list[str]) -> 
 
 
 def audit_recording(recording: str | Path, *, command: str = "", unverified: bool = False,
-                    records: str | Path | None = None, **explicit: Any) -> tuple[Path, dict[str, Any]]:
+                    records: str | Path | None = None, **explicit: Unpack[AuditOptions]) -> RunResult:
     """``fedaudit audit``: attack a recorded federation as ``evaluate`` attacks its own (see
     :mod:`fedaudit.interop.audit_recording`); ``records`` is the auditor's records folder (needed where the
-    recording's manifest points outside the recording); returns (run directory, metrics)."""
+    recording's manifest points outside the recording); returns the run directory and its metrics."""
     from fedaudit.attacks import AUTO, attack_options, attack_schema, auto_attacks, get_attacks
     from fedaudit.methods import get_method
     from fedaudit.interop.audit_recording import (NO_DATA, audit, audited_model, auditor_data, check_audit_options,
@@ -351,7 +362,7 @@ def audit_recording(recording: str | Path, *, command: str = "", unverified: boo
         run_dir, metrics = audit(rec, cfg, method_cls(cfg), selected, dataset, split, resolve_device(cfg.device), command,
                                  left_out, unpinned)
     write_report_or_warn(run_dir)
-    return run_dir, metrics
+    return RunResult(run_dir, metrics)
 
 
 def seal_recording(recording: str | Path) -> tuple[str, list[str]]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedaudit.reports.load import Unit
+from fedaudit.run.blocks import Score
 
 
 MISSING = "—"
@@ -65,14 +66,6 @@ def p_fmt(p: Any) -> str:
     return MISSING if not is_finite(p) else (f"{p:.2g}" if p >= 0.001 else "< 0.001")
 
 
-def mia_tpr_ci(level: dict[str, Any]) -> Any:
-    return level.get("tpr_ci95", level.get("tpr_interval"))
-
-
-def mia_count(entry: dict[str, Any], what: str) -> Any:
-    return entry.get(what, entry.get(f"n_{what}", "?"))
-
-
 def rounds_text(rounds: Any) -> str:
     """Round numbers for a reader: a run of consecutive rounds as "1–19", with how many."""
     if not isinstance(rounds, list) or not all(isinstance(r, int) for r in rounds):
@@ -120,10 +113,11 @@ def value_text(v: Any) -> str:
 
 
 NULL_LABELS = (("control", "untrained control"), ("prior_only", "prior-only control"), ("twin", "holdout twin"))
-def with_control(d: dict[str, Any]) -> str:
-    text = f"attack {f3(d.get('attack'))}"
-    text += "".join(f" · {name} {f3(d.get(key))}" for key, name in NULL_LABELS if key in d)
-    return text + (f" · chance {f3(d['chance'])}" if "chance" in d else "")
+def with_control(d: Score) -> str:
+    """An attack's rate beside every null the file stored."""
+    text = f"attack {f3(d.attack)}"
+    text += "".join(f" · {name} {f3(getattr(d, key))}" for key, name in NULL_LABELS if d.has(key))
+    return text + (f" · chance {f3(d.chance)}" if d.has("chance") else "")
 
 
 def num_text(x: Any) -> str:

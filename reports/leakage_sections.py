@@ -7,13 +7,11 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fedaudit.audit.verdict import mia_level
 from fedaudit.audit.verdict.wording import fdp_bound
-from fedaudit.run.blocks import DP
-from fedaudit.run.entries import CanaryAudit, ClaimedCurve, canary_audits
-from fedaudit.run.results import result_tables
+from fedaudit.run.blocks import DP, Identified, Judges, PowerShown, Score
+from fedaudit.run.entries import CanaryAudit, ClaimedCurve, ReconstructionEntry, ReconstructionTable, canary_audits
 from fedaudit.reports import plots
-from fedaudit.reports.cells import (MISSING, NULL_LABELS, Table, aligned, as_text, ci_text, f3, is_finite, mia_tpr_ci,
+from fedaudit.reports.cells import (MISSING, NULL_LABELS, Table, aligned, as_text, ci_text, f3, is_finite,
                                     p_fmt, with_control)
 from fedaudit.reports.load import Unit
 
@@ -75,55 +73,62 @@ def _accuracy(u: Unit, key: str) -> float:
 def leakage_table(units: Sequence[Unit]) -> Table:
     def cells(u: Unit) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
-        for attack, sec in u.results.reconstruction_sections().items():
-            summary = sec.get("summary") or {}
-            for key, victims in result_tables(sec):
-                head = f"{attack} · {key}"
-                s = summary.get(key) or {}
-                macro = (s.get("domain_attribution") or {}).get("macro")
-                if macro:
-                    out.append((f"{head} · domain attribution (macro over victims)", with_control(macro)))
-                if s.get("class_fidelity"):
-                    out.append((f"{head} · class fidelity (mean over victims)", with_control(s["class_fidelity"])))
-                statuses = []
-                for victim, e in victims.items():
-                    if not isinstance(e, dict):
-                        continue
-                    m = e.get("metrics")
-                    if e.get("status") != "attacked" or not isinstance(m, dict):
-                        statuses.append(f"{victim}: {e.get('status', 'unknown')} — {e.get('reason', 'no reason stored')}")
-                        continue
-                    if m.get("status") == "unavailable":
-                        statuses.append(f"{victim}: not scored — {m.get('reason', 'no reason stored')}")
-                        continue
-                    out += [(f"{head} · {victim} · {label}", text) for label, text in victim_metrics(e)]
-                if statuses:
-                    out.append((f"{head} · not attacked", "; ".join(statuses)))
-            judges = sec.get("auditor") or {}
-            lpips = judges.get("lpips")
-            if isinstance(lpips, dict) and lpips.get("status") != "available":
-                out.append((f"{attack} · LPIPS", f"{lpips.get('status', '?')}: looked for {lpips.get('looked_for', '?')}; "
-                                                 f"{lpips.get('fix', '')}".strip("; ")))
-            dom = judges.get("domain_classifier") or {}
-            if dom:
-                out.append((f"{attack} · judge: domain classifier accuracy", f"{f3(dom.get('accuracy_on_members'))} "
-                            f"on members (trained on {dom.get('trained_on', '?')})"))
-            for victim, j in (judges.get("class_classifier") or {}).items():
-                out.append((f"{attack} · judge: class classifier accuracy, {victim}", f"{f3(j.get('accuracy_on_members'))} on members"))
-        for variant, target, victim, e in u.results.membership():
-            if "status" in e and "advantage" not in e:
-                out.append((f"mia · {variant} · {target} · {victim}", f"{e['status']} — {e.get('reason', 'no reason stored')}"))
+        run = u.audited
+        for attack, judges in run.judges.items():
+            for table in (t for t in run.reconstructions if t.attack == attack):
+                out += _reconstruction_cells(table)
+            out += _judge_cells(attack, judges)
+        for test in run.membership:
+            e = test.entry
+            label = f"mia · {test.variant} · {test.target} · {test.victim}"
+            if "status" in e.stored_keys and not e.scored:
+                out.append((label, f"{e.status} — {e.reason}"))
                 continue
-            level = mia_level(e, 0.01) or {}
-            out.append((f"mia · {variant} · {target} · {victim}",
-                        f"AUC {f3(e.get('auc'))} · advantage {f3(e.get('advantage'))} · "
-                        f"TPR@1%FPR {f3(level.get('tpr'))} {ci_text(mia_tpr_ci(level))}"))
+            level = e.at_1pct_fpr
+            out.append((label, f"AUC {f3(e.stored_auc)} · advantage {f3(e.stored_advantage)} · "
+                               f"TPR@1%FPR {f3(level.tpr if level else None)} {ci_text(level.interval if level else None)}"))
         out += _canary_cells(u)
         if not out:
             out.append(("leakage", "no attack ran in this run; run with --attack deepinversion, gradinv or mia"))
         return out
 
     return aligned(units, cells)
+
+
+def _reconstruction_cells(table: ReconstructionTable) -> list[tuple[str, str]]:
+    """One attack on one artifact: its summary over the victims, each victim's scores, who was not attacked."""
+    head = f"{table.attack} · {table.artifact}"
+    out = []
+    if table.shown_attribution:
+        out.append((f"{head} · domain attribution (macro over victims)", with_control(table.shown_attribution)))
+    if table.shown_fidelity:
+        out.append((f"{head} · class fidelity (mean over victims)", with_control(table.shown_fidelity)))
+    statuses = []
+    for victim, e in table.entries.items():
+        if e.stored_status != "attacked" or not e.scored:
+            statuses.append(f"{victim}: {e.stored_status or 'unknown'} — {e.stored_reason or 'no reason stored'}")
+            continue
+        if e.scores.status == "unavailable":
+            statuses.append(f"{victim}: not scored — {e.scores.reason or 'no reason stored'}")
+            continue
+        out += [(f"{head} · {victim} · {label}", text) for label, text in victim_metrics(e)]
+    if statuses:
+        out.append((f"{head} · not attacked", "; ".join(statuses)))
+    return out
+
+
+def _judge_cells(attack: str, judges: Judges) -> list[tuple[str, str]]:
+    out = []
+    lpips = judges.lpips
+    if lpips is not None and lpips.status != "available":
+        out.append((f"{attack} · LPIPS", f"{lpips.status}: looked for {lpips.looked_for}; {lpips.fix}".strip("; ")))
+    dom = judges.domain_classifier
+    if dom:
+        out.append((f"{attack} · judge: domain classifier accuracy", f"{f3(dom.accuracy_on_members)} "
+                    f"on members (trained on {dom.trained_on})"))
+    for victim, j in judges.class_classifier.items():
+        out.append((f"{attack} · judge: class classifier accuracy, {victim}", f"{f3(j.accuracy_on_members)} on members"))
+    return out
 
 
 def _canary_cells(u: Unit) -> list[tuple[str, str]]:
@@ -192,57 +197,58 @@ def _canary_bounds(u: Unit) -> list[tuple[str, str]]:
     return _audits(u, "input", describe)
 
 
-def victim_metrics(e: dict[str, Any]) -> list[tuple[str, str]]:
+def victim_metrics(e: ReconstructionEntry) -> list[tuple[str, str]]:
     """One victim's scores, each beside every null that ran, then its power."""
-    m = e.get("metrics") or {}
-    out = _identifiability_line(m.get("identifiability"))
-    for key, label in (("domain_attribution", "domain attribution"), ("class_fidelity", "class fidelity"),
-                       ("psnr_mean", "PSNR to nearest member, mean (dB)"), ("ssim_mean", "SSIM to nearest member, mean"),
-                       ("lpips_mean", "LPIPS to nearest member, mean")):
-        v = m.get(key)
-        if isinstance(v, dict) and "attack" in v:
-            out.append((label, with_control(v)))
-        elif isinstance(v, dict):  # e.g. LPIPS without its backbone: the status is shown once per attack
-            out.append((label, str(v.get("status", "unavailable"))))
-    matched = m.get("matched")  # batch inversions (gradinv): each reconstruction paired with a distinct member
-    if isinstance(matched, dict) and "attack" in matched and "control" in matched:
+    m = e.scores
+    out = _identifiability_line(m.identifiability)
+    for score, label in ((m.domain_attribution, "domain attribution"), (m.class_fidelity, "class fidelity"),
+                         (m.psnr_mean, "PSNR to nearest member, mean (dB)"), (m.ssim_mean, "SSIM to nearest member, mean"),
+                         (m.lpips_mean, "LPIPS to nearest member, mean")):
+        if score is not None and score.has("attack"):
+            out.append((label, with_control(score)))
+        elif score is not None:  # e.g. LPIPS without its backbone: the status is shown once per attack
+            out.append((label, str(score.status)))
+    matched = m.matched  # batch inversions (gradinv): each reconstruction paired with a distinct member
+    if matched is not None and matched.has("attack") and matched.has("control"):
         for key, label in (("psnr_mean", "PSNR to its Hungarian-matched member, mean (dB)"),
                            ("ssim_mean", "SSIM to its Hungarian-matched member, mean"),
                            ("psnr_best", "PSNR to its Hungarian-matched member, best (dB)")):
-            out.append((label, with_control({"attack": matched["attack"].get(key), "control": matched["control"].get(key)})))
-    if isinstance(e.get("power"), dict):
-        out.append(("power (positive control)", _power_text(e["power"])))
-    twin = e.get("twin")
-    if isinstance(twin, dict) and twin.get("status") != "scored":
-        out.append(("holdout twin", f"{twin.get('status', '?')}: {twin.get('reason', '')}"))
+            out.append((label, with_control(Score.of({"attack": getattr(matched.attack, key),
+                                                      "control": getattr(matched.control, key)}))))
+    if e.power_shown is not None:
+        out.append(("power (positive control)", _power_text(e.power_shown)))
+    if e.twin is not None and e.twin.status != "scored":
+        out.append(("holdout twin", f"{e.twin.status}: {e.twin.reason}"))
     return out
 
 
-def _identifiability_line(ident: Any) -> list[tuple[str, str]]:
-    if not isinstance(ident, dict):
+def _identifiability_line(ident: Identified | None) -> list[tuple[str, str]]:
+    if ident is None:
         return []
-    nulls = " · ".join(f"{name} {f3(ident.get(key))}" for key, name in NULL_LABELS if key in ident)
+    nulls = " · ".join(f"{name} {f3(getattr(ident, key))}" for key, name in NULL_LABELS if ident.has(key))
     return [("identifiability (balanced; chance measured)",
-             f"attack {f3(ident.get('attack'))} {ci_text(ident.get('attack_ci95'))}, permutation p "
-             f"{p_fmt(ident.get('attack_p_value'))} · chance {f3(ident.get('chance'))} · {nulls} · "
-             f"n {as_text(ident.get('n'))}")]
+             f"attack {f3(ident.attack)} {ci_text(ident.attack_ci95)}, permutation p "
+             f"{p_fmt(ident.attack_p_value)} · chance {f3(ident.chance)} · {nulls} · "
+             f"n {as_text(ident.n)}")]
 
 
-def _power_text(power: dict[str, Any]) -> str:
+def _power_text(power: PowerShown) -> str:
     """The positive control: reached or not, record-level or not, and what it recovered at each size."""
-    if power.get("status") != "measured":
-        return f"{power.get('status', '?')}: {power.get('reason', '')}"
+    if power.status != "measured":
+        return f"{power.status}: {power.reason}"
     sizes = []
-    for k, v in (power.get("sizes") or {}).items():
-        if "p_reveals" not in v:
+    for k, v in power.sizes.items():
+        if not v.has("p_reveals"):
             continue
-        parts = [f"{m.replace('_', ' ')} {f3(v[m].get('attack'))} vs prior-only {f3(v[m].get('prior_only'))} "
-                 f"(p {p_fmt(v[m].get('p_value'))})" for m in ("domain_attribution", "class_fidelity") if m in v]
-        parts.append(f"identifiability {f3(v.get('identifiability'))} (p {p_fmt(v.get('p_value'))})")
-        sizes.append(f"{k}/class ({v.get('images')} images): " + ", ".join(parts))
-    verdict = "reached" if power.get("reached") else "NOT reached"
-    verdict += ", record-level" if power.get("record_level") else ", not record-level"
-    verdict += f" (p {p_fmt(power.get('p_value'))})"
+        parts = [f"{name.replace('_', ' ')} {f3(score.attack)} vs prior-only {f3(score.prior_only)} "
+                 f"(p {p_fmt(score.p_value)})" for name, score in (("domain_attribution", v.domain_attribution),
+                                                                   ("class_fidelity", v.class_fidelity))
+                 if v.has(name) and score is not None]
+        parts.append(f"identifiability {f3(v.identifiability)} (p {p_fmt(v.p_value)})")
+        sizes.append(f"{k}/class ({v.images} images): " + ", ".join(parts))
+    verdict = "reached" if power.reached else "NOT reached"
+    verdict += ", record-level" if power.record_level else ", not record-level"
+    verdict += f" (p {p_fmt(power.p_value)})"
     return f"{verdict} — " + "; ".join(sizes)
 
 
@@ -264,7 +270,7 @@ def scatter_section(units: Sequence[Unit]) -> dict[str, Any]:
             attack, control, where = d[name]
             label = u.method if methods.count(u.method) == 1 else f"{u.method}/{u.target}"
             pts.append((f"{label} ({where})" if where else label, attack, control,
-                        float((u.metrics.get("accuracy") or {}).get("unseen_domain") or float("nan"))))
+                        float(u.stored.accuracy.unseen_domain or float("nan"))))
         plots_out.append({"name": name, "svg": plots.scatter_plot(name, pts, name.split(": ", 1)[-1])})
     missing = sorted(everywhere - set(common))
     why = None
@@ -276,15 +282,14 @@ def scatter_section(units: Sequence[Unit]) -> dict[str, Any]:
 
 def _scatter_metrics(u: Unit) -> dict[str, tuple[float, float | None, str]]:
     out: dict[str, tuple[float, float | None, str]] = {}
-    for attack, sec in u.results.reconstruction_sections().items():
-        for key, s in (sec.get("summary") or {}).items():
-            for name, d in ((f"{attack}: domain attribution (macro)", (s.get("domain_attribution") or {}).get("macro")),
-                            (f"{attack}: class fidelity", s.get("class_fidelity"))):
-                if isinstance(d, dict) and is_finite(d.get("attack")) and (name not in out or d["attack"] > out[name][0]):
-                    out[name] = (float(d["attack"]), d.get("control"), key)
-    for variant, target, victim, e in u.results.membership():
-        name = f"mia {variant} on {target}: AUC"
-        if is_finite(e.get("auc")) and (name not in out or e["auc"] > out[name][0]):
-            out[name] = (float(e["auc"]), 0.5, victim)
+    for table in u.audited.reconstructions:
+        for name, d in ((f"{table.attack}: domain attribution (macro)", table.shown_attribution),
+                        (f"{table.attack}: class fidelity", table.shown_fidelity)):
+            if d is not None and is_finite(d.attack) and (name not in out or d.attack > out[name][0]):
+                out[name] = (float(d.attack), d.control, table.artifact)
+    for test in u.audited.membership:
+        name = f"mia {test.variant} on {test.target}: AUC"
+        auc = test.entry.stored_auc
+        if is_finite(auc) and (name not in out or auc > out[name][0]):
+            out[name] = (float(auc), 0.5, test.victim)
     return out
-

@@ -20,6 +20,7 @@ from typing import Any
 from fedaudit.errors import FedauditError
 from fedaudit.run import run_directory
 from fedaudit.run.blocks import HistoryRow, StoredRun, WireRow
+from fedaudit.run.entries import AuditedRun
 from fedaudit.run.results import Leakage, schema_version
 
 
@@ -55,6 +56,12 @@ class Unit:
     @property
     def leakage(self) -> dict[str, Any]:
         return self.metrics["leakage"] if isinstance(self.metrics.get("leakage"), dict) else {}
+
+    @cached_property
+    def audited(self) -> AuditedRun:
+        """The attack results as typed entries (fedaudit.run.entries), the same the verdict judges."""
+        config = self.config["config"] if isinstance(self.config.get("config"), dict) else {}
+        return AuditedRun.of(self.metrics, config)
 
     @cached_property
     def history_rows(self) -> list[HistoryRow]:

@@ -316,9 +316,9 @@ def communication_table(units: Sequence[Unit]) -> Table:
                ("total up", size_text(c.bytes_up)),
                ("total down", size_text(c.bytes_down))]
         for kind, d in c.by_kind.items():
-            for direction, arrow in (("up", "↑"), ("down", "↓")):
-                if isinstance(d, dict) and d.get(direction):
-                    out.append((f"total, {kind} {arrow}", size_text(d[direction])))
+            for sent, arrow in ((d.up, "↑"), (d.down, "↓")):
+                if sent:
+                    out.append((f"total, {kind} {arrow}", size_text(sent)))
         return out
 
     return aligned(units, cells)

@@ -121,3 +121,33 @@ def test_a_config_recorded_before_the_attack_blocks_still_resumes():
     cfg = from_json(saved, attack_schema("deepinversion,mia"))
     assert cfg.attack_options == {"deepinversion": {"inversion_iters": 20}, "mia": {"reference_models": 2}}
     assert cfg.split == (0.5, 0.1, 0.4)
+
+
+def test_evaluate_and_audit_take_typed_keywords_generated_from_the_declarations():
+    """fedaudit/run/option_types.py is what scripts/option_types.py writes from the declarations (a new or changed
+    option without regenerating it fails here), and evaluate and audit_recording annotate their keywords with it."""
+    import importlib.util
+    import inspect
+    import typing
+    from pathlib import Path
+
+    from fedaudit import api
+    from fedaudit.attacks import attack_options
+    from fedaudit.run.config import RunConfig
+    from fedaudit.run.option_types import AuditOptions, EvaluateOptions
+    from fedaudit.run.options import declared
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("option_types_script", root / "scripts" / "option_types.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.render() == (root / "fedaudit" / "run" / "option_types.py").read_text(encoding="utf-8"), (
+        "fedaudit/run/option_types.py is behind the declarations: run python scripts/option_types.py")
+    keys = set(EvaluateOptions.__annotations__)
+    assert set(declared(RunConfig)) | set(attack_options()) <= keys
+    hints = typing.get_type_hints(EvaluateOptions)
+    assert hints["rounds"] is int and hints["target_domain"] == str | None
+    assert set(attack_options()) <= set(AuditOptions.__annotations__) and "rounds" not in AuditOptions.__annotations__
+    assert "Unpack[EvaluateOptions]" in str(inspect.signature(api.evaluate).parameters["options"].annotation)
+    assert "Unpack[AuditOptions]" in str(inspect.signature(api.audit_recording).parameters["explicit"].annotation)
+    assert api.audit_recording.__annotations__["return"] == api.evaluate.__annotations__["return"] == "RunResult"

@@ -30,6 +30,8 @@ def alias(name: str, default: Any = None) -> Any:
 class Block:
     """A stored block read into named fields (see the module's doc)."""
 
+    _stored: frozenset[str] = frozenset()
+
     @classmethod
     def of(cls: type[B], data: Any) -> B:
         data = data if isinstance(data, Mapping) else {}
@@ -38,7 +40,13 @@ class Block:
             key = f.metadata.get("alias", f.name)
             if key in data:
                 values[f.name] = read(data[key])
-        return cls(**values)
+        block = cls(**values)
+        object.__setattr__(block, "_stored", frozenset(values))
+        return block
+
+    def has(self, name: str) -> bool:
+        """Whether the file stored this field (a null included): what a table shows as a dash, not leaves out."""
+        return name in self._stored
 
     @classmethod
     def maybe(cls: type[B], data: Any) -> B | None:
@@ -54,23 +62,167 @@ def _readers(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
 
 def _reader(hint: Any) -> Any:
     """How a stored value becomes the field's value: blocks (also inside lists and mappings) read, the rest kept."""
-    options = [a for a in typing.get_args(hint) if a is not type(None)] if _is_union(hint) else [hint]
-    block = next((o for o in options if isinstance(o, type) and issubclass(o, Block)), None)
-    if block is not None:
-        return block.maybe if type(None) in typing.get_args(hint) else block.of
+    union = _is_union(hint)
+    options = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
     for o in options:
-        origin, args = typing.get_origin(o), typing.get_args(o)
-        inner = args[-1] if args and isinstance(args[-1], type) and issubclass(args[-1], Block) else None
-        if origin is list:  # a list of blocks, or of values: anything else stored reads as empty
-            return lambda v: ([inner.of(x) for x in v if isinstance(x, Mapping)] if inner else v) if isinstance(v, list) else []
-        if origin is dict:
-            return lambda v: ({k: inner.of(x) for k, x in v.items() if isinstance(x, Mapping)} if inner else v
-                              ) if isinstance(v, Mapping) else {}
-    return lambda v: v
+        if _is_block(o):
+            return o.maybe if union and type(None) in typing.get_args(hint) else o.of
+        if typing.get_origin(o) in (list, dict):
+            args = typing.get_args(o)
+            return _container(typing.get_origin(o), args[-1] if args and _is_block(args[-1]) else None)
+    return _kept
+
+
+def _kept(value: Any) -> Any:
+    return value
+
+
+def _is_block(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, Block)
+
+
+def _container(origin: type, inner: type[Block] | None) -> Any:
+    """A list or mapping field: its blocks read (where it holds blocks); anything but a list or mapping reads as empty."""
+    def read_list(value: Any) -> list[Any]:
+        if not isinstance(value, list):
+            return []
+        return [inner.of(x) for x in value if isinstance(x, Mapping)] if inner else value
+
+    def read_dict(value: Any) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            return {}
+        return {k: inner.of(x) for k, x in value.items() if isinstance(x, Mapping)} if inner else value
+
+    return read_list if origin is list else read_dict
 
 
 def _is_union(hint: Any) -> bool:
     return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+# -- scores, as the report shows them ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Score(Block):
+    """An attack's rate beside its nulls (a reconstruction's domain attribution, PSNR, …), as stored."""
+
+    attack: Any = None
+    chance: Any = None
+    control: Any = None
+    prior_only: Any = None
+    twin: Any = None
+    status: Any = "unavailable"
+    p_value: Any = None
+
+
+@dataclass(frozen=True)
+class MatchedScores(Block):
+    psnr_mean: Any = None
+    ssim_mean: Any = None
+    psnr_best: Any = None
+
+
+@dataclass(frozen=True)
+class Matched(Block):
+    """Batch inversions (gradinv): each reconstruction paired with a distinct member, and the control's."""
+
+    attack: MatchedScores = field(default_factory=MatchedScores)
+    control: MatchedScores = field(default_factory=MatchedScores)
+
+
+@dataclass(frozen=True)
+class Identified(Block):
+    """The record-level test as stored (the verdict judges its finite numbers: fedaudit.run.entries)."""
+
+    attack: Any = None
+    attack_ci95: Any = None
+    attack_p_value: Any = None
+    chance: Any = None
+    control: Any = None
+    prior_only: Any = None
+    twin: Any = None
+    n: Any = None
+
+
+@dataclass(frozen=True)
+class VictimScores(Block):
+    """A victim's reconstruction scores (``entry.metrics``)."""
+
+    status: Any = None
+    reason: Any = None
+    identifiability: Identified | None = None
+    domain_attribution: Score | None = None
+    class_fidelity: Score | None = None
+    psnr_mean: Score | None = None
+    ssim_mean: Score | None = None
+    lpips_mean: Score | None = None
+    matched: Matched | None = None
+
+
+@dataclass(frozen=True)
+class PowerSize(Block):
+    """The positive control at one size (images per class)."""
+
+    p_reveals: Any = None
+    domain_attribution: Score | None = None
+    class_fidelity: Score | None = None
+    identifiability: Any = None
+    p_value: Any = None
+    images: Any = None
+
+
+@dataclass(frozen=True)
+class PowerShown(Block):
+    status: Any = "?"
+    reason: Any = ""
+    reached: Any = None
+    record_level: Any = None
+    p_value: Any = None
+    sizes: dict[str, PowerSize] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Status(Block):
+    status: Any = "?"
+    reason: Any = ""
+
+
+@dataclass(frozen=True)
+class Judge(Block):
+    """One of the auditor's judges (a classifier, LPIPS) and its status."""
+
+    status: Any = "?"
+    looked_for: Any = "?"
+    fix: Any = ""
+    accuracy_on_members: Any = None
+    trained_on: Any = "?"
+
+
+@dataclass(frozen=True)
+class Judges(Block):
+    lpips: Judge | None = None
+    domain_classifier: Judge | None = None
+    class_classifier: dict[str, Judge] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Roc(Block):
+    fpr: Any = None
+    tpr: Any = None
+
+
+@dataclass(frozen=True)
+class Calibration(Block):
+    status: Any = None
+    out_gap: Any = None
+    in_gap: Any = None
+
+
+@dataclass(frozen=True)
+class ReferenceTraining(Block):
+    epochs: Any = None
+    target_exposure_epochs: Any = None
 
 
 # -- accuracy and communication ------------------------------------------------------------------------
@@ -116,6 +268,14 @@ class Accuracy(Block):
 
 
 @dataclass(frozen=True)
+class KindBytes(Block):
+    """The bytes one artifact kind sent, each way."""
+
+    up: Any = None
+    down: Any = None
+
+
+@dataclass(frozen=True)
 class Communication(Block):
     declared: list[str] = field(default_factory=list)
     rounds: Any = None
@@ -124,7 +284,7 @@ class Communication(Block):
     mb_down_per_round: Any = None
     bytes_up: Any = None
     bytes_down: Any = None
-    by_kind: dict[str, Any] = field(default_factory=dict)  # kind → {up, down: bytes}
+    by_kind: dict[str, KindBytes] = field(default_factory=dict)
 
 
 # -- privacy ---------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fedaudit.run.blocks import (Calibration, Judges, PowerShown, ReferenceTraining, Roc, Score, Status,
+                                  VictimScores)
 from fedaudit.run.results import CANARY, CANARY_GRADIENT, Leakage, MIA, result_tables
 
 EMPTY: Mapping[str, Any] = {}
@@ -72,7 +74,7 @@ def mia_level(entry: Mapping[str, Any], level: float) -> Mapping[str, Any] | Non
 class OperatingPoint:
     """A membership test's stored TPR at one target FPR (``levels`` or, before, ``tpr_at_fpr``)."""
 
-    tpr: float
+    tpr: float | None
     fpr_achieved: float
     p_value: float | None
     interval: tuple[float, float] | None
@@ -84,7 +86,7 @@ class OperatingPoint:
         value = mia_level(entry, level)
         if value is None:
             return None
-        return cls(float(value.get("tpr", 0.0)), float(value.get("fpr_achieved", 0.01)), number(value.get("p_value")),
+        return cls(number(value.get("tpr")), float(value.get("fpr_achieved", 0.01)), number(value.get("p_value")),
                    finite_pair(value.get("tpr_interval", value.get("tpr_ci95"))), bool(value.get("resolvable", True)),
                    value.get("warning") or None)
 
@@ -94,17 +96,19 @@ class SeparationTest:
     """How well one score separates two sets (a positive control, a holdout twin): AUC and the KS advantage."""
 
     stored: bool  # whether the test ran and stored its advantage
-    auc: float | None
+    scored: bool  # whether it stored an AUC
+    auc: Any
     advantage_p_value: float | None
     records: Any
+    status: str | None
     reason: str | None
 
     @classmethod
     def of(cls, data: Any) -> SeparationTest | None:
         if not isinstance(data, Mapping):
             return None
-        return cls("advantage" in data, number(data.get("auc")), number(data.get("advantage_p_value")),
-                   data.get("records", "?"), text(data.get("reason")))
+        return cls("advantage" in data, "auc" in data, data.get("auc"), number(data.get("advantage_p_value")),
+                   data.get("records", "?"), text(data.get("status")), text(data.get("reason")))
 
     def significant(self, alpha: float) -> bool:
         return self.advantage_p_value is not None and self.advantage_p_value <= alpha
@@ -129,10 +133,11 @@ class MembershipEntry:
     advantage: float | None
     advantage_p_value: float | None
     advantage_null_95: float | None
-    members: int
-    nonmembers: int
+    members: int | None  # None: the file stores no count
+    nonmembers: int | None
     auc: float | None
     at_1pct_fpr: OperatingPoint | None
+    operating_points: tuple[tuple[float, OperatingPoint], ...]  # every stored FPR level, as stored
     signal: str  # the artifact test's signal: "tracing …", "nearest entry …"
     exact: ExactMatches | None
     control: SeparationTest | None  # the artifact test's positive control (stored as ``power``)
@@ -143,6 +148,18 @@ class MembershipEntry:
     twin_aucs: tuple[float, ...]  # the domain-level attack's AUCs on its measured domain twins
     twin_reason: str | None  # why there are none, where stored
     nonmember_domain: str | None
+    # what the report shows beside the scores
+    stored_keys: frozenset[str]
+    stored_auc: Any  # as stored (the page prints it)
+    stored_advantage: Any
+    auc_chance_interval: Any
+    roc: Roc | None
+    calibration: Calibration | None
+    reference: ReferenceTraining
+    reference_models: Any
+
+    def at_fpr(self, level: float) -> OperatingPoint | None:
+        return next((p for fpr, p in self.operating_points if math.isclose(fpr, level)), None)
 
     @classmethod
     def of(cls, e: Mapping[str, Any]) -> MembershipEntry:
@@ -153,16 +170,34 @@ class MembershipEntry:
             status=str(e.get("status", "not run")), reason=str(e.get("reason", "no reason stored")),
             scored="advantage" in e, advantage=number(e.get("advantage")),
             advantage_p_value=number(e.get("advantage_p_value")), advantage_null_95=e.get("advantage_null_95"),
-            members=whole(e.get("n_members", e.get("members", 0))),
-            nonmembers=whole(e.get("n_nonmembers", e.get("nonmembers", 0))),
-            auc=number(e.get("auc")), at_1pct_fpr=OperatingPoint.at(e, 0.01), signal=str(e.get("signal") or ""),
+            members=_count(e.get("n_members", e.get("members"))),
+            nonmembers=_count(e.get("n_nonmembers", e.get("nonmembers"))),
+            auc=number(e.get("auc")), at_1pct_fpr=OperatingPoint.at(e, 0.01),
+            operating_points=tuple((fpr, point) for fpr in _levels(e) if (point := OperatingPoint.at(e, fpr))),
+            signal=str(e.get("signal") or ""),
             exact=(ExactMatches(whole(exact.get("members")), whole(exact.get("nonmembers")),
                                 number(e.get("exact_tolerance"))) if isinstance(exact, Mapping) else None),
             control=SeparationTest.of(e.get("power")), controls=text(e.get("controls")),
             twin=SeparationTest.of(e.get("twin")), weights_from=tuple(str(s) for s in block(e.get("weights_from"))),
             miscalibrated=block(e.get("calibration")).get("status") == "miscalibrated",
             twin_aucs=tuple(float(a) for a in aucs if number(a) is not None) if isinstance(aucs, list) else (),
-            twin_reason=text(twin.get("reason")), nonmember_domain=text(e.get("nonmember_domain")))
+            twin_reason=text(twin.get("reason")), nonmember_domain=text(e.get("nonmember_domain")),
+            stored_keys=frozenset(e), stored_auc=e.get("auc"), stored_advantage=e.get("advantage"),
+            auc_chance_interval=e.get("auc_chance_interval"), roc=Roc.maybe(e.get("roc")),
+            calibration=Calibration.maybe(e.get("calibration")), reference=ReferenceTraining.of(e.get("reference")),
+            reference_models=e.get("reference_models"))
+
+
+def _levels(entry: Mapping[str, Any]) -> list[float]:
+    """The FPR levels an entry stores an operating point for."""
+    found = []
+    for name in ("levels", "tpr_at_fpr"):
+        for key in block(entry.get(name)):
+            try:
+                found.append(float(key))
+            except ValueError:
+                continue
+    return list(dict.fromkeys(found))
 
 
 @dataclass(frozen=True)
@@ -249,6 +284,15 @@ class ReconstructionEntry:
     identifiability: Identifiability | None  # that test's result, where the victim was attacked
     power: ReconstructionPower | None
     images: bool  # synthesised images (a grid), not latent features
+    # what the report shows
+    stored_status: str | None
+    stored_reason: str | None
+    scored: bool  # the victim was attacked and its scores stored (``metrics``)
+    scores: VictimScores
+    image_grid: Any
+    grid_columns: Any
+    power_shown: PowerShown | None
+    twin: Status | None
 
     @classmethod
     def of(cls, e: Mapping[str, Any]) -> ReconstructionEntry:
@@ -257,7 +301,11 @@ class ReconstructionEntry:
         ident = scores.get("identifiability") if record_test and e.get("status") == "attacked" else None
         return cls(str(e.get("status", "unknown")), str(e.get("reason") or scores.get("reason") or "no reason stored"),
                    record_test, Identifiability.of(ident) if isinstance(ident, Mapping) else None,
-                   ReconstructionPower.of(e.get("power")), "image_grid" in e)
+                   ReconstructionPower.of(e.get("power")), "image_grid" in e, text(e.get("status")),
+                   text(e.get("reason")), isinstance(e.get("metrics"), Mapping), VictimScores.of(scores),
+                   e.get("image_grid"), e.get("grid_columns"),
+                   PowerShown.of(e["power"]) if isinstance(e.get("power"), Mapping) else None,
+                   Status.of(e["twin"]) if isinstance(e.get("twin"), Mapping) else None)
 
 
 @dataclass(frozen=True)
@@ -296,6 +344,8 @@ class ReconstructionTable:
     victims: tuple[str, ...]  # the victims the summary is over, as it stored them
     domain_attribution: LiftTest | None
     class_fidelity: LiftTest | None
+    shown_attribution: Score | None  # the same two as stored, for the page
+    shown_fidelity: Score | None
 
     @classmethod
     def of(cls, attack: str, artifact: str, by_victim: Mapping[str, Any], summary: Any) -> ReconstructionTable:
@@ -304,7 +354,8 @@ class ReconstructionTable:
         return cls(attack, artifact, entries, summary is not None,
                    tuple(attribution.get("victims") or ()),
                    LiftTest.of(attribution.get("macro"), attribution.get("counts")) if summary is not None else None,
-                   LiftTest.of(fidelity, fidelity.get("counts")) if summary is not None else None)
+                   LiftTest.of(fidelity, fidelity.get("counts")) if summary is not None else None,
+                   Score.maybe(attribution.get("macro")), Score.maybe(block(summary).get("class_fidelity")))
 
 
 # -- the canary audit ------------------------------------------------------------------------------------
@@ -448,6 +499,7 @@ class AuditedRun:
     membership_ran: bool
     membership: tuple[MembershipTest, ...]  # in the order the attacks wrote them
     reconstructions: tuple[ReconstructionTable, ...]  # in the order the attacks ran
+    judges: dict[str, Judges]  # attack → the auditor's judges of its reconstructions
     canary_ran: bool  # a canary section was stored (its audits may all lack a bound)
     canaries: tuple[CanaryAudit, ...]
     broadcasts: BroadcastCheck | None
@@ -472,6 +524,7 @@ class AuditedRun:
             reconstructions=tuple(ReconstructionTable.of(name, key, by_victim, block(sec.get("summary")).get(key))
                                   for name, sec in leakage.reconstruction_sections().items()
                                   for key, by_victim in result_tables(sec)),
+            judges={name: Judges.of(sec.get("auditor")) for name, sec in leakage.reconstruction_sections().items()},
             canary_ran=bool(canaries),
             canaries=tuple(canary_audits(metrics)),
             broadcasts=BroadcastCheck.of(same) if isinstance(same, Mapping) else None,

@@ -124,12 +124,12 @@ def _evidence(attacks: list[Attack], t: RiskThresholds) -> tuple[list[Evidence],
             skipped.append(Unscored(f"{variant}/{victim}", e.status, e.reason))
             continue
         detail = {"attack": _attack_name(variant, e), "variant": variant, "target": target, "victim": victim,
-                  "members": e.members, "nonmembers": e.nonmembers, "auc": e.auc}
+                  "members": e.members or 0, "nonmembers": e.nonmembers or 0, "auc": e.auc}
         level = e.at_1pct_fpr
         if level is not None and level.p_value is not None:
             ci = list(level.interval) if level.interval else None
             clears = level.resolvable and ci is not None and ci[0] > t.mia_tpr_ci_low
-            evidence.append(Evidence("mia_tpr", f"{variant} on {target} / {victim}", level.tpr, level.fpr_achieved,
+            evidence.append(Evidence("mia_tpr", f"{variant} on {target} / {victim}", level.tpr or 0.0, level.fpr_achieved,
                                      "achieved FPR (the chance line TPR = FPR)", level.p_value, interval=ci,
                                      tier=HIGH if clears else MEDIUM if level.resolvable else LOW,
                                      effect=(ci[0] if ci else None),

@@ -96,7 +96,7 @@ def participation_evidence(victim: str, entry: MembershipEntry, spread: float | 
     aucs = list(entry.twin_aucs)
     detail = {"victim": victim, "attack": "domain-level attack", "twin_aucs": aucs, "df": df,
               "twin_reason": None if aucs else (entry.twin_reason or "no domain twin was trained"),
-              "members": entry.members, "nonmembers": entry.nonmembers, "nonmember_domain": entry.nonmember_domain}
+              "members": entry.members or 0, "nonmembers": entry.nonmembers or 0, "nonmember_domain": entry.nonmember_domain}
     if not aucs or spread is None:  # nothing to compare with: the row says so (rule no_twin)
         e = Evidence("participation_auc", f"domain-level attack on {GLOBAL} / {victim}", entry.auc, None,
                      "domain twins", 1.0, tier=LOW, detail={**detail, "twin": False})
