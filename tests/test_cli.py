@@ -259,13 +259,27 @@ def test_method_options_have_their_own_flags(tmp_path):
 
 @pytest.mark.parametrize("args,needles", [
     (["--fedprox-mu", "0.1"], ["--fedprox-mu", "method fedprox", "--method fedprox"]),  # flag of another method
-    (["--method", "fedprox", "--fedprox-mu"], ["--fedprox-mu needs a value"]),
-    (["--method", "fedprox", "--fedprox-nu", "1"], ["no such option", "--fedprox-nu", "--fedprox-mu"]),
+    (["--method", "fedprox", "--fedprox-mu"], ["--fedprox-mu", "requires an argument"]),  # as every other flag
+    (["--method", "fedprox", "--fedprox-nu", "1"], ["no such option", "--fedprox-nu", "did you mean --fedprox-mu"]),
     (["--method", "fedprox", "stray"], ["unexpected argument", "stray"]),
     (["--method", "fedprox", "--fedprox-mu", "-1"], ["--fedprox-mu must be between 0 and 100", "got -1"]),  # still range-checked
 ])
 def test_bad_method_flags_are_user_errors(args, needles):
     _user_error(["evaluate", *FAST, *args], *needles)
+
+
+def test_every_method_option_is_a_flag_in_evaluate_help():
+    """Method options are declared like attack options: each is a flag of its own, listed in --help with its help
+    and default (issue 50)."""
+    from fedaudit.methods import METHODS
+
+    result = runner.invoke(app, ["evaluate", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for method, cls in METHODS.items():
+        for name, opt in cls.options.items():
+            flag = f"--{method}-{name}".replace("_", "-")
+            assert flag in result.output, flag
+    assert "Method options" in result.output and "proximal weight" in result.output
 
 
 def test_an_option_of_an_attack_not_selected_is_checked_and_said_to_do_nothing(caplog):

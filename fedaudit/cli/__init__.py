@@ -25,7 +25,7 @@ from fedaudit.models.factory import parse_model_args
 from fedaudit.run.config import parse_split
 from fedaudit.run.results import RunMetrics
 
-from .flags import audit_signature, declared_options, evaluate_signature, method_flags
+from .flags import audit_signature, declared_options, evaluate_signature, given_method_flags, refuse_leftovers
 from .output import (RichReporter, console, err_console, listing, point_summary, print_listing, print_summary,
                      summary_json)
 
@@ -80,13 +80,14 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
     json_summary, fail_on = given.pop("json_summary"), given.pop("fail_on")
     method_option, config, resume, method = given.pop("method_option"), given.pop("config"), given.pop("resume"), given.pop("method")
     model_arg = given.pop("model_arg")
+    flags = given_method_flags(given)
     _setup_logging(quiet)
     try:
+        refuse_leftovers(ctx.args)
         options = parsed_options(given, fail_on)
         options["split"] = parse_split(split)
         if model_arg:
             options["model_args"] = parse_model_args(model_arg)
-        flags = method_flags(ctx.args)
         if dp_sweep is not None or (resume is not None and is_sweep(resume)):
             swept = sweep_dp(None if dp_sweep is None else parse_epsilons(dp_sweep), method, resume=resume,
                                    config=config, method_option=method_option, method_flags=flags,

@@ -1,8 +1,9 @@
 """The flags of ``evaluate`` and ``audit``, built from the declarations (RunConfig's fields, every registered
-attack's options), with their help panels; and the ``--<method>-<option>`` words."""
+attack's and every method's options), with their help panels."""
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from pathlib import Path
 from typing import Any, Optional
@@ -14,34 +15,18 @@ from fedaudit.run.config import DEFAULT_SPLIT
 from fedaudit.run.options import Option, flag_of
 
 
-def method_flags(args: list[str]) -> list[tuple[str, str]]:
-    """Leftover ``--<method>-<option> VALUE`` words → ``[(method, "option=VALUE")]``.
-
-    Every method option has its own flag (``--ccst-k 3``, ``--elcfs-fraction
-    0.5``) besides the generic ``--method-option k=3``; which method a flag
-    belongs to is checked once the run's method is known.
-    """
-    from fedaudit.methods import METHODS
-
-    out: list[tuple[str, str]] = []
-    words = list(args)
-    while words:
-        word = words.pop(0)
-        if not word.startswith("--") or len(word) == 2:
-            raise FedauditError(f"unexpected argument {word!r}; see `fedaudit evaluate --help`")
-        name, eq, value = word[2:].partition("=")
-        key = name.replace("-", "_")
-        owner = next((m for m in sorted(METHODS, key=len, reverse=True)
-                      if key.startswith(f"{m}_") and key[len(m) + 1:] in METHODS[m].options), None)
-        if owner is None:
-            flags = ", ".join(f"--{m}-{o}".replace("_", "-") for m, cls in METHODS.items() for o in cls.options)
-            raise FedauditError(f"no such option {'--' + name!r}; see `fedaudit evaluate --help` (method options: {flags})")
-        if not eq:
-            if not words or (words[0].startswith("--") and len(words[0]) > 2):
-                raise FedauditError(f"--{name} needs a value, e.g. --{name} VALUE")
-            value = words.pop(0)
-        out.append((owner, f"{key[len(owner) + 1:]}={value}"))
-    return out
+def refuse_leftovers(args: list[str]) -> None:
+    """Words no flag took. Every run, attack and method option is a declared flag, so a leftover is no option at all:
+    one line naming it and the nearest flag."""
+    if not args:
+        return
+    word = args[0]
+    if not word.startswith("--") or len(word) == 2:
+        raise FedauditError(f"unexpected argument {word!r}; see `fedaudit evaluate --help`")
+    given = "--" + word[2:].partition("=")[0]
+    near = difflib.get_close_matches(given, [flag_of(n) for n in (*declared_options(), *method_options())], n=1)
+    raise FedauditError(f"no such option {given!r}" + (f" (did you mean {near[0]}?)" if near else "")
+                        + "; see `fedaudit evaluate --help`")
 
 
 PANELS = {"run": "Run", "training": "Local training", "audit": "Attacker and auditor", "dp": "Defense: DP-SGD (records)",
@@ -128,9 +113,39 @@ COMMAND_PARAMETERS = [
 AUDIT_ONLY = ("unverified", "records")
 
 
+METHOD_PANEL = "Method options (each method's own; see `fedaudit list methods`)"
+
+
+def method_options() -> dict[str, tuple[str, str, Option]]:
+    """Every method's options as their flags' parameter names (``ccst_k`` for ``--ccst-k``): (method, option, its
+    declaration)."""
+    from fedaudit.methods import METHODS
+
+    return {f"{m}_{o}": (m, o, opt) for m, cls in METHODS.items() for o, opt in cls.options.items()}
+
+
+def _method_parameter(name: str, opt: Option) -> inspect.Parameter:
+    """A method option's flag: the words typed go to the method's own declaration, which parses and checks them once
+    the run's method is known (a flag of another method is refused there)."""
+    info = typer.Option(None, flag_of(name), help=option_help(opt), rich_help_panel=METHOD_PANEL,
+                        metavar=opt.kind.__name__.upper())
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=Optional[str])
+
+
+def given_method_flags(given: dict[str, Any]) -> list[tuple[str, str]]:
+    """The method flags given, taken out of ``given``: ``[(method, "option=VALUE")]``."""
+    out = []
+    for name, (method, option, _) in method_options().items():
+        value = given.pop(name, None)
+        if value is not None:
+            out.append((method, f"{option}={value}"))
+    return out
+
+
 def evaluate_signature() -> inspect.Signature:
     params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
     params += [_parameter(name, opt, panel) for name, (opt, panel) in declared_options().items()]
+    params += [_method_parameter(name, opt) for name, (_, _, opt) in method_options().items()]
     params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
                for name, annotation, info in COMMAND_PARAMETERS if name not in AUDIT_ONLY]
     return inspect.Signature(params)
