@@ -144,11 +144,11 @@ class ELCFS(FedAvg):
     options = {  # 0 < fraction ≤ 1; at least one spectrum is sent whatever the fraction
         "fraction": Option(1.0, "share of training images whose spectra are uploaded, above 0", kind=float,
                            low=1e-9, high=1.0),
-        "inner_lr": Option(1e-3, "step size α of the inner (meta-train) step", kind=float, low=0.0, high=10.0),
+        "inner_lr": Option(1e-3, "step size α of the inner (meta-train) step", kind=float, low=0.0, high=10.0,
+                           profiles={"quick": 0.01}),
         "max_window": Option(0.1, "largest low-frequency window ratio L; L ~ U(0, max_window)", kind=float, low=0.0,
                              high=0.5)}
     profile_defaults: dict[str, dict[str, Any]] = {
-        "quick": {"method_options": {"inner_lr": 0.01}},
         "paper": {"optimizer": "adam", "lr": 1e-3, "weight_decay": 0.0, "local_epochs": 1, "rounds": 100},
     }
 

@@ -110,7 +110,8 @@ class FedFD(Method):
     )
     options = {"lambda1": Option(0.1, "weight λ1 of the feature-alignment loss", kind=float, low=0.0, high=1.0),
                "lambda2": Option(4.0, "weight λ2 of the statistics loss", kind=float, low=0.0, high=1000.0),
-               "local_steps": Option(200, "local iterations per round", kind=int, low=1, high=1_000_000),
+               "local_steps": Option(200, "local iterations per round", kind=int, low=1, high=1_000_000,
+                                     profiles={"quick": 20}),
                "u_min": Option(0.0, "lower end of the mixing weight's range (at most u_max)", kind=float, low=-1.0,
                                high=2.0),
                "u_max": Option(1.0, "upper end of the mixing weight's range", kind=float, low=-1.0, high=2.0),
@@ -119,7 +120,7 @@ class FedFD(Method):
     profile_defaults = {
         # Same SGD recipe as the paper; ~20 iterations per round is what the
         # fedavg quick profile takes (3 epochs of ~225 records at batch 32).
-        "quick": {"momentum": 0.5, "method_options": {"local_steps": 20}},
+        "quick": {"momentum": 0.5},
         "paper": {"model": "resnet18", "rounds": 40, "batch_size": 64, "lr": 0.01, "momentum": 0.5},
     }
     adapter: ClassVar[bool] = False  # FedFD-A's instance feature adapter

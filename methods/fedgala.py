@@ -180,11 +180,12 @@ class FedGaLA(Method):
     options = {"temperature": Option(0.5, "NT-Xent temperature", kind=float, low=1e-3, high=100.0),
                "align_threshold": Option(0.0, "a cosine; -1 turns local alignment off", kind=float, low=-1.0, high=1.0),
                "global_iters": Option(3, "iterations of the server's gradient alignment", kind=int, low=0, high=100),
-               "proj_hidden": Option(4096, "hidden width of the projection head", kind=int, low=1, high=65_536),
-               "proj_dim": Option(2048, "output width of the projection head", kind=int, low=1, high=65_536)}
+               "proj_hidden": Option(4096, "hidden width of the projection head", kind=int, low=1, high=65_536,
+                                     profiles={"quick": 512}),
+               "proj_dim": Option(2048, "output width of the projection head", kind=int, low=1, high=65_536,
+                                  profiles={"quick": 128})}
     profile_defaults: dict[str, dict[str, Any]] = {
-        "quick": {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "local_epochs": 2, "augment": False,
-                  "method_options": {"proj_hidden": 512, "proj_dim": 128}},
+        "quick": {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "local_epochs": 2, "augment": False},
         "paper": {"model": "resnet18", "image_size": 32, "optimizer": "adam", "lr": 3e-3, "batch_size": 128,
                   "local_epochs": 7, "rounds": 100, "augment": False},
     }

@@ -117,39 +117,41 @@ class FedLSI(Method):
         (ArtifactKind.IMPORTANCE, UP),
         (ArtifactKind.SCALARS, UP),
     )
-    # The paper's values; `quick` (below) shrinks the latent, the iteration counts and their step sizes.
+    # The paper's values; `quick` shrinks the latent, the iteration counts and their step sizes (each option's profiles).
     options = {
-        "latent_dim": Option(512, "width of the latent the shared head reads", kind=int, low=1, high=65_536),
+        "latent_dim": Option(512, "width of the latent the shared head reads", kind=int, low=1, high=65_536,
+                             profiles={"quick": 64}),
         "stage1_epochs": Option(10, "local epochs of stage 1 (training the head that is shared)", kind=int, low=1,
-                                high=1_000),
+                                high=1_000, profiles={"quick": 3}),
         "num_latents": Option(200, "latents inverted from each client's head", kind=int, low=2, high=1_000_000),
-        "inversion_iters": Option(10_000, "steps of the latent inversion", kind=int, low=0, high=10_000_000),
-        "inversion_lr": Option(1e-4, "step size of the latent inversion", kind=float, low=1e-9, high=10.0),
+        "inversion_iters": Option(10_000, "steps of the latent inversion", kind=int, low=0, high=10_000_000,
+                                  profiles={"quick": 300}),
+        "inversion_lr": Option(1e-4, "step size of the latent inversion", kind=float, low=1e-9, high=10.0,
+                               profiles={"quick": 3e-3}),
         "inversion_batch": Option(32, "latents per inversion batch", kind=int, low=2, high=65_536),
         "lambda_bn": Option(1e-3, "weight of the head's BN-statistics term in the inversion", kind=float, low=0.0,
                             high=1e4),
         "lambda_norm": Option(1e-4, "weight of the latent-norm term in the inversion", kind=float, low=0.0, high=1e4),
-        "translator_hidden": Option(1024, "hidden width of the latent translator", kind=int, low=1, high=65_536),
+        "translator_hidden": Option(1024, "hidden width of the latent translator", kind=int, low=1, high=65_536,
+                                    profiles={"quick": 256}),
         "translator_dropout": Option(0.5, "dropout in the translator", kind=float, low=0.0, high=0.99),
         "translator_iters": Option(200_000, "training iterations of the translator", kind=int, low=0,
-                                   high=10_000_000),
+                                   high=10_000_000, profiles={"quick": 500}),
         "translator_batch": Option(16, "latents per translator batch", kind=int, low=2, high=65_536),
-        "translator_lr": Option(1e-4, "step size of the translator", kind=float, low=1e-9, high=10.0),
+        "translator_lr": Option(1e-4, "step size of the translator", kind=float, low=1e-9, high=10.0,
+                                profiles={"quick": 1e-3}),
         "n_critic": Option(5, "critic steps per translator step", kind=int, low=1, high=1_000),
         "lambda_cls": Option(1.0, "weight of the translator's classification loss", kind=float, low=0.0, high=1e4),
         "lambda_rec": Option(10.0, "weight of the translator's reconstruction loss", kind=float, low=0.0, high=1e4),
         "lambda_gp": Option(10.0, "weight of the critic's gradient penalty", kind=float, low=0.0, high=1e4),
         "lambda_di": Option(1.0, "weight λ_di of the domain-invariance loss in local training", kind=float, low=0.0,
-                            high=1e4),
+                            high=1e4, profiles={"quick": 0.1}),
         "importance_eps": Option(1e-8, "floor of the importance weights in aggregation", kind=float, low=1e-30,
                                  high=1.0),
     }
     profile_defaults = {
         # Fewer, larger steps: 300 inversion steps at 3e-3 move ẑ as far as the paper's 10k at 1e-4. Quick's
         # SGD lr is 10x the paper's; λ_di is 10x smaller so the λ_di step stays the paper's size (at 1 it diverges).
-        "quick": {"method_options": {"latent_dim": 64, "stage1_epochs": 3, "inversion_iters": 300, "inversion_lr": 3e-3,
-                                     "translator_hidden": 256, "translator_iters": 500, "translator_lr": 1e-3,
-                                     "lambda_di": 0.1}},
         "paper": {"rounds": 20, "local_epochs": 10, "batch_size": 32, "optimizer": "sgd", "lr": 1e-3, "momentum": 0.9,
                   "weight_decay": 5e-4},
     }

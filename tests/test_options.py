@@ -151,3 +151,22 @@ def test_evaluate_and_audit_take_typed_keywords_generated_from_the_declarations(
     assert "Unpack[EvaluateOptions]" in str(inspect.signature(api.evaluate).parameters["options"].annotation)
     assert "Unpack[AuditOptions]" in str(inspect.signature(api.audit_recording).parameters["explicit"].annotation)
     assert api.audit_recording.__annotations__["return"] == api.evaluate.__annotations__["return"] == "RunResult"
+
+
+def test_a_method_options_profile_default_is_declared_once_on_the_option_and_recorded_by_the_run():
+    """Issue 50 item 4: a method option's per-profile default lives on its Option (shown in --help) and reaches the
+    resolved config (what config.json records), as the method's other profile defaults do; declared twice, refused."""
+    from fedaudit.api import run_config
+    from fedaudit.methods import METHODS
+    from fedaudit.run.options import Option
+    from fedaudit.simulation.method import fold_option_profiles
+
+    fedlsi = METHODS["fedlsi"]
+    assert fedlsi.options["latent_dim"].profiles == {"quick": 64}
+    cfg, _ = run_config("fedlsi", None, None, None, {"dataset": "digits", "attack": "none"})
+    assert cfg.profile == "quick" and cfg.method_options["latent_dim"] == 64
+    paper, _ = run_config("fedlsi", None, None, None, {"dataset": "digits", "attack": "none", "profile": "paper"})
+    assert "latent_dim" not in paper.method_options  # the paper's value is the option's default
+    with pytest.raises(TypeError, match="declared twice"):
+        fold_option_profiles({"quick": {"method_options": {"k": 2}}}, {"k": Option(1, "k", kind=int, profiles={"quick": 3})},
+                             "Twice")

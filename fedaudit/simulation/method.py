@@ -67,6 +67,21 @@ def sample_weight(artifacts: list[Artifact]) -> float:
     return float(next(a for a in artifacts if a.kind == ArtifactKind.SCALARS).tensors["num_samples"])
 
 
+def fold_option_profiles(defaults: dict[str, dict[str, Any]], options: dict[str, Option],
+                         owner: str) -> dict[str, dict[str, Any]]:
+    """``defaults`` with each option's per-profile default (``Option.profiles``) under its profile's
+    ``method_options``: one declaration per option, and the resolved run records the value it used."""
+    out = {profile: dict(values) for profile, values in defaults.items()}
+    for name, option in options.items():
+        for profile, value in option.profiles.items():
+            table = dict(out.setdefault(profile, {}).get("method_options", {}))
+            if name in table and table[name] != value:
+                raise TypeError(f"{owner}: the {profile} default of option {name!r} is declared twice")
+            table[name] = value
+            out[profile]["method_options"] = table
+    return out
+
+
 class Method:
     """Base class. Subclasses set the class attributes and override hooks."""
 
@@ -76,10 +91,12 @@ class Method:
     shares: ClassVar[tuple[tuple[ArtifactKind, str], ...]] = ()
     # Scalars it sends up beyond the example count, which secure aggregation leaves in clear ("" where none)
     clear_scalars: ClassVar[str] = ""
-    # Method-specific options, each declared as an attack's are: its default, range or choices and help; each gets
-    # the flag --<method>-<option>, the TOML key [method_options] <option>, and its one-line range error.
+    # Method-specific options, each declared as an attack's are: its default, per-profile defaults, range or choices
+    # and help; each gets the flag --<method>-<option>, the TOML key [method_options] <option>, and its one-line
+    # range error.
     options: ClassVar[dict[str, Option]] = {}
-    # Per-profile overrides of RunConfig fields, e.g. {"paper": {"lr": 1e-4}}.
+    # Per-profile overrides of RunConfig fields, e.g. {"paper": {"lr": 1e-4}}; each option's own profile defaults
+    # (Option.profiles) join them under "method_options" when the class is made, so the run records them.
     profile_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
     # True when ``model(x)`` is an embedding with no class scores (an unsupervised
     # encoder): membership attacks then use augmentation consistency, not p(y|x).
@@ -93,6 +110,10 @@ class Method:
     # What the algorithm needs from fedaudit's own architectures (XAN layers, a particular head, a block to insert
     # into), or "" when it trains any classifier, a --model factory's included.
     needs_architecture: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.profile_defaults = fold_option_profiles(cls.profile_defaults, cls.options, cls.__name__)
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
