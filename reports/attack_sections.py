@@ -8,7 +8,7 @@ import io
 from typing import Any
 
 from fedaudit.audit.verdict import ARTIFACT, advice_of
-from fedaudit.run.entries import MembershipEntry, MembershipTest, made_by
+from fedaudit.run.entries import MembershipEntry, MembershipTest
 from fedaudit.reports import plots
 from fedaudit.reports.cells import LEVELS, RESOLVE_PER_LEVEL, Table, as_text, ci_text, f3, f4, is_interval, p_fmt
 from fedaudit.reports.leakage_sections import victim_metrics
@@ -151,7 +151,7 @@ def _references(u: Unit, e: MembershipEntry, label: str, warnings: list[str]) ->
                   f"{ref.target_exposure_epochs} times" if ref.epochs and ref.target_exposure_epochs else "")
         warnings.append(f"{label}: the reference models do not stand in for the target{epochs}; read this "
                         "variant's numbers as a miscalibrated attack's "
-                        f"({advice_of(made_by(u.metrics), 'calibrated_references')})")
+                        f"({advice_of(u.audited.made_by, 'calibrated_references')})")
     return refs
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from fedaudit.audit.verdict.wording import fdp_bound
 from fedaudit.run.blocks import DP, Identified, Judges, PowerShown, Score
-from fedaudit.run.entries import CanaryAudit, ClaimedCurve, ReconstructionEntry, ReconstructionTable, canary_audits
+from fedaudit.run.entries import CanaryAudit, ClaimedCurve, ReconstructionEntry, ReconstructionTable
 from fedaudit.reports import plots
 from fedaudit.reports.cells import (MISSING, NULL_LABELS, Table, aligned, as_text, ci_text, f3, is_finite,
                                     p_fmt, with_control)
@@ -139,7 +139,7 @@ def _canary_cells(u: Unit) -> list[tuple[str, str]]:
 def _audits(u: Unit, variant: str, describe: Callable[[CanaryAudit], str]) -> list[tuple[str, str]]:
     """(victim, sentence) for each audit of a canary variant: ``describe`` for a bound, else why there is none."""
     out = []
-    for a in canary_audits(u.metrics):
+    for a in u.audited.canaries:
         if a.variant != variant:
             continue
         if not a.has_bound:

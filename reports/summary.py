@@ -16,7 +16,7 @@ from fedaudit.audit.verdict import to_conclude
 from fedaudit.audit.verdict.wording import different_models
 from fedaudit.run.blocks import (DP, ClientDP, CoverageRow, ModelInfo, Privacy, Recording, SecureAggregation,
                                   Verification)
-from fedaudit.run.entries import BroadcastCheck, made_by
+from fedaudit.run.entries import BroadcastCheck
 from fedaudit.reports.load import Unit
 from fedaudit.simulation.secure_aggregation import MASKED
 from fedaudit.run.results import RunMetrics, VerdictRow
@@ -75,7 +75,7 @@ def first_screen(u: Unit, rows: list[VerdictRow]) -> dict[str, Any]:
         "findings": findings,
         "by_level": level_groups(findings),
         "inconclusive": [{"title": r.title, "observer": r.observer, "cause": r.short or cause(r), "level": r.level,
-                          "needs": to_conclude(r.question, r.rule, made_by(u.metrics))} for r in _by_tier(rows, ("inconclusive",))],
+                          "needs": to_conclude(r.question, r.rule, u.audited.made_by)} for r in _by_tier(rows, ("inconclusive",))],
         "not_assessed": not_assessed_groups(rows),
         "low": [r.title for r in rows if r.tier == "low"],
         "secure_aggregation": secure_aggregation_block(run, rows),
@@ -176,7 +176,7 @@ def _upload_mitigation(kind: str, method: str, u: Unit, under_secure_aggregation
 def client_level_dp(method: str, u: Unit, protects: str) -> str:
     """Client-level DP: each client's update clipped, Gaussian noise on the aggregate, accounted over the rounds for
     adding or removing one client — what bounds a whole client's influence on ``protects``."""
-    if made_by(u.metrics) == "audit":
+    if u.audited.made_by == "audit":
         return (f"client-level DP on the aggregate (clip each client's update, add Gaussian noise to their sum, account "
                 f"for adding or removing one client over the rounds) bounds a whole client's influence on {protects}; "
                 f"declare it in the recording and audit again. {NOT_RECORD_DP}.")
@@ -200,7 +200,7 @@ def _record_mitigation(kind: str, row: VerdictRow, method: str, u: Unit) -> str:
     how = MITIGATIONS.get(kind, f"drop the artifact: a method that does not send {kind} (fedaudit list methods)")
     if how != "train with DP-SGD":
         return how
-    if made_by(u.metrics) == "audit":
+    if u.audited.made_by == "audit":
         return ("train the deployment with DP (client-side clipping and noise), declare it in the recording "
                 "(start_recording(dp=...)) and audit again: the report then states the ε and what it covers")
     from fedaudit.methods import METHODS

@@ -101,13 +101,21 @@ def closest(evidence: Sequence[Evidence]) -> Evidence:
     return min(evidence, key=lambda e: e.p_adjusted)
 
 
-def first(rules: Sequence[Rule], case: Any) -> Decision:
-    """The decision of the first rule in the chain that decides (the last rule of every chain always does)."""
+def deciding(rules: Sequence[Rule], case: Any) -> Decision | None:
+    """The decision of the first rule in ``rules`` that decides, or None."""
     for rule in rules:
         found = rule.decide(case)
         if found is not None:
             return found
-    raise AssertionError(f"no rule decided: the chain {[r.name for r in rules]} has no last rule that always does")
+    return None
+
+
+def first(rules: Sequence[Rule], case: Any) -> Decision:
+    """The decision of the first rule in the chain that decides (the last rule of every chain always does)."""
+    found = deciding(rules, case)
+    if found is None:
+        raise AssertionError(f"no rule decided: the chain {[r.name for r in rules]} has no last rule that always does")
+    return found
 
 
 def decide(evidence: list[Evidence], t: RiskThresholds) -> None:

@@ -24,7 +24,7 @@ from fedaudit.run.entries import AuditedRun, finite_pair, LiftTest, Reconstructi
 from fedaudit.statistics.membership_statistics import holm
 
 from .evidence import (CLIENT_DATA, HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NULL_NAMES, POWER_ALPHA,
-                       Decision, Evidence, Rule, Significant, closest, decide, first, isnum, row)
+                       Decision, Evidence, Rule, Significant, closest, decide, deciding, first, isnum, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_SCORE, NO_TARGET, OTHER_VIEW, Unseen
 from .wording import (advice_of, clause, identifiability_finding, inversion_lead, inversion_notes, level_title,
@@ -57,7 +57,7 @@ def inversion_rows(key: str, run: AuditedRun, t: RiskThresholds) -> list:
 
     unseen = [Unseen(q, kind, observer, run.attacker, arrow == ("↑" if run.attacker == "server" else "↓"),
                      run.no_records, run.reconstruction_ran, bool(found)) for q in (INVERSION, CLIENT_DATA)]
-    if (d := _first_unseen(unseen[0])) is not None:  # the same case for both rows
+    if (d := deciding((OTHER_VIEW, NO_ATTACK, NO_TARGET), unseen[0])) is not None:  # the same case for both rows
         return [made(u.question, d, u) for u in unseen]
     evidence, skipped, powers = _gather(found, run.attacker, t)
     rows = []
@@ -73,13 +73,6 @@ def inversion_rows(key: str, run: AuditedRun, t: RiskThresholds) -> list:
         case = Case(key, mine, powers, records, run.made_by, t)
         rows.append(made(question, first(RULES, case), case, mine))
     return rows
-
-
-def _first_unseen(u: Unseen) -> Decision | None:
-    for rule in (OTHER_VIEW, NO_ATTACK, NO_TARGET):
-        if (d := rule.decide(u)) is not None:
-            return d
-    return None
 
 
 def _gather(found: list[ReconstructionTable], attacker: str, t: RiskThresholds

@@ -31,7 +31,7 @@ from fedaudit.run.entries import AuditedRun, MembershipEntry, MembershipTest
 from fedaudit.statistics.membership_statistics import advantage_null_quantile
 
 from .evidence import (ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAST_UPLOAD, LOW, MEDIUM, MEMBERSHIP,
-                       Decision, Evidence, Rule, Significant, Unscored, closest, decide, first, row)
+                       Decision, Evidence, Rule, Significant, Unscored, closest, decide, deciding, first, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_RECORDS, NO_SCORE, NO_TARGET, OTHER_VIEW, Unseen
 from .wording import (advice_of, attack_of, clause, fmt, membership_finding, membership_title, observer_of, p_text,
@@ -102,9 +102,8 @@ def membership_row(subject: str, attacks: list[Attack], run: AuditedRun, t: Risk
     sees = not (subject[-1:] in "↑↓" and subject.endswith("↑") != (run.attacker == "server"))
     unseen = Unseen(MEMBERSHIP, subject, observer, run.attacker, sees, run.no_records, run.membership_ran,
                     bool(attacks))
-    for rule in (OTHER_VIEW, NO_RECORDS, NO_ATTACK, NO_TARGET):
-        if (d := rule.decide(unseen)) is not None:
-            return made(d, unseen)
+    if (d := deciding((OTHER_VIEW, NO_RECORDS, NO_ATTACK, NO_TARGET), unseen)) is not None:
+        return made(d, unseen)
     evidence, unseen.skipped[:] = _evidence(attacks, t)
     if not evidence:
         return made(NO_SCORE.decide(unseen), unseen)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from fedaudit.run.entries import AuditedRun, MembershipEntry
 
 from .evidence import (ANYONE, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, PARTICIPATION, Decision, Evidence,
-                       Rule, Significant, Unscored, closest, decide, first, row)
+                       Rule, Significant, Unscored, closest, decide, deciding, first, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_RECORDS, NO_SCORE, NO_TARGET, Unseen
 from .wording import clause, fmt, level_title, participation_finding, short
@@ -59,9 +59,8 @@ def participation_row(run: AuditedRun, t: RiskThresholds):
     entries = {test.victim: test.entry for test in domain if test.victim != POOLED}
     unseen = Unseen(PARTICIPATION, GLOBAL, ANYONE, run.attacker, True, run.no_records,
                     run.membership_ran and bool(domain), bool(entries))
-    for rule in (NO_RECORDS, NO_ATTACK, NO_TARGET):
-        if (d := rule.decide(unseen)) is not None:
-            return made(d, unseen)
+    if (d := deciding((NO_RECORDS, NO_ATTACK, NO_TARGET), unseen)) is not None:
+        return made(d, unseen)
     spread, df = twin_spread(entries.values())
     evidence = [e for victim, entry in entries.items()
                 if (e := participation_evidence(victim, entry, spread, df, t)) is not None]
