@@ -112,7 +112,8 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
 
     units = [u for r in run_list for u in r.units]
     _label_units(units, compare)
-    verdict, verdict_note = verdict_table(units, thresholds)
+    shown = [verdict_rows(u, thresholds) for u in units]  # judged once per unit: the table, first screen and DPIA
+    verdict, verdict_note = verdict_table(shown, thresholds)
     recon = [(u.label, reconstructions(u, redact)) for u in units]
     ctx = {
         "compare": compare,
@@ -138,8 +139,8 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
         "has_images": any(section["items"] for _, section in recon),
         "differences": comparability(run_list) if compare else {},
         "unscored": unscored_notes(units),
-        "summaries": [] if compare else [first_screen(u, verdict_rows(u, thresholds)[0]) for u in units],
-        "dpia": [] if compare else [dpia(u, verdict_rows(u, thresholds)[0]) for u in units],
+        "summaries": [] if compare else [first_screen(u, rows) for u, (rows, _) in zip(units, shown)],
+        "dpia": [] if compare else [dpia(u, rows) for u, (rows, _) in zip(units, shown)],
         "membership": [(u.label, membership(u)) for u in units],
         "rounds": rounds_section(units),
         "provenance": provenance_table(units),
@@ -197,15 +198,15 @@ def _label_units(units: list[Unit], compare: bool) -> None:
 # -- 1. verdict ------------------------------------------------------------------
 
 
-def verdict_table(units: Sequence[Unit], t: RiskThresholds | None
+def verdict_table(shown: Sequence[tuple[list[VerdictRow], bool]], t: RiskThresholds | None
                   ) -> tuple[list[tuple[str, str, list[dict | None]]], str]:
     """Rows: both questions for every shared (kind, direction) any unit declares, then the released model and the
     canary audit; each with the observer it was judged for; cells: each unit's stored verdict row (or None where
-    the unit does not share that artifact). And a note on where the verdict came from."""
+    the unit does not share that artifact). And a note on where the verdict came from. ``shown``: each unit's
+    rows and whether they were judged now (:func:`verdict_rows`)."""
     per_unit: list[dict[str, VerdictRow]] = []
     judged = 0
-    for u in units:
-        rows, rejudged = verdict_rows(u, t)
+    for rows, rejudged in shown:
         judged += rejudged
         per_unit.append({r.row: r for r in rows})
     keys: list[str] = []
