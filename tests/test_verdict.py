@@ -706,3 +706,30 @@ def test_a_secure_aggregation_row_is_judged_from_that_observers_evidence_and_say
                                        "of round 3's full_model uploads (3 clients: a, b, c)")
     assert "full_model↑@secure_aggregation" in rows and "client_data:full_model↑@secure_aggregation" in rows
     assert not any(r.endswith("@secure_aggregation") for r in rows if "global_model" in r)  # the released model: once
+
+
+def test_a_row_with_nothing_to_judge_says_which_of_the_missing_pieces_it_lacks():
+    """Each not-assessed rule words its own case (what a reviewer reads instead of a tier): no records for the
+    auditor, no attack of the row's kind, an attack that read something else — for membership and participation
+    alike; removing a rule from its chain leaves the row saying the wrong thing."""
+    declared = {"communication": {"declared": ["full_model↑"]}}
+    held_none = judge({**declared, "auditor_data": {"status": "none", "why": "the manifest lists no records"}}, SERVER)
+    for key in ("membership:global_model", "participation:global_model"):
+        row = {r["row"]: r for r in held_none}[key]
+        assert row["tier"] == NOT_ASSESSED and row["short"] == "no records to test", row
+        assert "membership inference needs the clients' records: the manifest lists no records" in row["reason"]
+        assert row["rule"] is None  # no rule judged it: nothing to judge
+    assert all("the manifest lists no records" in r["reason"] for r in held_none)  # every row says why
+    no_attack = {r["row"]: r for r in judge(declared, SERVER)}
+    assert no_attack["membership:global_model"]["short"] == "no membership attack ran"
+    assert "run with --attack mia" in no_attack["membership:global_model"]["reason"]
+    assert no_attack["participation:global_model"]["short"] == "no domain-level attack ran"
+    assert "--attack mia-domain" in no_attack["participation:global_model"]["reason"]
+    loss_only = {**declared, "leakage": {"mia": {"loss": {"global_model": {"clean": {"status": "skipped"}}}}}}
+    other = {r["row"]: r for r in judge(loss_only, SERVER)}
+    assert other["participation:global_model"]["short"] == "no domain-level attack ran"  # a loss attack is not one
+    assert other["membership:full_model↑"]["short"] == "no attack reads it"
+    canaries = {**declared, "leakage": {"canary": {"clean": {"status": "skipped", "reason": "too few records"}}}}
+    row = {r["row"]: r for r in judge(canaries, SERVER)}["membership:canary"]
+    assert row["tier"] == NOT_ASSESSED and row["rule"] is None and row["short"] == "no canary result"
+    assert "clean (input canaries): skipped — too few records" in row["reason"]
