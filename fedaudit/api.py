@@ -69,8 +69,6 @@ class RunResult(NamedTuple):
         return RunMetrics.from_json(self.metrics, self.run_dir / "metrics.json")
 
 
-EvaluateResult = RunResult  # the name before audit_recording returned the same type
-
 
 def evaluate(
     method: str | None = None,

@@ -143,6 +143,9 @@ class Identified(Block):
     prior_only: Any = None
     twin: Any = None
     n: Any = None
+    attack_k: Any = None
+    balanced: Any = None
+    null_q95: Any = None
 
 
 @dataclass(frozen=True)

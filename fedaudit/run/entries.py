@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedaudit.run.blocks import (Calibration, Judges, PowerShown, ReferenceTraining, Roc, Score, Status,
+from fedaudit.run.blocks import (Calibration, Identified, Judges, PowerShown, ReferenceTraining, Roc, Score, Status,
                                   VictimScores)
 from fedaudit.run.results import CANARY, CANARY_GRADIENT, Leakage, MIA, result_tables
 
@@ -57,17 +57,24 @@ def text(x: Any) -> str | None:
 # -- membership ------------------------------------------------------------------------------------------
 
 
-def mia_level(entry: Mapping[str, Any], level: float) -> Mapping[str, Any] | None:
-    """The stored operating point at FPR ``level`` as its mapping (``levels``, or before ``tpr_at_fpr``; keys as
-    strings): what the report's membership tables print."""
+def stored_points(entry: Mapping[str, Any]) -> list[tuple[float, Mapping[str, Any]]]:
+    """Every stored operating point (``levels``, or before ``tpr_at_fpr``; FPR keys as strings), once each: the
+    first one stored at an FPR wins."""
+    found: list[tuple[float, Mapping[str, Any]]] = []
     for name in ("levels", "tpr_at_fpr"):
         for key, value in block(entry.get(name)).items():
             try:
-                if math.isclose(float(key), level) and isinstance(value, Mapping):
-                    return value
+                fpr = float(key)
             except ValueError:
                 continue
-    return None
+            if isinstance(value, Mapping) and not any(math.isclose(fpr, f) for f, _ in found):
+                found.append((fpr, value))
+    return found
+
+
+def mia_level(entry: Mapping[str, Any], level: float) -> Mapping[str, Any] | None:
+    """The stored operating point at FPR ``level`` as its mapping, or None."""
+    return next((value for fpr, value in stored_points(entry) if math.isclose(fpr, level)), None)
 
 
 @dataclass(frozen=True)
@@ -82,10 +89,7 @@ class OperatingPoint:
     warning: str | None
 
     @classmethod
-    def at(cls, entry: Mapping[str, Any], level: float) -> OperatingPoint | None:
-        value = mia_level(entry, level)
-        if value is None:
-            return None
+    def of(cls, value: Mapping[str, Any]) -> OperatingPoint:
         return cls(number(value.get("tpr")), float(value.get("fpr_achieved", 0.01)), number(value.get("p_value")),
                    finite_pair(value.get("tpr_interval", value.get("tpr_ci95"))), bool(value.get("resolvable", True)),
                    value.get("warning") or None)
@@ -136,7 +140,6 @@ class MembershipEntry:
     members: int | None  # None: the file stores no count
     nonmembers: int | None
     auc: float | None
-    at_1pct_fpr: OperatingPoint | None
     operating_points: tuple[tuple[float, OperatingPoint], ...]  # every stored FPR level, as stored
     signal: str  # the artifact test's signal: "tracing …", "nearest entry …"
     exact: ExactMatches | None
@@ -161,6 +164,11 @@ class MembershipEntry:
     def at_fpr(self, level: float) -> OperatingPoint | None:
         return next((p for fpr, p in self.operating_points if math.isclose(fpr, level)), None)
 
+    @property
+    def at_1pct_fpr(self) -> OperatingPoint | None:
+        """The operating point the verdict's TPR test reads."""
+        return self.at_fpr(0.01)
+
     @classmethod
     def of(cls, e: Mapping[str, Any]) -> MembershipEntry:
         exact = e.get("exact_matches")
@@ -172,8 +180,8 @@ class MembershipEntry:
             advantage_p_value=number(e.get("advantage_p_value")), advantage_null_95=e.get("advantage_null_95"),
             members=_count(e.get("n_members", e.get("members"))),
             nonmembers=_count(e.get("n_nonmembers", e.get("nonmembers"))),
-            auc=number(e.get("auc")), at_1pct_fpr=OperatingPoint.at(e, 0.01),
-            operating_points=tuple((fpr, point) for fpr in _levels(e) if (point := OperatingPoint.at(e, fpr))),
+            auc=number(e.get("auc")),
+            operating_points=tuple((fpr, OperatingPoint.of(value)) for fpr, value in stored_points(e)),
             signal=str(e.get("signal") or ""),
             exact=(ExactMatches(whole(exact.get("members")), whole(exact.get("nonmembers")),
                                 number(e.get("exact_tolerance"))) if isinstance(exact, Mapping) else None),
@@ -186,18 +194,6 @@ class MembershipEntry:
             auc_chance_interval=e.get("auc_chance_interval"), roc=Roc.maybe(e.get("roc")),
             calibration=Calibration.maybe(e.get("calibration")), reference=ReferenceTraining.of(e.get("reference")),
             reference_models=e.get("reference_models"))
-
-
-def _levels(entry: Mapping[str, Any]) -> list[float]:
-    """The FPR levels an entry stores an operating point for."""
-    found = []
-    for name in ("levels", "tpr_at_fpr"):
-        for key in block(entry.get(name)):
-            try:
-                found.append(float(key))
-            except ValueError:
-                continue
-    return list(dict.fromkeys(found))
 
 
 @dataclass(frozen=True)
@@ -227,10 +223,12 @@ class Identifiability:
     null_q95: Any
 
     @classmethod
-    def of(cls, d: Mapping[str, Any]) -> Identifiability:
-        return cls(number(d.get("attack")), number(d.get("attack_k")), number(d.get("attack_p_value")),
-                   {k: float(d[k]) for k in ("chance", "control", "prior_only", "twin") if number(d.get(k)) is not None},
-                   finite_pair(d.get("attack_ci95")), int(d.get("n") or 0), d.get("balanced"), d.get("null_q95"))
+    def of(cls, stored: Identified) -> Identifiability:
+        """The stored test's finite numbers (what the verdict judges; the page prints ``stored`` as it is)."""
+        nulls = {k: number(getattr(stored, k)) for k in ("chance", "control", "prior_only", "twin")}
+        return cls(number(stored.attack), number(stored.attack_k), number(stored.attack_p_value),
+                   {k: v for k, v in nulls.items() if v is not None}, finite_pair(stored.attack_ci95),
+                   int(stored.n or 0), stored.balanced, stored.null_q95)
 
     @property
     def chance(self) -> float | None:
@@ -297,12 +295,13 @@ class ReconstructionEntry:
     @classmethod
     def of(cls, e: Mapping[str, Any]) -> ReconstructionEntry:
         scores = block(e.get("metrics"))
+        shown = VictimScores.of(scores)
         record_test = "identifiability" in scores
-        ident = scores.get("identifiability") if record_test and e.get("status") == "attacked" else None
+        ident = shown.identifiability if record_test and e.get("status") == "attacked" else None
         return cls(str(e.get("status", "unknown")), str(e.get("reason") or scores.get("reason") or "no reason stored"),
-                   record_test, Identifiability.of(ident) if isinstance(ident, Mapping) else None,
+                   record_test, Identifiability.of(ident) if ident is not None else None,
                    ReconstructionPower.of(e.get("power")), "image_grid" in e, text(e.get("status")),
-                   text(e.get("reason")), isinstance(e.get("metrics"), Mapping), VictimScores.of(scores),
+                   text(e.get("reason")), isinstance(e.get("metrics"), Mapping), shown,
                    e.get("image_grid"), e.get("grid_columns"),
                    PowerShown.of(e["power"]) if isinstance(e.get("power"), Mapping) else None,
                    Status.of(e["twin"]) if isinstance(e.get("twin"), Mapping) else None)

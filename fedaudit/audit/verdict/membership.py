@@ -35,7 +35,7 @@ from .evidence import (ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAS
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_RECORDS, NO_SCORE, NO_TARGET, OTHER_VIEW, Unseen
 from .wording import (advice_of, attack_of, clause, fmt, membership_finding, membership_title, observer_of, p_text,
-                      short, subject_name)
+                      quiet_short, short, subject_name)
 
 Attack = MembershipTest  # (variant, target, victim, entry)
 WEIGHTS_FROM = re.compile(r"^(\w+)@r\d+ from client:")
@@ -263,7 +263,7 @@ class Undetectable(Rule):
                 f"{_miscalibrated(case)}{_verbatim(case)}")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(closest(case.evidence))}; can't see <{d.facts['detectable']:.2f}"
+        return quiet_short(case.evidence, d.facts["detectable"], seen=False)
 
     def to_conclude(self, made_by: str) -> str:
         return f"enough records to detect an advantage of 0.1 after the correction: {advice_of(made_by, 'more_records')}"
@@ -283,7 +283,7 @@ class Low(Rule):
                 f"have been detected.{_also(case, None)}{_miscalibrated(case)}{_verbatim(case)}")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(closest(case.evidence))}; sees ≥{d.facts['detectable']:.2f}"
+        return quiet_short(case.evidence, d.facts["detectable"], seen=True)
 
 
 RULES: tuple[Rule, ...] = (ExactMatch(), RowSignificant(), TwinOnly(), NoControl(), Undetectable(), Low())

@@ -33,7 +33,7 @@ from .evidence import (ANYONE, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, 
                        Rule, Significant, Unscored, closest, decide, deciding, first, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_RECORDS, NO_SCORE, NO_TARGET, Unseen
-from .wording import clause, fmt, level_title, participation_finding, short
+from .wording import clause, fmt, level_title, participation_finding, quiet_short, short
 
 KEY = f"{PARTICIPATION}:{GLOBAL}"
 POOLED = "all"
@@ -174,7 +174,7 @@ class Undetectable(Rule):
                 f"{case.t.participation_auc_lift_medium:g}): more twins (--domain-twins) narrow it.")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(closest(case.evidence))}; can't see <{d.facts['detectable']:.2f}"
+        return quiet_short(case.evidence, d.facts["detectable"], seen=False)
 
     def to_conclude(self, made_by: str) -> str:
         return ("more domain twins (--domain-twins), so that their spread can show a lift of 0.05 in AUC over their "
@@ -194,7 +194,7 @@ class Low(Rule):
                 "been detected.")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{short(closest(case.evidence))}; sees ≥{d.facts['detectable']:.2f}"
+        return quiet_short(case.evidence, d.facts["detectable"], seen=True)
 
 
 RULES: tuple[Rule, ...] = (RowSignificant(), NoTwin(), Undetectable(), Low())

@@ -11,7 +11,7 @@ from typing import Any
 from fedaudit.run.entries import CanaryAudit, DifferentRound, Identifiability, LiftTest
 from fedaudit.run.results import Evidence
 
-from .evidence import CLIENT_DATA, DOMAIN, INVERSION, MEMBERSHIP, PARTICIPATION, isnum
+from .evidence import CLIENT_DATA, DOMAIN, INVERSION, MEMBERSHIP, PARTICIPATION, closest, isnum
 
 # What to do next, in the words of the command that made the run: `fedaudit audit` takes no training or data option
 # (they come from the recording), so its advice names what it does take or how to record differently.
@@ -171,6 +171,13 @@ def short(e: Evidence) -> str:
 
 
 # -- inversion rows ------------------------------------------------------------------------------------
+
+
+def quiet_short(evidence: list[Evidence], detectable: float, seen: bool) -> str:
+    """A quiet row's few words: its closest test, and the smallest effect the row could see (``seen``) or could not
+    have seen (the membership and participation rows' undetectable and low rules)."""
+    nearest = closest(evidence)
+    return f"{short(nearest)}; sees ≥{detectable:.2f}" if seen else f"{short(nearest)}; can't see <{detectable:.2f}"
 
 
 def _inversion_note(e: Evidence) -> str:
