@@ -48,7 +48,7 @@ def test_each_update_is_clipped_weighted_equally_and_the_mean_gets_noise_of_sigm
     base, states = _states(torch.tensor([3.0, 4.0]), torch.tensor([0.0, 1.0]))
     quiet.mean_(base, states, g)
     assert torch.allclose(base["w"], torch.tensor([1.5, 2.5]))  # norms 5 and 1 under the clip: the plain mean
-    assert int(base["n"]) == 6 and quiet.clipped == 0
+    assert int(base["n"]) == 4 and quiet.clipped == 0  # an integer buffer keeps the global state's value
     clipped = ClientLevelDP(epsilon=1.0, delta=1e-5, rounds=1, clip=1.0, noise_multiplier=1e-9)
     base, states = _states(torch.tensor([3.0, 4.0]), torch.tensor([0.0, 1.0]))
     clipped.mean_(base, states, g)
@@ -69,11 +69,55 @@ def test_a_fixed_denominator_divides_the_sum_by_the_full_federations_k():
     base, states = _states(torch.tensor([3.0, 4.0]), torch.tensor([0.0, 1.0]))
     neighbour.mean_(base, states, g)
     assert torch.allclose(base["w"], torch.tensor([1.0, 5.0 / 3]))  # (3+0, 4+1) / 3, not / 2
-    assert int(base["n"]) == 6  # integer buffers: the plain mean of those present
+    assert int(base["n"]) == 4  # integer buffers: the global state's, whoever took part
     noisy = ClientLevelDP(epsilon=1.0, delta=1e-5, rounds=1, clip=2.0, noise_multiplier=3.0, denominator=4)
     base, states = _states(*(torch.zeros(200_000) for _ in range(3)))
     noisy.mean_(base, states, g)
     assert float(base["w"].std()) == pytest.approx(3.0 * 2.0 / 4, rel=0.01)  # σC/K with K the full federation's
+
+
+def _client_states(batches: list[int]) -> tuple[dict[str, torch.Tensor], list[dict[str, torch.Tensor]]]:
+    """A BatchNorm model's start and each client's state after local training on its own number of batches (a client
+    of more records counts more batches in ``num_batches_tracked``)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 2))
+    start = {k: t.clone() for k, t in model.state_dict().items()}
+    states = []
+    for k, n in enumerate(batches):
+        model.load_state_dict(start)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(n):
+            x = torch.randn(8, 4) + k
+            loss = torch.nn.functional.cross_entropy(model(x), torch.randint(0, 2, (8,)))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        states.append({key: t.clone() for key, t in model.state_dict().items()})
+    return start, states
+
+
+def test_neighbouring_broadcasts_of_unequal_clients_differ_only_in_the_noised_floats():
+    """Issue 56: clients of unequal size count different numbers of batches; the broadcast of a federation with and
+    without one of them (DP's neighbours, same noise draw) may differ only in tensors that carry the mechanism's
+    noise — an integer buffer that followed the clients' counts would move deterministically with one client's
+    presence, outside the guarantee."""
+    start, states = _client_states([2, 5, 11])
+    assert len({int(s["1.num_batches_tracked"]) for s in states}) == 3  # the clients' counts differ
+    broadcasts = []
+    for present in (states, states[:2]):
+        mech = ClientLevelDP(epsilon=1.0, delta=1e-5, rounds=1, clip=1.0, noise_multiplier=2.0, denominator=3)
+        state = {k: t.clone() for k, t in start.items()}
+        mech.mean_(state, present, torch.Generator().manual_seed(7))
+        broadcasts.append(state)
+        noiseless = {k: t.clone() for k, t in start.items()}
+        ClientLevelDP(epsilon=1.0, delta=1e-5, rounds=1, clip=1.0, noise_multiplier=0.0,
+                      denominator=3).mean_(noiseless, present, torch.Generator().manual_seed(7))
+        # every float tensor the broadcast carries got the noise; every other one is the global state's own
+        for k, t in state.items():
+            assert not torch.equal(t, noiseless[k]) if t.is_floating_point() else torch.equal(t, start[k]), k
+    full, neighbour = broadcasts
+    differ = {k for k in full if not torch.equal(full[k], neighbour[k])}
+    assert differ and all(full[k].is_floating_point() for k in differ), differ
 
 
 def test_a_domain_twin_under_client_dp_is_the_mechanisms_neighbour():

@@ -76,8 +76,10 @@ class ClientLevelDP:
     def mean_(self, global_state: dict[str, Tensor], states: list[Mapping[str, Tensor]],
               generator: torch.Generator) -> None:
         """``global_state`` ← itself + the sum of the clipped updates over K + Gaussian noise of std σC/K, in place
-        (K: :attr:`denominator`, else the round's clients). Integer buffers (BatchNorm's batch counts) take the
-        rounded plain mean."""
+        (K: :attr:`denominator`, else the round's clients). Integer buffers (BatchNorm's batch counts) keep the global
+        state's value: a client's count follows its number of batches, hence its data size, and a plain mean of them
+        would broadcast an unnoised value that one client's presence moves. What the guarantee covers is then every
+        tensor the broadcast carries: the noised floats, and integers no client's data touched."""
         keys = [k for k, t in global_state.items() if t.is_floating_point()]
         count = self.denominator or len(states)
         total = [torch.zeros_like(global_state[k]) for k in keys]
@@ -92,9 +94,6 @@ class ClientLevelDP:
         for k, t in zip(keys, total):
             noise = torch.randn(t.shape, generator=generator, device=t.device, dtype=torch.float32) * std
             global_state[k].add_(t + noise.to(t.dtype))
-        for k, t in global_state.items():
-            if not t.is_floating_point():
-                t.copy_(torch.round(sum(s[k].double() for s in states) / len(states)).to(t.dtype))
 
     def summary(self, clients: int) -> dict[str, Any]:
         """The block stored as ``privacy.client_dp``: the guarantee, its parameters, and what few clients cost."""
