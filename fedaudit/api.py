@@ -325,7 +325,7 @@ def audit_recording(recording: str | Path, *, command: str = "", unverified: boo
     check_some_client_answered(rec)
     explicit = {k: v for k, v in explicit.items() if v is not None}
     check_audit_options(explicit, set(attack_options()))
-    base = audited_model(rec, recorded_config(rec, records), explicit)
+    base = audited_model(rec, recorded_config(rec, records, explicit.get("dataset")), explicit)
     method_cls = get_method(base["method"])
     # First the options without attacks: the data and the architecture say what the recorded records are,
     # and those say what `--attack auto` runs.

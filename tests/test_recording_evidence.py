@@ -306,3 +306,80 @@ def test_nan_where_an_attack_reads_refuses_it_and_elsewhere_is_a_finding_in_the_
     assert result.exit_code == 0, result.output
     page = next(out.glob("*/report.html")).read_text(encoding="utf-8")
     assert f"client:clean round 2: arrays/{tensor}" in page
+
+
+def _declare_data(root: Path, data: dict) -> None:
+    manifest = json.loads((root / "manifest.json").read_text())
+    (root / "manifest.json").write_text(json.dumps({**manifest, "data": data}))
+
+
+def _outside_dataset(tmp_path: Path) -> Path:
+    """A DomainBed-layout folder outside the recording, its names ones an error must never list."""
+    from PIL import Image
+
+    outside = tmp_path / "outside"
+    for part in ("", "members/", "holdout/", "unseen/"):
+        folder = outside / f"{part}secret-domain" / "secret-class"
+        folder.mkdir(parents=True)
+        Image.new("RGB", (8, 8)).save(folder / "0.png")
+    return outside
+
+
+@pytest.mark.parametrize(("declared", "flag"), [
+    ("folder:{outside}", "--dataset folder:{outside}"),
+    ("folder:../outside", "--dataset folder:{outside}"),  # relative: read against the recording, shown absolute
+    ("records:{outside}", "--records {outside}"),
+    ({"records": "{outside}"}, "--records {outside}"),
+])
+def test_a_manifest_path_outside_the_recording_is_refused_before_anything_of_it_is_read(
+        recording, tmp_path, declared, flag, monkeypatch):
+    """Issue 56: no path the manifest names is followed outside the recording unless the reviewer names it — the
+    dataset's folder: and records: as much as data.records. Refused in one line naming the flag, before the folder
+    is read, and nothing of it is listed."""
+    from fedaudit.data import folder
+
+    outside = _outside_dataset(tmp_path)
+    data = ({k: v.format(outside=outside) for k, v in declared.items()} if isinstance(declared, dict)
+            else {"dataset": declared.format(outside=outside)})
+    _declare_data(recording, data)
+    read = []
+    monkeypatch.setattr(folder, "load_folder", lambda *a, **k: read.append(a))
+    out = tmp_path / "runs"
+    result = runner.invoke(app, ["audit", str(recording), "--attack", "mia-loss", "--out", str(out)])
+    said = result.output.replace("\n", " ").replace("  ", " ")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "outside the recording" in said and f"pass {flag.format(outside=outside)}" in said, said
+    assert "secret" not in said and read == [] and not out.exists()
+
+
+def test_a_link_inside_a_manifests_data_folder_that_leads_out_is_refused(recording, tmp_path, monkeypatch):
+    from fedaudit.data import folder
+    from fedaudit.interop.audit_recording import recorded_config
+
+    outside = _outside_dataset(tmp_path)
+    (recording / "data").mkdir()
+    os.symlink(outside / "secret-domain", recording / "data" / "clean")
+    _declare_data(recording, {"dataset": "folder:data"})
+    monkeypatch.setattr(folder, "load_folder", lambda *a, **k: pytest.fail("read a folder"))
+    with pytest.raises(FedauditError, match=r"data\.dataset: data/clean is a link that leads outside the recording; "
+                                            r".*pass the clients' dataset with --dataset folder:PATH"):
+        recorded_config(read_recording(recording))
+
+
+def test_a_manifests_data_inside_the_recording_or_what_the_reviewer_names_is_followed(recording, tmp_path):
+    from fedaudit.interop.audit_recording import recorded_config
+
+    outside = _outside_dataset(tmp_path)
+    (recording / "data").mkdir()
+    _declare_data(recording, {"dataset": "folder:data"})
+    rec = read_recording(recording)
+    assert recorded_config(rec)["dataset"] == f"folder:{(recording / 'data').resolve()}"
+    _declare_data(recording, {"dataset": f"folder:{outside}"})
+    rec = read_recording(recording)
+    assert recorded_config(rec, dataset=f"folder:{outside}")["dataset"] == f"folder:{outside}"  # named: followed
+    assert recorded_config(rec, records=outside)["dataset"] == f"records:{outside.resolve()}"
+    assert recorded_config(rec, dataset="digits")["dataset"] == "digits"
+    with pytest.raises(FedauditError, match="--records and --dataset both name the auditor's data; give one"):
+        recorded_config(rec, records=outside, dataset="digits")
+    _declare_data(recording, {"dataset": "digits"})  # a built-in dataset names no path
+    assert recorded_config(read_recording(recording))["dataset"] == "digits"

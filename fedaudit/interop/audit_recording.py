@@ -16,6 +16,7 @@ the server sent (and the report says which, and that it is not the named one).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -53,28 +54,29 @@ log = logging.getLogger("fedaudit")
 
 # The options `fedaudit audit` takes (besides every attack's): who attacks whom, the architecture if the
 # manifest's is to be overridden, and where and how the audit runs. Training options come from the manifest.
-AUDIT_OPTIONS = ("attack", "attacker", "victim", "secure_aggregation", "model", "model_args", "norm", "image_size", "device", "precision",
+AUDIT_OPTIONS = ("attack", "attacker", "victim", "dataset", "secure_aggregation", "model", "model_args", "norm", "image_size", "device", "precision",
                  "deterministic", "out", "lpips_weights", "judge_steps")
 RECIPE_KEYS = ("rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "augment")
 
 
-def recorded_config(rec: Recording, records: str | Path | None = None) -> dict[str, Any]:
+def recorded_config(rec: Recording, records: str | Path | None = None, dataset: str | None = None) -> dict[str, Any]:
     """The run options the manifest states: protocol, data, architecture and the clients' recipe (a
-    deployment's own records are the dataset ``records:PATH``; ``records``, the folder the reviewer names
-    with ``--records``, takes the place of the manifest's)."""
+    deployment's own records are the dataset ``records:PATH``; what the reviewer names — ``records``, the folder of
+    ``--records``, or ``dataset``, the spec of ``--dataset`` — takes the place of the manifest's data)."""
     m = rec.manifest
     data, model, recipe = m.get("data") or {}, m.get("model") or {}, m.get("recipe") or {}
     options: dict[str, Any] = {"method": m.get("method", "fedavg")}
-    for key in ("dataset", "target_domain", "seed"):
+    for key in ("target_domain", "seed"):
         if key in data:
             options[key] = data[key]
     options.update({k: model[k] for k in ("model", "norm", "image_size") if k in model})
     if isinstance(model.get("args"), dict) and model["args"]:
         options["model_args"] = dict(model["args"])
     options.update({k: recipe[k] for k in RECIPE_KEYS if k in recipe})
-    if records is not None or "records" in data:
-        options["dataset"] = f"records:{auditor_records(rec, data.get('records'), records)}"
-    if "dataset" not in options:
+    spec = auditor_dataset(rec, data, records, dataset)
+    if spec is not None:
+        options["dataset"] = spec
+    else:
         if not m.get("prior"):
             raise FedauditError(f"{rec.root}/manifest.json names neither the auditor's data (data.dataset, or "
                                 f"data.records: {RECORDS_LAYOUT}) nor what is public about the inputs (prior: "
@@ -86,26 +88,71 @@ def recorded_config(rec: Recording, records: str | Path | None = None) -> dict[s
     return options
 
 
+def auditor_dataset(rec: Recording, data: Mapping[str, Any], records: str | Path | None,
+                    dataset: str | None) -> str | None:
+    """The dataset spec the auditor scores with: what the reviewer names (``--records PATH`` or ``--dataset SPEC``),
+    else the manifest's ``data.records`` or ``data.dataset`` — a path in either followed only where it lies inside the
+    recording; None where neither names any."""
+    if records is not None and dataset is not None:
+        raise FedauditError("--records and --dataset both name the auditor's data; give one: --records PATH for a "
+                            "deployment's own records, --dataset SPEC for data fedaudit splits")
+    if dataset is not None:
+        return dataset  # the reviewer's own choice, checked as evaluate checks it
+    if records is not None or "records" in data:
+        return f"records:{auditor_records(rec, data.get('records'), records)}"
+    spec = data.get("dataset")
+    if spec is None:
+        return None
+    if not isinstance(spec, str):
+        raise FedauditError(f"{rec.root}/manifest.json data.dataset is {spec!r}, not a dataset name; pass the "
+                            "auditor's data with --dataset SPEC or --records PATH")
+    if spec.startswith(FOLDER):
+        return FOLDER + confined_folder(rec, spec[len(FOLDER):], "data.dataset", "the clients' dataset",
+                                        f"--dataset {FOLDER}{{}}")
+    if spec.startswith(RECORDS):
+        return RECORDS + confined_folder(rec, spec[len(RECORDS):], "data.dataset", "the auditor's records",
+                                         "--records {}")
+    return spec  # a built-in dataset: no path
+
+
+FOLDER, RECORDS = "folder:", "records:"  # the dataset specs that name a path
+
+
 def auditor_records(rec: Recording, declared: Any, named: str | Path | None) -> str:
     """The folder the auditor's records are read from: the one the reviewer names (``--records``), else the
-    manifest's, but only when it lies inside the recording (a relative path is read against it). A recording is
-    someone else's file: the path it names elsewhere on the reviewer's disk is shown, never followed."""
+    manifest's, but only when it lies inside the recording (a relative path is read against it)."""
     if named is not None:
         path = Path(named).expanduser()
         if not path.is_dir():
             raise FedauditError(f"--records {named}: no such folder; give the folder of the auditor's records "
                                 f"({RECORDS_LAYOUT})")
         return str(path.resolve())
+    return confined_folder(rec, declared, "data.records", "the auditor's records", "--records {}")
+
+
+def confined_folder(rec: Recording, declared: Any, key: str, what: str, flag: str) -> str:
+    """A folder the manifest names (its ``key``), resolved against the recording, where it and every link under it
+    stay inside the recording. A recording is someone else's file: a path it names elsewhere on the reviewer's disk
+    is shown, never followed or listed — the reviewer names it (``flag``, with ``{}`` for the path)."""
     if not isinstance(declared, str) or not declared.strip():
-        raise FedauditError(f"{rec.root}/manifest.json data.records is {declared!r}, not a folder path; pass the "
-                            "auditor's records with --records PATH")
-    path = Path(declared).expanduser()
-    resolved = (path if path.is_absolute() else rec.root / path).resolve()
-    if resolved.is_relative_to(rec.root.resolve()):
-        return str(resolved)
-    raise FedauditError(f"{rec.root}/manifest.json points the auditor's records at {declared}, outside the recording; "
-                        "fedaudit follows a path outside a recording only where you name it: check that the folder "
-                        f"holds the auditor's records, then pass --records {declared}")
+        raise FedauditError(f"{rec.root}/manifest.json {key} is {declared!r}, not a folder path; pass {what} with "
+                            f"{flag.format('PATH')}")
+    root = rec.root.resolve()
+    path = Path(declared)
+    resolved = (path if path.is_absolute() else root / path).resolve()
+    if not resolved.is_relative_to(root):
+        named = declared if path.is_absolute() else os.path.normpath(root / path)  # as typed from anywhere
+        raise FedauditError(f"{rec.root}/manifest.json points {what} at {declared}, outside the recording; fedaudit "
+                            f"follows a path outside a recording only where you name it: check that the folder holds "
+                            f"{what}, then pass {flag.format(named)}")
+    for folder, dirs, files in os.walk(resolved):  # links are not followed here, only resolved
+        for name in (*dirs, *files):
+            entry = Path(folder) / name
+            if entry.is_symlink() and not entry.resolve().is_relative_to(root):
+                raise FedauditError(f"{rec.root}/manifest.json {key}: {entry.relative_to(root)} is a link that leads "
+                                    f"outside the recording; fedaudit follows a path outside a recording only where "
+                                    f"you name it: pass {what} with {flag.format('PATH')}")
+    return str(resolved)
 
 
 def check_audit_options(explicit: dict[str, Any], attack_option_names: set[str]) -> None:
@@ -151,7 +198,8 @@ def load_records(path: str, image_size: int, seed: int) -> tuple[MultiDomainData
     root = Path(path).expanduser()
     for part in ("members", "holdout", "unseen"):
         if not (root / part).is_dir():
-            raise FedauditError(f"auditor records {root} have no {part}/ folder; {RECORDS_LAYOUT}")
+            raise FedauditError(f"auditor records {root} have no {part}/ folder; {RECORDS_LAYOUT}; give the "
+                                "auditor's records with --records PATH")
     members = load_folder(str(root / "members"), image_size, min_domains=1)
     holdout = load_folder(str(root / "holdout"), image_size, min_domains=1)
     unseen = load_folder(str(root / "unseen"), image_size, min_domains=1)
@@ -492,7 +540,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
     return run_dir, written
 
 
-__all__ = ["AUDIT_OPTIONS", "NO_DATA", "attack_recording", "audit", "audited_model", "auditor_data", "auditor_records", "check_architecture", "check_audit_options",
+__all__ = ["AUDIT_OPTIONS", "NO_DATA", "attack_recording", "audit", "audited_model", "auditor_data", "auditor_dataset", "auditor_records", "check_architecture", "confined_folder", "check_audit_options",
            "check_finite_reads", "check_some_client_answered",
            "data_free_attacks", "name_model_records", "public_data", "recorded_clients", "recorded_config", "recorded_disaggregation",
            "recorded_shares"]

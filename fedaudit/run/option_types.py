@@ -166,6 +166,8 @@ class AuditOptions(TypedDict, total=False):
     #: loss, mia-lira, mia-rmia, mia-domain, mia-artifact), canary (one-run ε audit; not in all), all, or names
     #: joined by commas.
     attack: str
+    #: shapes, shapes:N (N images per class), digits, or folder:PATH (DomainBed layout).
+    dataset: str
     #: Image side in pixels.
     image_size: int
     #: cnn, resnet18, resnet50, or your own model: PKG.MODULE:CALLABLE, a callable returning an nn.Module (given
