@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedaudit.audit.verdict import (CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPATION, RECORDS, SECURE_AGGREGATION_ROW,
-                                    TIER_ORDER)
+                                    TIER_ORDER, Headline)
 from fedaudit.audit.verdict import to_conclude
 from fedaudit.audit.verdict.wording import different_models
 from fedaudit.run.blocks import (DP, ClientDP, CoverageRow, ModelInfo, Privacy, Recording, SecureAggregation,
@@ -64,14 +64,12 @@ def level_groups(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def first_screen(u: Unit, rows: list[VerdictRow]) -> dict[str, Any]:
     """The summary block of one unit (one trained federation and target), from the verdict rows the page shows."""
     run = RunMetrics.from_json(u.metrics)
-    judged = [r for r in rows if r.tier != NOT_ASSESSED]
-    highest = max((r.tier for r in judged), key=TIER_ORDER.get, default=NOT_ASSESSED)
     findings = [{"tier": r.tier, "title": r.title, "observer": r.observer, "cause": cause(r), "level": r.level,
                  "mitigation": mitigation(r, u)} for r in _by_tier(rows, ("high", "medium"))]
     return {
         "label": u.label,
         "deployment": deployment(u, run),
-        "highest": highest,
+        "headline": Headline.of(r.tier for r in rows),
         "findings": findings,
         "by_level": level_groups(findings),
         "inconclusive": [{"title": r.title, "observer": r.observer, "cause": r.short or cause(r), "level": r.level,

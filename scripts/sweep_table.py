@@ -4,7 +4,7 @@
 
 Runs the grid (2 methods × 2 unseen domains on digits, 2 rounds, the loss attack) into ``--out`` — a folder
 that already holds it runs only what is not COMPLETE — then the same command again, and writes one row per
-point (status, unseen accuracy, highest verdict, seconds, as the sweep's console table shows them) with the
+point (status, unseen accuracy, the verdict's headline, seconds, as the sweep's console table shows them) with the
 time of each invocation.
 """
 
@@ -33,7 +33,7 @@ def main() -> None:
         t0 = time.perf_counter()
         outcome = run_grid(load_grid(GRID), args.out)
         seconds.append(time.perf_counter() - t0)
-    lines = ["| point | status | unseen acc | highest verdict | seconds |", "|---|---|---|---|---|"]
+    lines = ["| point | status | unseen acc | verdict | seconds |", "|---|---|---|---|---|"]
     for row in outcome.index["points"]:
         acc, top = point_summary(row, outcome.root)
         lines.append(f"| {row['name']} | {row['status']} | {acc} | {top} | "

@@ -317,3 +317,55 @@ def test_the_console_verdict_shows_each_rows_deciding_number_in_80_columns(monke
     upload = next(r for r in metrics["verdict"] if r["row"] == "membership:full_model↑")
     assert upload["tier"] == "medium" and upload["short"] in out  # the upload's membership row, significant:
     assert re.fullmatch(r"[\w\- ]+ adv \d\.\d\d > null \d\.\d\d, p[<=]?\s?[\d.]+", upload["short"])  # attack, number, null, p
+
+
+# -- issue 56: the headline never reads lower than what is unknown -------------------------------------------------
+
+UNDECIDED_VERDICT = [
+    {"row": "consistency:broadcasts", "title": "broadcasts", "tier": "low", "question": "consistency",
+     "level": "records", "reason": "the same model to every client.", "short": "same model"},
+    *({"row": f"membership:{a}", "title": f"{a}: membership", "tier": "inconclusive", "question": "membership",
+       "level": "records", "reason": "no power.", "short": "can't see <0.17"} for a in ("full_model↑", "global_model")),
+    {"row": "participation:global_model", "title": "participation", "tier": "inconclusive",
+     "question": "participation", "level": "participation", "reason": "no power.", "short": "can't see <0.25"},
+    {"row": "scalars↑", "title": "scalars", "tier": "not_assessed", "question": "inversion", "level": "records",
+     "reason": "not applicable.", "short": "not applicable"},
+]
+
+
+def test_the_headline_never_reads_low_while_rows_are_undecided_and_a_gate_can_fail_on_them(tmp_path, monkeypatch):
+    """A recording's only LOW row beside three INCONCLUSIVE ones (the Flower quickstart's case): the terminal, --json
+    and the report's first screen say LOW only 'where decided' and count what is not; --fail-on does not fail on
+    INCONCLUSIVE, --fail-on-inconclusive does (limited to --fail-on's level where it names one)."""
+    from fedaudit import api
+
+    real = api.evaluate
+
+    def undecided(*args, **kwargs):
+        result = real(*args, **kwargs)
+        result.metrics["verdict"] = UNDECIDED_VERDICT
+        stored = result.run_dir / "metrics.json"
+        stored.write_text(json.dumps(json.loads(stored.read_text()) | {"verdict": UNDECIDED_VERDICT}))
+        return result
+
+    monkeypatch.setattr(api, "evaluate", undecided)
+    loud = [a for a in FAST if a != "--quiet"]
+    shown = runner.invoke(app, ["evaluate", *loud, "--out", str(tmp_path / "shown")], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "verdict: LOW where decided; 3 questions inconclusive, 1 not assessed" in shown.output
+    summary = json.loads(runner.invoke(app, ["evaluate", *FAST, "--json", "--out", str(tmp_path / "json")]).stdout)
+    assert summary["headline"] == {"words": "LOW where decided; 3 questions inconclusive, 1 not assessed",
+                                   "decided": "low", "inconclusive": 3, "not_assessed": 1}
+    (run_dir,) = (tmp_path / "shown").iterdir()
+    assert runner.invoke(app, ["report", str(run_dir)]).exit_code == 0
+    page = (run_dir / "report.html").read_text(encoding="utf-8")
+    first = page[page.index('id="summary"'):page.index("</section>", page.index('id="summary"'))]
+    assert re.search(r'class="tier tier-inconclusive">LOW</span> where decided; 3 questions inconclusive, '
+                     r'1 not assessed', first), first
+    gates = {"--fail-on medium": 0, "--fail-on-inconclusive": 3, "--fail-on medium --fail-on-inconclusive": 3,
+             "--fail-on high:participation --fail-on-inconclusive": 3,
+             "--fail-on high:client_data --fail-on-inconclusive": 0}
+    for i, (flags, status) in enumerate(gates.items()):
+        result = runner.invoke(app, ["evaluate", *FAST, *flags.split(), "--out", str(tmp_path / f"gate{i}")])
+        assert result.exit_code == status, (flags, result.output)
+        assert status == 0 or "INCONCLUSIVE" in result.output

@@ -170,7 +170,7 @@ def test_fedavg_on_shapes_shows_both_columns_on_the_reports_first_screen(tiny_ru
     page = (result.run_dir / "report.html").read_text(encoding="utf-8")
     summary = page[page.index('<section id="summary"'):page.index("</section>")]
     findings = min(i for i in (summary.find("To act on before sign-off"), summary.find("No row reads")) if i >= 0)
-    assert summary.index("highest tier") < summary.index("With and without secure aggregation") < findings
+    assert summary.index(">verdict<") < summary.index("With and without secure aggregation") < findings
     text = html.unescape(re.sub(r"<[^>]+>", " ", summary))
     assert "server (secure aggregation)" in text and "What secure aggregation leaves" in text
     rows = _rows(result)

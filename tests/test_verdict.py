@@ -733,3 +733,24 @@ def test_a_row_with_nothing_to_judge_says_which_of_the_missing_pieces_it_lacks()
     row = {r["row"]: r for r in judge(canaries, SERVER)}["membership:canary"]
     assert row["tier"] == NOT_ASSESSED and row["rule"] is None and row["short"] == "no canary result"
     assert "clean (input canaries): skipped — too few records" in row["reason"]
+
+
+@pytest.mark.parametrize(("tiers", "words", "shown"), [
+    (["low", "low"], "LOW", "low"),
+    (["low", "inconclusive", "inconclusive", "inconclusive"], "LOW where decided; 3 questions inconclusive",
+     "inconclusive"),
+    (["low", "not_assessed"], "LOW where decided; 1 not assessed", "inconclusive"),
+    (["medium", "low", "inconclusive"], "MEDIUM; also 1 question inconclusive", "medium"),
+    (["high", "medium"], "HIGH", "high"),
+    (["inconclusive", "not_assessed", "not_assessed"], "none decided: 1 question inconclusive, 2 not assessed",
+     "inconclusive"),
+    (["not_assessed"], "none decided: 1 not assessed", "not_assessed"),
+])
+def test_the_headline_is_the_highest_decided_tier_with_every_undecided_row_counted(tiers, words, shown):
+    """Issue 56: the headline never reads LOW while a row is INCONCLUSIVE or NOT ASSESSED, and never shows in
+    LOW's colour then."""
+    from fedaudit.audit.verdict import Headline
+
+    headline = Headline.of(tiers)
+    assert (headline.words, headline.tier) == (words, shown)
+    assert headline.words == headline.lead + headline.rest

@@ -77,7 +77,7 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
     from fedaudit.sweeps.dp_sweep import is_sweep, parse_epsilons, sweep_dp
 
     quiet, split, dp_sweep = given.pop("quiet"), given.pop("split"), given.pop("dp_sweep")
-    json_summary, fail_on = given.pop("json_summary"), given.pop("fail_on")
+    json_summary, fail_on, inconclusive = given.pop("json_summary"), given.pop("fail_on"), given.pop("fail_on_inconclusive")
     method_option, config, resume, method = given.pop("method_option"), given.pop("config"), given.pop("resume"), given.pop("method")
     model_arg = given.pop("model_arg")
     flags = given_method_flags(given)
@@ -94,7 +94,7 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
                                    reporter=RichReporter(quiet or json_summary), command=api.command_line(), **options)
             show_results(list(zip(swept.metrics, swept.run_dirs)), quiet, json_summary,
                          extra={"sweep": str(swept.root), "sweep_report": str(swept.report)})
-            gate(swept.metrics, fail_on)
+            gate(swept.metrics, fail_on, inconclusive)
             return
         result = api.evaluate(method, config=config, resume=resume, method_option=method_option, method_flags=flags,
                               reporter=RichReporter(quiet or json_summary), command=api.command_line(), **options)
@@ -108,7 +108,7 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
                             highlight=False, markup=False)
         raise typer.Exit(130) from None
     show_results([(result.metrics, result.run_dir)], quiet, json_summary)
-    gate([result.metrics], fail_on)
+    gate([result.metrics], fail_on, inconclusive)
 
 
 def audit(recording: Path, **given: Any) -> None:
@@ -120,6 +120,7 @@ def audit(recording: Path, **given: Any) -> None:
     from fedaudit import api
 
     quiet, json_summary, fail_on = given.pop("quiet"), given.pop("json_summary"), given.pop("fail_on")
+    inconclusive = given.pop("fail_on_inconclusive")
     model_arg, unverified, records = given.pop("model_arg"), given.pop("unverified"), given.pop("records")
     _setup_logging(quiet)
     try:
@@ -135,7 +136,7 @@ def audit(recording: Path, **given: Any) -> None:
                             markup=False)
         raise typer.Exit(130) from None
     show_results([(metrics, run_dir)], quiet, json_summary)
-    gate([metrics], fail_on)
+    gate([metrics], fail_on, inconclusive)
 
 
 def seal(recording: Path = typer.Argument(..., help="A recording directory whose processes have all finished.")) -> None:
@@ -168,24 +169,28 @@ def show_results(runs: list[tuple[dict[str, Any], Path]], quiet: bool, json_summ
         console().print("\n".join(f"{k.replace('_', ' ')}: {v}" for k, v in extra.items()), highlight=False, markup=False)
 
 
-def gate(all_metrics: list[dict[str, Any]], fail_on: str | None) -> None:
+def gate(all_metrics: list[dict[str, Any]], fail_on: str | None, inconclusive: bool = False) -> None:
     """--fail-on: exit with GATE_EXIT when a verdict row of any run reaches the tier (files are all written); with
-    ``TIER:LEVEL``, only rows of that level count."""
-    if fail_on is None:
+    ``TIER:LEVEL``, only rows of that level count. INCONCLUSIVE is no tier of leakage and fails a gate only with
+    ``--fail-on-inconclusive`` (alone, or beside --fail-on and its level); NOT ASSESSED rows never do, but an audit
+    that assessed nothing fails closed."""
+    if fail_on is None and not inconclusive:
         return
-    from fedaudit.audit.verdict import TIER_ORDER
+    from fedaudit.audit.verdict import INCONCLUSIVE, TIER_ORDER
 
-    tier, level = gate_spec(fail_on)
+    tier, level = gate_spec(fail_on) if fail_on is not None else (None, None)
+    flag = " ".join(x for x in (fail_on and f"--fail-on {fail_on}", inconclusive and "--fail-on-inconclusive") if x)
     blind = [m for m in all_metrics if (m.get("auditor_data") or {}).get("status") == "none"]
     if blind:  # fail closed: a gate must not pass what it could not see
-        err_console().print(f"--fail-on {fail_on}: nothing was assessed ({blind[0]['auditor_data'].get('why')}); a "
+        err_console().print(f"{flag}: nothing was assessed ({blind[0]['auditor_data'].get('why')}); a "
                             "gate cannot pass such an audit — give the auditor the clients' records",
                             highlight=False, markup=False)
         raise typer.Exit(GATE_EXIT)
-    hits = [row for m in all_metrics for row in RunMetrics.from_json(m).rows()
-            if TIER_ORDER.get(row.tier, -1) >= TIER_ORDER[tier] and level in (None, row.level)]
+    hits = [row for m in all_metrics for row in RunMetrics.from_json(m).rows() if level in (None, row.level) and (
+        (tier is not None and TIER_ORDER.get(row.tier, -1) >= TIER_ORDER[tier])
+        or (inconclusive and row.tier == INCONCLUSIVE))]
     if hits:
-        err_console().print(f"--fail-on {fail_on}: {len(hits)} verdict row(s) reached it, e.g. "
+        err_console().print(f"{flag}: {len(hits)} verdict row(s) reached it, e.g. "
                             f"{hits[0].title or hits[0].row}: {hits[0].tier.upper()}",
                             highlight=False, markup=False)
         raise typer.Exit(GATE_EXIT)
@@ -312,7 +317,7 @@ def sweep(
                                      else None, "points": points}, indent=1) + "\n")
     elif not quiet:
         table = Table(title=f"sweep {outcome.root}")
-        for col in ("point", "status", "unseen acc", "highest verdict", "seconds"):
+        for col in ("point", "status", "unseen acc", "verdict", "seconds"):
             table.add_column(col, overflow="fold")
         for row in points:
             acc, top = point_summary(row, outcome.root)

@@ -102,7 +102,13 @@ COMMAND_PARAMETERS = [
                                             help="Exit with status 3 when any verdict row reaches this tier (high or "
                                                  "medium), after every file is written (a CI gate; status 2 stays for "
                                                  "user errors); high:records counts only the rows of one level "
-                                                 "(records, client_data, participation).")),
+                                                 "(records, client_data, participation). INCONCLUSIVE rows do not "
+                                                 "reach it: see --fail-on-inconclusive.")),
+    ("fail_on_inconclusive", bool, typer.Option(False, "--fail-on-inconclusive",
+                                                help="Also exit with status 3 when a verdict row (of --fail-on's level, "
+                                                     "if it names one) is INCONCLUSIVE: a gate that passes only what "
+                                                     "the audit could see. NOT ASSESSED rows never fail a gate; an "
+                                                     "audit that assessed nothing always does.")),
     ("unverified", bool, typer.Option(False, "--unverified",
                                       help="Audit a recording whose hashes do not match (edited after it was made); "
                                            "the report marks it unverified on its first screen.")),
@@ -162,7 +168,7 @@ def audit_signature() -> inspect.Signature:
                if name in AUDIT_OPTIONS or panel == "attack"]
     params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
                for name, annotation, info in COMMAND_PARAMETERS
-               if name in ("model_arg", "quiet", "json_summary", "fail_on", *AUDIT_ONLY)]
+               if name in ("model_arg", "quiet", "json_summary", "fail_on", "fail_on_inconclusive", *AUDIT_ONLY)]
     return inspect.Signature(params)
 
 

@@ -66,10 +66,15 @@ class RichReporter:
 
 
 def summary_json(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    from fedaudit.audit.verdict import Headline
+
     report = run_dir / "report.html"
     keep = ("method", "dataset", "target_domain", "accuracy", "communication")
+    headline = Headline.of(r.tier for r in RunMetrics.from_json(metrics).rows())
     return {"run_dir": str(run_dir), "report": str(report) if report.is_file() else None,
             **{k: metrics.get(k) for k in keep},
+            "headline": {"words": headline.words, "decided": headline.decided, "inconclusive": headline.inconclusive,
+                         "not_assessed": headline.not_assessed},
             "verdict": [{k: row.get(k) for k in ("row", "title", "question", "artifact", "observer", "tier", "short",
                                                  "reason", "target") if k in row}
                         for row in metrics.get("verdict") or []]}
@@ -92,8 +97,13 @@ def print_verdict(metrics: dict[str, Any], run_dir: Path) -> None:
     """One row per judged question: the tier, what and whose view, and the fact that decided it (the row's short form,
     written from its facts; the full reason and evidence are in the report); the rows not assessed last, one line
     per reason, so the first screen stays short."""
+    from fedaudit.audit.verdict import Headline
+
     rows = RunMetrics.from_json(metrics).rows()
     if rows:
+        headline = Headline.of(row.tier for row in rows)
+        console().print(f"verdict: [{TIER_COLOUR[headline.tier]}]{escape(headline.lead)}[/]{escape(headline.rest)}",
+                        highlight=False)
         table = Table(title="verdict (full reasons and evidence: the report)")
         table.add_column("tier", no_wrap=True)
         table.add_column("artifact · question · observer / deciding fact", overflow="fold")
@@ -119,8 +129,9 @@ def print_verdict(metrics: dict[str, Any], run_dir: Path) -> None:
         console().print(f"report: {report}", highlight=False, markup=False)
 
 
-TIER_STYLE = {"high": "[bold red]HIGH[/]", "medium": "[yellow]MEDIUM[/]", "low": "[green]LOW[/]",
-              "inconclusive": "[magenta]INCONCLUSIVE[/]", "not_assessed": "[dim]not assessed[/]"}
+TIER_COLOUR = {"high": "bold red", "medium": "yellow", "low": "green", "inconclusive": "magenta", "not_assessed": "dim"}
+TIER_STYLE = {tier: f"[{colour}]{'not assessed' if tier == 'not_assessed' else tier.upper()}[/]"
+              for tier, colour in TIER_COLOUR.items()}
 def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
     table = Table(title=f"{metrics['method']} on {metrics['dataset']}")
     for col in ("unseen domain", "unseen acc", "source-val acc", "selected round", "MB up", "MB down"):
@@ -230,14 +241,14 @@ def print_listing(what: str) -> None:
 
 
 def point_summary(row: dict[str, Any], root: Path) -> tuple[str, str]:
-    """A finished point's unseen accuracy and its highest verdict tier, read from its metrics.json."""
-    from fedaudit.audit.verdict import TIER_ORDER
+    """A finished point's unseen accuracy and its verdict's headline, read from its metrics.json."""
+    from fedaudit.audit.verdict import Headline
 
     if row.get("status") != "complete" or not row.get("run_dir"):
         return "-", "-"
     metrics = json.loads((root / row["run_dir"] / "metrics.json").read_text())
     acc = (metrics.get("accuracy") or {}).get("unseen_domain")
-    tiers = [r.tier for r in RunMetrics.from_json(metrics).rows() if r.tier in TIER_ORDER]
-    return _acc(acc), max(tiers, key=TIER_ORDER.get, default="-")
+    rows = RunMetrics.from_json(metrics).rows()
+    return _acc(acc), Headline.of(r.tier for r in rows).words if rows else "-"
 
 

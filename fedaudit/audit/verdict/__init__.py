@@ -107,6 +107,7 @@ from . import canary, consistency, inversion, membership, participation, unasses
 from .evidence import (ARTIFACT, CLIENT_DATA, CONSISTENCY, DOMAIN, DP_AUDIT, GLOBAL, HIGH, INCONCLUSIVE, INVERSION,
                        LEVEL_OF, LEVELS, LOW, MEDIUM, MEMBERSHIP, NOT_ASSESSED, NULL_NAMES, PARTICIPATION, POWER_ALPHA,
                        RECORDS, TIER_ORDER, Rule)
+from .headline import Headline
 from .thresholds import CORRECTION, RiskThresholds, load_thresholds
 from .wording import ADVICE, advice_of, pct, secure_aggregation_lead, share_title
 
@@ -185,7 +186,7 @@ def membership_row_of(metrics: dict[str, Any], config: dict[str, Any]) -> dict[t
 
 
 __all__ = ["ADVICE", "ARTIFACT", "advice_of", "BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "CLIENT_DATA", "CORRECTION", "DOMAIN",
-           "Evidence", "HIGH", "INCONCLUSIVE", "LEVELS", "LEVEL_OF", "PARTICIPATION", "RECORDS", "LOW", "MEDIUM", "MIA",
+           "Evidence", "HIGH", "Headline", "INCONCLUSIVE", "LEVELS", "LEVEL_OF", "PARTICIPATION", "RECORDS", "LOW", "MEDIUM", "MIA",
            "NOT_ASSESSED", "NOT_RECONSTRUCTIONS", "NULL_NAMES", "POWER_ALPHA", "RULES", "RiskThresholds",
            "SECURE_AGGREGATION_ROW", "TIER_ORDER", "VerdictRow", "judge", "judge_rows", "load_thresholds",
            "made_by", "membership_row_of", "mia_level", "pct", "share_title", "to_conclude"]
