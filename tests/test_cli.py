@@ -369,3 +369,25 @@ def test_the_headline_never_reads_low_while_rows_are_undecided_and_a_gate_can_fa
         result = runner.invoke(app, ["evaluate", *FAST, *flags.split(), "--out", str(tmp_path / f"gate{i}")])
         assert result.exit_code == status, (flags, result.output)
         assert status == 0 or "INCONCLUSIVE" in result.output
+
+
+def test_every_flag_of_every_command_reads_whole_in_its_help_at_80_columns():
+    """Issue 56: rich's option tables cut names at 80 columns (--secure-aggregati…); the help is plain text in
+    sections now, so every flag (and its negative form) a command declares appears whole, every line fits, and the
+    common flags come first."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():
+        result = runner.invoke(app, [name, "--help"], env={"COLUMNS": "80"})
+        assert result.exit_code == 0, result.output
+        text = result.output
+        assert max(len(line) for line in text.splitlines()) <= 80, (name, text)
+        for param in command.params:
+            for flag in (*param.opts, *param.secondary_opts):
+                if flag.startswith("-"):
+                    assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), (name, flag)
+    usage = runner.invoke(app, ["evaluate", "--help"], env={"COLUMNS": "80"}).output
+    first = usage.index("Common options:")
+    assert first < usage.index("Run:") and all(first < usage.index(f"{f} ") < usage.index("Run:")
+                                               for f in ("--method", "--dataset", "--attack", "--fail-on"))

@@ -26,6 +26,7 @@ from fedaudit.run.config import parse_split
 from fedaudit.run.results import RunMetrics
 
 from .flags import audit_signature, declared_options, evaluate_signature, given_method_flags, refuse_leftovers
+from .help import SectionedCommand
 from .output import (RichReporter, console, err_console, listing, point_summary, print_listing, print_summary,
                      summary_json)
 
@@ -336,7 +337,8 @@ def sweep(
 
 def make_app() -> typer.Typer:
     """The ``fedaudit`` command, its ``evaluate`` flags made from the option declarations registered now."""
-    cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    # Plain help (rich_markup_mode None): rich's option tables cut flag names at 80 columns (fedaudit.cli.help).
+    cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                       help="Audit federated domain generalization methods: accuracy, communication and privacy leakage.")
     signature = evaluate_signature()
 
@@ -358,7 +360,8 @@ def make_app() -> typer.Typer:
     evaluate_command.__signature__ = signature  # type: ignore[attr-defined]
     evaluate_command.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
     evaluate_command.__doc__ = evaluate.__doc__
-    cli.command("evaluate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(evaluate_command)
+    cli.command("evaluate", cls=SectionedCommand,
+                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(evaluate_command)
     audit_sig = audit_signature()
 
     def audit_command(**given: Any) -> None:
@@ -367,12 +370,12 @@ def make_app() -> typer.Typer:
     audit_command.__signature__ = audit_sig  # type: ignore[attr-defined]
     audit_command.__annotations__ = {p.name: p.annotation for p in audit_sig.parameters.values()}
     audit_command.__doc__ = audit.__doc__
-    cli.command("audit")(audit_command)
-    cli.command("seal")(seal)
-    cli.command("list")(list_)
-    cli.command()(report)
-    cli.command()(compare)
-    cli.command()(sweep)
+    cli.command("audit", cls=SectionedCommand)(audit_command)
+    cli.command("seal", cls=SectionedCommand)(seal)
+    cli.command("list", cls=SectionedCommand)(list_)
+    cli.command(cls=SectionedCommand)(report)
+    cli.command(cls=SectionedCommand)(compare)
+    cli.command(cls=SectionedCommand)(sweep)
     return cli
 
 

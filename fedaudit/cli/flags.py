@@ -66,14 +66,15 @@ def option_help(opt: Option) -> str:
     return f"{opt.help}{choices} ({'; '.join(defaults)})"
 
 
-def _parameter(name: str, opt: Option, panel: str) -> inspect.Parameter:
+def _parameter(name: str, opt: Option, panel: str, help_text: str | None = None) -> inspect.Parameter:
     flag = flag_of(name)
+    help_text = help_text or option_help(opt)
     if opt.kind is bool:
-        info = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=option_help(opt), rich_help_panel=PANELS[panel])
+        info = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=help_text, rich_help_panel=PANELS[panel])
         annotation: Any = Optional[bool]
     else:
         # A nullable number also takes the word `none` ("no cap"): it arrives as text and its declaration parses it.
-        info = typer.Option(None, flag, help=option_help(opt), rich_help_panel=PANELS[panel],
+        info = typer.Option(None, flag, help=help_text, rich_help_panel=PANELS[panel],
                             metavar=opt.kind.__name__.upper() + ("|none" if opt.nullable else ""))
         annotation = Optional[str] if opt.nullable and opt.kind is not str else Optional[opt.kind]
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
@@ -117,6 +118,14 @@ COMMAND_PARAMETERS = [
                                              "outside the recording, which fedaudit never follows by itself.")),
 ]
 AUDIT_ONLY = ("unverified", "records")
+# An audit's data and model default to what the recording's manifest declares, not to evaluate's defaults.
+AUDIT_HELP = {
+    "dataset": "The clients' data where the manifest's is not to be used: shapes, shapes:N, digits or folder:PATH, "
+               "split as fedaudit splits it (default: the manifest's data; a path it names outside the recording is "
+               "read only when you name it here or with --records).",
+    "model": "The architecture the clients trained: cnn, resnet18, resnet50 or PKG.MODULE:CALLABLE (default: the "
+             "manifest's; a factory it names is imported only when you pass it here).",
+}
 
 
 METHOD_PANEL = "Method options (each method's own; see `fedaudit list methods`)"
@@ -164,7 +173,7 @@ def audit_signature() -> inspect.Signature:
     params = [inspect.Parameter("recording", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Path,
                                 default=typer.Argument(..., help="A recording directory (written by fedaudit's Recorder, "
                                                                  "or fedaudit.interop.flower's recording mod and RecordingGrid)."))]
-    params += [_parameter(name, opt, panel) for name, (opt, panel) in declared_options().items()
+    params += [_parameter(name, opt, panel, AUDIT_HELP.get(name)) for name, (opt, panel) in declared_options().items()
                if name in AUDIT_OPTIONS or panel == "attack"]
     params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
                for name, annotation, info in COMMAND_PARAMETERS
