@@ -105,10 +105,13 @@ def evaluate(
         for target in targets:  # a bad --attacker/--victim fails now, not after training
             attack_role_and_victims(cfg, [d for d in dataset.domains if d != target])
 
-    if is_factory(cfg.model):  # the user's factory imports, builds and answers logits before a directory exists
+    if is_factory(cfg.model) or cfg.pretrained is not None:
+        # the user's code and weights before a directory exists: a factory imports, builds and answers logits, and
+        # --pretrained loads into the model (a file that is no state_dict for it is one line, not an orphan run)
         from fedaudit.models import build_model
 
-        build_model(cfg.model, len(dataset.classes), cfg.image_size, model_args=cfg.model_args)
+        build_model(cfg.model, len(dataset.classes), cfg.image_size, pretrained=cfg.pretrained,
+                    model_args=cfg.model_args, **({} if is_factory(cfg.model) else {"norm": cfg.norm}))
     if auto_note:  # said once the options are known to be good
         log.info(auto_note)
     root = run_directory.new_run_dir(Path(cfg.out).expanduser(), cfg.method, cfg.dataset, "all" if len(targets) > 1 else targets[0])

@@ -239,6 +239,22 @@ def test_a_failure_before_round_one_leaves_no_run_directory(tmp_path):
     assert not out.exists() or not any(out.iterdir())
 
 
+@pytest.mark.parametrize(("saved", "needle"), [([1, 2, 3], "holds no state_dict"),
+                                                ({"model": {"w": 1.0}}, "holds no state_dict"),
+                                                ({"w": "tensor"}, "no key in")])
+def test_pretrained_weights_that_do_not_fit_are_refused_before_any_folder_or_log_line(tmp_path, saved, needle):
+    """Issue 56: a readable file that is no state_dict for the model is refused before the run directory (or --out)
+    exists and before the run says anything else — one line, status 2."""
+    import torch
+
+    weights = tmp_path / "weights.pt"
+    torch.save({"w": torch.ones(2)} if saved == {"w": "tensor"} else saved, weights)
+    out = tmp_path / "runs"
+    text = _user_error(["evaluate", *[a for a in FAST if a != "--quiet"], "--pretrained", str(weights),
+                        "--out", str(out)], needle)
+    assert not out.exists() and "run directory" not in text and len(text.strip().splitlines()) == 1, text
+
+
 def test_list_rejects_unknown_things():
     _user_error(["list", "gadgets"], "methods", "attacks", "datasets")
 
@@ -387,7 +403,18 @@ def test_every_flag_of_every_command_reads_whole_in_its_help_at_80_columns():
             for flag in (*param.opts, *param.secondary_opts):
                 if flag.startswith("-"):
                     assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), (name, flag)
+            rows = [line for line in text.splitlines()
+                    if re.match(rf"  {re.escape((param.opts or [''])[0])}(?:[ ,/]|$)", line)]
+            assert len(rows) == 1 or param.param_type_name == "argument", (name, param.name, rows)  # listed once
     usage = runner.invoke(app, ["evaluate", "--help"], env={"COLUMNS": "80"}).output
     first = usage.index("Common options:")
     assert first < usage.index("Run:") and all(first < usage.index(f"{f} ") < usage.index("Run:")
                                                for f in ("--method", "--dataset", "--attack", "--fail-on"))
+
+
+def test_compare_says_it_needs_two_runs_before_asking_where_to_write(tmp_path):
+    """Issue 56: one run directory is refused for what it is (one run's page is its report), not for a missing -o;
+    two without -o name the flag with the command to type."""
+    _user_error(["compare", str(tmp_path)], "compare needs two or more run directories, got 1",
+                f"fedaudit report {tmp_path}")
+    _user_error(["compare", str(tmp_path), str(tmp_path)], "give its path with -o FILE")

@@ -383,3 +383,12 @@ def test_a_manifests_data_inside_the_recording_or_what_the_reviewer_names_is_fol
         recorded_config(rec, records=outside, dataset="digits")
     _declare_data(recording, {"dataset": "digits"})  # a built-in dataset names no path
     assert recorded_config(read_recording(recording))["dataset"] == "digits"
+
+
+def test_records_the_manifest_names_but_the_recording_lacks_are_asked_for_with_the_flag(recording, tmp_path):
+    """Issue 56: an audit whose declared records are missing (an NVFlare job's auditor-records not copied in) names
+    --records, the way to give them."""
+    _declare_data(recording, {"records": "auditor-records"})
+    result = runner.invoke(app, ["audit", str(recording), "--attack", "mia-loss", "--out", str(tmp_path / "runs")])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "have no members/ folder" in said and "--records PATH" in said, said

@@ -233,6 +233,7 @@ def test_a_run_where_no_client_answered_is_refused_and_a_missed_round_is_listed(
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "clients that failed: sent a model to train and sent no update back" in text and "colour in round 2" in text
+    assert "recording: VERIFIED: every message matches the sha256" in text  # the terminal says it, as the report does
     report = " ".join(next((tmp_path / "runs").rglob("report.html")).read_text().split())
     assert "colour in round 2" in report
 

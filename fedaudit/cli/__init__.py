@@ -260,17 +260,24 @@ def report(
 
 def compare(
     run_dirs: list[Path] = typer.Argument(..., help="Finished run directories, one column each."),
-    output: Path = typer.Option(..., "-o", "--output", help="The HTML file to write."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="The HTML file to write (required)."),
     redact: bool = typer.Option(False, "--redact", help="Blur every embedded reconstruction."),
     risk_thresholds: Optional[Path] = typer.Option(None, help="TOML or JSON file of risk-tier thresholds."),
 ) -> None:
     """One page comparing runs side by side, with a privacy–utility scatter.
 
-    RUN_DIRS are finished run directories, one column each.
+    RUN_DIRS are finished run directories, one column each (two or more).
     """
     from fedaudit.reports import write_compare
 
     try:
+        # what the comparison needs first, then where it goes (click would name a missing -o before either)
+        if len(run_dirs) < 2:
+            raise FedauditError(f"compare needs two or more run directories, got {len(run_dirs)}; one run's page is "
+                                f"its report: fedaudit report {run_dirs[0] if run_dirs else 'RUN_DIR'}")
+        if output is None:
+            raise FedauditError("compare writes one page: give its path with -o FILE, e.g. fedaudit compare "
+                                f"{' '.join(map(str, run_dirs))} -o compare.html")
         path = write_compare(run_dirs, output, redact=redact, thresholds=risk_thresholds)
     except FedauditError as exc:
         fail(str(exc))
@@ -278,11 +285,11 @@ def compare(
 
 
 def sweep(
-    grid_file: Optional[Path] = typer.Argument(None, metavar="GRID.toml", help="Grid file: \\[fixed] options and \\[grid] "
+    grid_file: Optional[Path] = typer.Argument(None, metavar="GRID.toml", help="Grid file: [fixed] options and [grid] "
                                                "lists of `fedaudit evaluate` options (see examples/grid.toml)."),
     out: Optional[Path] = typer.Option(None, "--out", help="The sweep's folder (default runs/sweep-<grid file name>); "
                                        "running the same grid into it again skips COMPLETE points."),
-    backend: str = typer.Option("local", help="local (this machine) or ray (Ray tasks; pip install -e \".\\[ray]\")."),
+    backend: str = typer.Option("local", help="local (this machine) or ray (Ray tasks; pip install -e \".[ray]\")."),
     jobs: int = typer.Option(1, help="local backend: points run at once, each in its own process."),
     threads: Optional[int] = typer.Option(None, help="Torch threads per point (default: cores / --jobs locally, 1 on "
                                           "Ray); results are identical across backends at the same count."),
@@ -294,7 +301,7 @@ def sweep(
 ) -> None:
     r"""Run a grid of evaluate runs (methods × targets × seeds × ...) locally or on Ray; one compare page for all.
 
-    GRID.toml holds \[fixed] options and \[grid] lists of `fedaudit evaluate` options (see examples/grid.toml).
+    GRID.toml holds [fixed] options and [grid] lists of `fedaudit evaluate` options (see examples/grid.toml).
     """
     from fedaudit.sweeps.grid import load_grid, run_grid
 

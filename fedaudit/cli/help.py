@@ -66,8 +66,8 @@ def help_sections(params: list[click.Parameter], ctx: click.Context) -> list[tup
             sections[ARGUMENTS].append(record)
         elif param.name in COMMON_FLAGS:
             common[param.name] = record
-            continue
-        sections.setdefault(getattr(param, "rich_help_panel", None) or OTHER, []).append(record)
+        else:
+            sections.setdefault(getattr(param, "rich_help_panel", None) or OTHER, []).append(record)
     sections[COMMON] = [common[name] for name in COMMON_FLAGS if name in common]
     other = sections.pop(OTHER, [])
     return [(title, records) for title, records in (*sections.items(), (OTHER, other)) if records]

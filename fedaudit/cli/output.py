@@ -155,7 +155,7 @@ def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
         from fedaudit.reports.summary import recording_lines
         from fedaudit.run.blocks import Recording
 
-        for what, text in recording_lines(Recording.of(recording))[1:]:
+        for what, text in recording_lines(Recording.of(recording)):  # what was verified first, as on the report
             console().print(f"{what}: {text}", highlight=False, markup=False)
     print_verdict(metrics, run_dir)
     console().print(f"run directory: {run_dir}", highlight=False, markup=False)
