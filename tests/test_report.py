@@ -419,8 +419,14 @@ def test_pdf_holds_the_summary_and_verdict_and_its_redacted_images_are_blurred(r
     for heading in ("Summary", "For a DPIA", "Verdict", "Residual risk per artifact", "not legal advice"):
         assert heading in text, heading
     flat = " ".join(text.split())
-    for row in json.loads((work / "metrics.json").read_text())["verdict"]:
+    rows = json.loads((work / "metrics.json").read_text())["verdict"]
+    for row in rows:
         assert " ".join(row["title"].split()) in flat, row["title"]
+    from fedaudit.audit.verdict import Headline
+
+    headline = Headline.of(r["tier"] for r in rows)  # the headline, undecided rows counted, on paper too
+    assert headline.rest and re.search(rf"{re.escape(headline.lead)}\s*{re.escape(headline.rest.strip())}", flat,
+                                       re.IGNORECASE), flat[:2000]  # the pill prints its lead in capitals
     pages = subprocess.run(["pdftoppm", "-r", "30", "-png", str(work / "report-redacted.pdf"), str(tmp_path / "page")],
                            capture_output=True, check=True)
     shots = sorted(tmp_path.glob("page*.png"))
