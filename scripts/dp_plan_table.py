@@ -39,7 +39,7 @@ def main() -> None:
                        f"{ROUNDS} rounds, δ = {DELTA:g}, the `cnn` with GroupNorm ({trained:,} trained parameters), "
                        f"noise-to-signal target {DP_NOISE_TO_SIGNAL:g}, at most {DP_MAX_STEP_FACTOR}× the method's "
                        f"steps, lr {DP_LR_TIMES_NORM:g} per unit of clipping norm (clipping norm 1). Computed, not "
-                       f"trained: the same on every machine.")
+                       f"trained: the same on every machine.", reads_runs=False)
 
 
 if __name__ == "__main__":

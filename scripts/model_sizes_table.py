@@ -28,7 +28,7 @@ def main() -> None:
         lines.append(f"| {arch} | {label} | {params:,} | {param_bytes:,} | {state_bytes:,} |")
     results_page.write("model_sizes", "Sizes of the built-in architectures", "\n".join(lines),
                        f"`build_model(arch, {CLASSES}, image_size)` on CPU, float32; the state is the whole state_dict. "
-                       "Deterministic: these depend on the architecture only, not on the machine.")
+                       "Deterministic: these depend on the architecture only, not on the machine.", reads_runs=False)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Where a measured table goes: ``docs/results/<name>.md``, headed by the exact command that wrote it and its
-provenance (commit, torch build, threads, CPU, date), so re-measuring is running the script again — never
-editing prose. Every script that measures a table for the documentation writes it through :func:`write`;
-``tests/test_docs.py`` holds every page in ``docs/results/`` to the header this writes.
+provenance (commit, the metrics schema its runs were written and judged under, torch build, threads, CPU, date), so
+re-measuring is running the script again — never editing prose. Every script that measures a table for the
+documentation writes it through :func:`write`; ``tests/test_docs.py`` holds every page in ``docs/results/`` to the
+header this writes, and fails when a page's runs are of an older metrics schema than the one fedaudit writes now
+(their verdict rows and the fields they read may mean something else since: measure them again).
 """
 
 from __future__ import annotations
@@ -20,9 +22,15 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 
 
-def provenance() -> str:
-    """``commit 1a2b3c4, torch 2.14.1+cu130, 2 thread(s), x86_64 (CPU model, 2 cores), 2026-11-27 08:15 UTC``;
-    a checkout with uncommitted changes says so, since its commit alone would not reproduce the numbers."""
+NO_RUNS = "reads no run's metrics"  # the stamp of a page whose script reads no run directory
+
+
+def provenance(reads_runs: bool = True) -> str:
+    """``commit 1a2b3c4, metrics schema 3, torch 2.14.1+cu130, 2 thread(s), x86_64 (CPU model, 2 cores),
+    2026-11-27 08:15 UTC``; a checkout with uncommitted changes says so, since its commit alone would not reproduce
+    the numbers."""
+    from fedaudit.run.results import SCHEMA_VERSION
+
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
@@ -31,7 +39,8 @@ def provenance() -> str:
     changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/results")
     changed += git("status", "--porcelain", "--", str(Path(sys.argv[0]).resolve()))
     dirty = " (with uncommitted changes)" if changed else ""
-    return (f"commit {commit}{dirty}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+    schema = f"metrics schema {SCHEMA_VERSION}" if reads_runs else NO_RUNS
+    return (f"commit {commit}{dirty}, {schema}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
             f"{platform.machine()} ({cpu_model()}, {os.cpu_count()} cores), "
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
 
@@ -67,12 +76,14 @@ def slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
 
 
-def write(name: str, title: str, body: str, about: str = "", path: Path | None = None, echo: bool = True) -> Path:
+def write(name: str, title: str, body: str, about: str = "", path: Path | None = None, echo: bool = True,
+          reads_runs: bool = True) -> Path:
     """Write ``docs/results/<name>.md`` (or ``path``): the title, the command and provenance, ``about`` (what the
     rows are, in a sentence or two), then ``body`` (the table and anything read from it). Prints the body (unless
-    ``echo`` is off: a script that printed it as it went), and where it went."""
+    ``echo`` is off: a script that printed it as it went), and where it went. ``reads_runs`` off: the script reads no
+    run's metrics.json (its page states no schema, and no schema change dates it)."""
     path = path or RESULTS / f"{name}.md"
-    text = f"# {title}\n\nWritten by `{command()}` ({provenance()}).{' ' + about if about else ''}\n\n{body.strip()}\n"
+    text = f"# {title}\n\nWritten by `{command()}` ({provenance(reads_runs)}).{' ' + about if about else ''}\n\n{body.strip()}\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     if echo:

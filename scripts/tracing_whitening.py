@@ -57,7 +57,7 @@ def main() -> None:
                        f"A freshly initialised `cnn` (seed 0) on the first `shapes` domain, {feats.shape[1]} BatchNorm "
                        f"statistics per record; the candidates are the k records behind the shared statistics and "
                        f"{NONMEMBERS} others. AUC of the tracing test, mean over {DRAWS} draws, with the records' "
-                       f"statistics standardised only and whitened.")
+                       f"statistics standardised only and whitened.", reads_runs=False)
 
 
 if __name__ == "__main__":

@@ -435,3 +435,16 @@ def test_the_default_gradient_canary_count_is_the_fewest_whose_audit_could_certi
     assert canary_audit.gradient_canary_count(cfg(8.0, 300)) == 300
     with pytest.raises(FedauditError, match="at least 2"):
         canary_audit.gradient_canary_count(cfg(8.0, 1))
+
+
+def test_what_the_one_run_epsilon_delta_analysis_can_certify_stops_growing_with_m():
+    """The module's docstring states the ceiling of the (ε, δ) analysis at δ = 1e-5 (issue 56: it said 'near 6.4',
+    true of no test): a single test of all m guesses, every one right, certifies 7.83 at m = 10⁴ and at most ~8.2
+    over m; the Bonferroni grid of k_grid peaks near 7.1 — δ paid on every canary caps both."""
+    from fedaudit.statistics.one_run_audit import ceiling, epsilon_max_certifiable
+
+    assert epsilon_max_certifiable(10_000, 10_000, 1e-5) == pytest.approx(7.83, abs=0.01)
+    singles = [epsilon_max_certifiable(m, m, 1e-5) for m in (10_000, 31_622, 100_000, 1_000_000)]
+    assert max(singles) == pytest.approx(8.25, abs=0.05) and singles[-1] < max(singles)
+    grids = [ceiling(m, 1e-5) for m in (3_162, 10_000, 100_000)]
+    assert grids[1] == pytest.approx(7.13, abs=0.01) and grids[1] > grids[0] and grids[1] > grids[2]

@@ -92,6 +92,43 @@ def test_every_measured_table_carries_its_command_and_provenance():
     assert unproven_results(ROOT / "docs" / "results") == []
 
 
+SCHEMA_STAMP = re.compile(r"\(commit [0-9a-f]{7,}[^,]*, (?:metrics schema (\d+)|(reads no run's metrics)),")
+
+
+def stale_results(folder: Path) -> list[str]:
+    """The pages whose runs were written under an older metrics schema than fedaudit's (or that do not say which):
+    their verdict rows and the fields they read may mean something else now."""
+    from fedaudit.run.results import SCHEMA_VERSION
+
+    out = []
+    for page in sorted(folder.glob("*.md")):
+        stamp = SCHEMA_STAMP.search(page.read_text(encoding="utf-8"))
+        if stamp is None or (stamp.group(1) is not None and int(stamp.group(1)) < SCHEMA_VERSION):
+            out.append(page.name)
+    return out
+
+
+def test_every_results_page_was_measured_under_the_current_metrics_schema(tmp_path, monkeypatch):
+    """Issue 56: pages measured under schema 2 still showed mixed-level rows and the pre-release "deployed model".
+    Each page states the metrics schema of its runs (or that it reads none); an older one fails here: run its
+    script again."""
+    assert stale_results(ROOT / "docs" / "results") == []
+    import sys
+
+    from fedaudit.run import results
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import results_page
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    results_page.write("now", "A table", "| a |", path=tmp_path / "now.md", echo=False)
+    results_page.write("none", "A table", "| a |", path=tmp_path / "none.md", echo=False, reads_runs=False)
+    assert stale_results(tmp_path) == []
+    monkeypatch.setattr(results, "SCHEMA_VERSION", results.SCHEMA_VERSION + 1)  # a schema bump dates the first only
+    assert stale_results(tmp_path) == ["now.md"]
+
+
 def test_a_results_page_written_by_the_scripts_passes_and_a_hand_edited_one_does_not(tmp_path, monkeypatch):
     import sys
     sys.path.insert(0, str(ROOT / "scripts"))

@@ -43,9 +43,12 @@ this module pays for the sweep instead of reporting an uncorrected maximum.
 The f-DP test (Mahloujifar, Melis & Chaudhuri, "Auditing f-Differential
 Privacy in One Run", ICML 2025, arXiv:2410.22235): the same game and guesses,
 judged against a whole trade-off curve instead of one (ε, δ) pair. The
-(ε, δ) analysis above lets δ be spent on every canary, which caps what any m
-can certify near 6.4 at δ = 1e-5; a claim stated as a curve has no such free
-mass. Full-batch DP-SGD claims exactly one (its accountant's curve is μ-GDP,
+(ε, δ) analysis above pays δ on every canary (the 2·m·δ term), so what m
+canaries can certify stops growing with m: at δ = 1e-5 and 95%, with every
+guess right, a single test of all m guesses certifies at most about 8.2 (near
+m = 3·10⁴; 7.83 at m = 10⁴), and this module's Bonferroni grid at most about
+7.1 (near m = 10⁴; tests/test_canary.py holds these numbers). A claim stated
+as a curve has no such free mass. Full-batch DP-SGD claims exactly one (its accountant's curve is μ-GDP,
 μ = √(Σ steps / σ²)), so the test of that claim is as sharp as the mechanism.
 The paper bounds P[≥ v of r guesses right] for an f-DP mechanism by a
 backward recursion over i = v − 1 … 0 from r_v = τ·v/m, h_v = τ·(r − v)/m::
