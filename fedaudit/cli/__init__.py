@@ -23,7 +23,7 @@ from rich.table import Table
 from fedaudit.errors import FedauditError, PointCrashed, unknown_choice
 from fedaudit.models.factory import parse_model_args
 from fedaudit.run.config import parse_split
-from fedaudit.run.results import RunMetrics
+from fedaudit.run.results import RunMetrics, VerdictRow
 
 from .flags import audit_signature, declared_options, evaluate_signature, given_method_flags, refuse_leftovers
 from .help import SectionedCommand
@@ -177,8 +177,6 @@ def gate(all_metrics: list[dict[str, Any]], fail_on: str | None, inconclusive: b
     that assessed nothing fails closed."""
     if fail_on is None and not inconclusive:
         return
-    from fedaudit.audit.verdict import INCONCLUSIVE, TIER_ORDER
-
     tier, level = gate_spec(fail_on) if fail_on is not None else (None, None)
     flag = " ".join(x for x in (fail_on and f"--fail-on {fail_on}", inconclusive and "--fail-on-inconclusive") if x)
     blind = [m for m in all_metrics if (m.get("auditor_data") or {}).get("status") == "none"]
@@ -187,14 +185,22 @@ def gate(all_metrics: list[dict[str, Any]], fail_on: str | None, inconclusive: b
                             "gate cannot pass such an audit — give the auditor the clients' records",
                             highlight=False, markup=False)
         raise typer.Exit(GATE_EXIT)
-    hits = [row for m in all_metrics for row in RunMetrics.from_json(m).rows() if level in (None, row.level) and (
-        (tier is not None and TIER_ORDER.get(row.tier, -1) >= TIER_ORDER[tier])
-        or (inconclusive and row.tier == INCONCLUSIVE))]
+    hits = [row for m in all_metrics for row in RunMetrics.from_json(m).rows() if fails(row, tier, level, inconclusive)]
     if hits:
         err_console().print(f"{flag}: {len(hits)} verdict row(s) reached it, e.g. "
                             f"{hits[0].title or hits[0].row}: {hits[0].tier.upper()}",
                             highlight=False, markup=False)
         raise typer.Exit(GATE_EXIT)
+
+
+def fails(row: VerdictRow, tier: str | None, level: str | None, inconclusive: bool) -> bool:
+    """Whether a gate fails on ``row``: of the gated level, at or above the tier, or INCONCLUSIVE where asked."""
+    from fedaudit.audit.verdict import INCONCLUSIVE, TIER_ORDER
+
+    if level not in (None, row.level):
+        return False
+    return (tier is not None and TIER_ORDER.get(row.tier, -1) >= TIER_ORDER[tier]) or (
+        inconclusive and row.tier == INCONCLUSIVE)
 
 
 def list_(what: str = typer.Argument(..., help="methods, attacks or datasets"),
