@@ -69,6 +69,11 @@ class AttackerPrior:
     label_free: bool = False
     train_recipes: Mapping[str, TrainOne] = field(default_factory=dict)
     new_model: Callable[[], nn.Module] | None = None
+    # One round of each client's local training exactly as the method runs it (Method.round_recipe), from whatever
+    # weights it is given: what replay reference models run from the round's broadcast (attacks/mia/replay.py);
+    # ``replay_note`` says why there are none where the method or a recording declares none.
+    round_recipes: Mapping[str, TrainOne] = field(default_factory=dict)
+    replay_note: str = ""
 
 
 @dataclass(frozen=True, eq=False)

@@ -234,6 +234,10 @@ class CCST(FedAvg):
         std = torch.stack([client.state[f"{BANK}{d}/std"] for d in domains])
         return mean, std, domains.index(client.domain)
 
+    def round_recipe(self, fed: Federation, client: Client) -> None:
+        """None: its clients train on style-transferred images (the bank's styles), which no recipe of fedaudit's replays yet."""
+        return None
+
     def local_train(self, ctx: ClientContext, rnd: int) -> None:
         client = ctx.client
         encoder = style_encoder(ctx.model)

@@ -70,7 +70,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from fedaudit.errors import FedauditError
-from fedaudit.simulation.federation import ClientContext, ServerContext
+from fedaudit.simulation.federation import Client, ClientContext, Federation, ServerContext
 from fedaudit.simulation.method import DOWN, UP
 from fedaudit.simulation.training import Preprocess, autocast, make_optimizer
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
@@ -192,6 +192,10 @@ class ELCFS(FedAvg):
         ratio = torch.rand(n, generator=generator, device=dev) * float(self.opts["max_window"])
         lam = torch.rand(n, generator=generator, device=dev)
         return interpolate_low_frequency(images, amplitude, ratio, lam)
+
+    def round_recipe(self, fed: Federation, client: Client) -> None:
+        """None: its clients train with amplitude interpolation and a meta-learning step, which no recipe of fedaudit's replays yet."""
+        return None
 
     def local_train(self, ctx: ClientContext, rnd: int) -> None:
         client = ctx.client

@@ -21,8 +21,9 @@ from collections.abc import Iterable
 
 from fedaudit.tensor_ops.aggregation import load_state_, model_state, weighted_average_
 from fedaudit.simulation.client_dp import NOISE_STREAM
-from fedaudit.simulation.federation import ClientContext, ServerContext
+from fedaudit.simulation.federation import Client, ClientContext, Federation, ServerContext
 from fedaudit.simulation.method import DOWN, UP, Method, sample_count, sample_weight
+from fedaudit.simulation.recipes import TrainOne
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 
 
@@ -44,6 +45,10 @@ class FedAvg(Method):
 
     def local_train(self, ctx: ClientContext, rnd: int) -> None:
         ctx.train_local(rnd)
+
+    def round_recipe(self, fed: Federation, client: Client) -> TrainOne | None:
+        """One round of the engine's local SGD (DP-SGD under --dp-epsilon): what ``local_train`` runs."""
+        return self.engine_recipe(fed, client, rounds=1)
 
     def upload(self, ctx: ClientContext, rnd: int) -> list[Artifact]:
         client = ctx.client

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.simulation.federation import ClientContext
+from fedaudit.simulation.federation import Client, ClientContext, Federation
+from fedaudit.simulation.recipes import ProximalRecipe, SGDRecipe, TrainOne
 from fedaudit.simulation.wire import Artifact, ArtifactKind
 from fedaudit.run.options import Option
 
@@ -50,3 +51,11 @@ class FedProx(FedAvg):
                 p.grad = g
 
         ctx.train_local(rnd, after_backward=add_proximal_gradient)
+
+    def round_recipe(self, fed: Federation, client: Client) -> TrainOne | None:
+        """One round of local SGD with the proximal term toward the weights it starts from (the round's broadcast);
+        under DP-SGD none is declared (the proximal gradient is added after the noise there)."""
+        recipe = self.engine_recipe(fed, client, rounds=1)
+        if type(recipe) is not SGDRecipe:
+            return None
+        return ProximalRecipe(**vars(recipe), mu=float(self.opts["mu"]))

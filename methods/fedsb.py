@@ -49,7 +49,7 @@ from torch import Tensor, nn
 
 from fedaudit.models import MixStyle
 from fedaudit.tensor_ops.aggregation import model_state, weighted_average_
-from fedaudit.simulation.federation import ClientContext, Federation, ServerContext
+from fedaudit.simulation.federation import Client, ClientContext, Federation, ServerContext
 from fedaudit.simulation.method import DOWN, UP
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 from fedaudit.tensor_ops.losses import label_smoothing_loss
@@ -79,6 +79,10 @@ class FedSB(FedAvg):
 
     def build_model(self, fed: Federation) -> nn.Module:
         return fed.build_default_model(mixstyle=MixStyle(p=0.5, alpha=0.1))
+
+    def round_recipe(self, fed: Federation, client: Client) -> None:
+        """None: its clients train a label-smoothed loss for a fixed budget of batches, which no recipe of fedaudit's replays yet."""
+        return None
 
     def local_train(self, ctx: ClientContext, rnd: int) -> None:
         eps = float(self.opts["epsilon"])

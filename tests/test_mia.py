@@ -56,14 +56,16 @@ def fedavg_run(tmp_path_factory):
 @pytest.fixture
 def spy_training(monkeypatch):
     """Count reference-model trainings (the expensive step the cache must skip)."""
+    from fedaudit.attacks.mia import references
+
     calls = []
-    real = mia.train_reference_models
+    real = references.train_references
 
     def spy(*args, **kwargs):
         calls.append(args[3].shape)  # the masks: [N, n]
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(mia, "train_reference_models", spy)
+    monkeypatch.setattr(references, "train_references", spy)
     return calls
 
 
@@ -107,14 +109,16 @@ def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_
         _check_metrics(first["domain"]["global_model"][c.domain], c.data.holdout_y.numel(), unseen)
     _check_metrics(first["domain"]["global_model"]["all"], sum(c.data.holdout_y.numel() for c in fed.clients), unseen)
 
-    # One reference set per victim, trained once and cached with the key that produced it.
+    # One reference set per victim, replayed from the last round's start for both targets (one training, asked
+    # about the upload and the released model), cached with the key that produced it.
     assert [tuple(s) for s in spy_training] == [(4, c.data.train_y.numel() + c.data.holdout_y.numel()) for c in fed.clients]
-    key = json.loads((run_dir / "mia" / f"{victims[0]}-reference-logits.json").read_text())["key"]
+    key = json.loads((run_dir / "mia" / f"{victims[0]}-replay-logits.json").read_text())["key"]
     assert (key["victim"], key["reference_models"], key["seed"] > 0) == (victims[0], 4, True)
-    assert "SGDRecipe(epochs=2" in key["recipe"]  # rounds x local epochs = 1 x 2
-    # the path that ran and where, not "auto": a CPU cache (sequential) is not a GPU run's (vmap)
-    assert (key["path"], key["device"]) == ("sequential", "cpu")
-    assert (run_dir / "mia" / f"{victims[0]}-reference-logits.safetensors").is_file()
+    assert "SGDRecipe(epochs=2" in key["recipe"] and set(key["replay"]) == {"global_model", "last_upload"}
+    assert (run_dir / "mia" / f"{victims[0]}-replay-logits.safetensors").is_file()
+    for target in ("global_model", "last_upload"):
+        made = first["lira_online"][target][victims[0]]["reference"]
+        assert (made["kind"], made["round"], made["epochs"]) == ("replay", fed.cfg.rounds, fed.cfg.local_epochs)
 
     second = audit_membership(MembershipInference(4, seed=fed.cfg.seed, domain_twins=0), run_dir, fed.cfg, fed.method,
                               fed, prior, role=SERVER, victims=victims)
@@ -128,6 +132,16 @@ def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_
     audit_membership(MembershipInference(2, seed=fed.cfg.seed, variants=["lira"]), run_dir, fed.cfg, fed.method, fed,
                      prior, role=SERVER, victims=victims[:1])
     assert len(spy_training) == len(victims) + 1 and tuple(spy_training[-1])[0] == 2
+    # From scratch: one set for both targets, the target's exposure in epochs, its own cache
+    scratch = audit_membership(MembershipInference(2, seed=fed.cfg.seed, variants=["lira"], training="scratch"),
+                               run_dir, fed.cfg, fed.method, fed, prior, role=SERVER, victims=victims[:1])
+    assert len(spy_training) == len(victims) + 2
+    key = json.loads((run_dir / "mia" / f"{victims[0]}-reference-logits.json").read_text())["key"]
+    assert "SGDRecipe(epochs=2" in key["recipe"]  # rounds x local epochs = 1 x 2
+    # the path that ran and where, not "auto": a CPU cache (sequential) is not a GPU run's (vmap)
+    assert (key["path"], key["device"]) == ("sequential", "cpu")
+    made = scratch["lira_online"]["last_upload"][victims[0]]["reference"]
+    assert (made["kind"], made["no_replay"]) == ("scratch", "--reference-training scratch")
 
 
 def test_a_curious_client_gets_only_the_global_model_target(fedavg_run):

@@ -43,15 +43,19 @@ prior's architecture. Anything else is reported as ``{"status": "not
 applicable", "reason": ...}``.
 
 Reference models: N per victim (``reference_models``: 8 ``quick``, 64
-``paper``; the caller's choice), trained with the victim's local recipe
-(``AttackerPrior.train_recipes``, the method's public code: cross-entropy SGD for rounds × local
-epochs by default, under DP-SGD with that client's mechanism; at most ``--reference-epochs``, see
-``fedaudit.simulation.method``) on random
-halves of the challenge pool (:func:`fedaudit.attacks.mia.reference_models.inclusion_masks`),
-each from its own initialisation of the method's architecture. Their logits on
+``paper``; the caller's choice), each on a random half of the challenge pool
+(:func:`fedaudit.attacks.mia.reference_models.inclusion_masks`). By default they **replay** the target
+(``--reference-training replay``, :mod:`fedaudit.attacks.mia.replay`): each starts from the weights the
+victim's last round started from (the server's broadcast) and runs that round's recipe as the method runs it
+(``AttackerPrior.round_recipes``); for the released model, a reference takes the victim's place in the final
+round's weighted mean of uploads, the others held fixed. Where that is not possible (a client attacker, a method
+or recording that declares no round recipe, a released model that is no such mean) they train **from scratch**,
+each from its own initialisation with the victim's local recipe at the target's exposure
+(``AttackerPrior.train_recipes``: cross-entropy SGD for rounds × local epochs by default, under DP-SGD with that
+client's mechanism; at most ``--reference-epochs``), and the result says why no replay ran. Their logits on
 the pool, its flips and the population are cached in the run directory
-(``mia/<victim>-reference-logits.safetensors`` with a JSON key of what
-produced them); a second audit whose key matches trains nothing.
+(``mia/<victim>-replay-logits.safetensors`` and ``mia/<victim>-reference-logits.safetensors``, each with a JSON key
+of what produced them); a second audit whose key matches trains nothing.
 
 Label-free encoders (``Method.label_free``, FedGaLA): ``model(x)`` is an
 embedding with no classes, so the signal is **augmentation consistency**: the
@@ -66,9 +70,11 @@ RMIA T = 2, γ = 2 (:mod:`fedaudit.attacks.mia.scorers`); 4 consistency view pai
 
 Deviations and choices, with reasons:
 
-* Reference models train alone on half of the victim's pool, not inside a
-  re-run federation (see :mod:`fedaudit.attacks.mia.reference_models`); their epochs are
-  capped in ``quick`` so a CPU audit stays within minutes.
+* A replay reference replays only the last round: the rounds before it are in the weights it starts from, which
+  already carry every earlier round's members, so IN and OUT differ in that round alone — as the target's members
+  and non-members do in that round. From-scratch references train alone on half of the victim's pool (see
+  :mod:`fedaudit.attacks.mia.reference_models`); their epochs are capped in ``quick`` so a CPU audit stays
+  within minutes, and the auditor's calibration check says what that costs.
 * LiRA on a label-free encoder takes φ = atanh(c): cosines pile up near 1,
   where a Gaussian fits badly; the transform is monotone, so the ``loss``
   ROC is unchanged.
@@ -103,23 +109,14 @@ from fedaudit.attack import (
     Query,
 )
 from fedaudit.attacks.mia.artifact import ARTIFACT, artifact_outputs
-from fedaudit.attacks.mia.reference_models import (
-    REFERENCE_PATHS,
-    TrainOne,
-    choose_path,
-    eval_views,
-    inclusion_masks,
-    train_reference_models,
-)
+from fedaudit.attacks.mia.reference_models import REFERENCE_PATHS, TrainOne, eval_views
+from fedaudit.attacks.mia.references import REPLAY, TRAINING, reference_signals
 from fedaudit.errors import FedauditError, unknown_choice
-from fedaudit.attacks.mia.logit_cache import cache_key, cache_paths, load_cache, save_cache, tensors_of
 from fedaudit.attacks.mia.signals import (MIA_STREAM, NOT_APPLICABLE, Skipped, attacker_preprocess, consistency_views,
                                           last_upload, target_signals)
-from fedaudit.attacks.mia.scorers import (consistency, fisher_z, lira_offline, lira_online, lira_signal, loss_signal,
-                                          rmia_prob, rmia_score)
+from fedaudit.attacks.mia.scorers import consistency, lira_offline, lira_online, loss_signal, rmia_score
 from fedaudit.run.options import Option
-from fedaudit.run.seeds import derive_seed, stable_int
-from fedaudit.simulation.training import Preprocess
+from fedaudit.run.seeds import derive_seed
 from fedaudit.simulation.wire import WireView
 
 if TYPE_CHECKING:
@@ -150,11 +147,12 @@ class VictimScores:
     """The attack's answer for one victim: ``scores[result_key][target]`` per candidate, or why not."""
 
     scores: dict[str, dict[str, Tensor | Skipped]]
-    info: dict[str, dict[str, Any]]  # per target: round, weights_from, signal; "reference": how they were made
-    # The attack's own LiRA signals, for the auditor's calibration check: per target φ [n], and the
+    info: dict[str, dict[str, Any]]  # per target: round, weights_from, signal
+    references: dict[str, dict[str, Any]] = field(default_factory=dict)  # per target: how its references were made
+    # The attack's own LiRA signals, for the auditor's calibration check: per target φ [n], and per target the
     # reference models' φ [N, n] with their inclusion masks (absent without reference models).
     phi: dict[str, Tensor] = field(default_factory=dict)
-    reference_phi: tuple[Tensor, Tensor] | None = None
+    reference_phi: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
 
 
 def check_reference_models(n: object) -> int:
@@ -194,9 +192,13 @@ class MembershipInference(Attack):
                                    kind=int, low=2, high=MAX_REFERENCE_MODELS, profiles={"paper": 64}),
         # quick: 10 epochs, not the target's 60 (20 rounds x 3), so a CPU audit takes minutes; the run stores
         # both numbers and a calibration figure that says what the cap costs.
-        "reference_epochs": Option(10, "At most this many epochs per reference model; they train the target's "
-                                   "exposure (rounds x local epochs) if smaller; none: no cap.", kind=int,
+        "reference_epochs": Option(10, "At most this many epochs per from-scratch reference model; they train the "
+                                   "target's exposure (rounds x local epochs) if smaller; none: no cap.", kind=int,
                                    nullable=True, low=1, high=100_000, profiles={"paper": None}),
+        "reference_training": Option(REPLAY, "How LiRA's and RMIA's reference models train: replay (from the weights "
+                                     "the target's last round started from, its round's recipe; from scratch where "
+                                     "that is not possible, said so) or scratch (from their own initialisation).",
+                                     kind=str, choices=tuple(TRAINING)),
         # The auditor trains these (fedaudit.audit.domain_twin); declared here, beside the variant they serve.
         "domain_twins": Option(DOMAIN_TWINS, "Domain-level membership: federations trained without each source "
                                "domain, each with its own seed (the participation row's null; their spread is its "
@@ -205,9 +207,13 @@ class MembershipInference(Attack):
 
     def __init__(self, reference_models: int = DEFAULT_REFERENCE_MODELS, *, seed: int = 0, precision: str = "fp32",
                  path: str = "auto", variants: Sequence[str] | None = None, reference_epochs: int | None = None,
-                 consistency_pairs: int = CONSISTENCY_PAIRS, domain_twins: int = DOMAIN_TWINS) -> None:
+                 consistency_pairs: int = CONSISTENCY_PAIRS, domain_twins: int = DOMAIN_TWINS,
+                 training: str = REPLAY) -> None:
         if path not in REFERENCE_PATHS:
             raise unknown_choice("reference-model path", path, REFERENCE_PATHS)
+        if training not in TRAINING:
+            raise unknown_choice("reference training", training, TRAINING)
+        self.training = training
         self.reference_models = check_reference_models(reference_models)
         self.reference_epochs = reference_epochs  # None: the reference models see a record as often as the target
         self.seed, self.precision, self.path = seed, precision, path
@@ -226,7 +232,7 @@ class MembershipInference(Attack):
         o = cls.option_values(cfg)
         return MembershipInference(o["reference_models"], seed=cfg.seed, precision=cfg.precision,
                                    variants=mia_variants(selected), reference_epochs=o["reference_epochs"],
-                                   domain_twins=o["domain_twins"])
+                                   domain_twins=o["domain_twins"], training=o["reference_training"])
 
     @property
     def references_needed(self) -> int:
@@ -279,12 +285,11 @@ class MembershipInference(Attack):
         """The artifact test alone, same settings: what the auditor re-runs on its counterfactual artifacts."""
         return MembershipInference(self.reference_models, seed=self.seed, precision=self.precision, path=self.path,
                                    variants=(ARTIFACT,), reference_epochs=self.reference_epochs,
-                                   consistency_pairs=self.consistency_pairs)
+                                   consistency_pairs=self.consistency_pairs, training=self.training)
 
     def _victim_outputs(self, view: WireView, prior: AttackerPrior, challenge: MembershipChallenge, query: Query,
                         device: torch.device, cache_dir: Path | None) -> list[AttackOutput]:
         answer = self.attack(view, prior, challenge, query, device, self.selected, cache_dir)
-        reference = answer.info.get("reference", {})
         outputs = []
         for key, by_target in answer.scores.items():
             for target, scores in by_target.items():
@@ -297,10 +302,10 @@ class MembershipInference(Attack):
                             **answer.info.get(target, {}))
                 signals: dict[str, Tensor] = {}
                 if key != "loss":
-                    info["reference"] = reference
-                    if answer.reference_phi is not None and target in answer.phi:
-                        signals = {"phi": answer.phi[target], "reference_phi": answer.reference_phi[0],
-                                   "reference_masks": answer.reference_phi[1]}
+                    info["reference"] = answer.references.get(target, {})
+                    if target in answer.reference_phi and target in answer.phi:
+                        ref_phi, masks = answer.reference_phi[target]
+                        signals = {"phi": answer.phi[target], "reference_phi": ref_phi, "reference_masks": masks}
                 if key == "rmia":
                     info["population"] = int(challenge.population_labels.shape[0])
                 outputs.append(AttackOutput(self.name, view.role, challenge.victim, target,
@@ -322,21 +327,22 @@ class MembershipInference(Attack):
                                                                                        self.seed, self.consistency_pairs)
                    for t, f in forwards.items()}
 
-        ref: dict[str, Tensor] | Skipped | None = None
+        refs: dict[str, dict[str, Any] | Skipped] = {}
         if "lira" in variants or want_rmia:
-            ref = self._reference_signals(challenge, prior, pre, device, cache_dir)
-            if not isinstance(ref, Skipped):
-                info["reference"] = ref.pop("info")
+            targets = [t for t, sig in signals.items() if not isinstance(sig, Skipped)]
+            refs = reference_signals(self, view, prior, challenge, query, targets, pre, device, cache_dir)
+        made = {t: ref.pop("info") for t, ref in refs.items() if isinstance(ref, dict)}
 
         out: dict[str, dict[str, Tensor | Skipped]] = {}
         for target, sig in signals.items():
             for key in (k for v in variants if v in MODEL_VARIANTS for k in VARIANTS[v]):
-                out.setdefault(key, {})[target] = sig if isinstance(sig, Skipped) else self._score(key, sig, ref, challenge, prior)
+                out.setdefault(key, {})[target] = sig if isinstance(sig, Skipped) else self._score(
+                    key, sig, refs.get(target), challenge, prior)
         phi = {t: sig["phi"] for t, sig in signals.items() if not isinstance(sig, Skipped)}
-        ref_phi = (ref["phi"], ref["masks"]) if isinstance(ref, dict) else None
-        return VictimScores(out, info, phi, ref_phi)
+        ref_phi = {t: (ref["phi"], ref["masks"]) for t, ref in refs.items() if isinstance(ref, dict)}
+        return VictimScores(out, info, made, phi, ref_phi)
 
-    def _score(self, key: str, sig: dict[str, Tensor], ref: dict[str, Tensor] | Skipped | None,
+    def _score(self, key: str, sig: dict[str, Tensor], ref: dict[str, Any] | Skipped | None,
                challenge: MembershipChallenge, prior: AttackerPrior) -> Tensor | Skipped:
         if key == "loss":
             return sig["loss"]
@@ -353,78 +359,6 @@ class MembershipInference(Attack):
         if key == "lira_offline":
             return lira_offline(sig["phi"], ref["phi"], ref["masks"])
         return rmia_score(sig["p_x"], ref["p_x"], ref["masks"], sig["p_z"], ref["p_z"])
-
-    # -- signals ---------------------------------------------------------------------
-
-    # -- reference models --------------------------------------------------------------
-
-    def _reference_signals(self, challenge: MembershipChallenge, prior: AttackerPrior, pre: Preprocess,
-                           device: torch.device, cache_dir: Path | None) -> dict[str, Any] | Skipped:
-        """Reference signals [N, n] (and RMIA's on the population) with the masks, from the cache or trained."""
-        recipe = self.recipe(prior, challenge.victim)
-        if recipe is None:
-            return Skipped("no local recipe of this victim to train reference models with (Method.reference_recipe: "
-                           "the method gives none, or the client never trained under DP-SGD)")
-        if prior.new_model is None:
-            return Skipped("the prior has no architecture constructor to build reference models with")
-        n = challenge.labels.shape[0]
-        if n < 4:
-            return Skipped(f"the victim's pool has {n} records; reference models need at least 4")
-        seed = derive_seed(self.seed, MIA_STREAM, 1, stable_int(challenge.victim))
-        masks = inclusion_masks(n, self.reference_models, torch.Generator().manual_seed(seed % 2**63))
-        # The path that will run, not the one asked for: "auto" is vmap on CUDA and sequential on a CPU, and
-        # the two agree to float error only, so a cache made by one is not the other's.
-        path, reason = choose_path(self.path, prior.build_model(), recipe, masks.sum(1).tolist(), device)
-        paths = cache_paths(cache_dir, challenge.victim)
-        key = self._cache_key(challenge, prior, seed, recipe, path, device) if paths is not None else None
-        loaded = load_cache(paths, challenge.victim, key)
-        if loaded is None:
-            t0 = time.perf_counter()
-            tensors, made = self._train(challenge, prior, pre, seed, recipe, masks, path)
-            made["path_reason"] = reason  # why this path (training it again reports only "asked for")
-            made["seconds"] = round(time.perf_counter() - t0, 3)
-            save_cache(paths, key, tensors, made)
-            self.trained += 1
-            source = "trained"
-        else:
-            (tensors, made), source = loaded, "cache"
-        t = tensors
-        masks = t["masks"].bool()
-        info = {"reference_models": int(masks.shape[0]), "recipe": repr(recipe), "epochs": recipe.epochs,
-                "source": source, **made}
-        y = challenge.labels.cpu()
-        if prior.label_free:
-            return {"phi": fisher_z(t["consistency"]), "masks": masks, "info": info}
-        out = {"phi": lira_signal(t["logits"], y, t.get("flipped")), "masks": masks, "info": info}
-        if "population_logits" in t:
-            out["p_x"] = rmia_prob(t["logits"], y, flipped_logits=t.get("flipped"))
-            out["p_z"] = rmia_prob(t["population_logits"], challenge.population_labels.cpu(),
-                                   flipped_logits=t.get("population_flipped"))
-        return out
-
-    def _train(self, challenge: MembershipChallenge, prior: AttackerPrior, pre: Preprocess, seed: int,
-               recipe: TrainOne, masks: Tensor, path: str) -> tuple[dict[str, Tensor], dict[str, Any]]:
-        """The tensors to cache, and how they were made (training path and why)."""
-        if prior.label_free:
-            views = consistency_views(challenge, prior, self.seed, self.consistency_pairs)
-            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, recipe,
-                                         preprocess=pre, population=views, seed=seed, path=path, flip=False,
-                                         precision=self.precision)
-            # Only the consistency per (model, record) is kept: the view embeddings are large and nothing else reads them.
-            tensors = {"consistency": consistency(ref.population_logits, self.consistency_pairs).float(),
-                       "masks": ref.masks.to(torch.uint8)}
-        else:
-            population = challenge.population_images if challenge.population_labels.numel() else None
-            ref = train_reference_models(prior.new_model, challenge.images, challenge.labels, masks, recipe,
-                                         preprocess=pre, population=population, seed=seed, path=path,
-                                         flip=prior.hflip, precision=self.precision)
-            tensors = tensors_of(ref)
-        return tensors, {"path": ref.path, "path_reason": ref.reason}
-
-    def _cache_key(self, challenge: MembershipChallenge, prior: AttackerPrior, seed: int, recipe: TrainOne,
-                   path: str, device: torch.device) -> dict[str, Any]:
-        signal = f"consistency/{self.consistency_pairs}" if prior.label_free else "logits"
-        return cache_key(challenge, prior, self.reference_models, seed, recipe, path, device, self.precision, signal)
 
     # -- targets -----------------------------------------------------------------------
 

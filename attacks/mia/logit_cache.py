@@ -38,10 +38,12 @@ def digest_tensors(*tensors: Tensor) -> str:
     return h.hexdigest()[:16]
 
 
-def cache_paths(cache_dir: Path | None, victim: str) -> tuple[Path, Path] | None:
+def cache_paths(cache_dir: Path | None, victim: str, what: str = "reference-logits") -> tuple[Path, Path] | None:
+    """Where a victim's reference tensors are cached: ``what`` tells from-scratch references (``reference-logits``)
+    from replayed ones (``replay-logits``)."""
     if cache_dir is None:
         return None
-    stem = run_directory.safe_name(victim) + "-reference-logits"
+    stem = run_directory.safe_name(victim) + "-" + what
     return cache_dir / f"{stem}.safetensors", cache_dir / f"{stem}.json"
 
 

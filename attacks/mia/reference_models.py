@@ -238,10 +238,26 @@ def _train_vmap(build_model, images, labels, masks, recipe: SGDRecipe, preproces
     return evaluate(lambda x: forward_all(stacked, buffers, x))
 
 
+# A model a trained reference answers for besides itself (e.g. the released model with it in the victim's place).
+Queried = Callable[[nn.Module], Callable[[Tensor], Tensor]]
+ITSELF = "model"
+
+
 def train_reference_models(build_model: Callable[[], nn.Module], images: Tensor, labels: Tensor, masks: Tensor,
                            train_one: TrainOne, *, preprocess: Preprocess, population: Tensor | None = None,
                            seed: int = 0, path: str = "auto", flip: bool | None = None,
                            precision: str = "fp32") -> ReferenceLogits:
+    """Train ``masks.shape[0]`` reference models on ``images[masks[i]]``; return their pool logits (see
+    :func:`train_references`, which also replays)."""
+    return train_references(build_model, images, labels, masks, train_one, preprocess=preprocess,
+                            population=population, seed=seed, path=path, flip=flip, precision=precision)[ITSELF]
+
+
+def train_references(build_model: Callable[[], nn.Module], images: Tensor, labels: Tensor, masks: Tensor,
+                     train_one: TrainOne, *, preprocess: Preprocess, population: Tensor | None = None,
+                     seed: int = 0, path: str = "auto", flip: bool | None = None, precision: str = "fp32",
+                     start: dict[str, Tensor] | None = None,
+                     queries: dict[str, Queried] | None = None) -> dict[str, ReferenceLogits]:
     """Train ``masks.shape[0]`` reference models on ``images[masks[i]]``; return their pool logits.
 
     ``build_model()`` returns a fresh untrained model (called once per model
@@ -251,7 +267,11 @@ def train_reference_models(build_model: Callable[[], nn.Module], images: Tensor,
     ``population`` uint8 images never trained on whose logits are wanted too
     (RMIA's z: other domains' holdouts); ``flip`` defaults to
     ``preprocess.hflip``; ``precision`` is used for the logits. ``path`` is
-    one of :data:`REFERENCE_PATHS`.
+    one of :data:`REFERENCE_PATHS`. ``start``: the weights every model starts from instead of its own
+    initialisation (a replay reference: the round's broadcast, :mod:`fedaudit.attacks.mia.replay`). ``queries``:
+    the models each trained reference is asked about, by name (default: itself, :data:`ITSELF`), e.g. the released
+    model with the reference in the victim's place; each gets its own :class:`ReferenceLogits` (and the sequential
+    path).
     """
     masks = torch.as_tensor(masks).bool().cpu()
     if masks.dim() != 2 or masks.shape[1] != labels.shape[0] or images.shape[0] != labels.shape[0]:
@@ -263,19 +283,38 @@ def train_reference_models(build_model: Callable[[], nn.Module], images: Tensor,
                             "build the masks with inclusion_masks on a pool of at least 4 records")
     device = images.device
     flip = preprocess.hflip if flip is None else flip
+    if start is not None:
+        build_model = _starting_from(build_model, start)
     probe = _build(build_model, derive_seed(seed, 0, 0), torch.device("cpu"))
     chosen, reason = choose_path(path, probe, train_one, sizes, device)
+    if queries is not None and chosen == "vmap":
+        chosen, reason = "sequential", "each reference is asked about another model too (a replay of the released one)"
     del probe
     log.info("reference models: %d on the %s path (%s)", masks.shape[0], chosen, reason)
     sets = [images] if population is None else [images, population.to(device)]
+    asked = queries or {ITSELF: lambda model: model}
 
-    def evaluate(forward: Callable[[Tensor], Tensor]) -> Views:
-        return eval_views(forward, sets, preprocess, flip, precision)
+    def evaluate(model: Callable[[Tensor], Tensor]) -> Views:
+        if queries is None:  # the model itself; on the vmap path a batched forward, not a module
+            return eval_views(model, sets, preprocess, flip, precision)
+        return tuple(v for query in asked.values() for v in eval_views(query(model), sets, preprocess, flip, precision))
 
     run = _train_vmap if chosen == "vmap" else _train_sequential
     views = list(run(build_model, images, labels, masks, train_one, preprocess, seed, device, evaluate))
-    logits, flipped = views.pop(0), views.pop(0) if flip else None
-    pop = views.pop(0) if population is not None else None
-    pop_flipped = views.pop(0) if population is not None and flip else None
-    return ReferenceLogits(logits=logits, flipped=flipped, population_logits=pop, population_flipped=pop_flipped,
-                           masks=masks, path=chosen, reason=reason)
+    out = {}
+    for name in asked:
+        logits, flipped = views.pop(0), views.pop(0) if flip else None
+        pop = views.pop(0) if population is not None else None
+        pop_flipped = views.pop(0) if population is not None and flip else None
+        out[name] = ReferenceLogits(logits=logits, flipped=flipped, population_logits=pop,
+                                    population_flipped=pop_flipped, masks=masks, path=chosen, reason=reason)
+    return out
+
+
+def _starting_from(build_model: Callable[[], nn.Module], start: dict[str, Tensor]) -> Callable[[], nn.Module]:
+    """``build_model`` whose every model holds ``start`` (the same weights whatever the seed)."""
+    def build() -> nn.Module:
+        model = build_model()
+        model.load_state_dict({k: v.detach().to("cpu") for k, v in start.items()})
+        return model
+    return build

@@ -315,7 +315,8 @@ def _victim_entry(out: AttackOutput, is_member: Tensor, exposure: int) -> dict[s
                    reference.get("reference_models", 0) if reference is not None else 0)
     entry.update(info)
     if reference is not None:
-        if reference:  # how much the reference models saw of a record (epochs), beside how much the target did
+        if reference and reference.get("kind") != "replay":
+            # how much a from-scratch reference saw of a record (epochs), beside how much the target did
             reference = {**reference, "target_exposure_epochs": exposure}
         entry["reference"] = reference
         if out.signals:  # did the reference models stand in for this target? (the auditor knows who is a member)

@@ -53,6 +53,8 @@ def attacker_prior(cfg: RunConfig, method: Method, fed: Federation, dataset: Mul
     norm layers and heads match), classes, domains, image shape, normalisation, and the
     method's public code (its predict, whether it is label-free, its local training recipe)."""
     seed = derive_seed(cfg.seed, PRIOR_SEED_STREAM)
+    round_recipes = {} if method.replay_note else {
+        c.domain: r for c in fed.clients if (r := method.round_recipe(fed, c)) is not None}
 
     def build() -> torch.nn.Module:
         # fork_rng: building the attacker's model must not move the run's RNG streams.
@@ -67,7 +69,10 @@ def attacker_prior(cfg: RunConfig, method: Method, fed: Federation, dataset: Mul
                          label_free=method.label_free,
                          train_recipes={c.domain: r for c in fed.clients
                                         if (r := method.reference_recipe(fed, c)) is not None},
-                         new_model=lambda: method.build_model(fed))
+                         new_model=lambda: method.build_model(fed), round_recipes=round_recipes,
+                         replay_note="" if round_recipes else method.replay_note or (
+                             f"{method.name} declares no recipe for one round of its clients' local training "
+                             "(Method.round_recipe)"))
 
 
 def attack_role_and_victims(cfg: RunConfig, sources: list[str]) -> tuple[str, list[str]]:

@@ -57,6 +57,18 @@ log = logging.getLogger("fedaudit")
 AUDIT_OPTIONS = ("attack", "attacker", "victim", "dataset", "secure_aggregation", "model", "model_args", "norm", "image_size", "device", "precision",
                  "deterministic", "out", "lpips_weights", "judge_steps")
 RECIPE_KEYS = ("rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "augment")
+REPLAY_KEYS = ("local_epochs", "batch_size", "lr")  # a replay reference cannot guess these of a client's round
+
+
+def undeclared_recipe(rec: Recording) -> str:
+    """Why reference models cannot replay the recorded clients' local rounds ("" where the manifest's recipe says
+    enough: its other keys default to fedaudit's, which the audit stores)."""
+    recipe = rec.manifest.get("recipe") or {}
+    missing = [k for k in REPLAY_KEYS if k not in recipe]
+    if not missing:
+        return ""
+    return (f"the recording declares no {', '.join(missing)} of the clients' local recipe (record with recipe={{...}}: "
+            "local_epochs, batch_size, lr, momentum, weight_decay, augment), so reference models cannot replay a round")
 
 
 def recorded_config(rec: Recording, records: str | Path | None = None, dataset: str | None = None) -> dict[str, Any]:
@@ -460,6 +472,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
     scored = cfg.dataset != NO_DATA
     target = split.target
     clients = recorded_clients(rec)
+    method.replay_note = undeclared_recipe(rec)
     sources = [c.domain for c in split.sources]
     for name in clients:
         if name not in sources:

@@ -140,9 +140,13 @@ class EvaluateOptions(TypedDict, total=False):
     gradinv_tv_weight: float
     #: Membership inference: reference models per victim.
     reference_models: int
-    #: At most this many epochs per reference model; they train the target's exposure (rounds x local epochs) if
-    #: smaller; none: no cap.
+    #: At most this many epochs per from-scratch reference model; they train the target's exposure (rounds x local
+    #: epochs) if smaller; none: no cap.
     reference_epochs: int | None
+    #: How LiRA's and RMIA's reference models train: replay (from the weights the target's last round started from,
+    #: its round's recipe; from scratch where that is not possible, said so) or scratch (from their own
+    #: initialisation).
+    reference_training: Literal['replay', 'scratch']
     #: Domain-level membership: federations trained without each source domain, each with its own seed (the
     #: participation row's null; their spread is its training noise); 0: none, and that row reads inconclusive.
     domain_twins: int
@@ -218,9 +222,13 @@ class AuditOptions(TypedDict, total=False):
     gradinv_tv_weight: float
     #: Membership inference: reference models per victim.
     reference_models: int
-    #: At most this many epochs per reference model; they train the target's exposure (rounds x local epochs) if
-    #: smaller; none: no cap.
+    #: At most this many epochs per from-scratch reference model; they train the target's exposure (rounds x local
+    #: epochs) if smaller; none: no cap.
     reference_epochs: int | None
+    #: How LiRA's and RMIA's reference models train: replay (from the weights the target's last round started from,
+    #: its round's recipe; from scratch where that is not possible, said so) or scratch (from their own
+    #: initialisation).
+    reference_training: Literal['replay', 'scratch']
     #: Domain-level membership: federations trained without each source domain, each with its own seed (the
     #: participation row's null; their spread is its training noise); 0: none, and that row reads inconclusive.
     domain_twins: int

@@ -31,7 +31,6 @@ from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
 from fedaudit.models.factory import is_factory
-from fedaudit.run.config import target_exposure
 from fedaudit.run.options import Option
 from fedaudit.tensor_ops.aggregation import StateDict, clone_state, load_state_, model_state
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
@@ -128,6 +127,9 @@ class Method:
         self.opts: dict[str, Any] = {key: option.check(f"{self.name}_{key}", cfg.method_options.get(key, option.default))
                                      for key, option in self.options.items()}
         self.global_state: StateDict = {}
+        # Why replay references cannot run though round_recipe gives a recipe (a recording that declared none sets
+        # it); "" where nothing stops them.
+        self.replay_note = ""
 
     # -- model ---------------------------------------------------------------
 
@@ -217,15 +219,31 @@ class Method:
         (its noise, batch, step and passes: public, as a DP analysis is), so an informed attacker trains its
         reference models as that victim trained. Methods with another local loss override this; None means
         no recipe (LiRA and RMIA are then not applicable)."""
+        return self.engine_recipe(fed, client, self.cfg.rounds)
+
+    def round_recipe(self, fed: Federation, client: Client) -> TrainOne | None:
+        """Public code, handed to attackers in the prior: one round of ``client``'s local training exactly as this
+        method runs it, from whatever weights it is given — what a replay reference model runs from the round's
+        broadcast (:mod:`fedaudit.attacks.mia.replay`), so it trains as the target did. None (the default): the
+        method declares none, and LiRA and RMIA fall back to from-scratch reference models, which the audit says are
+        not calibrated to the target. A method whose clients run the engine's cross-entropy SGD returns
+        :meth:`engine_recipe` for one round (FedAvg); one with its own local loss returns its own recipe or
+        None."""
+        return None
+
+    def engine_recipe(self, fed: Federation, client: Client, rounds: int) -> TrainOne | None:
+        """The engine's local training (:meth:`Federation.train_local`) over ``rounds`` rounds of the run's local
+        epochs: cross-entropy SGD, or under ``--dp-epsilon`` DP-SGD with the client's plan (None where the client
+        never trained, so its mechanism is not known)."""
         from fedaudit.simulation.recipes import DPSGDRecipe, SGDRecipe
 
         recipe = SGDRecipe.from_config(self.cfg)
         if fed.dp is None:
-            return replace(recipe, epochs=target_exposure(self.cfg))
+            return replace(recipe, epochs=self.cfg.local_epochs * rounds)
         plan = fed.dp.plans.get(client.index)
         if plan is None:  # the client never trained: its mechanism is not known
             return None
-        recipe = replace(recipe, epochs=target_exposure(self.cfg, plan.step_factor), batch_size=plan.batch_size,
+        recipe = replace(recipe, epochs=self.cfg.local_epochs * rounds * plan.step_factor, batch_size=plan.batch_size,
                          lr=recipe.lr * plan.lr_scale)
         return DPSGDRecipe(**vars(recipe), noise_multiplier=plan.noise_multiplier, max_grad_norm=fed.dp.max_grad_norm,
                            augmentations=fed.dp.augmentations, trained=fed.dp.train_which)

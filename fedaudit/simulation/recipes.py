@@ -64,6 +64,32 @@ class SGDRecipe:
 
 
 @dataclass(frozen=True)
+class ProximalRecipe(SGDRecipe):
+    """:class:`SGDRecipe` with FedProx's proximal term μ/2·‖θ − θ₀‖² toward the weights training starts from: one round
+    of a FedProx client's local training when it starts from the round's broadcast (a replay reference), whose
+    weights are that round's θ_global. The proximal gradient μ·(θ − θ₀) is added after each backward pass, as
+    :mod:`fedaudit.methods.fedprox` adds it."""
+
+    mu: float = 0.01
+
+    def __call__(self, model: nn.Module, images: Tensor, labels: Tensor, preprocess: Preprocess,
+                 generator: torch.Generator) -> None:
+        params = [p for p in model.parameters() if p.requires_grad]
+        anchor = [p.detach().clone() for p in params]
+
+        @torch.no_grad()
+        def add_proximal_gradient() -> None:
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+            torch._foreach_add_(grads, torch._foreach_sub(params, anchor), alpha=self.mu)
+            for p, g in zip(params, grads):
+                p.grad = g
+
+        opt = make_optimizer(model.parameters(), self.optimizer, self.lr, self.momentum, self.weight_decay)
+        train_steps(model, opt, self.batches(labels.shape[0], generator, images.device), images, labels, preprocess,
+                    cross_entropy_loss, generator if self.augment else None, self.precision, add_proximal_gradient)
+
+
+@dataclass(frozen=True)
 class DPSGDRecipe(SGDRecipe):
     """:class:`SGDRecipe` with DP-SGD: the local recipe of a client under
     ``--dp-epsilon``, for reference models (an informed attacker trains them as the victim did)."""

@@ -1,0 +1,106 @@
+"""Issue 57: replay references train as the target trained. From the server's view, the weights a client's last round
+started from and its method's round recipe reproduce that client's upload bit for bit when given its own records
+and generator; the released model is that round's weighted mean, so a reference swapped into the victim's place
+gives it back; where the observer cannot replay (a client, a released model that is no such mean), it says why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedaudit.api import run_config
+from fedaudit.attacks.mia.replay import release_replay, upload_replay
+from fedaudit.audit.session import attacker_prior
+from fedaudit.data import load_dataset, lodo_split
+from fedaudit.methods import get_method
+from fedaudit.run.seeds import derive_seed
+from fedaudit.simulation.federation import Federation
+from fedaudit.simulation.training import Preprocess
+from fedaudit.simulation.wire import SERVER, ArtifactKind, Wire, client_role
+
+CPU = torch.device("cpu")
+
+
+def _federation(method: str, rounds: int = 2, **options):
+    cfg, _ = run_config(method, None, None, None, dict(dataset="digits", image_size=16, rounds=rounds, local_epochs=1,
+                                                        batch_size=32, device="cpu", attack="none", **options))
+    ds = load_dataset("digits", 16)
+    wire = Wire(None)
+    fed = Federation(cfg, get_method(method)(cfg), ds, lodo_split(ds, ds.domains[-1], seed=0), CPU, wire)
+    fed.setup()
+    fed.run(None)
+    return fed, wire, attacker_prior(cfg, fed.method, fed, ds)
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedprox"])
+def test_a_replay_from_the_round_start_with_the_victims_own_records_is_its_upload(method):
+    fed, wire, prior = _federation(method)
+    view = wire.view(SERVER)
+    client = fed.clients[1]
+    replay = upload_replay(view, prior, client.domain, CPU)
+    assert not isinstance(replay, str), replay
+    assert replay.round == fed.cfg.rounds
+    model = prior.build_model()
+    model.load_state_dict(replay.start)
+    torch.manual_seed(derive_seed(fed.cfg.seed, replay.round))  # as the round began
+    replay.recipe(model, client.data.train_x, client.data.train_y, fed.preprocess, fed.generator(replay.round, client))
+    (upload,) = [a for a in view if a.sender == client.role and a.kind == ArtifactKind.FULL_MODEL]
+    trained = model.state_dict()
+    for key, tensor in upload.tensors.items():
+        assert torch.equal(trained[key], tensor), key  # the same round, exactly: replay trains as the target did
+
+
+def test_the_released_model_is_the_rounds_mean_and_a_reference_takes_the_victims_place():
+    fed, wire, prior = _federation("fedavg")
+    view = wire.view(SERVER)
+    client = fed.clients[0]
+    released = fed.deployed_model().eval()
+    pre = Preprocess(prior.mean, prior.std, CPU, hflip=prior.hflip)
+    probe = client.data.holdout_x[:32]
+    upload = upload_replay(view, prior, client.domain, CPU)
+    replay = release_replay(view, prior, client.domain, lambda x: released(x), probe, pre, upload, CPU)
+    assert not isinstance(replay, str), replay
+    assert replay.release.weighting == "sample counts" and replay.release.gap < 1e-4
+    counts = [float(c.num_samples) for c in fed.clients]
+    assert replay.release.weight == pytest.approx(counts[0] / sum(counts))
+    # the victim's own upload in its own place gives the released model back
+    (own,) = [a for a in view if a.sender == client.role and a.kind == ArtifactKind.FULL_MODEL]
+    local = prior.build_model()
+    local.load_state_dict(own.tensors)
+    swapped = replay.release.model_of(local, prior.build_model())
+    x = pre(probe, None)
+    assert torch.allclose(swapped(x), released(x), atol=1e-5)
+    # another local model moves the released one by exactly its weight times the difference
+    other = prior.build_model()
+    assert not torch.allclose(replay.release.model_of(other, prior.build_model())(x), released(x), atol=1e-3)
+
+
+def test_where_the_observer_cannot_replay_it_says_why():
+    fed, wire, prior = _federation("fedavg", rounds=1)
+    client = fed.clients[0]
+    assert "only the server" in upload_replay(wire.view(client_role(fed.clients[1].domain)), prior, client.domain, CPU)
+    view = wire.view(SERVER)
+    upload = upload_replay(view, prior, client.domain, CPU)
+    pre = Preprocess(prior.mean, prior.std, CPU, hflip=prior.hflip)
+    released = fed.deployed_model().eval()
+    shifted = release_replay(view, prior, client.domain, lambda x: released(x) + 1.0, client.data.holdout_x[:8], pre,
+                             upload, CPU)  # a released model that is no mean of the uploads (e.g. noise was added)
+    assert isinstance(shifted, str) and "not a weighted mean of round 1's uploads" in shifted
+    from dataclasses import replace
+
+    bare = replace(prior, round_recipes={}, replay_note="no recipe here")
+    assert upload_replay(view, bare, client.domain, CPU) == "no recipe here"
+
+
+def test_a_method_whose_local_loss_no_recipe_replays_declares_none_and_a_recording_without_a_recipe_neither():
+    from fedaudit.interop.audit_recording import undeclared_recipe
+
+    fed, _, prior = _federation("fedsb", rounds=1)
+    assert prior.round_recipes == {} and "fedsb declares no recipe" in prior.replay_note
+
+    class Manifest:
+        def __init__(self, recipe):
+            self.manifest = {"recipe": recipe} if recipe is not None else {}
+
+    assert undeclared_recipe(Manifest({"local_epochs": 1, "batch_size": 32, "lr": 0.01})) == ""
+    assert "declares no local_epochs, batch_size, lr" in undeclared_recipe(Manifest(None))
