@@ -164,6 +164,7 @@ class CCST(FedAvg):
     summary = ("style bank (channel mean/std of each client's features, sent once) + AdaIN toward other clients' "
                "styles, FedAvg; feature-level AdaIN on the frozen round-0 first block, not the paper's VGG image restyling")
     paper = "Chen et al., Cross-Client Style Transfer (CCST), WACV 2023"
+    replays = False  # its clients train on style-transferred images (the bank's styles): no recipe of fedaudit's replays that round yet
     client_dp_incompatible = ("its style bank crosses the wire outside the averaged model, and its aggregation keeps "
                               "frozen layers")
     needs_architecture = "the encoder's first block as its frozen style encoder (fedaudit's cnn and resnets)"
@@ -233,10 +234,6 @@ class CCST(FedAvg):
         mean = torch.stack([client.state[f"{BANK}{d}/mean"] for d in domains])
         std = torch.stack([client.state[f"{BANK}{d}/std"] for d in domains])
         return mean, std, domains.index(client.domain)
-
-    def round_recipe(self, fed: Federation, client: Client) -> None:
-        """None: its clients train on style-transferred images (the bank's styles), which no recipe of fedaudit's replays yet."""
-        return None
 
     def local_train(self, ctx: ClientContext, rnd: int) -> None:
         client = ctx.client

@@ -70,7 +70,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from fedaudit.errors import FedauditError
-from fedaudit.simulation.federation import Client, ClientContext, Federation, ServerContext
+from fedaudit.simulation.federation import ClientContext, ServerContext
 from fedaudit.simulation.method import DOWN, UP
 from fedaudit.simulation.training import Preprocess, autocast, make_optimizer
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
@@ -132,6 +132,7 @@ class ELCFS(FedAvg):
     name = "elcfs"
     summary = "amplitude-spectrum bank shared once; episodic training on low-frequency amplitude interpolations"
     paper = "Liu et al., FedDG: Episodic Learning in Continuous Frequency Space, CVPR 2021"
+    replays = False  # its clients train with amplitude interpolation and a meta-learning step: no recipe of fedaudit's replays that round yet
     client_dp_incompatible = "its amplitude bank crosses the wire outside the averaged model"
     dp_incompatible = "its episodic meta-learning loop trains outside the engine's DP-SGD loop (not yet supported)"
     shares = (
@@ -192,10 +193,6 @@ class ELCFS(FedAvg):
         ratio = torch.rand(n, generator=generator, device=dev) * float(self.opts["max_window"])
         lam = torch.rand(n, generator=generator, device=dev)
         return interpolate_low_frequency(images, amplitude, ratio, lam)
-
-    def round_recipe(self, fed: Federation, client: Client) -> None:
-        """None: its clients train with amplitude interpolation and a meta-learning step, which no recipe of fedaudit's replays yet."""
-        return None
 
     def local_train(self, ctx: ClientContext, rnd: int) -> None:
         client = ctx.client

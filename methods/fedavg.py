@@ -33,6 +33,7 @@ class FedAvg(Method):
     paper = "McMahan et al., AISTATS 2017"
     dp_incompatible = ""
     client_dp_incompatible = ""
+    replays = True
     shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP), (ArtifactKind.SCALARS, UP))
 
     def broadcast(self, server: ServerContext, rnd: int) -> list[Artifact]:
@@ -47,8 +48,9 @@ class FedAvg(Method):
         ctx.train_local(rnd)
 
     def round_recipe(self, fed: Federation, client: Client) -> TrainOne | None:
-        """One round of the engine's local SGD (DP-SGD under --dp-epsilon): what ``local_train`` runs."""
-        return self.engine_recipe(fed, client, rounds=1)
+        """One round of the engine's local SGD (DP-SGD under --dp-epsilon): what ``local_train`` runs (a subclass
+        that trains otherwise says ``replays = False`` or gives its own)."""
+        return self.engine_recipe(fed, client, rounds=1) if self.replays else None
 
     def upload(self, ctx: ClientContext, rnd: int) -> list[Artifact]:
         client = ctx.client

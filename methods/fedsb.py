@@ -49,7 +49,7 @@ from torch import Tensor, nn
 
 from fedaudit.models import MixStyle
 from fedaudit.tensor_ops.aggregation import model_state, weighted_average_
-from fedaudit.simulation.federation import Client, ClientContext, Federation, ServerContext
+from fedaudit.simulation.federation import ClientContext, Federation, ServerContext
 from fedaudit.simulation.method import DOWN, UP
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
 from fedaudit.tensor_ops.losses import label_smoothing_loss
@@ -64,6 +64,7 @@ class FedSB(FedAvg):
     name = "fedsb"
     summary = "label smoothing + equal per-round step budget per client + MixStyle, uniform averaging"
     paper = "Soltany et al., FedSB (thesis ch. 4; ICASSP 2025 submission)"
+    replays = False  # its clients train a label-smoothed loss for a fixed budget of batches: no recipe of fedaudit's replays that round yet
     needs_architecture = "MixStyle after the encoder's first two blocks (fedaudit inserts it into its cnn and resnets)"
     dp_incompatible = "its MixStyle layers mix feature statistics across the records of a batch, so per-record gradients do not exist"
     shares = ((ArtifactKind.FULL_MODEL, DOWN), (ArtifactKind.FULL_MODEL, UP))
@@ -79,10 +80,6 @@ class FedSB(FedAvg):
 
     def build_model(self, fed: Federation) -> nn.Module:
         return fed.build_default_model(mixstyle=MixStyle(p=0.5, alpha=0.1))
-
-    def round_recipe(self, fed: Federation, client: Client) -> None:
-        """None: its clients train a label-smoothed loss for a fixed budget of batches, which no recipe of fedaudit's replays yet."""
-        return None
 
     def local_train(self, ctx: ClientContext, rnd: int) -> None:
         eps = float(self.opts["epsilon"])

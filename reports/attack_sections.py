@@ -142,6 +142,10 @@ def _references(u: Unit, e: MembershipEntry, label: str, warnings: list[str]) ->
     """How many reference models, and whether they stood in for the target (a warning where they did not)."""
     cal, ref = e.calibration, e.reference
     refs = as_text(e.reference_models)
+    if ref.kind == "replay":
+        refs += f" replayed from round {ref.round}'s start" + (f" ({ref.released_as})" if ref.released_as else "")
+    elif ref.kind == "scratch":
+        refs += f" from scratch (no replay: {ref.no_replay})"
     if cal is None:
         return refs
     refs += (f" ({cal.status}: non-members {f3(cal.out_gap)} σ from the OUT models, members "

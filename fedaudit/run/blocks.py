@@ -226,6 +226,10 @@ class Calibration(Block):
 class ReferenceTraining(Block):
     epochs: Any = None
     target_exposure_epochs: Any = None
+    kind: Any = None  # replay or scratch (absent: stored before replay references, from scratch)
+    round: Any = None  # a replay's round
+    released_as: Any = None  # a replay of the released model: the mean it was found to be
+    no_replay: Any = None  # a from-scratch set: why no replay ran
 
 
 # -- accuracy and communication ------------------------------------------------------------------------

@@ -77,9 +77,10 @@ class RunConfig:
     # -- what runs ---------------------------------------------------------------------------------------
     method: str = option("fedavg", "FedDG method (see `fedaudit list methods`).")
     attack: str = option("auto", "Attack(s): auto (what applies to the method's shares: deepinversion and "
-                         "mia-artifact for statistics and banks, mia-loss always, mia-lira on the paper profile), none "
-                         "(training only), deepinversion, gradinv, mia (or mia-loss, mia-lira, mia-rmia, mia-domain, "
-                         "mia-artifact), canary (one-run ε audit; not in all), all, or names joined by commas.")
+                         "mia-artifact for statistics and banks, mia-loss always, mia-lira and mia-rmia where their "
+                         "references replay the clients' rounds or on the paper profile), none (training only), "
+                         "deepinversion, gradinv, mia (or mia-loss, mia-lira, mia-rmia, mia-domain, mia-artifact), "
+                         "canary (one-run ε audit; not in all), all, or names joined by commas.")
     dataset: str = option("shapes", "shapes, shapes:N (N images per class), digits, or folder:PATH (DomainBed layout).")
     image_size: int = option(32, "Image side in pixels.", low=16, high=256, profiles={"paper": 64})
     target_domain: str | None = option(None, "Unseen domain (default: the dataset's last), or 'all' to hold out "

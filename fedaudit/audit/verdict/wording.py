@@ -21,7 +21,9 @@ ADVICE = {
                               "audit again.",
         "more_records": "use more records per victim (--dataset shapes:375, a folder dataset, or a larger holdout "
                         "share in --split)",
-        "calibrated_references": "--reference-epochs, --profile paper",
+        "calibrated_references": "replayed references: --attacker server and --reference-training replay, with a "
+                                 "method that declares its round recipe; from scratch: --reference-epochs, --profile "
+                                 "paper",
     },
     "audit": {
         "stronger_inversion": "Raise --inversion-iters or --inversion-batch (on a GPU, --device cuda) and audit the "
@@ -29,7 +31,8 @@ ADVICE = {
         "more_records": "give the auditor more of each client's records, those it trained on and those it did not "
                         "(members/<client>/ and holdout/<client>/ in the manifest's data.records, or a dataset whose "
                         "clients hold more)",
-        "calibrated_references": "--reference-epochs",
+        "calibrated_references": "record the clients' local recipe (recipe= local_epochs, batch_size, lr, …) so "
+                                 "references replay its rounds; from scratch: --reference-epochs",
     },
 }
 
