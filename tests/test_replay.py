@@ -104,3 +104,16 @@ def test_a_method_whose_local_loss_no_recipe_replays_declares_none_and_a_recordi
 
     assert undeclared_recipe(Manifest({"local_epochs": 1, "batch_size": 32, "lr": 0.01})) == ""
     assert "declares no local_epochs, batch_size, lr" in undeclared_recipe(Manifest(None))
+
+
+def test_replay_masks_give_each_reference_the_targets_training_size_and_every_record_both_sides():
+    """A replay reference trains on as many records as the target did (its uploaded sample count), so it takes the
+    same number of steps; every record is IN for ⌊N·size/n⌋ or ⌈N·size/n⌉ of the N references."""
+    from fedaudit.attacks.mia.reference_models import inclusion_masks
+
+    masks = inclusion_masks(405, 8, torch.Generator().manual_seed(0), size=225)
+    assert masks.sum(1).tolist() == [225] * 8
+    ins = masks.sum(0)
+    assert int(ins.min()) == 8 * 225 // 405 and int(ins.max()) == -(-8 * 225 // 405)
+    with pytest.raises(Exception, match="must leave some out"):
+        inclusion_masks(10, 4, torch.Generator().manual_seed(0), size=10)

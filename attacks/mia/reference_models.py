@@ -84,11 +84,14 @@ REFERENCE_PATHS = {
     "vmap": "all models stacked with torch.func (SGDRecipe, no BatchNorm; otherwise falls back to sequential)",
 }
 
-def inclusion_masks(n_records: int, n_models: int, generator: torch.Generator) -> Tensor:
-    """Bool [n_models, n_records]: True where the record is in that model's training half.
+def inclusion_masks(n_records: int, n_models: int, generator: torch.Generator, size: int | None = None) -> Tensor:
+    """Bool [n_models, n_records]: True where the record is in that model's training set.
 
     Complementary pairs: each model trains on ⌊n/2⌋ or ⌈n/2⌉ records and each
     record is IN for exactly N/2 models (even N). ``generator`` is a CPU generator.
+    With ``size`` (a replay: the target's own training-set size, so a reference takes its number of steps) each
+    model trains on exactly ``size`` records, taken cyclically along one random order so that every record is IN for
+    ⌊N·size/n⌋ or ⌈N·size/n⌉ models.
     """
     if n_records < 4:
         raise FedauditError(f"reference models need a pool of at least 4 records, got {n_records}; "
@@ -97,6 +100,14 @@ def inclusion_masks(n_records: int, n_models: int, generator: torch.Generator) -
     if n_models < 1:
         raise FedauditError(f"the number of reference models must be >= 1, got {n_models}; use 8 (quick) or 64 (paper)")
     masks = torch.zeros(n_models, n_records, dtype=torch.bool)
+    if size is not None:
+        if not 2 <= size < n_records:
+            raise FedauditError(f"a reference model cannot train on {size} of {n_records} records; it needs at least 2 "
+                                "and must leave some out")
+        order = torch.randperm(n_records, generator=generator)
+        for k in range(n_models):
+            masks[k, order[(k * size + torch.arange(size)) % n_records]] = True
+        return masks
     half = n_records // 2
     for k in range(0, n_models, 2):
         perm = torch.randperm(n_records, generator=generator)

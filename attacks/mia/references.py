@@ -45,14 +45,17 @@ def reference_signals(attack: MembershipInference, view: WireView, prior: Attack
     n = challenge.labels.shape[0]
     if n < 4:
         return dict.fromkeys(targets, Skipped(f"the victim's pool has {n} records; reference models need at least 4"))
-    masks = inclusion_masks(n, attack.reference_models, torch.Generator().manual_seed(seed % 2**63))
     replays = _replays(attack, view, prior, challenge, query, pre, device) if attack.training == REPLAY else {}
     out: dict[str, dict[str, Any] | Skipped] = {}
     replayed = {t: r for t, r in replays.items() if t in targets and isinstance(r, Replay)}
     if replayed:
+        size = next(iter(replayed.values())).train_size
+        size = size if size is not None and 2 <= size < n else None  # as many records as the target trained on
+        masks = inclusion_masks(n, attack.reference_models, torch.Generator().manual_seed(seed % 2**63), size)
         out.update(_replayed(attack, prior, challenge, replayed, masks, seed, pre, device, cache_dir))
     rest = [t for t in targets if t not in replayed]
     if rest:
+        masks = inclusion_masks(n, attack.reference_models, torch.Generator().manual_seed(seed % 2**63))
         scratch = _scratch(attack, prior, challenge, masks, seed, pre, device, cache_dir)
         for t in rest:
             why = replays.get(t, "--reference-training scratch")

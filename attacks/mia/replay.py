@@ -71,11 +71,14 @@ class Replay:
     start: dict[str, Tensor]
     recipe: TrainOne
     release: Release | None = None
+    # The victim's training-set size (its uploaded sample count): each reference trains on that many records, so it
+    # takes the target's number of steps; None where the view holds no count (then half the pool).
+    train_size: int | None = None
 
     @property
     def digest(self) -> str:
         """What the reference models depend on besides the pool and the recipe: the start (and the others' part)."""
-        h = hashlib.sha256(str(self.round).encode())
+        h = hashlib.sha256(str((self.round, self.train_size)).encode())
         for state in (self.start, *((self.release.others,) if self.release else ())):
             for k in sorted(state):
                 h.update(k.encode())
@@ -85,7 +88,8 @@ class Replay:
         return h.hexdigest()[:16]
 
     def describe(self) -> dict[str, object]:
-        out: dict[str, object] = {"kind": "replay", "round": self.round, "recipe": repr(self.recipe)}
+        out: dict[str, object] = {"kind": "replay", "round": self.round, "recipe": repr(self.recipe),
+                                  "train_size": self.train_size}
         if self.release is not None:
             out.update(released_as=f"the {self.release.weighting}-weighted mean of round {self.round}'s uploads",
                        victim_weight=round(self.release.weight, 6), release_gap=self.release.gap)
@@ -114,7 +118,8 @@ def upload_replay(view: WireView, prior: AttackerPrior, victim: str, device: tor
     if fresh:
         return (f"the weights {victim} started round {rnd} from are not all on the wire ({len(fresh)} tensors, e.g. "
                 f"{fresh[0]}, neither broadcast nor uploaded before)")
-    return Replay(rnd, start, recipe)
+    count = _count(view, me, rnd)
+    return Replay(rnd, start, recipe, train_size=None if count is None else int(count))
 
 
 def release_replay(view: WireView, prior: AttackerPrior, victim: str, query: Query, probe: Tensor,
@@ -148,7 +153,7 @@ def release_replay(view: WireView, prior: AttackerPrior, victim: str, query: Que
             w = weights[senders.index(client_role(victim))] / total
             mine = {k: v.detach().to(device) for k, v in by_sender[client_role(victim)].tensors.items()}
             others = {k: (v - w * mine[k].to(v.dtype)) if v.is_floating_point() else v for k, v in mean.items()}
-            return Replay(upload.round, upload.start, upload.recipe, Release(others, w, name, gap))
+            return Replay(upload.round, upload.start, upload.recipe, Release(others, w, name, gap), upload.train_size)
         best = min(best or (gap, name), (gap, name))
     assert best is not None
     return (f"the released model is not a weighted mean of round {final}'s uploads (the closest, {best[1]} weights, "
