@@ -38,7 +38,7 @@ from fedaudit.run.results import RunMetrics, write_metrics
 from fedaudit.simulation.summary import communication, privacy, provenance, summarise_targets
 from fedaudit.simulation.dp_sgd import private_config
 from fedaudit.simulation.federation import Federation
-from fedaudit.simulation.wire import SERVER, Wire
+from fedaudit.simulation.wire import SERVER, Wire, client_role
 
 log = logging.getLogger("fedaudit")
 
@@ -260,6 +260,8 @@ def _run_one(run_dir: Path, plan: RunPlan, target: str, unpinned: list[str]) -> 
         split = canary_split(cfg, split, len(dataset.classes), lambda sources: attack_role_and_victims(cfg, sources)[1])
     wire = Wire(run_dir / "artifacts" if cfg.keep_artifacts else None)
     fed = Federation(cfg, method, dataset, split, device, wire)
+    if any(cls.keeps_rounds(cfg) for cls in get_attacks(cfg.attack)):  # before training (and before a resume)
+        wire.keep_history({client_role(v) for v in attack_role_and_victims(cfg, [c.domain for c in fed.clients])[1]})
     if plants:  # white-box canaries go into the DP-SGD itself
         plant_gradient_canaries(cfg, fed, attack_role_and_victims(cfg, [c.domain for c in fed.clients])[1])
     ckpt = run_directory.load_checkpoint(run_dir)

@@ -134,7 +134,8 @@ class Access:
     may query it); ``challenges`` per victim and ``domain_challenge`` for membership inference;
     ``canaries`` per victim for the canary audit and ``gradient_canaries`` for its white-box variant (with a
     view of every round, not only the newest); ``cache_dir``, where the attack may keep its own
-    work (reference-model logits) between runs."""
+    work (reference-model logits) between runs; ``history``, every round of what the attacker's role saw, where the
+    auditor kept it (the wire keeps only the newest otherwise): what replay reference models re-live."""
 
     query: Query | None = None
     challenges: Mapping[str, MembershipChallenge] = field(default_factory=dict)
@@ -142,6 +143,7 @@ class Access:
     canaries: Mapping[str, CanaryChallenge] = field(default_factory=dict)
     gradient_canaries: Mapping[str, GradientCanaryChallenge] = field(default_factory=dict)
     cache_dir: Path | None = None
+    history: WireView | None = None  # every round of the attacker's view, where the auditor kept it (replay references)
 
 
 NO_ACCESS = Access()
@@ -217,6 +219,12 @@ class Attack:
     def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
             access: Access = NO_ACCESS) -> list[AttackOutput]:
         raise NotImplementedError
+
+    @classmethod
+    def keeps_rounds(cls, cfg: RunConfig) -> bool:
+        """Whether the auditor must keep every round of the attacker's view for this attack (``Access.history``), set
+        before training; the wire keeps only the newest round otherwise."""
+        return False
 
     def for_counterfactual(self, per_class: int | None = None) -> Attack | None:
         """The same attack, same budget, without its nulls: what the auditor re-runs on counterfactual

@@ -1,7 +1,8 @@
-"""Issue 57: replay references train as the target trained. From the server's view, the weights a client's last round
-started from and its method's round recipe reproduce that client's upload bit for bit when given its own records
-and generator; the released model is that round's weighted mean, so a reference swapped into the victim's place
-gives it back; where the observer cannot replay (a client, a released model that is no such mean), it says why."""
+"""Issue 57: replay references train as the target trained. From every round the server kept, the weights each of a
+client's rounds started from and its method's round recipe reproduce every one of that client's uploads bit for bit
+when given its own records and generators; each broadcast is the round's weighted mean, so a reference's round
+swapped into the victim's place gives the next broadcast back, and the released model likewise; where the observer
+cannot replay (a client, no kept rounds, a released model that is no such mean), it says why."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from fedaudit.api import run_config
-from fedaudit.attacks.mia.replay import release_replay, upload_replay
+from fedaudit.attacks.mia.replay import release_replay, swapped, upload_replay
 from fedaudit.audit.session import attacker_prior
 from fedaudit.data import load_dataset, lodo_split
 from fedaudit.methods import get_method
@@ -27,27 +28,52 @@ def _federation(method: str, rounds: int = 2, **options):
     ds = load_dataset("digits", 16)
     wire = Wire(None)
     fed = Federation(cfg, get_method(method)(cfg), ds, lodo_split(ds, ds.domains[-1], seed=0), CPU, wire)
+    wire.keep_history({c.role for c in fed.clients})
     fed.setup()
     fed.run(None)
     return fed, wire, attacker_prior(cfg, fed.method, fed, ds)
 
 
 @pytest.mark.parametrize("method", ["fedavg", "fedprox"])
-def test_a_replay_from_the_round_start_with_the_victims_own_records_is_its_upload(method):
-    fed, wire, prior = _federation(method)
-    view = wire.view(SERVER)
+def test_a_replay_with_the_victims_own_records_is_every_one_of_its_uploads(method):
+    fed, wire, prior = _federation(method, rounds=3)
+    view, history = wire.view(SERVER), wire.history_view(SERVER)
     client = fed.clients[1]
-    replay = upload_replay(view, prior, client.domain, CPU)
+    replay = upload_replay(view, history, prior, client.domain, CPU)
     assert not isinstance(replay, str), replay
-    assert replay.round == fed.cfg.rounds
+    assert [r.round for r in replay.rounds] == [1, 2, 3] and replay.train_size == client.num_samples
     model = prior.build_model()
     model.load_state_dict(replay.start)
-    torch.manual_seed(derive_seed(fed.cfg.seed, replay.round))  # as the round began
-    replay.recipe(model, client.data.train_x, client.data.train_y, fed.preprocess, fed.generator(replay.round, client))
-    (upload,) = [a for a in view if a.sender == client.role and a.kind == ArtifactKind.FULL_MODEL]
-    trained = model.state_dict()
-    for key, tensor in upload.tensors.items():
-        assert torch.equal(trained[key], tensor), key  # the same round, exactly: replay trains as the target did
+    for step in replay.rounds:
+        torch.manual_seed(derive_seed(fed.cfg.seed, step.round))  # as the round began
+        replay.recipe(model, client.data.train_x, client.data.train_y, fed.preprocess, fed.generator(step.round, client))
+        trained = model.state_dict()
+        for key, tensor in step.upload.items():
+            assert torch.equal(trained[key], tensor), (step.round, key)  # replay trains as the target did, exactly
+        if step.next_start is not None:  # its own upload in its own place: the next broadcast, exactly
+            model.load_state_dict(swapped(step.next_start, step.weight, trained, step.upload))
+            assert all(torch.equal(model.state_dict()[k], v) for k, v in step.next_start.items())
+
+
+def test_each_broadcast_is_the_rounds_mean_so_a_reference_swaps_into_it():
+    """The swap a replay makes each round (next start + w·(its model − the victim's upload)) is the weighted mean with
+    the reference in the victim's place: checked against the mean of the round's recorded uploads."""
+    fed, wire, prior = _federation("fedavg", rounds=2)
+    history = wire.history_view(SERVER)
+    client = fed.clients[0]
+    replay = upload_replay(wire.view(SERVER), history, prior, client.domain, CPU)
+    step = replay.rounds[0]
+    uploads = {a.sender: a.tensors for a in history if a.kind == ArtifactKind.FULL_MODEL and a.round == 1
+               and a.receiver == SERVER}
+    counts = {c.role: float(c.num_samples) for c in fed.clients}
+    other = prior.build_model().state_dict()  # any other model in the victim's place
+    mix = {**uploads, client.role: other}
+    total = sum(counts.values())
+    for key, start in step.next_start.items():
+        if start.is_floating_point():
+            mean = sum(counts[r] / total * mix[r][key].double() for r in mix)
+            got = swapped(step.next_start, step.weight, other, step.upload)[key].double()
+            assert torch.allclose(got, mean, atol=1e-5), key
 
 
 def test_the_released_model_is_the_rounds_mean_and_a_reference_takes_the_victims_place():
@@ -57,7 +83,7 @@ def test_the_released_model_is_the_rounds_mean_and_a_reference_takes_the_victims
     released = fed.deployed_model().eval()
     pre = Preprocess(prior.mean, prior.std, CPU, hflip=prior.hflip)
     probe = client.data.holdout_x[:32]
-    upload = upload_replay(view, prior, client.domain, CPU)
+    upload = upload_replay(view, wire.history_view(SERVER), prior, client.domain, CPU)
     replay = release_replay(view, prior, client.domain, lambda x: released(x), probe, pre, upload, CPU)
     assert not isinstance(replay, str), replay
     assert replay.release.weighting == "sample counts" and replay.release.gap < 1e-4
@@ -76,20 +102,22 @@ def test_the_released_model_is_the_rounds_mean_and_a_reference_takes_the_victims
 
 
 def test_where_the_observer_cannot_replay_it_says_why():
-    fed, wire, prior = _federation("fedavg", rounds=1)
+    fed, wire, prior = _federation("fedavg", rounds=2)
     client = fed.clients[0]
-    assert "only the server" in upload_replay(wire.view(client_role(fed.clients[1].domain)), prior, client.domain, CPU)
+    assert "only the server" in upload_replay(wire.view(client_role(fed.clients[1].domain)), None, prior,
+                                             client.domain, CPU)
     view = wire.view(SERVER)
-    upload = upload_replay(view, prior, client.domain, CPU)
+    assert "holds only the newest round" in upload_replay(view, None, prior, client.domain, CPU)
+    upload = upload_replay(view, wire.history_view(SERVER), prior, client.domain, CPU)
     pre = Preprocess(prior.mean, prior.std, CPU, hflip=prior.hflip)
     released = fed.deployed_model().eval()
     shifted = release_replay(view, prior, client.domain, lambda x: released(x) + 1.0, client.data.holdout_x[:8], pre,
                              upload, CPU)  # a released model that is no mean of the uploads (e.g. noise was added)
-    assert isinstance(shifted, str) and "not a weighted mean of round 1's uploads" in shifted
+    assert isinstance(shifted, str) and "not a weighted mean of round 2's uploads" in shifted
     from dataclasses import replace
 
     bare = replace(prior, round_recipes={}, replay_note="no recipe here")
-    assert upload_replay(view, bare, client.domain, CPU) == "no recipe here"
+    assert upload_replay(view, wire.history_view(SERVER), bare, client.domain, CPU) == "no recipe here"
 
 
 def test_a_method_whose_local_loss_no_recipe_replays_declares_none_and_a_recording_without_a_recipe_neither():

@@ -185,7 +185,7 @@ class MembershipInference(Attack):
     summary = ("membership inference (loss, LiRA online/offline, RMIA, domain-level) on the global model and the last "
                "upload, and against every shared bank or statistics artifact")
     roles: ClassVar[tuple[str, ...]] = ("server", "client")
-    needs: ClassVar[frozenset[str]] = frozenset({"query", "challenges", "domain_challenge", "cache_dir"})
+    needs: ClassVar[frozenset[str]] = frozenset({"query", "challenges", "domain_challenge", "cache_dir", "history"})
     variants: ClassVar[tuple[str, ...]] = tuple(VARIANTS)
     options: ClassVar[dict[str, Option]] = {
         "reference_models": Option(DEFAULT_REFERENCE_MODELS, "Membership inference: reference models per victim.",
@@ -234,6 +234,14 @@ class MembershipInference(Attack):
                                    variants=mia_variants(selected), reference_epochs=o["reference_epochs"],
                                    domain_twins=o["domain_twins"], training=o["reference_training"])
 
+    @classmethod
+    def keeps_rounds(cls, cfg: RunConfig) -> bool:
+        """A curious server's LiRA or RMIA with replayed references re-lives every round of the victims'."""
+        from fedaudit.simulation.wire import SERVER
+
+        return (cfg.attacker == SERVER and any(v in ("lira", "rmia") for v in cls.variants)
+                and cls.option_values(cfg)["reference_training"] == REPLAY)
+
     @property
     def references_needed(self) -> int:
         """Reference models per victim this selection trains (0 for loss, domain and artifact alone)."""
@@ -265,7 +273,7 @@ class MembershipInference(Attack):
                 challenge = access.challenges.get(victim)
                 if challenge is None:
                     raise FedauditError(f"membership inference against {victim} needs the auditor's challenge for it")
-                outputs += self._victim_outputs(view, prior, challenge, access.query, device, access.cache_dir)
+                outputs += self._victim_outputs(view, prior, challenge, access, device)
             if "domain" in self.selected:
                 if access.domain_challenge is None:
                     raise FedauditError("domain-level membership needs the auditor's domain challenge")
@@ -287,9 +295,11 @@ class MembershipInference(Attack):
                                    variants=(ARTIFACT,), reference_epochs=self.reference_epochs,
                                    consistency_pairs=self.consistency_pairs, training=self.training)
 
-    def _victim_outputs(self, view: WireView, prior: AttackerPrior, challenge: MembershipChallenge, query: Query,
-                        device: torch.device, cache_dir: Path | None) -> list[AttackOutput]:
-        answer = self.attack(view, prior, challenge, query, device, self.selected, cache_dir)
+    def _victim_outputs(self, view: WireView, prior: AttackerPrior, challenge: MembershipChallenge, access: Access,
+                        device: torch.device) -> list[AttackOutput]:
+        assert access.query is not None
+        answer = self.attack(view, prior, challenge, access.query, device, self.selected, access.cache_dir,
+                             access.history)
         outputs = []
         for key, by_target in answer.scores.items():
             for target, scores in by_target.items():
@@ -315,8 +325,10 @@ class MembershipInference(Attack):
     # -- one victim ------------------------------------------------------------------
 
     def attack(self, view: WireView, prior: AttackerPrior, challenge: MembershipChallenge, query: Query,
-               device: torch.device, variants: Sequence[str], cache_dir: Path | None = None) -> VictimScores:
-        """Scores for every result key of ``variants`` (except ``domain``) on both targets."""
+               device: torch.device, variants: Sequence[str], cache_dir: Path | None = None,
+               history: WireView | None = None) -> VictimScores:
+        """Scores for every result key of ``variants`` (except ``domain``) on both targets; ``history``, every round
+        of the attacker's view where the auditor kept it, lets the reference models replay the victim's rounds."""
         pre = attacker_preprocess(prior, device)
         forwards: dict[str, Query | Skipped] = {GLOBAL: query}
         info: dict[str, dict[str, Any]] = {GLOBAL: {}}
@@ -330,7 +342,7 @@ class MembershipInference(Attack):
         refs: dict[str, dict[str, Any] | Skipped] = {}
         if "lira" in variants or want_rmia:
             targets = [t for t, sig in signals.items() if not isinstance(sig, Skipped)]
-            refs = reference_signals(self, view, prior, challenge, query, targets, pre, device, cache_dir)
+            refs = reference_signals(self, view, history, prior, challenge, query, targets, pre, device, cache_dir)
         made = {t: ref.pop("info") for t, ref in refs.items() if isinstance(ref, dict)}
 
         out: dict[str, dict[str, Tensor | Skipped]] = {}

@@ -37,15 +37,15 @@ TRAINING = {REPLAY: "replay each target's last round from the weights it started
                      "--reference-epochs)"}
 
 
-def reference_signals(attack: MembershipInference, view: WireView, prior: AttackerPrior, challenge: MembershipChallenge,
-                      query: Query, targets: list[str], pre: Preprocess, device: torch.device,
-                      cache_dir: Any) -> dict[str, dict[str, Any] | Skipped]:
+def reference_signals(attack: MembershipInference, view: WireView, history: WireView | None, prior: AttackerPrior,
+                      challenge: MembershipChallenge, query: Query, targets: list[str], pre: Preprocess,
+                      device: torch.device, cache_dir: Any) -> dict[str, dict[str, Any] | Skipped]:
     """Per target: its reference signals (see the module), or why there are none."""
     seed = derive_seed(attack.seed, MIA_STREAM, 1, stable_int(challenge.victim))
     n = challenge.labels.shape[0]
     if n < 4:
         return dict.fromkeys(targets, Skipped(f"the victim's pool has {n} records; reference models need at least 4"))
-    replays = _replays(attack, view, prior, challenge, query, pre, device) if attack.training == REPLAY else {}
+    replays = _replays(view, history, prior, challenge, query, pre, device) if attack.training == REPLAY else {}
     out: dict[str, dict[str, Any] | Skipped] = {}
     replayed = {t: r for t, r in replays.items() if t in targets and isinstance(r, Replay)}
     if replayed:
@@ -64,11 +64,11 @@ def reference_signals(attack: MembershipInference, view: WireView, prior: Attack
     return out
 
 
-def _replays(attack: MembershipInference, view: WireView, prior: AttackerPrior, challenge: MembershipChallenge,
+def _replays(view: WireView, history: WireView | None, prior: AttackerPrior, challenge: MembershipChallenge,
              query: Query, pre: Preprocess, device: torch.device) -> dict[str, Replay | str]:
     if prior.label_free:
         return dict.fromkeys((LAST_UPLOAD, GLOBAL), "a label-free encoder's references are trained from scratch")
-    upload = upload_replay(view, prior, challenge.victim, device)
+    upload = upload_replay(view, history, prior, challenge.victim, device)
     probe = challenge.images[:PROBE_RECORDS]
     return {LAST_UPLOAD: upload, GLOBAL: release_replay(view, prior, challenge.victim, query, probe, pre, upload, device)}
 
@@ -76,7 +76,7 @@ def _replays(attack: MembershipInference, view: WireView, prior: AttackerPrior, 
 def _replayed(attack: MembershipInference, prior: AttackerPrior, challenge: MembershipChallenge,
               replayed: dict[str, Replay], masks: Tensor, seed: int, pre: Preprocess, device: torch.device,
               cache_dir: Any) -> dict[str, dict[str, Any]]:
-    """The replayed targets' signals: one training of N references from the round's start, asked about each."""
+    """The replayed targets' signals: one training of N references along the victim's rounds, asked about each."""
     first = next(iter(replayed.values()))
     into = prior.build_model().to(device)
 
@@ -86,7 +86,7 @@ def _replayed(attack: MembershipInference, prior: AttackerPrior, challenge: Memb
             return lambda x: prior.predict(target, x)
         return asked
 
-    assert all(r.start is first.start for r in replayed.values())  # one round's replays share their training
+    assert all(r.start is first.start for r in replayed.values())  # one victim's replays share their training
 
     queries = {t: query_of(r) for t, r in replayed.items()}
     population = challenge.population_images if challenge.population_labels.numel() else None
@@ -99,7 +99,7 @@ def _replayed(attack: MembershipInference, prior: AttackerPrior, challenge: Memb
     loaded = load_cache(paths, challenge.victim, key)
     if loaded is None:
         t0 = time.perf_counter()
-        trained = train_references(prior.new_model, challenge.images, challenge.labels, masks, first.recipe,
+        trained = train_references(prior.new_model, challenge.images, challenge.labels, masks, first.trajectory(),
                                    preprocess=pre, population=population, seed=seed, path="sequential",
                                    flip=prior.hflip, precision=attack.precision, start=first.start, queries=queries)
         tensors = {f"{t}.{k}": v for t, ref in trained.items() for k, v in tensors_of(ref).items()}
@@ -113,7 +113,7 @@ def _replayed(attack: MembershipInference, prior: AttackerPrior, challenge: Memb
     for target, replay in replayed.items():
         mine = {k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith(f"{target}.")}
         info = {"reference_models": int(masks.shape[0]), "source": source, **made, **replay.describe(),
-                "epochs": getattr(replay.recipe, "epochs", None)}
+                "epochs": getattr(replay.recipe, "epochs", 0) * len(replay.rounds) or None}
         out[target] = {**signals_of(mine, challenge, prior), "info": info}
     return out
 

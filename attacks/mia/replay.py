@@ -1,23 +1,30 @@
 """Replay references: reference models that train as the target trained, from what the observer saw (issue 57).
 
 LiRA and RMIA calibrate a record's signal against reference models trained with and without it. Trained from
-scratch on half of the victim's pool, they do not train as the target did — the target is one round of local
-training from a broadcast that already carries rounds of the federation — and their signals sit σs away from the
-target's (the auditor's calibration check measured +0.7 to +2.4 σ on fedavg digits). A curious server needs none of
-that guesswork: it holds the weights each client's last round started from (its own broadcast, over the client's
-previous upload where the method keeps a part local) and the recipe the method's public code runs
-(``AttackerPrior.round_recipes``). A replay reference starts from exactly those weights and runs that one round on a
-random half of the pool, IN or OUT for each record, so it differs from the target only in which records it saw.
+scratch on half of the victim's pool, they do not train as the target did, and their signals sit σs away from the
+target's (the auditor's calibration check measured +0.8 to +2.5 σ on fedavg digits). A curious server needs none of
+that guesswork: it holds every broadcast it sent the victim, every upload it got back with the victim's sample
+count, and the recipe of a round (the method's public code, ``AttackerPrior.round_recipes``). A replay reference
+re-lives the victim's participation from its first round on a random subset of the pool as large as the victim's
+training set, IN or OUT for each record: each round it trains from what the victim started from, with its own
+earlier rounds swapped in for the victim's in the federation's weighted mean (the other clients' uploads held as
+recorded), so it differs from the target only in which records it saw.
 
-* The victim's upload (``last_upload``): the reference's trained model is the counterfactual upload.
-* The released model (``global_model``): where it is a weighted mean of the final round's uploads — checked on the
+Why the whole trajectory and not only the last round: the weights a victim's last round starts from already carry
+every earlier round of its members. A reference replaying only that round has, for a true member, an OUT
+distribution that has seen the record (measured on fedavg digits: the OUT references' mean φ on members 0.6–0.9
+above their mean on non-members, and LiRA below the loss attack), and its training set mixes non-members where the
+target's holds members it has fitted already (the target ended +0.6 σ more confident than those references).
+
+* The victim's upload (``last_upload``): a reference's model after its last replayed round.
+* The released model (``global_model``): where it is the final round's weighted mean of the uploads — checked on the
   wire, not assumed: the mean of the recorded uploads, by sample count or equally, must answer the pool as the
-  released model does — the reference's model takes the victim's place in that mean, the other clients' uploads
-  held fixed (what IN or OUT changes is the victim's data alone).
+  released model does — a reference takes the victim's place in that mean.
 
-Where a replay is not possible (another observer, no recipe declared, a released model that is no such mean) the
-attack falls back to from-scratch references and says why; the auditor's calibration check then shows what that
-costs.
+What it holds the others to: their recorded uploads, though in the counterfactual federation they would have trained
+from slightly other broadcasts (the victim's share of the mean, one client's weight, differs) — the auditor's
+calibration check measures what that costs. Where a replay is not possible (another observer, no recipe declared,
+rounds the view did not keep, a released model that is no such mean) the attack trains from scratch and says why.
 """
 
 from __future__ import annotations
@@ -34,92 +41,129 @@ from fedaudit.simulation.recipes import TrainOne
 from fedaudit.simulation.secure_aggregation import example_count
 from fedaudit.simulation.training import Preprocess, forward_chunks
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
-from fedaudit.simulation.wire_views import latest_weights, overlay_state
 from fedaudit.tensor_ops.aggregation import load_state_
 
 # The released model must answer the probe records as the reconstructed mean does, to this much of its largest logit
 # (float32 sums in another order; a GPU's TF32 more).
 RELEASE_TOLERANCE = 1e-3
 PROBE_RECORDS = 64
+State = dict[str, Tensor]
+
+
+def swapped(base: State, weight: float, mine: State, theirs: State) -> State:
+    """``base`` with ``weight``·(mine − theirs) added to its float tensors: a mean with one member's part replaced."""
+    return {k: (v + weight * (mine[k].to(v.dtype) - theirs[k].to(v.dtype))) if v.is_floating_point() else v
+            for k, v in base.items()}
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round the victim took part in: what it uploaded, its weight in that round's mean, and the weights its
+    next round started from (None after its last)."""
+
+    round: int
+    upload: State
+    weight: float
+    next_start: State | None
+    consecutive: bool  # the next round the victim trained in directly follows: its part of this mean is in that start
 
 
 @dataclass(frozen=True)
 class Release:
-    """How a reference's local model enters the released model: ``others`` (Σ of the other clients' weighted
-    uploads, float tensors; the mean's value for the rest) plus ``weight`` × the reference's weights."""
+    """How a reference's last round enters the released model: the recorded mean, ``weight`` and the victim's
+    upload it replaces."""
 
-    others: dict[str, Tensor]
+    mean: State
+    upload: State
     weight: float
     weighting: str  # "sample counts" or "equal": the mean the released model was found to be
     gap: float  # the largest logit gap between the mean and the released model on the probe records
 
     def model_of(self, local: nn.Module, into: nn.Module) -> nn.Module:
         """``into`` loaded with the released model as it would be with ``local`` in the victim's place."""
-        mine = local.state_dict()
-        state = {k: (v + self.weight * mine[k].to(v.dtype)) if v.is_floating_point() else v
-                 for k, v in self.others.items()}
-        load_state_(into, state)
+        load_state_(into, swapped(self.mean, self.weight, local.state_dict(), self.upload))
         return into.eval()
 
 
 @dataclass(frozen=True)
 class Replay:
-    """One round of the victim's local training as the observer can replay it: the weights it started from, the
-    round, the recipe, and for the released model how a trained reference enters it."""
+    """The victim's participation as the server can replay it: the weights its first round started from, each
+    round, the recipe of a round, the victim's training-set size, and for the released model how a reference
+    enters it."""
 
-    round: int
-    start: dict[str, Tensor]
+    start: State
+    rounds: tuple[Round, ...]
     recipe: TrainOne
+    train_size: int | None = None  # its uploaded sample count: each reference trains on that many records
     release: Release | None = None
-    # The victim's training-set size (its uploaded sample count): each reference trains on that many records, so it
-    # takes the target's number of steps; None where the view holds no count (then half the pool).
-    train_size: int | None = None
+
+    @property
+    def round(self) -> int:
+        return self.rounds[-1].round
+
+    def trajectory(self) -> TrainOne:
+        """A reference's whole participation as one recipe call (it starts from :attr:`start`)."""
+        def train(model: nn.Module, images: Tensor, labels: Tensor, preprocess: Preprocess,
+                  generator: torch.Generator) -> None:
+            for step in self.rounds:
+                self.recipe(model, images, labels, preprocess, generator)
+                if step.next_start is not None:
+                    start = (swapped(step.next_start, step.weight, model.state_dict(), step.upload)
+                             if step.consecutive else step.next_start)
+                    load_state_(model, start)
+        return train
 
     @property
     def digest(self) -> str:
-        """What the reference models depend on besides the pool and the recipe: the start (and the others' part)."""
-        h = hashlib.sha256(str((self.round, self.train_size)).encode())
-        for state in (self.start, *((self.release.others,) if self.release else ())):
+        """What the reference models depend on besides the pool and the recipe."""
+        h = hashlib.sha256(repr((self.train_size, [(r.round, r.weight, r.consecutive) for r in self.rounds],
+                                 self.release and (self.release.weight, self.release.weighting))).encode())
+        states = [self.start, *(s for r in self.rounds for s in (r.upload, r.next_start) if s is not None)]
+        for state in [*states, *((self.release.mean,) if self.release else ())]:
             for k in sorted(state):
                 h.update(k.encode())
                 h.update(state[k].detach().cpu().contiguous().numpy().tobytes())
-        if self.release is not None:
-            h.update(repr((self.release.weight, self.release.weighting)).encode())
         return h.hexdigest()[:16]
 
     def describe(self) -> dict[str, object]:
-        out: dict[str, object] = {"kind": "replay", "round": self.round, "recipe": repr(self.recipe),
-                                  "train_size": self.train_size}
+        out: dict[str, object] = {"kind": "replay", "round": self.round, "rounds": len(self.rounds),
+                                  "recipe": repr(self.recipe), "train_size": self.train_size}
         if self.release is not None:
             out.update(released_as=f"the {self.release.weighting}-weighted mean of round {self.round}'s uploads",
                        victim_weight=round(self.release.weight, 6), release_gap=self.release.gap)
         return out
 
 
-def upload_replay(view: WireView, prior: AttackerPrior, victim: str, device: torch.device) -> Replay | str:
-    """The replay of the victim's newest weight-bearing upload, or why there is none in this view."""
+def upload_replay(view: WireView, history: WireView | None, prior: AttackerPrior, victim: str,
+                  device: torch.device) -> Replay | str:
+    """The replay of the victim's participation up to its newest upload, or why there is none."""
     if view.role != SERVER:
-        return f"only the server holds the broadcast a client's upload started from; this attacker is {view.role}"
+        return f"only the server holds what a client's rounds started from; this attacker is {view.role}"
     recipe = prior.round_recipes.get(victim)
     if recipe is None:
         return prior.replay_note or "the method declares no recipe for one round of this client's local training"
     me = client_role(victim)
-    uploads = latest_weights([a for a in view if a.sender == me], sender=me)
+    seen = [*(history or ()), *view]
+    uploads = _by_round(seen, ArtifactKind.FULL_MODEL, sender=me)
+    starts = _by_round(seen, ArtifactKind.FULL_MODEL, sender=SERVER, receiver=me)
     if not uploads:
-        return f"the server's view holds no weight-bearing upload from {victim}"
-    rnd = max(a.round for a in uploads)
-    before = latest_weights([a for a in view if a.sender == me and a.round < rnd], sender=me)
-    sent = latest_weights([a for a in view if a.sender == SERVER and a.receiver == me and a.round <= rnd], receiver=me)
-    if not any(a.round == rnd for a in sent):
-        return f"the server's view holds no broadcast to {victim} in round {rnd}, the round its upload trained in"
-    base = {k: v.detach().to(device) for k, v in prior.build_model().state_dict().items()}
-    start, source = overlay_state(base, [*before, *sent], device)
-    fresh = [k for k, s in source.items() if s == "fresh" and base[k].is_floating_point()]
-    if fresh:
-        return (f"the weights {victim} started round {rnd} from are not all on the wire ({len(fresh)} tensors, e.g. "
-                f"{fresh[0]}, neither broadcast nor uploaded before)")
-    count = _count(view, me, rnd)
-    return Replay(rnd, start, recipe, train_size=None if count is None else int(count))
+        return f"the server's view holds no whole-model upload from {victim}"
+    if history is None and min(uploads) > 1:
+        return ("the server's view holds only the newest round; a replay needs every round the victim took part in "
+                "(kept where the run asks for replayed references)")
+    missing = [r for r in uploads if r not in starts]
+    if missing:
+        return f"the server's view holds no whole-model broadcast to {victim} in round {missing[0]}, which it trained in"
+    order = sorted(uploads)
+    counts = _counts(seen)
+    rounds = []
+    for i, rnd in enumerate(order):
+        weight = _weight(seen, counts, me, rnd)
+        nxt = order[i + 1] if i + 1 < len(order) else None
+        rounds.append(Round(rnd, _state(uploads[rnd], device), weight,
+                            None if nxt is None else _state(starts[nxt], device), nxt == rnd + 1))
+    size = counts.get(me)
+    return Replay(_state(starts[order[0]], device), tuple(rounds), recipe, None if size is None else int(size))
 
 
 def release_replay(view: WireView, prior: AttackerPrior, victim: str, query: Query, probe: Tensor,
@@ -128,8 +172,6 @@ def release_replay(view: WireView, prior: AttackerPrior, victim: str, query: Que
     where it is one (checked against ``query`` on the ``probe`` records), or why not."""
     if isinstance(upload, str):
         return upload
-    if view.role != SERVER:
-        return "only the server sees the other clients' uploads that the released model averages"
     full = [a for a in view if a.kind == ArtifactKind.FULL_MODEL and a.receiver == SERVER and a.sender != SERVER]
     final = max((a.round for a in full), default=None)
     if final is None or upload.round != final:
@@ -137,41 +179,68 @@ def release_replay(view: WireView, prior: AttackerPrior, victim: str, query: Que
                 f"whole-model uploads is {final}")
     by_sender = {a.sender: a for a in full if a.round == final}
     senders = sorted(by_sender)
-    counts = {s: _count(view, s, final) for s in senders}
-    weightings = ([("sample counts", [counts[s] for s in senders])] if all(c is not None for c in counts.values())
+    counts = _counts(view)
+    weightings = ([("sample counts", [counts[s] for s in senders])] if all(s in counts for s in senders)
                   else []) + [("equal", [1.0] * len(senders))]
     model = prior.build_model().to(device)
     released = _answers(query, probe, preprocess)
     best: tuple[float, str] | None = None
     for name, weights in weightings:
         total = float(sum(weights))
-        mean = _mean([by_sender[s].tensors for s in senders], [w / total for w in weights], device)
+        mean = _mean([_state(by_sender[s], device) for s in senders], [w / total for w in weights])
         load_state_(model, mean)
         gap = float((_answers(lambda x: prior.predict(model.eval(), x), probe, preprocess) - released).abs().max())
-        scale = float(released.abs().max()) or 1.0
-        if gap <= RELEASE_TOLERANCE * max(scale, 1.0):
+        if gap <= RELEASE_TOLERANCE * max(float(released.abs().max()), 1.0):
             w = weights[senders.index(client_role(victim))] / total
-            mine = {k: v.detach().to(device) for k, v in by_sender[client_role(victim)].tensors.items()}
-            others = {k: (v - w * mine[k].to(v.dtype)) if v.is_floating_point() else v for k, v in mean.items()}
-            return Replay(upload.round, upload.start, upload.recipe, Release(others, w, name, gap), upload.train_size)
+            return Replay(upload.start, upload.rounds, upload.recipe, upload.train_size,
+                          Release(mean, _state(by_sender[client_role(victim)], device), w, name, gap))
         best = min(best or (gap, name), (gap, name))
     assert best is not None
     return (f"the released model is not a weighted mean of round {final}'s uploads (the closest, {best[1]} weights, "
             f"answers the pool with logits up to {best[0]:.3g} apart): its references cannot replay it")
 
 
-def _count(view: WireView, sender: str, rnd: int) -> float | None:
-    found = (example_count(a) for a in view if a.sender == sender and a.round == rnd)
-    return next((c for c in found if c is not None), None)
+def _by_round(arts: list[Artifact], kind: ArtifactKind, sender: str, receiver: str | None = None) -> dict[int, Artifact]:
+    return {a.round: a for a in arts if a.kind == kind and a.sender == sender
+            and (receiver is None or a.receiver == receiver)}
 
 
-def _mean(states: list[dict[str, Tensor]], weights: list[float], device: torch.device) -> dict[str, Tensor]:
+def _state(a: Artifact, device: torch.device) -> State:
+    return {k: v.detach().to(device) for k, v in a.tensors.items()}
+
+
+def _counts(arts: WireView | list[Artifact]) -> dict[str, float]:
+    """Each client's newest uploaded sample count."""
+    out: dict[str, tuple[int, float]] = {}
+    for a in arts:
+        c = example_count(a)
+        if c is not None and (a.sender not in out or a.round >= out[a.sender][0]):
+            out[a.sender] = (a.round, c)
+    return {s: c for s, (_, c) in out.items()}
+
+
+def _weight(seen: list[Artifact], counts: dict[str, float], me: str, rnd: int) -> float:
+    """The victim's weight in round ``rnd``'s mean: its count over that round's uploaders' (the view's newest counts;
+    equal weights where it holds none). A round whose other uploads the view did not keep is taken to have had the
+    final round's uploaders."""
+    uploaders = {a.sender for a in seen if a.kind == ArtifactKind.FULL_MODEL and a.receiver == SERVER
+                 and a.sender != SERVER and a.round == rnd}
+    if len(uploaders) < 2:
+        final = max((a.round for a in seen if a.kind == ArtifactKind.FULL_MODEL and a.receiver == SERVER), default=rnd)
+        uploaders |= {a.sender for a in seen if a.kind == ArtifactKind.FULL_MODEL and a.receiver == SERVER
+                      and a.sender != SERVER and a.round == final}
+    if all(s in counts for s in uploaders):
+        return counts[me] / sum(counts[s] for s in uploaders)
+    return 1.0 / max(len(uploaders), 1)
+
+
+def _mean(states: list[State], weights: list[float]) -> State:
     out = {}
     for k, first in states[0].items():
         if first.is_floating_point():
-            out[k] = sum(w * s[k].detach().to(device, torch.float64) for w, s in zip(weights, states)).to(first.dtype)
+            out[k] = sum(w * s[k].to(torch.float64) for w, s in zip(weights, states)).to(first.dtype)
         else:
-            out[k] = first.detach().to(device)  # integer buffers (batch counts) do not change an eval-mode answer
+            out[k] = first  # integer buffers (batch counts) do not change an eval-mode answer
     return out
 
 
@@ -180,4 +249,5 @@ def _answers(forward: Callable[[Tensor], Tensor], images: Tensor, preprocess: Pr
     return torch.cat([out.float().cpu() for _, out in forward_chunks(forward, images, preprocess, "fp32")])
 
 
-__all__ = ["PROBE_RECORDS", "RELEASE_TOLERANCE", "Release", "Replay", "release_replay", "upload_replay"]
+__all__ = ["PROBE_RECORDS", "RELEASE_TOLERANCE", "Release", "Replay", "Round", "release_replay", "swapped",
+           "upload_replay"]

@@ -122,10 +122,13 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
         challenges[victim], truths[victim] = make_challenge(fed, victim, cfg.seed)
     domain_challenge, domain_truth = (make_domain_challenge(fed, victims, cfg.seed) if "domain" in variants
                                       else (None, []))
-    access = Access(query=black_box(method, fed), challenges=challenges, domain_challenge=domain_challenge,
-                    cache_dir=Path(run_dir) / "mia")
-    t0 = time.perf_counter()
     view = fed.wire.view(role)
+    # every round the wire kept, as this observer saw it; none where another observer's view is judged (secure
+    # aggregation masks the single uploads of every round)
+    history = fed.wire.history_view(role) if fed.wire.history_roles and observe is None else None
+    access = Access(query=black_box(method, fed), challenges=challenges, domain_challenge=domain_challenge,
+                    cache_dir=Path(run_dir) / "mia", history=history)
+    t0 = time.perf_counter()
     outputs = attack.run_batch(observe(view) if observe else view, prior, list(victims), fed.device, access)
     result: dict[str, Any] = {}
     # how many passes each victim's training made over a member (DP plans may add passes)

@@ -488,7 +488,8 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         log.warning("thin split: %s", line)
     role, victims = attack_role_and_victims(cfg, clients)  # a bad --attacker/--victim fails before any work
 
-    wire = rec.wire(device)
+    keep = any(cls.keeps_rounds(cfg) for cls in selected) and not method.replay_note
+    wire = rec.wire(device, {client_role(v) for v in victims} if keep else ())
     fed = Federation(cfg, method, dataset, split, device, wire)
     check_architecture(fed.model, rec, cfg)
     found = rec.deployed(device)

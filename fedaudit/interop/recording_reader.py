@@ -5,7 +5,7 @@ artifacts for an audit."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,12 +61,14 @@ class Recording:
         return {(ArtifactKind(r["kind"]), r["direction"]) for r in self.rows
                 if r["kind"] != "config" and not is_release(r)}
 
-    def wire(self, device: torch.device | str = "cpu") -> Wire:
+    def wire(self, device: torch.device | str = "cpu", history_roles: Iterable[str] = ()) -> Wire:
         """The recording as fedaudit's wire: every row in the ledger; the newest artifact of each
         (kind, sender, receiver) retained, as the simulation's wire retains it — from training
         messages: an evaluation broadcast of the same round would hide the weights that round's
-        local training started from, which the auditor's counterfactual replays need."""
+        local training started from, which the auditor's counterfactual replays need. With ``history_roles`` every
+        training message to or from those roles is kept too, every round (replay reference models re-live them)."""
         wire = Wire()
+        wire.keep_history(set(history_roles))
         newest: dict[tuple[str, str, str], dict[str, Any]] = {}
         for row in self.rows:
             if row["kind"] == "config" or is_release(row):  # the released model crossed no wire
@@ -76,6 +78,8 @@ class Recording:
             key = (row["kind"], row["sender"], row["receiver"])
             if not is_evaluation(row) and (key not in newest or row["round"] >= newest[key]["round"]):
                 newest[key] = row
+            if not is_evaluation(row) and wire.history_roles & {row["sender"], row["receiver"]}:
+                wire.history.append(self.artifact(row, "cpu"))
         for key, row in newest.items():
             wire.retained[key] = self.artifact(row, device)
         return wire

@@ -155,7 +155,7 @@ class Wire:
         """From now on keep every message sent by or to one of ``roles`` (not only the newest), on the host: the
         gradient canary audit sums a victim's update over all rounds. Set before training (and before a resume
         restores the checkpoint that holds the rounds already run)."""
-        self.history_roles = frozenset(roles)
+        self.history_roles = self.history_roles | frozenset(roles)
 
     def send(self, artifact: Artifact) -> dict[str, Tensor]:
         """Record ``artifact`` and return its tensors as the receiver gets them.
