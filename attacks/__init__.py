@@ -49,19 +49,19 @@ AUTO = "auto"
 _INVERTIBLE = {kind.value for kind in (*STATS_KINDS, *BANK_KINDS, ArtifactKind.CLASSIFIER_HEAD)}
 AUTO_ALWAYS = ("mia-loss",)
 AUTO_FOR_STATISTICS = ("deepinversion", "mia-artifact")
-# LiRA and RMIA on one set of reference models: replayed, each is one client's local round, affordable on any
-# profile; from scratch (a method whose round no recipe replays), on the paper profile's GPU only.
+# LiRA and RMIA on one set of reference models. Each reference replays a victim's whole participation (or trains
+# from scratch for as long), so N of them cost N times the federation's local training: affordable on the paper
+# profile's GPU, not within the quick profile's CPU budget (docs/results/membership_strength.md).
 AUTO_REFERENCES = ("mia-lira", "mia-rmia")
 
 
-def auto_attacks(shares: Iterable[tuple[object, str]], profile: str, replays: bool = False) -> str:
+def auto_attacks(shares: Iterable[tuple[object, str]], profile: str) -> str:
     """The attack spec ``--attack auto`` resolves to for a method that shares ``shares`` ((kind, direction)
     pairs): reconstruction and artifact membership when it ships statistics or banks, the loss attack on the
-    deployed model always, and LiRA and RMIA — the strongest membership attacks — where their reference models
-    are affordable: replayed (``replays``: one local round each) on any profile, from scratch on the paper profile."""
+    deployed model always, and LiRA and RMIA — reference-model attacks — on the paper profile."""
     kinds = {getattr(kind, "value", kind) for kind, _ in shares}
     chosen = [*(AUTO_FOR_STATISTICS if kinds & _INVERTIBLE else ()), *AUTO_ALWAYS,
-              *(AUTO_REFERENCES if replays or profile == "paper" else ())]
+              *(AUTO_REFERENCES if profile == "paper" else ())]
     return ",".join(chosen)
 
 

@@ -157,7 +157,7 @@ def run_config(method: str | None, config: str | Path | None, method_option: lis
     if spec == AUTO:  # the attacks that apply to what this method, so configured, shares; recorded as resolved
         draft = resolve({**explicit, "attack": "none"}, {**file_opts, "attack": "none"}, method_cls.profile_defaults,
                         {}, attack_options())
-        spec = explicit["attack"] = auto_attacks(method_cls(draft).declared_shares(), draft.profile, method_cls.replays)
+        spec = explicit["attack"] = auto_attacks(method_cls(draft).declared_shares(), draft.profile)
         auto_note = f"--attack auto: {spec} (from what {method_cls.name} shares)"
     cfg = resolve(explicit, file_opts, method_cls.profile_defaults, attack_schema(spec) if isinstance(spec, str) else {},
                   attack_options())
@@ -319,7 +319,7 @@ def audit_recording(recording: str | Path, *, command: str = "", unverified: boo
     from fedaudit.methods import get_method
     from fedaudit.interop.audit_recording import (NO_DATA, audit, audited_model, auditor_data, check_audit_options,
                                                   check_some_client_answered, data_free_attacks, name_model_records,
-                                                  recorded_config, recorded_shares, undeclared_recipe)
+                                                  recorded_config, recorded_shares)
     from fedaudit.interop.recording_reader import read_recording
     from fedaudit.interop.recording_verify import verify_recording
 
@@ -341,7 +341,7 @@ def audit_recording(recording: str | Path, *, command: str = "", unverified: boo
     spec = explicit.get("attack", AUTO)
     by_auto = spec in (AUTO, "all")  # chosen for the user: what cannot run without data is left out, not refused
     if spec == AUTO:
-        spec = auto_attacks(recorded_shares(rec), "quick", method_cls.replays and not undeclared_recipe(rec))
+        spec = auto_attacks(recorded_shares(rec), "quick")
         log.info("--attack auto: %s (from what the recording holds)", spec)
     selected = get_attacks(spec)
     if any(cls.plants_canaries for cls in selected):

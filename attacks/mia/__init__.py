@@ -45,11 +45,12 @@ applicable", "reason": ...}``.
 Reference models: N per victim (``reference_models``: 8 ``quick``, 64
 ``paper``; the caller's choice), each on a random half of the challenge pool
 (:func:`fedaudit.attacks.mia.reference_models.inclusion_masks`). By default they **replay** the target
-(``--reference-training replay``, :mod:`fedaudit.attacks.mia.replay`): each starts from the weights the
-victim's last round started from (the server's broadcast) and runs that round's recipe as the method runs it
-(``AttackerPrior.round_recipes``); for the released model, a reference takes the victim's place in the final
-round's weighted mean of uploads, the others held fixed. Where that is not possible (a client attacker, a method
-or recording that declares no round recipe, a released model that is no such mean) they train **from scratch**,
+(``--reference-training replay``, :mod:`fedaudit.attacks.mia.replay`): each re-lives the victim's
+participation from its first broadcast, round by round running the round's recipe as the method runs it
+(``AttackerPrior.round_recipes``) and taking the victim's place in the round's weighted mean (the other uploads
+as recorded); for the released model, a reference takes the victim's place in the final round's mean. Where that
+is not possible (a client attacker, a method or recording that declares no round recipe, rounds the view did not
+keep, a released model that is no such mean) they train **from scratch**,
 each from its own initialisation with the victim's local recipe at the target's exposure
 (``AttackerPrior.train_recipes``: cross-entropy SGD for rounds × local epochs by default, under DP-SGD with that
 client's mechanism; at most ``--reference-epochs``), and the result says why no replay ran. Their logits on
@@ -70,9 +71,9 @@ RMIA T = 2, γ = 2 (:mod:`fedaudit.attacks.mia.scorers`); 4 consistency view pai
 
 Deviations and choices, with reasons:
 
-* A replay reference replays only the last round: the rounds before it are in the weights it starts from, which
-  already carry every earlier round's members, so IN and OUT differ in that round alone — as the target's members
-  and non-members do in that round. From-scratch references train alone on half of the victim's pool (see
+* A replay reference holds the other clients to their recorded uploads, which in its counterfactual federation
+  would have trained from slightly other broadcasts; the calibration check measures what that costs.
+  From-scratch references train alone on half of the victim's pool (see
   :mod:`fedaudit.attacks.mia.reference_models`); their epochs are capped in ``quick`` so a CPU audit stays
   within minutes, and the auditor's calibration check says what that costs.
 * LiRA on a label-free encoder takes φ = atanh(c): cosines pile up near 1,

@@ -174,7 +174,7 @@ def listing(what: str) -> list[dict[str, Any]]:
 
         return [{"name": name, "summary": cls.summary, "paper": cls.paper,
                  "shares": [{"kind": k.value, "direction": d} for k, d in cls.shares],
-                 "auto_attacks": {p: auto_attacks(cls.shares, p, cls.replays).split(",") for p in ("quick", "paper")},
+                 "auto_attacks": {p: auto_attacks(cls.shares, p).split(",") for p in ("quick", "paper")},
                  "secure_aggregation_leaves": leaves(cls.shares, cls.clear_scalars),
                  "options": {flag_of(f"{name}_{k}"): o.default for k, o in cls.options.items()},
                  "dp": not cls.dp_incompatible, "dp_incompatible": cls.dp_incompatible or None,

@@ -77,8 +77,8 @@ class RunConfig:
     # -- what runs ---------------------------------------------------------------------------------------
     method: str = option("fedavg", "FedDG method (see `fedaudit list methods`).")
     attack: str = option("auto", "Attack(s): auto (what applies to the method's shares: deepinversion and "
-                         "mia-artifact for statistics and banks, mia-loss always, mia-lira and mia-rmia where their "
-                         "references replay the clients' rounds or on the paper profile), none (training only), "
+                         "mia-artifact for statistics and banks, mia-loss always, mia-lira and mia-rmia on the paper "
+                         "profile), none (training only), "
                          "deepinversion, gradinv, mia (or mia-loss, mia-lira, mia-rmia, mia-domain, mia-artifact), "
                          "canary (one-run ε audit; not in all), all, or names joined by commas.")
     dataset: str = option("shapes", "shapes, shapes:N (N images per class), digits, or folder:PATH (DomainBed layout).")

@@ -16,9 +16,9 @@ class EvaluateOptions(TypedDict, total=False):
     #: FedDG method (see `fedaudit list methods`).
     method: str
     #: Attack(s): auto (what applies to the method's shares: deepinversion and mia-artifact for statistics and banks,
-    #: mia-loss always, mia-lira and mia-rmia where their references replay the clients' rounds or on the paper
-    #: profile), none (training only), deepinversion, gradinv, mia (or mia-loss, mia-lira, mia-rmia, mia-domain, mia-
-    #: artifact), canary (one-run ε audit; not in all), all, or names joined by commas.
+    #: mia-loss always, mia-lira and mia-rmia on the paper profile), none (training only), deepinversion, gradinv,
+    #: mia (or mia-loss, mia-lira, mia-rmia, mia-domain, mia-artifact), canary (one-run ε audit; not in all), all, or
+    #: names joined by commas.
     attack: str
     #: shapes, shapes:N (N images per class), digits, or folder:PATH (DomainBed layout).
     dataset: str
@@ -166,9 +166,9 @@ class AuditOptions(TypedDict, total=False):
     training options come from the recording's manifest)."""
 
     #: Attack(s): auto (what applies to the method's shares: deepinversion and mia-artifact for statistics and banks,
-    #: mia-loss always, mia-lira and mia-rmia where their references replay the clients' rounds or on the paper
-    #: profile), none (training only), deepinversion, gradinv, mia (or mia-loss, mia-lira, mia-rmia, mia-domain, mia-
-    #: artifact), canary (one-run ε audit; not in all), all, or names joined by commas.
+    #: mia-loss always, mia-lira and mia-rmia on the paper profile), none (training only), deepinversion, gradinv,
+    #: mia (or mia-loss, mia-lira, mia-rmia, mia-domain, mia-artifact), canary (one-run ε audit; not in all), all, or
+    #: names joined by commas.
     attack: str
     #: shapes, shapes:N (N images per class), digits, or folder:PATH (DomainBed layout).
     dataset: str

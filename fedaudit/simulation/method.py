@@ -109,8 +109,8 @@ class Method:
     # What the algorithm needs from fedaudit's own architectures (XAN layers, a particular head, a block to insert
     # into), or "" when it trains any classifier, a --model factory's included.
     needs_architecture: ClassVar[str] = ""
-    # True when round_recipe gives one round of the clients' local training as the method runs it, so LiRA and RMIA
-    # can replay it (one local training per reference): --attack auto then runs them on the quick profile too.
+    # True when the clients' local round is the engine's training (FedAvg's round_recipe gives it, so LiRA's and
+    # RMIA's reference models can replay it); a subclass that trains otherwise sets it False or gives its own recipe.
     replays: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
