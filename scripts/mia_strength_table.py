@@ -7,11 +7,12 @@ Four runs of ``fedaudit evaluate --method fedavg --attack mia-loss,mia-lira,mia-
 server attacking every victim, 8 reference models per victim), each with ``--reference-training scratch`` and
 ``replay``:
 
-* **overfit** (known truth): ``--dataset shapes --rounds 2 --local-epochs 15`` — the last upload trains 15 epochs on
-  its members from the broadcast, so it must give them away: every attack should find them (a positive control of
-  the attacks themselves);
-* **shapes:375**: the quick profile's 20 rounds × 3 local epochs on ``shapes:375`` (1,312 members and 1,051
-  non-members per victim, so 0.1% FPR allows one false positive per victim).
+* **overfit** (known truth): ``--dataset shapes --rounds 2 --local-epochs 15`` — each round trains 15 epochs on the
+  victim's 525 members, so its upload must give them away: every attack should find them (a positive control of the
+  attacks themselves);
+* **low FPR**: the quick profile's 20 rounds × 3 local epochs on ``--dataset shapes:215 --split 0.2,0.1,0.7`` (301
+  members and 1,054 non-members per victim, so 0.1% FPR allows one false positive per victim; a replay costs each
+  reference one client's whole training, so the members are kept few).
 
 One row per (case, attack, target): AUC, TPR at 1% and at 0.1% FPR with their 95% Clopper–Pearson intervals (the
 mean over victims, and the widest interval), and the reference models' calibration (the mean offset of the target's
@@ -31,7 +32,7 @@ import results_page  # scripts/ is on sys.path when run as python scripts/mia_st
 
 ATTACK = "mia-loss,mia-lira,mia-rmia"
 CASES = {"overfit": {"dataset": "shapes", "rounds": 2, "local_epochs": 15},
-         "shapes:375": {"dataset": "shapes:375"}}
+         "low FPR": {"dataset": "shapes:215", "split": (0.2, 0.1, 0.7)}}
 TRAINING = ("scratch", "replay")
 ROWS = (("loss", None), ("lira_online", "scratch"), ("lira_offline", "scratch"), ("rmia", "scratch"),
         ("lira_online", "replay"), ("lira_offline", "replay"), ("rmia", "replay"))
@@ -85,7 +86,8 @@ def main() -> None:
                        "`fedaudit evaluate --method fedavg --attack mia-loss,mia-lira,mia-rmia` (quick profile, seed 0, "
                        "the server attacking every victim, 8 reference models per victim) with "
                        "`--reference-training scratch` and `replay`, on a known-truth overfit upload (`--dataset "
-                       "shapes --rounds 2 --local-epochs 15`) and on `shapes:375`. Means over the three victims; the "
+                       "shapes --rounds 2 --local-epochs 15`) and with 1,054 non-members per victim (`--dataset "
+                       "shapes:215 --split 0.2,0.1,0.7`). Means over the three victims; the "
                        "interval is the widest victim's. fedaudit calls a level resolved only with 10/level "
                        "non-members (10,000 at 0.1%), which no victim here has: read 0.1% as one false positive "
                        "allowed per victim.", path=args.write)

@@ -1,8 +1,8 @@
 """Issue 57: replay references train as the target trained. From every round the server kept, the weights each of a
 client's rounds started from and its method's round recipe reproduce every one of that client's uploads bit for bit
-when given its own records and generators; each broadcast is the round's weighted mean, so a reference's round
-swapped into the victim's place gives the next broadcast back, and the released model likewise; where the observer
-cannot replay (a client, no kept rounds, a released model that is no such mean), it says why."""
+when given its own records and generators; a reference's rounds move the federation as the weighted mean with it in
+the victim's place and the others' recorded updates would, round after round, and the released model likewise;
+where the observer cannot replay (a client, no kept rounds, a released model that is no such mean), it says why."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedaudit.api import run_config
-from fedaudit.attacks.mia.replay import release_replay, swapped, upload_replay
+from fedaudit.attacks.mia.replay import drifted, moved, release_replay, upload_replay
 from fedaudit.audit.session import attacker_prior
 from fedaudit.data import load_dataset, lodo_split
 from fedaudit.methods import get_method
@@ -44,36 +44,46 @@ def test_a_replay_with_the_victims_own_records_is_every_one_of_its_uploads(metho
     assert [r.round for r in replay.rounds] == [1, 2, 3] and replay.train_size == client.num_samples
     model = prior.build_model()
     model.load_state_dict(replay.start)
+    drift = None
     for step in replay.rounds:
         torch.manual_seed(derive_seed(fed.cfg.seed, step.round))  # as the round began
         replay.recipe(model, client.data.train_x, client.data.train_y, fed.preprocess, fed.generator(step.round, client))
         trained = model.state_dict()
         for key, tensor in step.upload.items():
             assert torch.equal(trained[key], tensor), (step.round, key)  # replay trains as the target did, exactly
-        if step.next_start is not None:  # its own upload in its own place: the next broadcast, exactly
-            model.load_state_dict(swapped(step.next_start, step.weight, trained, step.upload))
+        if step.next_start is not None:  # its own upload in its own place: no drift, the next broadcast exactly
+            drift = drifted(drift, step.weight, trained, step.upload)
+            model.load_state_dict(moved(step.next_start, drift))
             assert all(torch.equal(model.state_dict()[k], v) for k, v in step.next_start.items())
 
 
-def test_each_broadcast_is_the_rounds_mean_so_a_reference_swaps_into_it():
-    """The swap a replay makes each round (next start + w·(its model − the victim's upload)) is the weighted mean with
-    the reference in the victim's place: checked against the mean of the round's recorded uploads."""
-    fed, wire, prior = _federation("fedavg", rounds=2)
+def test_a_references_rounds_move_the_federation_as_the_mean_with_the_others_updates_held_fixed():
+    """Round 1: the next broadcast moved by the drift is the weighted mean of the round's uploads with the reference's
+    model in the victim's place. Round 2: the others' recorded updates (their upload − the broadcast they trained
+    from) added to the reference's own broadcast, averaged with its round-2 model: the drift carries on."""
+    fed, wire, prior = _federation("fedavg", rounds=3)
     history = wire.history_view(SERVER)
     client = fed.clients[0]
     replay = upload_replay(wire.view(SERVER), history, prior, client.domain, CPU)
-    step = replay.rounds[0]
-    uploads = {a.sender: a.tensors for a in history if a.kind == ArtifactKind.FULL_MODEL and a.round == 1
-               and a.receiver == SERVER}
+    full = [a for a in history if a.kind == ArtifactKind.FULL_MODEL]
+    up = {(a.sender, a.round): a.tensors for a in full if a.receiver == SERVER}
+    down = {(a.receiver, a.round): a.tensors for a in full if a.sender == SERVER}
     counts = {c.role: float(c.num_samples) for c in fed.clients}
-    other = prior.build_model().state_dict()  # any other model in the victim's place
-    mix = {**uploads, client.role: other}
-    total = sum(counts.values())
-    for key, start in step.next_start.items():
-        if start.is_floating_point():
-            mean = sum(counts[r] / total * mix[r][key].double() for r in mix)
-            got = swapped(step.next_start, step.weight, other, step.upload)[key].double()
-            assert torch.allclose(got, mean, atol=1e-5), key
+    w = {r: counts[r] / sum(counts.values()) for r in counts}
+    g0 = torch.Generator().manual_seed(1)
+    mine = [{k: v + 0.01 * torch.randn(v.shape, generator=g0) if v.is_floating_point() else v
+             for k, v in step.upload.items()} for step in replay.rounds]  # any models the reference might train
+    drift, ref_start = None, None
+    for i, step in enumerate(replay.rounds[:2]):
+        drift = drifted(drift, step.weight, mine[i], step.upload)
+        got = moved(step.next_start, drift)
+        start = ref_start or down[(client.role, step.round)]  # the reference's broadcast this round
+        for key, v in got.items():
+            if v.is_floating_point():
+                others = sum(w[r] * (start[key].double() + up[(r, step.round)][key].double()
+                                     - down[(r, step.round)][key].double()) for r in counts if r != client.role)
+                assert torch.allclose(v.double(), others + w[client.role] * mine[i][key].double(), atol=1e-5), key
+        ref_start = got
 
 
 def test_the_released_model_is_the_rounds_mean_and_a_reference_takes_the_victims_place():
@@ -93,9 +103,9 @@ def test_the_released_model_is_the_rounds_mean_and_a_reference_takes_the_victims
     (own,) = [a for a in view if a.sender == client.role and a.kind == ArtifactKind.FULL_MODEL]
     local = prior.build_model()
     local.load_state_dict(own.tensors)
-    swapped = replay.release.model_of(local, prior.build_model())
+    in_place = replay.release.model_of(local, prior.build_model())
     x = pre(probe, None)
-    assert torch.allclose(swapped(x), released(x), atol=1e-5)
+    assert torch.allclose(in_place(x), released(x), atol=1e-5)
     # another local model moves the released one by exactly its weight times the difference
     other = prior.build_model()
     assert not torch.allclose(replay.release.model_of(other, prior.build_model())(x), released(x), atol=1e-3)

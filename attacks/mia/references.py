@@ -79,10 +79,12 @@ def _replayed(attack: MembershipInference, prior: AttackerPrior, challenge: Memb
     """The replayed targets' signals: one training of N references along the victim's rounds, asked about each."""
     first = next(iter(replayed.values()))
     into = prior.build_model().to(device)
+    drifts: dict[int, Any] = {}  # each reference's drift before its final round, by its model's id
 
     def query_of(replay: Replay) -> Queried:
         def asked(model: torch.nn.Module) -> Query:
-            target = model if replay.release is None else replay.release.model_of(model, into)
+            target = (model if replay.release is None
+                      else replay.release.model_of(model, into, drifts.pop(id(model), None)))
             return lambda x: prior.predict(target, x)
         return asked
 
@@ -99,7 +101,7 @@ def _replayed(attack: MembershipInference, prior: AttackerPrior, challenge: Memb
     loaded = load_cache(paths, challenge.victim, key)
     if loaded is None:
         t0 = time.perf_counter()
-        trained = train_references(prior.new_model, challenge.images, challenge.labels, masks, first.trajectory(),
+        trained = train_references(prior.new_model, challenge.images, challenge.labels, masks, first.trajectory(drifts),
                                    preprocess=pre, population=population, seed=seed, path="sequential",
                                    flip=prior.hflip, precision=attack.precision, start=first.start, queries=queries)
         tensors = {f"{t}.{k}": v for t, ref in trained.items() for k, v in tensors_of(ref).items()}

@@ -6,9 +6,14 @@ target's (the auditor's calibration check measured +0.8 to +2.5 σ on fedavg dig
 that guesswork: it holds every broadcast it sent the victim, every upload it got back with the victim's sample
 count, and the recipe of a round (the method's public code, ``AttackerPrior.round_recipes``). A replay reference
 re-lives the victim's participation from its first round on a random subset of the pool as large as the victim's
-training set, IN or OUT for each record: each round it trains from what the victim started from, with its own
-earlier rounds swapped in for the victim's in the federation's weighted mean (the other clients' uploads held as
-recorded), so it differs from the target only in which records it saw.
+training set, IN or OUT for each record: each round it trains from the broadcast the victim got, moved by how the
+reference's own earlier rounds would have moved the federation's weighted mean, the other clients' recorded
+*updates* held fixed — so it differs from the target only in which records it saw. With D the difference between
+the reference's federation and the recorded one, a round in which the victim's weight is w moves it to
+D ← (1 − w)·D + w·(the reference's model − the victim's upload): the others' updates, added to the reference's
+broadcast instead of the recorded one, carry D on (holding their *uploads* fixed instead would let the members'
+influence on them, one round removed, into every OUT reference: on fedavg digits the released model's OUT
+references then sat 0.35 higher on members than on non-members, σ 0.43).
 
 Why the whole trajectory and not only the last round: the weights a victim's last round starts from already carry
 every earlier round of its members. A reference replaying only that round has, for a true member, an OUT
@@ -21,9 +26,8 @@ target's holds members it has fitted already (the target ended +0.6 σ more conf
   wire, not assumed: the mean of the recorded uploads, by sample count or equally, must answer the pool as the
   released model does — a reference takes the victim's place in that mean.
 
-What it holds the others to: their recorded uploads, though in the counterfactual federation they would have trained
-from slightly other broadcasts (the victim's share of the mean, one client's weight, differs) — the auditor's
-calibration check measures what that costs. Where a replay is not possible (another observer, no recipe declared,
+What it holds the others to: their recorded updates, as if a client's local training moved any start by the same
+amount (first order) — the auditor's calibration check measures what that costs. Where a replay is not possible (another observer, no recipe declared,
 rounds the view did not keep, a released model that is no such mean) the attack trains from scratch and says why.
 """
 
@@ -56,22 +60,39 @@ def swapped(base: State, weight: float, mine: State, theirs: State) -> State:
             for k, v in base.items()}
 
 
+def moved(base: State, drift: State | None) -> State:
+    """``base`` plus ``drift`` on its float tensors (the recorded federation moved to the reference's)."""
+    if drift is None:
+        return dict(base)
+    return {k: (v + drift[k].to(v.dtype)) if v.is_floating_point() else v for k, v in base.items()}
+
+
+def drifted(drift: State | None, weight: float, mine: State, theirs: State) -> State:
+    """D ← (1 − w)·D + w·(mine − theirs): the reference's federation after a round in which the victim weighs ``w``
+    (float tensors, float64)."""
+    out = {}
+    for k, t in theirs.items():
+        if t.is_floating_point():
+            step = weight * (mine[k].to(torch.float64) - t.to(torch.float64))
+            out[k] = step if drift is None else (1 - weight) * drift[k] + step
+    return out
+
+
 @dataclass(frozen=True)
 class Round:
-    """One round the victim took part in: what it uploaded, its weight in that round's mean, and the weights its
-    next round started from (None after its last)."""
+    """One round the victim took part in: what it uploaded, its weight in that round's mean, and the broadcast its
+    next round started from (None after its last; rounds it skipped in between leave the drift as it was)."""
 
     round: int
     upload: State
     weight: float
     next_start: State | None
-    consecutive: bool  # the next round the victim trained in directly follows: its part of this mean is in that start
 
 
 @dataclass(frozen=True)
 class Release:
     """How a reference's last round enters the released model: the recorded mean, ``weight`` and the victim's
-    upload it replaces."""
+    upload it replaces (the drift of the reference's earlier rounds comes with the model)."""
 
     mean: State
     upload: State
@@ -79,9 +100,10 @@ class Release:
     weighting: str  # "sample counts" or "equal": the mean the released model was found to be
     gap: float  # the largest logit gap between the mean and the released model on the probe records
 
-    def model_of(self, local: nn.Module, into: nn.Module) -> nn.Module:
-        """``into`` loaded with the released model as it would be with ``local`` in the victim's place."""
-        load_state_(into, swapped(self.mean, self.weight, local.state_dict(), self.upload))
+    def model_of(self, local: nn.Module, into: nn.Module, drift: State | None = None) -> nn.Module:
+        """``into`` loaded with the released model as it would be with ``local`` in the victim's place, the
+        federation before the final round moved by ``drift``."""
+        load_state_(into, moved(self.mean, drifted(drift, self.weight, local.state_dict(), self.upload)))
         return into.eval()
 
 
@@ -101,22 +123,26 @@ class Replay:
     def round(self) -> int:
         return self.rounds[-1].round
 
-    def trajectory(self) -> TrainOne:
-        """A reference's whole participation as one recipe call (it starts from :attr:`start`)."""
+    def trajectory(self, drifts: dict[int, State] | None = None) -> TrainOne:
+        """A reference's whole participation as one recipe call (it starts from :attr:`start`); ``drifts`` gets each
+        reference's drift before its final round, by ``id`` of its model (what :meth:`Release.model_of` needs)."""
         def train(model: nn.Module, images: Tensor, labels: Tensor, preprocess: Preprocess,
                   generator: torch.Generator) -> None:
+            drift: State | None = None
             for step in self.rounds:
                 self.recipe(model, images, labels, preprocess, generator)
-                if step.next_start is not None:
-                    start = (swapped(step.next_start, step.weight, model.state_dict(), step.upload)
-                             if step.consecutive else step.next_start)
-                    load_state_(model, start)
+                if step.next_start is None:
+                    break
+                drift = drifted(drift, step.weight, model.state_dict(), step.upload)
+                load_state_(model, moved(step.next_start, drift))
+            if drifts is not None and drift is not None:
+                drifts[id(model)] = drift
         return train
 
     @property
     def digest(self) -> str:
         """What the reference models depend on besides the pool and the recipe."""
-        h = hashlib.sha256(repr((self.train_size, [(r.round, r.weight, r.consecutive) for r in self.rounds],
+        h = hashlib.sha256(repr((self.train_size, [(r.round, r.weight) for r in self.rounds],
                                  self.release and (self.release.weight, self.release.weighting))).encode())
         states = [self.start, *(s for r in self.rounds for s in (r.upload, r.next_start) if s is not None)]
         for state in [*states, *((self.release.mean,) if self.release else ())]:
@@ -160,8 +186,7 @@ def upload_replay(view: WireView, history: WireView | None, prior: AttackerPrior
     for i, rnd in enumerate(order):
         weight = _weight(seen, counts, me, rnd)
         nxt = order[i + 1] if i + 1 < len(order) else None
-        rounds.append(Round(rnd, _state(uploads[rnd], device), weight,
-                            None if nxt is None else _state(starts[nxt], device), nxt == rnd + 1))
+        rounds.append(Round(rnd, _state(uploads[rnd], device), weight, None if nxt is None else _state(starts[nxt], device)))
     size = counts.get(me)
     return Replay(_state(starts[order[0]], device), tuple(rounds), recipe, None if size is None else int(size))
 
@@ -249,5 +274,5 @@ def _answers(forward: Callable[[Tensor], Tensor], images: Tensor, preprocess: Pr
     return torch.cat([out.float().cpu() for _, out in forward_chunks(forward, images, preprocess, "fp32")])
 
 
-__all__ = ["PROBE_RECORDS", "RELEASE_TOLERANCE", "Release", "Replay", "Round", "release_replay", "swapped",
-           "upload_replay"]
+__all__ = ["PROBE_RECORDS", "RELEASE_TOLERANCE", "Release", "Replay", "Round", "drifted", "moved", "release_replay",
+           "swapped", "upload_replay"]
