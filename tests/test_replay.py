@@ -155,3 +155,25 @@ def test_replay_masks_give_each_reference_the_targets_training_size_and_every_re
     assert int(ins.min()) == 8 * 225 // 405 and int(ins.max()) == -(-8 * 225 // 405)
     with pytest.raises(Exception, match="must leave some out"):
         inclusion_masks(10, 4, torch.Generator().manual_seed(0), size=10)
+
+
+def test_the_report_says_how_each_reference_set_was_made():
+    """A replayed set names its round and the mean the released model was found to be; a from-scratch set says why
+    no replay ran, beside the calibration figure either way."""
+    from types import SimpleNamespace
+
+    from fedaudit.reports.attack_sections import _references
+    from fedaudit.run.entries import MembershipEntry
+
+    calibration = {"status": "calibrated", "out_gap": 0.04, "in_gap": -0.02}
+    replayed = MembershipEntry.of({"reference_models": 8, "calibration": calibration, "reference": {
+        "kind": "replay", "round": 20, "released_as": "the sample counts-weighted mean of round 20's uploads"}})
+    scratch = MembershipEntry.of({"reference_models": 8, "calibration": calibration, "reference": {
+        "kind": "scratch", "no_replay": "only the server holds what a client's rounds started from"}})
+    unit = SimpleNamespace(audited=SimpleNamespace(made_by="evaluate"))
+    warnings: list[str] = []
+    assert _references(unit, replayed, "global_model · clean", warnings) == (
+        "8 replayed from round 20's start (the sample counts-weighted mean of round 20's uploads) (calibrated: "
+        "non-members 0.040 σ from the OUT models, members -0.020 σ from the IN models)")
+    assert "8 from scratch (no replay: only the server holds" in _references(unit, scratch, "x", warnings)
+    assert warnings == []
