@@ -190,22 +190,32 @@ def _to_cuda(obj):
 ATTACK_STOPS = {
     "deepinversion": "backward engine.py:_step_gradients",
     "gradinv": "read __init__.py:_attack",  # which parameters the victim moved: one read, before simulating
-    "mia": "backward training.py:train_steps",  # mia = loss, LiRA, RMIA, domain: the reference models' training
+    # LiRA and RMIA replay the victim's rounds: first the check that the released model is the final round's mean
+    # (the deployed model and the mean both answer the probe records on the device; one read of their gap).
+    "mia": "read replay.py:release_replay",  # mia = loss, LiRA, RMIA, domain
     "mia-loss": "completed",
-    "mia-lira": "backward training.py:train_steps",  # BatchNorm: the sequential path, the victim's own recipe
-    "mia-rmia": "backward training.py:train_steps",
+    "mia-lira": "read replay.py:release_replay",
+    "mia-rmia": "read replay.py:release_replay",
     "mia-domain": "completed",
     "mia-artifact": "read scorers.py:ledoit_wolf_shrinkage",
 }
 
 
-@pytest.mark.parametrize("name", [n for n in ATTACKS if n != "canary"])
-def test_every_attack_takes_its_inputs_on_the_cuda_device(name, digits, monkeypatch):
+# From-scratch references (``--reference-training scratch``): the reference models' training is reached.
+SCRATCH_STOPS = {"mia-lira": "backward training.py:train_steps",  # BatchNorm: the sequential path, the victim's recipe
+                 "mia-rmia": "backward training.py:train_steps"}
+CASES = [(n, {}, ATTACK_STOPS[n]) for n in ATTACKS if n != "canary"] + [
+    (n, {"reference_training": "scratch"}, stop) for n, stop in SCRATCH_STOPS.items()]
+
+
+@pytest.mark.parametrize(("name", "options", "stop"), CASES,
+                         ids=[n + "".join(f"-{v}" for v in o.values()) for n, o, _ in CASES])
+def test_every_attack_takes_its_inputs_on_the_cuda_device(name, options, stop, digits, monkeypatch):
     """What the auditor hands an attack on a GPU run — the wire view, the challenges, the deployed model
     behind the query — is on the device; the attack's own tensors must join them there. Captured from a
     real CPU audit, replayed on fake CUDA; a CPU tensor meeting a CUDA one fails as it would on a GPU."""
     ds, split = digits
-    cfg, _ = run_config("fedavg", None, None, None, {**TINY, "device": "cpu", "attack": name})
+    cfg, _ = run_config("fedavg", None, None, None, {**TINY, "device": "cpu", "attack": name, **options})
     method = get_method("fedavg")(cfg)
     fed = Federation(cfg, method, ds, split, torch.device("cpu"), Wire())
     fed.setup()
@@ -230,7 +240,7 @@ def test_every_attack_takes_its_inputs_on_the_cuda_device(name, digits, monkeypa
             granted = dataclasses.replace(granted, query=lambda x: method.predict(deployed, x))
         attack.run_batch(_to_cuda(view), prior, victims, CUDA, _to_cuda(granted))
 
-    assert run_faked(run_on_cuda) == ATTACK_STOPS[name]
+    assert run_faked(run_on_cuda) == stop
 
 
 # -- channels_last with real numbers, on the CPU --------------------------------------------------------------

@@ -122,6 +122,7 @@ from fedaudit.simulation.wire import WireView
 
 if TYPE_CHECKING:
     from fedaudit.run.config import RunConfig
+    from fedaudit.simulation.training import Preprocess
 
 log = logging.getLogger("fedaudit")
 
@@ -336,9 +337,7 @@ class MembershipInference(Attack):
         last, info[LAST_UPLOAD] = self._last_upload(view, prior, challenge.victim, device)
         forwards[LAST_UPLOAD] = last
         want_rmia = "rmia" in variants and not prior.label_free and challenge.population_labels.numel() > 0
-        signals = {t: f if isinstance(f, Skipped) else target_signals(f, challenge, pre, prior, want_rmia, self.precision,
-                                                                                       self.seed, self.consistency_pairs)
-                   for t, f in forwards.items()}
+        signals = self._signals(forwards, challenge, pre, prior, want_rmia)
 
         refs: dict[str, dict[str, Any] | Skipped] = {}
         if "lira" in variants or want_rmia:
@@ -346,14 +345,19 @@ class MembershipInference(Attack):
             refs = reference_signals(self, view, history, prior, challenge, query, targets, pre, device, cache_dir)
         made = {t: ref.pop("info") for t, ref in refs.items() if isinstance(ref, dict)}
 
-        out: dict[str, dict[str, Tensor | Skipped]] = {}
-        for target, sig in signals.items():
-            for key in (k for v in variants if v in MODEL_VARIANTS for k in VARIANTS[v]):
-                out.setdefault(key, {})[target] = sig if isinstance(sig, Skipped) else self._score(
-                    key, sig, refs.get(target), challenge, prior)
+        keys = [k for v in variants if v in MODEL_VARIANTS for k in VARIANTS[v]]
+        out = {key: {target: sig if isinstance(sig, Skipped) else self._score(key, sig, refs.get(target), challenge, prior)
+                     for target, sig in signals.items()} for key in keys}
         phi = {t: sig["phi"] for t, sig in signals.items() if not isinstance(sig, Skipped)}
         ref_phi = {t: (ref["phi"], ref["masks"]) for t, ref in refs.items() if isinstance(ref, dict)}
         return VictimScores(out, info, made, phi, ref_phi)
+
+    def _signals(self, forwards: dict[str, Query | Skipped], challenge: MembershipChallenge, pre: Preprocess,
+                 prior: AttackerPrior, want_rmia: bool) -> dict[str, dict[str, Tensor] | Skipped]:
+        """Each target's per-record signals (or why the target is skipped)."""
+        return {t: f if isinstance(f, Skipped) else target_signals(f, challenge, pre, prior, want_rmia, self.precision,
+                                                                   self.seed, self.consistency_pairs)
+                for t, f in forwards.items()}
 
     def _score(self, key: str, sig: dict[str, Tensor], ref: dict[str, Any] | Skipped | None,
                challenge: MembershipChallenge, prior: AttackerPrior) -> Tensor | Skipped:

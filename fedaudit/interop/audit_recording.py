@@ -461,6 +461,21 @@ def attack_recording(rec: Recording, selected: Sequence[type[Attack]], run_dir: 
     return run_attacks(selected, run_dir, cfg, method, fed, dataset, device, retrain=False, disaggregated=solved)
 
 
+def mapped_sources(clients: list[str], split: LODOSplit, cfg: RunConfig) -> list[ClientData]:
+    """The split's source clients the recording names; a recorded client with no source domain is an error."""
+    sources = [c.domain for c in split.sources]
+    for name in clients:
+        if name not in sources:
+            raise FedauditError(f"recorded client {name!r} has no data mapping: it is not a source domain of "
+                                f"{cfg.dataset} with target {split.target} (sources: {', '.join(sources)}); name each "
+                                "node after the domain its records come from (the mod's name=) or fix the manifest's "
+                                "data")
+    for c in split.sources:
+        if c.domain not in clients:
+            log.warning("the auditor's data holds client %r, which the recording never names; it is left out", c.domain)
+    return [c for c in split.sources if c.domain in clients]
+
+
 def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[type[Attack]],
           dataset: MultiDomainDataset, split: LODOSplit, device: torch.device,
           command: str = "", left_out: dict[str, str] | None = None,
@@ -473,16 +488,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
     target = split.target
     clients = recorded_clients(rec)
     method.replay_note = undeclared_recipe(rec)
-    sources = [c.domain for c in split.sources]
-    for name in clients:
-        if name not in sources:
-            raise FedauditError(f"recorded client {name!r} has no data mapping: it is not a source domain of "
-                                f"{cfg.dataset} with target {target} (sources: {', '.join(sources)}); name each node "
-                                "after the domain its records come from (the mod's name=) or fix the manifest's data")
-    for c in split.sources:
-        if c.domain not in clients:
-            log.warning("the auditor's data holds client %r, which the recording never names; it is left out", c.domain)
-    split.sources = [c for c in split.sources if c.domain in clients]
+    split.sources = mapped_sources(clients, split, cfg)
     thin = thin_splits(split, dataset.classes) if scored else []
     for line in thin:
         log.warning("thin split: %s", line)
