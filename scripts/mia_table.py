@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 
 from fedaudit.api import evaluate
-from fedaudit.audit.verdict import judge, membership_row_of
+from fedaudit.audit.verdict import PARTICIPATION, judge, membership_row_of
 from fedaudit.run import run_directory
 from fedaudit.run.results import Leakage, MembershipResult
 
@@ -40,8 +40,10 @@ import results_page  # scripts/ is on sys.path when run as python scripts/mia_ta
 METHODS = ("fedavg", "fedgala", "fedlsi")
 ABOUT = ("`--attack mia` on `{dataset}`: quick profile, default target domain, seed 0, server attacker, every "
          "victim, 8 reference models per victim. AUC, advantage and TPR are means over victims; the verdict is the "
-         "tier of the row that judges that target, by the rules of the commit named (⚠: fewer non-members than "
-         "1% FPR can resolve).")
+         "tier of the row that judges that target (the domain-level attack's: the participation row), by the rules "
+         "of the commit named (⚠: fewer non-members than 1% FPR can resolve). LiRA's and RMIA's references replay "
+         "the victim's rounds where the method declares its round recipe (fedavg) and train from scratch "
+         "otherwise; the calibration column says how far they sit from the target.")
 ARTIFACT_ABOUT = ("`--attack mia-loss,mia-artifact` on `{dataset}`: quick profile, default target domain, seed 0, "
                   "every victim; one row per (method, artifact) with the loss attack on the same run's global "
                   "model beside it. The verdict is the tier of the artifact's membership row, by the rules of the "
@@ -112,7 +114,8 @@ def rows(run_dir: Path, method: str) -> list[str]:
     for variant in dict.fromkeys(r.variant for r in Leakage.of(metrics).membership()):
         for target, victims in _tables(Leakage.of(metrics).membership(), variant).items():
             done = {v: e for v, e in victims.items() if "auc" in e}
-            row = row_of.get((variant, target), "")
+            # the domain-level attack answers the participation row (issue 47), not a records row
+            row = f"{PARTICIPATION}:{target}" if variant == "domain" else row_of.get((variant, target), "")
             if not done:
                 reason = next(iter(victims.values())).get("reason", "not run")
                 out.append(f"| {method} | {variant} | {target} | {verdict.get(row, '?')} | n/a: {reason} | | | | |")
