@@ -1,6 +1,6 @@
 """The privacy–utility curve on digits: one DP sweep with membership inference, as a table.
 
-    python scripts/dp_curve_table.py --out runs/dp-curve                 # writes docs/results/dp_curve.md
+    python scripts/dp_curve_table.py --out runs/dp-curve                 # writes the page dp_curve in docs/results/
 
 Runs ``fedaudit evaluate --method fedavg --dataset digits --dp-sweep 1,2,4,8,inf --attack mia`` (or reads back a
 finished sweep under ``--out``) and writes one row per ε: source-val and unseen accuracy, the largest AUC over
@@ -62,7 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/dp-curve"))
     parser.add_argument("--epsilons", default="1,2,4,8,inf")
-    parser.add_argument("--write", type=Path, default=None, help="where the table goes (default docs/results/dp_curve.md)")
+    parser.add_argument("--write", type=Path, default=None, help="where the table goes (default: the page --name in docs/results/)")
     parser.add_argument("--name", default="dp_curve", help="the page's name under docs/results/")
     args = parser.parse_args()
     lines = ["| ε | source-val | unseen | loss AUC | LiRA online / offline AUC | RMIA AUC | domain-level AUC | "
