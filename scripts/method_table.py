@@ -8,7 +8,7 @@ runs ONE round of the paper profile per method (iteration counts shrunk and
 
     python scripts/method_table.py --out runs/method-table [--paper-bytes] [--reuse runs/leakage-table,...]
 
-Prints a markdown table and writes it to ``docs/results/methods.md`` (``--write PATH`` elsewhere) with the
+Prints a markdown table and writes it to the page ``methods`` in docs/results/ (``--write PATH`` elsewhere) with the
 command and its provenance. Runs that already finished are read back, not redone. With ``--reuse DIRS``
 a finished run under those folders (e.g. the leakage or membership tables' runs) is read back when it
 trained the same configuration: the options that only choose and score attacks are set aside, since
@@ -137,7 +137,7 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--reuse", default="", help="comma-separated folders whose finished runs of the same training "
                                                 "configuration are read back (e.g. runs/leakage-table)")
-    ap.add_argument("--write", type=Path, default=None, help="where the table goes (default docs/results/methods.md)")
+    ap.add_argument("--write", type=Path, default=None, help="where the table goes (default: the page methods in docs/results/)")
     args = ap.parse_args()
     reuse = [Path(p) for p in args.reuse.split(",") if p]
     out = Path(args.out)
