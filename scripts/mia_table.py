@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 
 from fedaudit.api import evaluate
-from fedaudit.audit.verdict import PARTICIPATION, judge, membership_row_of
+from fedaudit.audit.verdict import judge, membership_row_of
 from fedaudit.run import run_directory
 from fedaudit.run.results import Leakage, MembershipResult
 
@@ -114,8 +114,7 @@ def rows(run_dir: Path, method: str) -> list[str]:
     for variant in dict.fromkeys(r.variant for r in Leakage.of(metrics).membership()):
         for target, victims in _tables(Leakage.of(metrics).membership(), variant).items():
             done = {v: e for v, e in victims.items() if "auc" in e}
-            # the domain-level attack answers the participation row (issue 47), not a records row
-            row = f"{PARTICIPATION}:{target}" if variant == "domain" else row_of.get((variant, target), "")
+            row = row_of.get((variant, target), "")
             if not done:
                 reason = next(iter(victims.values())).get("reason", "not run")
                 out.append(f"| {method} | {variant} | {target} | {verdict.get(row, '?')} | n/a: {reason} | | | | |")

@@ -754,3 +754,19 @@ def test_the_headline_is_the_highest_decided_tier_with_every_undecided_row_count
     headline = Headline.of(tiers)
     assert (headline.words, headline.tier) == (words, shown)
     assert headline.words == headline.lead + headline.rest
+
+
+def test_every_stored_membership_attack_maps_to_a_row_the_verdict_writes():
+    """Tables beside the verdict (scripts/mia_table.py) read each attack's tier through membership_row_of: the
+    domain-level attack answers the participation row, the loss attack the released model's records row."""
+    from fedaudit.audit.verdict import membership_row_of
+
+    rng = np.random.default_rng(5)
+    entry = membership_metrics(rng.normal(0.5, size=225), rng.normal(size=180))
+    metrics = {"communication": {"declared": []},
+               "leakage": {"mia": {"loss": {"global_model": {"a": entry}}, "domain": {"global_model": {"a": entry}}}}}
+    rows = {r["row"] for r in judge(metrics, SERVER)}
+    row_of = membership_row_of(metrics, SERVER)
+    assert row_of[("domain", "global_model")] == "participation:global_model"
+    assert row_of[("loss", "global_model")] == "membership:global_model"
+    assert set(row_of.values()) <= rows

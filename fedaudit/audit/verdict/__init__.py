@@ -180,9 +180,12 @@ def to_conclude(question: str, rule: str | None, made_by: str) -> str:
 
 def membership_row_of(metrics: dict[str, Any], config: dict[str, Any]) -> dict[tuple[str, str], str]:
     """(variant, target) of every stored membership attack → the key of the verdict row that judges it (tables built
-    beside the verdict use it rather than guessing from the target's name)."""
-    return {(test.variant, test.target): f"membership:{key}"
-            for key, attacks in membership.membership_groups(AuditedRun.of(metrics, config)).items() for test in attacks}
+    beside the verdict use it rather than guessing from the target's name); the domain-level attack answers the
+    released model's participation row (issue 47), not a records row."""
+    return {**{(test.variant, test.target): f"membership:{key}"
+               for key, attacks in membership.membership_groups(AuditedRun.of(metrics, config)).items()
+               for test in attacks},
+            (DOMAIN, GLOBAL): participation.KEY}
 
 
 __all__ = ["ADVICE", "ARTIFACT", "advice_of", "BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "CLIENT_DATA", "CORRECTION", "DOMAIN",
