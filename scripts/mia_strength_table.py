@@ -60,9 +60,7 @@ def cells(entries: list[dict]) -> list[str]:
         lo = min(p["tpr_interval"][0] for p in points)
         hi = max(p["tpr_interval"][1] for p in points)
         out.append(f"{sum(p['tpr'] for p in points) / len(points):.4f} [{lo:.4f}, {hi:.4f}]")
-    cal = [e["calibration"] for e in scored if "calibration" in e]
-    out.append(f"{sum(c['out_gap'] for c in cal) / len(cal):+.2f} / {sum(c['in_gap'] for c in cal) / len(cal):+.2f}"
-               if cal else "–")
+    out.append(results_page.calibration_cell([e["calibration"] for e in scored if "calibration" in e]))
     return out
 
 

@@ -128,8 +128,7 @@ def rows(run_dir: Path, method: str) -> list[str]:
             hi = max(x["tpr_interval"][1] for x in lvl)
             resolvable = all(x["resolvable"] for x in lvl)
             cal = [e["calibration"] for e in done.values() if "calibration" in e]
-            calibration = (f"{sum(c['out_gap'] for c in cal) / len(cal):+.2f} / {sum(c['in_gap'] for c in cal) / len(cal):+.2f}"
-                           f"{' miscalibrated' if any(c['status'] == 'miscalibrated' for c in cal) else ''}" if cal else "–")
+            calibration = results_page.calibration_cell(cal)
             e0 = next(iter(done.values()))
             out.append(f"| {method} | {variant} | {target} | {verdict.get(row, '?')} | {auc:.3f} | {adv:.3f} (p {pmin:.2g}) | "
                        f"{tpr:.3f} [{lo:.3f}, {hi:.3f}]{'' if resolvable else ' ⚠'} | {calibration} | "

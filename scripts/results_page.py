@@ -71,6 +71,20 @@ def finished_run(out: Path) -> Path | None:
     return done[-1] if done else None
 
 
+def calibration_cell(cal: list[dict]) -> str:
+    """Mean calibration gaps over victims, non-members / members in σ, of the signal LiRA scored, then before the
+    attacker's shift where the runs stored one; "miscalibrated" where any victim's was."""
+    if not cal:
+        return "–"
+
+    def pair(out: str, in_: str) -> str:
+        return f"{sum(c[out] for c in cal) / len(cal):+.2f} / {sum(c[in_] for c in cal) / len(cal):+.2f}"
+
+    raw = f" (before the shift {pair('raw_out_gap', 'raw_in_gap')})" if all("raw_out_gap" in c for c in cal) else ""
+    bad = " miscalibrated" if any(c["status"] == "miscalibrated" for c in cal) else ""
+    return pair("out_gap", "in_gap") + raw + bad
+
+
 def slug(text: str) -> str:
     """A file-name part from an option value (``shapes:375`` → ``shapes_375``)."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)

@@ -21,10 +21,12 @@ import torch.nn.functional as F
 from scipy.stats import norm
 from torch import nn
 
+from fedaudit.attacks.mia import MembershipInference
 from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
 from fedaudit.data import load_dataset
 from fedaudit.statistics.membership_statistics import auc, auc_null_interval, membership_metrics, roc, tpr_at_fpr
-from fedaudit.attacks.mia.scorers import lira_offline, lira_online, lira_signal, loss_signal, rmia_prob, rmia_score
+from fedaudit.attacks.mia.scorers import (lira_offline, lira_online, lira_signal, loss_signal, reference_offset, rmia_prob,
+                                          rmia_score)
 from fedaudit.models import build_model
 from fedaudit.simulation.recipes import SGDRecipe
 from fedaudit.simulation.training import Preprocess
@@ -326,3 +328,40 @@ def test_lira_calibration_flags_reference_models_that_do_not_stand_in_for_the_ta
     assert good["status"] == "calibrated" and abs(good["out_gap"]) < 0.3 and abs(good["in_gap"]) < 0.3
     longer = lira_calibration(target + 0.6, ref, masks, member)
     assert longer["status"] == "miscalibrated" and longer["out_gap"] > 1 and longer["in_gap"] > 1
+    # The attacker's shift, estimated without the truth, takes off what both gaps share; the raw gaps stay stored.
+    shifted = lira_calibration(target + 0.6, ref, masks, member, reference_offset(target + 0.6, ref))
+    assert shifted["status"] == "calibrated" and abs(shifted["out_gap"]) < 0.3 and abs(shifted["in_gap"]) < 0.3
+    assert shifted["raw_out_gap"] == longer["out_gap"] and shifted["raw_in_gap"] == longer["in_gap"]
+    assert 1.5 < shifted["shift"] < 2.5  # 0.6 over a spread of ~0.3
+    # A shift cannot hide references whose IN and OUT sit apart from the target's members and non-members unequally.
+    skewed = lira_calibration(target + 1.2 * member, ref, masks, member, reference_offset(target + 1.2 * member, ref))
+    assert skewed["status"] == "miscalibrated"
+
+
+def test_lira_scores_a_target_less_its_uniform_lift_over_the_references(one_thread):
+    """A target uniformly more confident than its references (a rebuilt federation that cannot reproduce the
+    others' training exactly) looks like a member everywhere to LiRA online's likelihood ratio, most where a
+    record's IN and OUT sit far apart. Taking off the lift the attacker estimates from the unlabelled challenge
+    gives back the power of references that stand in for the target; scoring the raw signal loses it."""
+    g = torch.Generator().manual_seed(0)
+    n, models = 2_000, 16
+    base = 2.0 * torch.randn(n, generator=g, dtype=torch.float64)
+    effect = 2.0 * torch.rand(n, generator=g, dtype=torch.float64)  # records differ in how much training moves them
+    masks = inclusion_masks(n, models, g)
+    ref = base + effect * masks + 0.5 * torch.randn(models, n, generator=g, dtype=torch.float64)
+    member = torch.rand(n, generator=g) < 0.5
+    target = base + effect * member + 0.5 * torch.randn(n, generator=g, dtype=torch.float64)
+    lifted = target + 1.5
+
+    def lira_auc(phi: torch.Tensor) -> float:
+        return membership_metrics(*_split(lira_online(phi, ref, masks), member))["auc"]
+
+    calibrated, raw = lira_auc(target), lira_auc(lifted)  # 0.894 and 0.748
+    assert abs(reference_offset(lifted, ref) - 1.5) < 0.1
+    assert abs(lira_auc(lifted - reference_offset(lifted, ref)) - calibrated) < 0.01
+    assert raw < calibrated - 0.05
+    # The attack scores that way: LiRA (online and offline) gets φ less the references' shift.
+    attack, ref_set = MembershipInference(), {"phi": ref, "masks": masks, "shift": 1.5}
+    for key, statistic in (("lira_online", lira_online), ("lira_offline", lira_offline)):
+        ours = attack._score(key, {"phi": lifted}, ref_set, None, None)  # type: ignore[arg-type]
+        assert torch.equal(ours, statistic(lifted - 1.5, ref, masks))

@@ -57,6 +57,13 @@ Deviations and choices, with reasons:
   calibrated test for that record). Balanced masks from
   :func:`fedaudit.attacks.mia.reference_models.inclusion_masks` never need these with
   N ≥ 2; a warning says how many records used them.
+* LiRA's attack (not these functions, which are the paper's statistic) first moves the target's φ by
+  :func:`reference_offset`: the mean over the unlabelled challenge of φ_target − (the record's mean over all
+  reference models). A target that is uniformly more confident than its references (a replay that cannot
+  reproduce the other clients' training exactly, references capped in epochs) reads every record as a member
+  to LiRA online's likelihood ratio; the shift removes that uniform part without the truth, under the
+  assumption that the challenge holds members in the proportion the references hold IN records. The auditor
+  stores the offset before and after it (``calibration``).
 * RMIA population records are OUT for every reference model, so offline
   Pr(z) applies the same (1+a) correction to their mean over all reference
   models (the paper's offline approximation, applied to x and z alike).
@@ -176,6 +183,25 @@ def lira_online(target_phi: ArrayLike, ref_phi: ArrayLike, ref_in_mask: ArrayLik
                       f"their missing mean is the other mean shifted by the average IN-OUT gap {shift:.3g}",
                       stacklevel=2)
     return _normal_logpdf(target, mu_in, var_in) - _normal_logpdf(target, mu_out, var_out)
+
+
+def reference_offset(target_phi: ArrayLike, ref_phi: ArrayLike) -> float:
+    """How much more confident the target is than its reference models on the challenge as a whole: the mean
+    over records of φ_target − (the record's mean φ over every reference model, IN and OUT alike).
+
+    No truth is used: a record's all-model mean mixes IN and OUT in the proportion its references hold it, which
+    is the challenge's member fraction when the pool is the victim's training set and its non-members (as
+    :func:`fedaudit.attacks.mia.reference_models.inclusion_masks` sizes a replay). Then the offset is zero for
+    references that stand in for the target, and the target's uniform lift over them otherwise.
+    """
+    target = torch.as_tensor(target_phi).double().cpu()
+    ref = torch.as_tensor(ref_phi).double().cpu()
+    if ref.dim() != 2 or ref.shape[1] != target.shape[0] or ref.shape[0] < 1:
+        raise ValueError(f"reference offset: expected target [n] and reference [N >= 1, n]; got "
+                         f"{tuple(target.shape)}, {tuple(ref.shape)}")
+    gap = target - ref.mean(0)
+    ok = torch.isfinite(gap)
+    return float(gap[ok].mean()) if bool(ok.any()) else 0.0
 
 
 def lira_offline(target_phi: ArrayLike, ref_phi: ArrayLike, ref_in_mask: ArrayLike,

@@ -324,7 +324,8 @@ def _victim_entry(out: AttackOutput, is_member: Tensor, exposure: int) -> dict[s
         entry["reference"] = reference
         if out.signals:  # did the reference models stand in for this target? (the auditor knows who is a member)
             entry["calibration"] = lira_calibration(out.signals["phi"], out.signals["reference_phi"],
-                                                    out.signals["reference_masks"], is_member)
+                                                    out.signals["reference_masks"], is_member,
+                                                    float(reference.get("shift", 0.0)))
     if "population" in out.info:
         entry["population"] = out.info["population"]
     if "exact_tolerance" in out.info:  # per-record banks: candidates whose own entry is in the bank, verbatim

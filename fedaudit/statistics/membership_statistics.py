@@ -107,33 +107,38 @@ def fit_variance(fit: GaussianFit, pooled: float, per_record: bool) -> Tensor:
 CALIBRATION_LIMIT = 1.0  # |mean standardised gap| above this: the reference models do not describe the target
 
 
-def lira_calibration(target_phi: ArrayLike, ref_phi: ArrayLike, ref_in_mask: ArrayLike, is_member: ArrayLike) -> dict[str, Any]:
+def lira_calibration(target_phi: ArrayLike, ref_phi: ArrayLike, ref_in_mask: ArrayLike, is_member: ArrayLike,
+                     shift: float = 0.0) -> dict[str, Any]:
     """How well the reference models stand in for the target (the auditor's check; it needs the truth).
 
     LiRA assumes a non-member's signal under the target looks like its
     signal under the reference models that did not train on it (OUT), and a
     member's like under those that did (IN). ``out_gap`` is the mean over the
-    target's non-members of (φ_target − μ_out) in units of the pooled
-    reference spread, ``in_gap`` the same over members against μ_in. Both near
-    0: calibrated. Reference models trained less than the target (fewer epochs,
-    alone rather than in the federation) leave the target more confident on
-    every record, so both gaps come out positive and LiRA mistakes that for
-    membership or misses it. ``status`` is "miscalibrated" when either gap
-    exceeds :data:`CALIBRATION_LIMIT` in size.
+    target's non-members of (φ_target − ``shift`` − μ_out) in units of the pooled
+    reference spread, ``in_gap`` the same over members against μ_in: the gaps of the
+    signal LiRA scored, after the attacker's ``shift`` (its estimate, without the
+    truth, of how much more confident the target is than its references on every
+    record). Both near 0: calibrated. ``raw_out_gap`` and ``raw_in_gap`` are the
+    gaps before the shift and ``shift`` is in σ too. Reference models trained less
+    than the target (fewer epochs, alone rather than in the federation) leave the
+    target more confident on every record, so both raw gaps come out positive; a
+    shift removes what they share, not a difference between them. ``status`` is
+    "miscalibrated" when either gap LiRA scored exceeds :data:`CALIBRATION_LIMIT` in size.
     """
     target, ref, mask = check_reference(target_phi, ref_phi, ref_in_mask, "LiRA calibration")
     member = torch.as_tensor(is_member).bool().cpu()
     fit_in, fit_out = gaussian_fit(ref, mask), gaussian_fit(ref, ~mask)
     sigma = math.sqrt(pooled_variance(fit_in, fit_out))
 
-    def gap(mu: Tensor, rows: Tensor) -> float:
+    def gap(mu: Tensor, rows: Tensor, by: float) -> float:
         ok = rows & torch.isfinite(mu)
-        return float(((target[ok] - mu[ok]) / sigma).mean()) if bool(ok.any()) else float("nan")
+        return float(((target[ok] - by - mu[ok]) / sigma).mean()) if bool(ok.any()) else float("nan")
 
-    out_gap, in_gap = gap(fit_out.mean, ~member), gap(fit_in.mean, member)
+    out_gap, in_gap = gap(fit_out.mean, ~member, shift), gap(fit_in.mean, member, shift)
     bad = any(math.isfinite(g) and abs(g) > CALIBRATION_LIMIT for g in (out_gap, in_gap))
     return {"out_gap": out_gap, "in_gap": in_gap, "sigma": sigma, "limit": CALIBRATION_LIMIT,
-            "status": "miscalibrated" if bad else "calibrated"}
+            "raw_out_gap": gap(fit_out.mean, ~member, 0.0), "raw_in_gap": gap(fit_in.mean, member, 0.0),
+            "shift": shift / sigma, "status": "miscalibrated" if bad else "calibrated"}
 
 
 # -- statistics ------------------------------------------------------------------
