@@ -109,7 +109,10 @@ def test_membership_section_reads_the_stored_schema_and_says_what_is_missing(run
             "levels": {"0.001": level(0.02, [0.009, 0.037], False), "0.01": {**level(0.083, [0.061, 0.11], True),
                                                                              "p_value": 1e-6, "fpr_achieved": 0.01},
                        "0.1": level(0.4, [0.36, 0.44], True)},
-            "roc": {"fpr": [0.0, 0.002, 0.01, 0.1, 1.0], "tpr": [0.0, 0.03, 0.083, 0.4, 1.0]}}}},
+            "roc": {"fpr": [0.0, 0.002, 0.01, 0.1, 1.0], "tpr": [0.0, 0.03, 0.083, 0.4, 1.0]},
+            "reference": {"kind": "replay", "round": 20},
+            "calibration": {"status": "calibrated", "out_gap": 0.031, "in_gap": -0.012, "raw_out_gap": 1.09,
+                            "raw_in_gap": 1.16, "shift": 1.11}}}},
         "loss": {"global_model": {"clean": {"advantage": 0.05, "members": 500, "nonmembers": 500}}},
         "rmia": {"global_model": {"clean": {"status": "not applicable", "reason": "the encoder has no classes"}}},
         "settings": {"reference_models": 8},  # bookkeeping beside the results, not a variant
@@ -125,6 +128,9 @@ def test_membership_section_reads_the_stored_schema_and_says_what_is_missing(run
     assert "missing auc, roc, levels" in text  # the loss entry is incomplete and says so
     assert "not applicable — the encoder has no classes" in text
     assert "chance" in text  # the ROC's chance line is in the plot legend
+    # the calibration of the signal LiRA scored, the shift it took off and the gaps before it
+    assert ("calibrated: non-members 0.031 σ from the OUT models, members -0.012 σ from the IN models, after LiRA "
+            "took off the target's uniform lift of 1.110 σ (before it 1.090 and 1.160 σ)") in text
     assert any(tag == "svg" for tag, _ in page.tags)
     # TPR@1%FPR significant, lower bound 6.1% > 5% at a resolvable level: a high records tier
     row = page.text["verdict"].split("released model: does it reveal which records were trained on?")[1]
