@@ -108,7 +108,7 @@ CALIBRATION_LIMIT = 1.0  # |mean standardised gap| above this: the reference mod
 
 
 def lira_calibration(target_phi: ArrayLike, ref_phi: ArrayLike, ref_in_mask: ArrayLike, is_member: ArrayLike,
-                     shift: float = 0.0) -> dict[str, Any]:
+                     shift: float | None = None) -> dict[str, Any]:
     """How well the reference models stand in for the target (the auditor's check; it needs the truth).
 
     LiRA assumes a non-member's signal under the target looks like its
@@ -118,8 +118,9 @@ def lira_calibration(target_phi: ArrayLike, ref_phi: ArrayLike, ref_in_mask: Arr
     reference spread, ``in_gap`` the same over members against μ_in: the gaps of the
     signal LiRA scored, after the attacker's ``shift`` (its estimate, without the
     truth, of how much more confident the target is than its references on every
-    record). Both near 0: calibrated. ``raw_out_gap`` and ``raw_in_gap`` are the
-    gaps before the shift and ``shift`` is in σ too. Reference models trained less
+    record). Both near 0: calibrated. With a ``shift`` (None: the signal was scored
+    as is), ``raw_out_gap`` and ``raw_in_gap`` are the gaps before it and ``shift``
+    is in σ too. Reference models trained less
     than the target (fewer epochs, alone rather than in the federation) leave the
     target more confident on every record, so both raw gaps come out positive; a
     shift removes what they share, not a difference between them. ``status`` is
@@ -134,11 +135,12 @@ def lira_calibration(target_phi: ArrayLike, ref_phi: ArrayLike, ref_in_mask: Arr
         ok = rows & torch.isfinite(mu)
         return float(((target[ok] - by - mu[ok]) / sigma).mean()) if bool(ok.any()) else float("nan")
 
-    out_gap, in_gap = gap(fit_out.mean, ~member, shift), gap(fit_in.mean, member, shift)
+    out_gap, in_gap = gap(fit_out.mean, ~member, shift or 0.0), gap(fit_in.mean, member, shift or 0.0)
     bad = any(math.isfinite(g) and abs(g) > CALIBRATION_LIMIT for g in (out_gap, in_gap))
-    return {"out_gap": out_gap, "in_gap": in_gap, "sigma": sigma, "limit": CALIBRATION_LIMIT,
-            "raw_out_gap": gap(fit_out.mean, ~member, 0.0), "raw_in_gap": gap(fit_in.mean, member, 0.0),
-            "shift": shift / sigma, "status": "miscalibrated" if bad else "calibrated"}
+    shifted = {} if shift is None else {"raw_out_gap": gap(fit_out.mean, ~member, 0.0),
+                                        "raw_in_gap": gap(fit_in.mean, member, 0.0), "shift": shift / sigma}
+    return {"out_gap": out_gap, "in_gap": in_gap, "sigma": sigma, "limit": CALIBRATION_LIMIT, **shifted,
+            "status": "miscalibrated" if bad else "calibrated"}
 
 
 # -- statistics ------------------------------------------------------------------
