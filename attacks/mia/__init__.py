@@ -351,10 +351,7 @@ class MembershipInference(Attack):
         if "lira" in variants or want_rmia:
             targets = [t for t, sig in signals.items() if not isinstance(sig, Skipped)]
             refs = reference_signals(self, view, history, prior, challenge, query, targets, pre, device, cache_dir)
-        made = {t: ref.pop("info") for t, ref in refs.items() if isinstance(ref, dict)}
-        for t, ref in refs.items():  # LiRA scores φ less the target's uniform lift over its references
-            if isinstance(ref, dict) and not isinstance(sig := signals[t], Skipped):
-                ref["shift"] = made[t]["shift"] = reference_offset(sig["phi"], ref["phi"])
+        made = _made(refs, signals)
 
         keys = [k for v in variants if v in MODEL_VARIANTS for k in VARIANTS[v]]
         out = {key: {target: sig if isinstance(sig, Skipped) else self._score(key, sig, refs.get(target), challenge, prior)
@@ -419,6 +416,19 @@ class MembershipInference(Attack):
             "rmia": "RMIA: fraction of population records z with LR(x, z) >= 2, Pr(y|x) at T = 2",
             "domain": "-cross-entropy of the global model (Yeom et al.)",
         }[key]
+
+
+def _made(refs: dict[str, dict[str, Any] | Skipped], signals: dict[str, dict[str, Tensor] | Skipped]
+          ) -> dict[str, dict[str, Any]]:
+    """How each target's reference models were made, with the target's uniform lift over them (``shift``, which
+    LiRA takes off the target's φ), set on the references too."""
+    made = {}
+    for t, ref in refs.items():
+        if isinstance(ref, dict):
+            made[t] = ref.pop("info")
+            if not isinstance(sig := signals[t], Skipped):
+                ref["shift"] = made[t]["shift"] = reference_offset(sig["phi"], ref["phi"])
+    return made
 
 
 class MiaLoss(MembershipInference):
