@@ -122,6 +122,7 @@ def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_
         # LiRA's figure is of the signal it scored, less the references' shift; RMIA's of the signal as is
         lira, rmia = first["lira_online"][target][victims[0]]["calibration"], first["rmia"][target][victims[0]]["calibration"]
         assert lira["shift"] == pytest.approx(made["shift"] / lira["sigma"]) and "shift" not in rmia
+        assert "shift" not in first["rmia"][target][victims[0]]["reference"]  # RMIA took none
         assert lira["raw_out_gap"] == pytest.approx(rmia["out_gap"]) and lira["out_gap"] != rmia["out_gap"]
 
     second = audit_membership(MembershipInference(4, seed=fed.cfg.seed, domain_twins=0), run_dir, fed.cfg, fed.method,

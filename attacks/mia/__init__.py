@@ -321,8 +321,9 @@ class MembershipInference(Attack):
                 info.update(status="attacked", signal=self.signal_name(key, prior.label_free),
                             **answer.info.get(target, {}))
                 signals: dict[str, Tensor] = {}
-                if key != "loss":
-                    info["reference"] = answer.references.get(target, {})
+                if key != "loss":  # the shift is LiRA's alone: RMIA scores the signal as published
+                    made = answer.references.get(target, {})
+                    info["reference"] = made if key in VARIANTS["lira"] else {k: v for k, v in made.items() if k != "shift"}
                     if target in answer.reference_phi and target in answer.phi:
                         ref_phi, masks = answer.reference_phi[target]
                         signals = {"phi": answer.phi[target], "reference_phi": ref_phi, "reference_masks": masks}
