@@ -148,7 +148,7 @@ def _references(u: Unit, e: MembershipEntry, label: str, warnings: list[str]) ->
         refs += f" from scratch (no replay: {ref.no_replay})"
     if cal is None:
         return refs
-    shifted = (f", after LiRA took off the target's uniform lift of {f3(cal.shift)} σ (before it "
+    shifted = (f", after the attack took off the target's uniform lift of {f3(cal.shift)} σ (before it "
                f"{f3(cal.raw_out_gap)} and {f3(cal.raw_in_gap)} σ)" if cal.shift is not None else "")
     refs += (f" ({cal.status}: non-members {f3(cal.out_gap)} σ from the OUT models, members "
              f"{f3(cal.in_gap)} σ from the IN models{shifted})")

@@ -17,8 +17,8 @@ server attacking every victim, 8 reference models per victim), each with ``--ref
 
 One row per (case, attack, target): AUC, TPR at 1% and at 0.1% FPR with their 95% Clopper–Pearson intervals (the
 mean over victims, and the widest interval), and the reference models' calibration (the mean offset of the target's
-non-members from the OUT models and of its members from the IN models, in σ, of the signal LiRA scored; in brackets
-before LiRA took off the target's uniform lift over its references). Runs that already finished under
+non-members from the OUT models and of its members from the IN models, in σ, of the signal the attack scored; in
+brackets before it took off the target's uniform lift over its references, where it took one). Runs that already finished under
 ``--out`` are read back, not redone.
 """
 
@@ -72,7 +72,7 @@ def main() -> None:
                                                                   "docs/results/membership_strength.md)")
     args = parser.parse_args()
     lines = ["| case | attack | references | target | AUC | TPR at 1% FPR [widest 95% CI] | TPR at 0.1% FPR "
-             "[widest 95% CI] | calibration: non-members / members (σ; before LiRA's shift) | members / non-members per victim |",
+             "[widest 95% CI] | calibration: non-members / members (σ; before the attack's shift) | members / non-members per victim |",
              "|---|---|---|---|---|---|---|---|---|"]
     walls = []
     for case, options in CASES.items():

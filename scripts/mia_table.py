@@ -44,8 +44,8 @@ ABOUT = ("`--attack mia` on `{dataset}`: quick profile, default target domain, s
          "of the commit named (⚠: fewer non-members than 1% FPR can resolve). LiRA's and RMIA's references replay "
          "the victim's rounds where the method declares its round recipe (fedavg) and train from scratch "
          "otherwise; the calibration column says how far they sit from the target (non-members from the OUT "
-         "models / members from the IN models, in σ, after LiRA took off the target's uniform lift over them, and "
-         "before it).")
+         "models / members from the IN models, in σ, after the attack took off the target's uniform lift over them, "
+         "and before it).")
 ARTIFACT_ABOUT = ("`--attack mia-loss,mia-artifact` on `{dataset}`: quick profile, default target domain, seed 0, "
                   "every victim; one row per (method, artifact) with the loss attack on the same run's global "
                   "model beside it. The verdict is the tier of the artifact's membership row, by the rules of the "

@@ -72,7 +72,7 @@ def finished_run(out: Path) -> Path | None:
 
 
 def calibration_cell(cal: list[dict]) -> str:
-    """Mean calibration gaps over victims, non-members / members in σ, of the signal LiRA scored, then before the
+    """Mean calibration gaps over victims, non-members / members in σ, of the signal the attack scored, then before the
     attacker's shift where the runs stored one; "miscalibrated" where any victim's was."""
     if not cal:
         return "–"

@@ -365,3 +365,34 @@ def test_lira_scores_a_target_less_its_uniform_lift_over_the_references(one_thre
     for key, statistic in (("lira_online", lira_online), ("lira_offline", lira_offline)):
         ours = attack._score(key, {"phi": lifted}, ref_set, None, None)  # type: ignore[arg-type]
         assert torch.equal(ours, statistic(lifted - 1.5, ref, masks))
+
+
+def test_rmia_scores_the_target_less_the_same_shift_as_lira(one_thread):
+    """RMIA's Pr(x|θ) comes from the challenge's logits with the shift taken off the true label's logit: the same
+    shifted target LiRA scores (its φ lower by exactly the shift), the population records left as they are."""
+    g = torch.Generator().manual_seed(1)
+    n, k, c, models = 40, 30, 5, 4
+    logits, flipped = torch.randn(n, c, generator=g), torch.randn(n, c, generator=g)
+    y = torch.randint(0, c, (n,), generator=g)
+    shifted, shifted_flip = logits.double().clone(), flipped.double().clone()
+    shifted[torch.arange(n), y] -= 0.7
+    shifted_flip[torch.arange(n), y] -= 0.7
+    assert torch.allclose(lira_signal(shifted, y, shifted_flip), lira_signal(logits, y, flipped) - 0.7)
+    assert torch.allclose(rmia_prob(logits, y, flipped_logits=flipped, shift=0.7), rmia_prob(shifted, y, flipped_logits=shifted_flip))
+
+    masks = inclusion_masks(n, models, g)
+    ref = {"p_x": torch.rand(models, n, generator=g, dtype=torch.float64), "masks": masks, "shift": 0.7,
+           "p_z": torch.rand(models, k, generator=g, dtype=torch.float64)}
+    p_z = torch.rand(k, generator=g, dtype=torch.float64)
+
+    class Challenge:
+        labels, population_labels = y, torch.zeros(k)
+
+    class Prior:
+        label_free = False
+
+    ours = MembershipInference()._score("rmia", {"logits": logits, "flipped": flipped, "p_z": p_z}, ref, Challenge(),  # type: ignore[arg-type]
+                                        Prior())  # type: ignore[arg-type]
+    expected = rmia_score(rmia_prob(shifted, y, flipped_logits=shifted_flip), ref["p_x"], masks, p_z, ref["p_z"])
+    assert torch.equal(ours, expected)
+    assert not torch.equal(ours, rmia_score(rmia_prob(logits, y, flipped_logits=flipped), ref["p_x"], masks, p_z, ref["p_z"]))

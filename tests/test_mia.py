@@ -119,11 +119,12 @@ def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_
     for target in ("global_model", "last_upload"):
         made = first["lira_online"][target][victims[0]]["reference"]
         assert (made["kind"], made["round"], made["epochs"]) == ("replay", fed.cfg.rounds, fed.cfg.local_epochs)
-        # LiRA's figure is of the signal it scored, less the references' shift; RMIA's of the signal as is
+        # Both scored the target less the references' shift, and each figure is of that signal, raw gaps kept
         lira, rmia = first["lira_online"][target][victims[0]]["calibration"], first["rmia"][target][victims[0]]["calibration"]
-        assert lira["shift"] == pytest.approx(made["shift"] / lira["sigma"]) and "shift" not in rmia
-        assert "shift" not in first["rmia"][target][victims[0]]["reference"]  # RMIA took none
-        assert lira["raw_out_gap"] == pytest.approx(rmia["out_gap"]) and lira["out_gap"] != rmia["out_gap"]
+        assert lira["shift"] == pytest.approx(made["shift"] / lira["sigma"]) and made["shift"] != 0
+        assert first["rmia"][target][victims[0]]["reference"]["shift"] == made["shift"]
+        assert rmia["out_gap"] == pytest.approx(lira["out_gap"]) and rmia["raw_out_gap"] == pytest.approx(lira["raw_out_gap"])
+        assert lira["raw_out_gap"] - lira["out_gap"] == pytest.approx(lira["shift"])
 
     second = audit_membership(MembershipInference(4, seed=fed.cfg.seed, domain_twins=0), run_dir, fed.cfg, fed.method,
                               fed, prior, role=SERVER, victims=victims)

@@ -66,12 +66,13 @@ cosine similarity of the embeddings of two SimCLR views of the record
 directly; LiRA uses its Fisher z-transform atanh(c) as φ. RMIA needs class
 probabilities and is reported as not applicable.
 
-LiRA scores each target's φ less the target's uniform lift over its references, estimated from the unlabelled
+LiRA and RMIA score each target less its uniform lift over its references, estimated from the unlabelled
 challenge (:func:`fedaudit.attacks.mia.scorers.reference_offset`; stored as the references' ``shift``): replayed
 references hold the other clients' updates to first order, and the released model they rebuild is measurably less
-confident on the victim's whole domain than the real one (+0.2 to +1.2 σ on fedavg digits before the shift). RMIA is
-scored as published: its ratio to population records cancels a lift that reaches them too, not one on the victim's
-domain alone.
+confident on the victim's whole domain than the real one (+0.2 to +1.2 σ on fedavg digits before the shift). The
+shift comes off the true label's logit of each challenge record, which lowers LiRA's φ by exactly the shift and
+gives RMIA's Pr(x|θ) from the same shifted target; the population records z, from other domains, are left as
+they are.
 
 Hyper-parameters, the same in ``quick`` and ``paper`` except N:
 RMIA T = 2, γ = 2 (:mod:`fedaudit.attacks.mia.scorers`); 4 consistency view pairs.
@@ -123,7 +124,7 @@ from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.attacks.mia.signals import (MIA_STREAM, NOT_APPLICABLE, Skipped, attacker_preprocess, consistency_views,
                                           last_upload, target_signals)
 from fedaudit.attacks.mia.scorers import (consistency, lira_offline, lira_online, loss_signal, reference_offset,
-                                          rmia_score)
+                                          rmia_prob, rmia_score)
 from fedaudit.run.options import Option
 from fedaudit.run.seeds import derive_seed
 from fedaudit.simulation.wire import WireView
@@ -321,9 +322,8 @@ class MembershipInference(Attack):
                 info.update(status="attacked", signal=self.signal_name(key, prior.label_free),
                             **answer.info.get(target, {}))
                 signals: dict[str, Tensor] = {}
-                if key != "loss":  # the shift is LiRA's alone: RMIA scores the signal as published
-                    made = answer.references.get(target, {})
-                    info["reference"] = made if key in VARIANTS["lira"] else {k: v for k, v in made.items() if k != "shift"}
+                if key != "loss":
+                    info["reference"] = answer.references.get(target, {})
                     if target in answer.reference_phi and target in answer.phi:
                         ref_phi, masks = answer.reference_phi[target]
                         signals = {"phi": answer.phi[target], "reference_phi": ref_phi, "reference_masks": masks}
@@ -384,7 +384,8 @@ class MembershipInference(Attack):
             return lira_online(sig["phi"] - ref["shift"], ref["phi"], ref["masks"])
         if key == "lira_offline":
             return lira_offline(sig["phi"] - ref["shift"], ref["phi"], ref["masks"])
-        return rmia_score(sig["p_x"], ref["p_x"], ref["masks"], sig["p_z"], ref["p_z"])
+        p_x = rmia_prob(sig["logits"], challenge.labels.cpu(), flipped_logits=sig.get("flipped"), shift=ref["shift"])
+        return rmia_score(p_x, ref["p_x"], ref["masks"], sig["p_z"], ref["p_z"])
 
     # -- targets -----------------------------------------------------------------------
 
@@ -422,7 +423,7 @@ class MembershipInference(Attack):
 def _made(refs: dict[str, dict[str, Any] | Skipped], signals: dict[str, dict[str, Tensor] | Skipped]
           ) -> dict[str, dict[str, Any]]:
     """How each target's reference models were made, with the target's uniform lift over them (``shift``, which
-    LiRA takes off the target's φ), set on the references too."""
+    LiRA and RMIA take off the target's true-label logit), set on the references too."""
     made = {}
     for t, ref in refs.items():
         if isinstance(ref, dict):

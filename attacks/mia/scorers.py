@@ -131,17 +131,22 @@ def lira_signal(logits: Tensor, labels: Tensor, flipped_logits: Tensor | None = 
 
 
 def rmia_prob(logits: Tensor, labels: Tensor, temperature: float = RMIA_TEMPERATURE,
-              flipped_logits: Tensor | None = None) -> Tensor:
+              flipped_logits: Tensor | None = None, shift: float = 0.0) -> Tensor:
     """RMIA's Pr(x|θ): softmax probability of the true label at ``temperature``, [..., n] (float64).
 
-    With ``flipped_logits`` the mean of both views' probabilities.
+    With ``flipped_logits`` the mean of both views' probabilities. ``shift`` is taken off the true label's logit
+    first, which lowers LiRA's φ by exactly ``shift`` (:func:`reference_offset`): RMIA then scores the target
+    LiRA scores.
     """
     if not temperature > 0:
         raise FedauditError(f"RMIA temperature must be > 0, got {temperature!r}; the paper uses 2")
-    logp = torch.log_softmax(logits.double() / temperature, dim=-1)
-    p = logp.gather(-1, _true_label_index(logits, labels)).squeeze(-1).exp()
+    idx = _true_label_index(logits, labels)
+    z = logits.double()
+    if shift:
+        z = z.scatter(-1, idx, z.gather(-1, idx) - shift)
+    p = torch.log_softmax(z / temperature, dim=-1).gather(-1, idx).squeeze(-1).exp()
     if flipped_logits is not None:
-        p = 0.5 * (p + rmia_prob(flipped_logits, labels, temperature))
+        p = 0.5 * (p + rmia_prob(flipped_logits, labels, temperature, shift=shift))
     return p
 
 

@@ -69,7 +69,8 @@ def attacker_preprocess(prior: AttackerPrior, device: torch.device) -> Preproces
 
 def target_signals(forward: Query, challenge: MembershipChallenge, pre: Preprocess, prior: AttackerPrior,
                    want_rmia: bool, precision: str, seed: int, pairs: int) -> dict[str, Tensor]:
-    """Per-record signals of one target: ``loss`` and LiRA's ``phi`` (and RMIA's ``p_x``/``p_z``)."""
+    """Per-record signals of one target: ``loss`` and LiRA's ``phi`` (and, for RMIA, the challenge's ``logits``
+    and ``flipped`` logits, from which Pr(x|θ) is taken once the references' shift is known, and ``p_z``)."""
     y = challenge.labels.cpu()
     if prior.label_free:
         views = consistency_views(challenge, prior, seed, pairs)
@@ -82,7 +83,9 @@ def target_signals(forward: Query, challenge: MembershipChallenge, pre: Preproce
     sig = {"loss": loss_signal(logits, y), "phi": lira_signal(logits, y, flipped)}
     if want_rmia:
         pop, pop_flipped = outs.pop(0), outs.pop(0) if prior.hflip else None
-        sig["p_x"] = rmia_prob(logits, y, flipped_logits=flipped)
+        sig["logits"] = logits
+        if flipped is not None:
+            sig["flipped"] = flipped
         sig["p_z"] = rmia_prob(pop, challenge.population_labels.cpu(), flipped_logits=pop_flipped)
     return sig
 

@@ -323,7 +323,7 @@ def _victim_entry(out: AttackOutput, is_member: Tensor, exposure: int) -> dict[s
             reference = {**reference, "target_exposure_epochs": exposure}
         entry["reference"] = reference
         if out.signals:  # did the reference models stand in for this target? (the auditor knows who is a member)
-            # the signal the attack scored: less the references' shift where it took one (LiRA), else as is
+            # the signal the attack scored: less the references' shift where it took one (LiRA, RMIA), else as is
             shift = float(reference["shift"]) if "shift" in reference else None
             entry["calibration"] = lira_calibration(out.signals["phi"], out.signals["reference_phi"],
                                                     out.signals["reference_masks"], is_member, shift)

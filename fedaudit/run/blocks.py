@@ -218,9 +218,9 @@ class Roc(Block):
 @dataclass(frozen=True)
 class Calibration(Block):
     status: Any = None
-    out_gap: Any = None  # σ, of the signal LiRA scored (after the attacker's shift)
+    out_gap: Any = None  # σ, of the signal the attack scored (after the attacker's shift)
     in_gap: Any = None
-    raw_out_gap: Any = None  # σ, before the shift (absent: stored before LiRA shifted)
+    raw_out_gap: Any = None  # σ, before the shift (absent: stored before the attacks shifted)
     raw_in_gap: Any = None
     shift: Any = None  # σ
 
@@ -233,7 +233,7 @@ class ReferenceTraining(Block):
     round: Any = None  # a replay's round
     released_as: Any = None  # a replay of the released model: the mean it was found to be
     no_replay: Any = None  # a from-scratch set: why no replay ran
-    shift: Any = None  # φ units: the target's uniform lift over these references, which LiRA took off
+    shift: Any = None  # φ units: the target's uniform lift over these references, which LiRA and RMIA took off
 
 
 # -- accuracy and communication ------------------------------------------------------------------------
