@@ -128,9 +128,9 @@ def test_membership_section_reads_the_stored_schema_and_says_what_is_missing(run
     assert "missing auc, roc, levels" in text  # the loss entry is incomplete and says so
     assert "not applicable — the encoder has no classes" in text
     assert "chance" in text  # the ROC's chance line is in the plot legend
-    # the calibration of the signal LiRA scored, the shift it took off and the gaps before it
-    assert ("calibrated: non-members 0.031 σ from the OUT models, members -0.012 σ from the IN models, after LiRA "
-            "took off the target's uniform lift of 1.110 σ (before it 1.090 and 1.160 σ)") in text
+    # the calibration of the signal the attack scored, the shift it took off and the gaps before it
+    assert ("calibrated: non-members 0.031 σ from the OUT models, members -0.012 σ from the IN models, after the "
+            "attack took off the target's uniform lift of 1.110 σ (before it 1.090 and 1.160 σ)") in text
     assert any(tag == "svg" for tag, _ in page.tags)
     # TPR@1%FPR significant, lower bound 6.1% > 5% at a resolvable level: a high records tier
     row = page.text["verdict"].split("released model: does it reveal which records were trained on?")[1]
