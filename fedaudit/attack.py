@@ -226,10 +226,11 @@ class Attack:
         before training; the wire keeps only the newest round otherwise."""
         return False
 
-    def for_counterfactual(self, per_class: int | None = None) -> Attack | None:
+    def for_counterfactual(self, per_class: int | None = None, images: int | None = None) -> Attack | None:
         """The same attack, same budget, without its nulls: what the auditor re-runs on counterfactual
         artifacts (holdout twin, positive control); ``per_class`` images per class when the artifact holds
-        that many (a positive control). None when the attack cannot be re-run that way."""
+        that many (a positive control), or ``images`` of classes it is not told (one record's own statistics).
+        None when the attack cannot be re-run that way."""
         return None
 
     def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str], device: torch.device,

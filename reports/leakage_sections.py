@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fedaudit.audit.verdict.wording import fdp_bound
-from fedaudit.run.blocks import DP, Identified, Judges, PowerShown, Score
+from fedaudit.run.blocks import DP, POWER_SINGLE, Identified, Judges, PowerShown, Score
 from fedaudit.run.entries import CanaryAudit, ClaimedCurve, ReconstructionEntry, ReconstructionTable
 from fedaudit.reports import plots
 from fedaudit.reports.cells import (MISSING, NULL_LABELS, Table, aligned, as_text, ci_text, f3, is_finite,
@@ -245,7 +245,8 @@ def _power_text(power: PowerShown) -> str:
                                                                    ("class_fidelity", v.class_fidelity))
                  if v.has(name) and score is not None]
         parts.append(f"identifiability {f3(v.identifiability)} (p {p_fmt(v.p_value)})")
-        sizes.append(f"{k}/class ({v.images} images): " + ", ".join(parts))
+        case = f"one image alone ({v.images} artifacts)" if k == POWER_SINGLE else f"{k}/class ({v.images} images)"
+        sizes.append(f"{case}: " + ", ".join(parts))
     verdict = "reached" if power.reached else "NOT reached"
     verdict += ", record-level" if power.record_level else ", not record-level"
     verdict += f" (p {p_fmt(power.p_value)})"

@@ -249,7 +249,8 @@ def test_cli_attack_fills_leakage_for_every_victim_and_records_its_settings(tmp_
         # every metric beside its nulls: untrained control, prior-only control, holdout twin
         assert set(entry["metrics"]["domain_attribution"]) == {"attack", "control", "prior_only", "twin"}
         assert entry["twin"]["status"] == "scored" and entry["power"]["status"] == "measured"
-        assert set(entry["power"]["sizes"]) == {"1", "2"} and entry["power"]["reached"] is False  # 3 steps: no power
+        # one image alone, one and two per class; 3 steps: no power
+        assert set(entry["power"]["sizes"]) == {"single", "1", "2"} and entry["power"]["reached"] is False
     rows = {r["row"]: r for r in metrics["verdict"]}
     assert rows["full_model↑"]["tier"] == "inconclusive"  # a 3-step attack cannot read LOW
     assert leak["settings"]["iters"] == 3 and leak["settings"]["per_class"] == 1

@@ -28,8 +28,10 @@ def _entry(ident: dict, power_reached: bool | None = True, record_level: bool | 
     power = ({"status": "not available", "reason": "no counterfactual"} if power_reached is None else
              {"status": "measured", "reached": bool(power_reached or record_level), "record_level": record_level,
               "p_value": min(p_reveals, p_record), "p_reveals": p_reveals, "p_record_level": p_record,
-              "sizes": {"1": {"p_reveals": p_reveals, "p_record_level": p_record, "identifiability": 0.5,
-                              "p_value": p_record}}})
+              "sizes": {"single": {"p_reveals": 0.5, "p_record_level": p_record, "identifiability": 0.9,
+                                   "p_value": p_record},
+                        "1": {"p_reveals": p_reveals, "p_record_level": 0.5, "identifiability": 0.5,
+                              "p_value": 0.5}}})
     return {"status": "attacked", "image_grid": "images/x.png", "metrics": {"identifiability": ident}, "power": power}
 
 
@@ -92,7 +94,8 @@ def test_many_victims_are_corrected_for_multiplicity():
 def test_low_needs_power_otherwise_inconclusive():
     nothing = _ident(0.5, (0.34, 0.66), 0.5, control=0.5, prior_only=0.5, twin=0.5)
     low = _row(_metrics({"clean": _entry(nothing, power_reached=True)}))
-    assert low["tier"] == LOW and "singled out a few member images" in low["reason"]
+    # the reason names the control that singled the members out: here each image's own statistics
+    assert low["tier"] == LOW and "singled out member images from the statistics of each image alone" in low["reason"]
     # A control that revealed the members' domain but could not single them out gives the records row no power:
     # the LOW a reviewer reads about records is never one where records were not testable (issue 47).
     domain_only = _row(_metrics({"clean": _entry(nothing, power_reached=True, record_level=False)}))
@@ -188,7 +191,7 @@ def test_near_chance_model_with_unequal_counts_is_never_high_and_a_short_attack_
     ident = metrics["leakage"]["deepinversion"]["full_model"]["clean"]["metrics"]["identifiability"]
     assert 0.4 < ident["chance"] < 0.6 and ident["balanced"]["members"] > 3 * ident["balanced"]["nonmembers"]
     row = next(r for r in metrics["verdict"] if r["row"] == "full_model↑")
-    assert row["tier"] == "inconclusive" and "handful of member images" in row["reason"]
+    assert row["tier"] == "inconclusive" and "single out even the member images" in row["reason"]
     evidence = [e for e in row["evidence"] if e["test"] == "identifiability"]
     assert evidence and all(e["tier"] == "low" and e["baseline_name"] for e in evidence)
     assert all(e["power"]["reached"] is False for e in evidence)

@@ -130,9 +130,9 @@ class DeepInversion(Attack):
             access: Access = NO_ACCESS) -> list[AttackOutput]:
         return self.run_batch(view, prior, [victim], device, access)
 
-    def for_counterfactual(self, per_class: int | None = None) -> DeepInversion:
-        return DeepInversion(replace(self.settings, nulls=False, per_class=per_class or self.settings.per_class),
-                             self.own_weight)
+    def for_counterfactual(self, per_class: int | None = None, images: int | None = None) -> DeepInversion:
+        return DeepInversion(replace(self.settings, nulls=False, per_class=per_class or self.settings.per_class,
+                                     images=images), self.own_weight)
 
     def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str], device: torch.device,
                   access: Access = NO_ACCESS) -> list[AttackOutput]:
@@ -140,6 +140,11 @@ class DeepInversion(Attack):
         found = find_targets(view, prior, victims, device, self.own_weight)
         fresh, base = found.fresh, found.base
         outputs = [self._status_of(view.role, u.victim, u.artifact, u.status, u.reason) for u in found.unavailable]
+        if self.settings.images is not None and (found.heads or found.banks):  # a classless count: statistics only
+            outputs += [self._status_of(view.role, j.victim, j.artifact.kind.value, "not applicable",
+                                        "an artifact of records of unknown class is inverted from BatchNorm "
+                                        "statistics only") for j in [*found.heads, *found.banks]]
+            found.heads, found.banks = [], []
         if found.heads:
             outputs += self._invert_heads(fresh, found.heads, prior, view.role, device)
         for kind in BANK_KINDS:
@@ -166,7 +171,7 @@ class DeepInversion(Attack):
                 nulls = {"prior_only": result.images[2 * len(jobs) + i]}
             for v in job.victims:
                 outputs.append(AttackOutput(self.name, view.role, v, job.artifact, images=result.images[i],
-                                            targets=result.labels,
+                                            targets=result.labels if self.settings.images is None else None,
                                             control_images=result.images[len(jobs) + i] if controls else None,
                                             nulls=dict(nulls), info=dict(info, status="attacked")))
         return outputs

@@ -80,6 +80,9 @@ class InversionSettings:
     precision: str = "fp32"
     victims: str = "auto"
     seed: int = 0
+    # An artifact of records whose classes the attacker is not told (the positive control of one record): this
+    # many images per victim, no class target (CE off). None: every class × ``per_class``.
+    images: int | None = None
     # Run the nulls beside the attack (untrained control, prior-only control). The auditor switches
     # them off when it re-runs the attack on counterfactual artifacts (twin, power), which need none.
     nulls: bool = True
@@ -302,6 +305,8 @@ def invert(model: nn.Module, targets: Sequence[InversionTarget], num_classes: in
     t0 = time.perf_counter()
     matchers = list(matchers) if matchers is not None else [BNStatMatcher(settings.first_bn_mult), ClassCE()]
     weights = {"bn": settings.bn_weight, "ce": settings.ce_weight, **(weights or {})}
+    if settings.images is not None:  # no class target to score the logits against
+        weights["ce"] = 0.0
     names = [m.name for m in matchers]
     model = model.to(device).eval()
     handles = [h for m in matchers for h in m.attach(model)]
@@ -364,7 +369,8 @@ def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int
               lo: Tensor, hi: Tensor, device: torch.device, matchers: list[Matcher], weights: dict[str, float],
               names: list[str], log_every: int, t0: float) -> InversionResult:
     v = len(targets)
-    y = target_labels(num_classes, settings.per_class, device)
+    y = (target_labels(num_classes, settings.per_class, device) if settings.images is None else
+         torch.zeros(settings.images, dtype=torch.long, device=device))  # no class: CE is gated off
     n = y.numel()
     template = model.state_dict()
     # Contiguous whatever layout a victim arrives in: a CUDA-trained state is channels_last, and cuDNN's

@@ -13,10 +13,16 @@ records whose membership it controls:
   a reference.
 * **power** (positive control) — the artifact computed from a handful of the
   victim's member images, one (and two) per class (:data:`POWER_PER_CLASS`),
-  inverted by the same attack with the same iterations and weights into as
-  many images as the artifact holds: the textbook case where recovery is
-  known to be possible. If the attack cannot beat its null there, a LOW
-  reading elsewhere means "too weak to tell", not "safe".
+  and the artifact of **one member image alone** (:data:`POWER_SINGLE`: one
+  artifact per image of the one-per-class draw, its class not told to the
+  attack), inverted by the same attack with the same iterations and weights
+  into as many images as the artifact holds: the textbook case where recovery
+  is known to be possible. If the attack cannot beat its null there, a LOW
+  reading elsewhere means "too weak to tell", not "safe". The one-record
+  artifact is the case record-level recovery is possible in at all for
+  statistics pooled over a batch: a batch's per-channel BatchNorm statistics
+  do not say which image carried which colour or where, so seven pooled
+  images are matched by many other images (docs/results/inversion_power.md).
 
 Only what depends on the records is recomputed; everything else the
 observer holds stays as it was on the wire. The twin *swaps* the records: it
@@ -71,6 +77,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.attack import AttackerPrior
+from fedaudit.run.blocks import POWER_SINGLE
 from fedaudit.simulation.training import Preprocess
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 from fedaudit.simulation.wire_views import latest_weights, overlay_state, style_encoder_in_view
@@ -106,6 +113,12 @@ class TrainingRecipe:
 
 def power_case(per_class: int) -> str:
     return f"{POWER}:{per_class}"
+
+
+def single_case(index: int) -> str:
+    """The case of the ``index``-th one-record artifact of the positive control (that image of the one-per-class
+    draw, :meth:`~fedaudit.audit.leakage.Auditor.power_records`, alone)."""
+    return f"{POWER}:{POWER_SINGLE}:{index}"
 
 
 def pseudo_name(victim: str, case: str) -> str:
@@ -347,5 +360,5 @@ def latent_encoders(cfg: RunConfig, fed: Federation) -> dict[str, Callable[[torc
     return {c.domain: encoder_of(c) for c in fed.clients}
 
 
-__all__ = ["POWER", "POWER_PER_CLASS", "TWIN", "Counterfactual", "Recomputer", "counterfactual_view", "latent_encoders", "replay_statistics",
-           "power_case", "pseudo_name", "split_pseudo"]
+__all__ = ["POWER", "POWER_PER_CLASS", "POWER_SINGLE", "TWIN", "Counterfactual", "Recomputer", "counterfactual_view", "latent_encoders", "replay_statistics",
+           "power_case", "pseudo_name", "single_case", "split_pseudo"]

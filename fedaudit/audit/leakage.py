@@ -335,6 +335,10 @@ class Auditor:
         attack and ordered by class) — the records behind a positive control."""
         return self.records[victim].members_x[self._power_index(victim, per_class)]
 
+    def power_labels(self, victim: str, per_class: int) -> Tensor:
+        """The classes of :meth:`power_records`, in their order."""
+        return self.records[victim].members_y[self._power_index(victim, per_class)]
+
     def _power_index(self, victim: str, per_class: int) -> Tensor:
         y = self.records[victim].members_y
         g = torch.Generator().manual_seed(self.seed + 17 * (1 + self.domains.index(victim)))

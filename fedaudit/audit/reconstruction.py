@@ -8,7 +8,9 @@ For every artifact a reconstruction attack inverts, the auditor stores
   twin** (``twin``: the same attack on the artifact recomputed from holdout
   records), and the computed chance levels (:func:`fedaudit.audit.leakage.with_nulls`);
 * its **power**: the same attack, same iterations and weights, on the
-  artifact of one and two member images per class
+  artifact of one member image alone (one artifact per image,
+  :data:`~fedaudit.audit.counterfactual.POWER_SINGLE`) and of one and two
+  member images per class
   (:data:`~fedaudit.audit.counterfactual.POWER_PER_CLASS`). ``reached`` when,
   for some size, the reconstructions reveal what the verdict's tests look
   for — the victim's domain or the intended class — significantly more often
@@ -34,22 +36,25 @@ from fedaudit.attack import Attack, AttackerPrior, AttackOutput
 from fedaudit.run import run_directory
 from fedaudit.audit.counterfactual import (
     POWER_PER_CLASS,
+    POWER_SINGLE,
     TWIN,
     Counterfactual,
     counterfactual_view,
     power_case,
     pseudo_name,
+    single_case,
     split_pseudo,
 )
 from fedaudit.audit.leakage import MATCHED_METRICS, Auditor, domain_matrix, image_grid, macro_diagonal, with_nulls
 from fedaudit.audit.verdict import POWER_ALPHA
 from fedaudit.simulation.wire import SERVER, WireView
 
-POWER_RULE = ("reached when, for one or two member images per class, the reconstructions from their artifact are "
-              "attributed to the victim's domain, or labelled as their intended class, more often than the prior-only "
-              "control's (one-sided Fisher), or are record_level: closer to those members than to as many non-members "
-              f"of their class (permutation test) and than the prior-only control's are; p <= {POWER_ALPHA} after "
-              "Bonferroni over the metrics and sizes, and in the verdict Holm over the row's victims")
+POWER_RULE = ("reached when, for one member image alone (its class not told to the attack) or one or two member "
+              "images per class, the reconstructions from their artifact are attributed to the victim's domain, or "
+              "labelled as their intended class, more often than the prior-only control's (one-sided Fisher), or are "
+              "record_level: closer to those members than to as many non-members of their class (permutation test) "
+              f"and than the prior-only control's are; p <= {POWER_ALPHA} after Bonferroni over the metrics and "
+              "sizes, and in the verdict Holm over the row's victims")
 Key = tuple[str, str, str]  # (victim, artifact, case)
 
 
@@ -70,7 +75,7 @@ def run_counterfactuals(attack: Attack, view: WireView, prior: AttackerPrior, vi
     """The attack (without nulls) on the holdout twin and on each positive control of every victim.
 
     Returns the outputs by (victim, artifact, case), and why a (victim, artifact, case) is absent."""
-    cases = [TWIN, *(power_case(k) for k in POWER_PER_CLASS)]
+    cases = [TWIN, *(power_case(k) for k in POWER_PER_CLASS), POWER_SINGLE]
     absent: dict[Key, str] = {}
     if attack.for_counterfactual() is None:
         return {}, {("*", "*", c): f"{attack.name} has no counterfactual run yet" for c in cases}
@@ -82,17 +87,24 @@ def run_counterfactuals(attack: Attack, view: WireView, prior: AttackerPrior, vi
         if case == TWIN:
             bare = attack.for_counterfactual()
             records = [Counterfactual(v, case, auditor.twin_records(v), swap_out=auditor.members(v)) for v in victims]
+        elif case == POWER_SINGLE:  # one artifact per member image, each inverted into one image of unknown class
+            bare = attack.for_counterfactual(images=1)
+            records = [Counterfactual(v, single_case(i), image[None])
+                       for v in victims for i, image in enumerate(auditor.power_records(v, 1))]
         else:
             per_class = int(case.split(":")[1])
             bare = attack.for_counterfactual(per_class)
             records = [Counterfactual(v, case, auditor.power_records(v, per_class)) for v in victims]
+        if bare is None:
+            absent.update({(v, "*", case): f"{attack.name} cannot be re-run on this counterfactual" for v in victims})
+            continue
         cf_view, skipped = counterfactual_view(view, prior, records, device, auditor.recipe, auditor.seed,
                                                auditor.latent_encoders)
         cf_view = observe(cf_view) if observe else cf_view
         # One batch per case: cases differ in artifact shape (a bank of 10 spectra vs of 90).
-        for o in bare.run_batch(cf_view, prior, [pseudo_name(v, case) for v in victims], device):
-            victim, _ = split_pseudo(o.victim)
-            key = (victim, o.artifact, case)
+        for o in bare.run_batch(cf_view, prior, [pseudo_name(r.victim, r.case) for r in records], device):
+            victim, sub = split_pseudo(o.victim)
+            key = (victim, o.artifact, sub)
             why = skipped.get(o.victim, {}).get(o.artifact.split(":")[0])
             if why is not None:
                 absent[key] = why
@@ -104,7 +116,9 @@ def run_counterfactuals(attack: Attack, view: WireView, prior: AttackerPrior, vi
 
 
 def _why_absent(absent: dict[Key, str], victim: str, artifact: str, case: str) -> str:
-    return absent.get((victim, artifact, case)) or absent.get(("*", "*", case)) or "not run"
+    group = POWER_SINGLE if case.split(":")[1:2] == [POWER_SINGLE] else case  # a one-record case: its group's reason
+    return (absent.get((victim, artifact, case)) or absent.get((victim, "*", group)) or absent.get(("*", "*", group))
+            or "not run")
 
 
 def score_section(attack: str, outputs: list[AttackOutput], counter: dict[Key, AttackOutput], absent: dict[Key, str],
@@ -187,19 +201,19 @@ def _scorer(auditor: Auditor, out: AttackOutput) -> Callable[..., dict[str, Any]
 
 def _power(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput], absent: dict[Key, str],
            latent: bool, prior_only: dict[str, Any] | None) -> dict[str, Any]:
-    """The positive control of one attacked artifact, per size (member images per class): whether its
+    """The positive control of one attacked artifact, per size (one member image alone, or member images per
+    class): whether its
     reconstructions reveal what the verdict's tests look for better than the prior-only control's do —
     the victim's domain or the intended class (``reached``), or the records themselves (``record_level``)."""
     sizes: dict[str, Any] = {}
     score = _scorer(auditor, out)
-    for k in POWER_PER_CLASS:
-        cf = counter.get((out.victim, out.artifact, power_case(k)))
-        if cf is None or prior_only is None or score is None:
-            why = (_why_absent(absent, out.victim, out.artifact, power_case(k)) if cf is None else
-                   "no prior-only control ran" if prior_only is None else "not scored")
+    for k in (POWER_SINGLE, *POWER_PER_CLASS):
+        found = _power_reconstructions(auditor, out, counter, absent, k, latent)
+        if isinstance(found, str) or prior_only is None or score is None:
+            why = found if isinstance(found, str) else "no prior-only control ran" if prior_only is None else "not scored"
             sizes[str(k)] = {"status": "not available", "reason": why}
             continue
-        sizes[str(k)] = _power_size(auditor, out, cf, k, score, latent, prior_only)
+        sizes[str(k)] = _power_size(auditor, out, *found, k, score, latent, prior_only)
     ran = [r for r in sizes.values() if "p_reveals" in r]
     if not ran:
         reasons = sorted({r["reason"] for r in sizes.values()})
@@ -212,16 +226,37 @@ def _power(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput]
             "sizes": sizes, "rule": POWER_RULE}
 
 
-def _power_size(auditor: Auditor, out: AttackOutput, cf: AttackOutput, k: int, score: Callable[..., dict[str, Any]],
-                latent: bool, prior_only: dict[str, Any]) -> dict[str, Any]:
-    """One size of the positive control (k member images per class): what its reconstructions reveal against the
-    prior-only control's, with one p-value per question."""
-    recon = cf.latents if latent else cf.images
-    mine = score(recon, cf.targets)
-    sources = auditor.score_power(out.victim, k, recon, cf.targets, latent)
-    null = auditor.score_power(out.victim, k, out.nulls["prior_only"], out.targets, latent)
+def _power_reconstructions(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput],
+                           absent: dict[Key, str], k: int | str, latent: bool) -> tuple[Any, Any] | str:
+    """The reconstructions of one size of the positive control and the classes they are scored for, or why
+    there are none. The one-record size gathers its artifacts' single images, in the order of the one-per-class
+    draw, and scores each for the class of the image it came from (the attack was not told it)."""
+    if k != POWER_SINGLE:
+        cf = counter.get((out.victim, out.artifact, power_case(int(k))))
+        if cf is None:
+            return _why_absent(absent, out.victim, out.artifact, power_case(int(k)))
+        return (cf.latents if latent else cf.images), cf.targets
+    n = auditor.power_records(out.victim, 1).shape[0]
+    singles = [counter.get((out.victim, out.artifact, single_case(i))) for i in range(n)]
+    if any(cf is None or cf.images is None for cf in singles):
+        i = next(i for i, cf in enumerate(singles) if cf is None or cf.images is None)
+        return _why_absent(absent, out.victim, out.artifact, single_case(i))
+    return torch.cat([cf.images for cf in singles]), auditor.power_labels(out.victim, 1)
+
+
+def _power_size(auditor: Auditor, out: AttackOutput, recon: Any, targets: Any, k: int | str,
+                score: Callable[..., dict[str, Any]], latent: bool, prior_only: dict[str, Any]) -> dict[str, Any]:
+    """One size of the positive control (k member images per class, or one image alone): what its reconstructions
+    reveal against the prior-only control's, with one p-value per question."""
+    per_class = 1 if k == POWER_SINGLE else int(k)
+    mine = score(recon, targets)
+    sources = auditor.score_power(out.victim, per_class, recon, targets, latent)
+    null = auditor.score_power(out.victim, per_class, out.nulls["prior_only"], out.targets, latent)
     ident = sources["identifiability"]
-    row: dict[str, Any] = {"per_class": k, "images": int(auditor.power_records(out.victim, k).shape[0])}
+    images = int(auditor.power_records(out.victim, per_class).shape[0])
+    row: dict[str, Any] = {"per_class": per_class, "images": images}
+    if k == POWER_SINGLE:
+        row["records_per_artifact"] = 1  # ``images`` artifacts of one image each
     lifts = []
     for metric in ("domain_attribution", "class_fidelity"):
         if metric in mine and metric in prior_only:

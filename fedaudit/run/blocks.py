@@ -175,6 +175,9 @@ class PowerSize(Block):
     images: Any = None
 
 
+POWER_SINGLE = "single"  # a positive control's size key: the artifact of one member image alone (else per class)
+
+
 @dataclass(frozen=True)
 class PowerShown(Block):
     status: Any = "?"

@@ -264,6 +264,13 @@ class ReconstructionPower:
     def measured(self) -> bool:
         return self.status == "measured" and self.p_value is not None
 
+    @property
+    def record_size(self) -> str | None:
+        """The control size whose reconstructions singled out their members most clearly (smallest p), if any."""
+        p = {k: v.get("identifiability_p_value") for k, v in self.sizes.items()}
+        found = [k for k, x in p.items() if isinstance(x, (int, float))]
+        return min(found, key=lambda k: float(p[k])) if found else None
+
     def summary(self) -> dict[str, Any]:
         """What the verdict's evidence stores of it."""
         if self.status != "measured":

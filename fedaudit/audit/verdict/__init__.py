@@ -74,7 +74,8 @@ image and the latent-feature versions alike (same tests, same counts).
 
 **Power before LOW.** A reconstruction row that would read LOW reads
 INCONCLUSIVE unless one of its attacks reached power — revealed the domain or
-class of a handful of member images from their artifact better than its
+class of a handful of member images from their artifact (or, for records, singled
+out a member image from its own statistics alone) better than its
 prior-only control, at the same budget (the positive control,
 :mod:`fedaudit.audit.reconstruction`). Where the attack could not also single
 those records out (``record_level``), the LOW says record-level leakage was

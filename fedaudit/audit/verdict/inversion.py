@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fedaudit.run.blocks import POWER_SINGLE
 from fedaudit.run.entries import AuditedRun, finite_pair, LiftTest, ReconstructionEntry, ReconstructionPower, ReconstructionTable
 from fedaudit.statistics.membership_statistics import holm
 
@@ -146,12 +147,15 @@ class Powered(Rule):
     def decide(self, case: Case) -> Decision | None:
         measured = [(src, p) for src, p in case.powers if p is not None and p.measured]
         level = [p.p_record_level if case.records else p.p_reveals for _, p in measured]
-        reached = [src for (src, _), a in zip(measured, holm(level)) if a <= POWER_ALPHA]
-        return self(LOW, control=reached[0]) if reached else None
+        reached = [(src, p) for (src, p), a in zip(measured, holm(level)) if a <= POWER_ALPHA]
+        if not reached:
+            return None
+        src, power = reached[0]
+        return self(LOW, control=src, size=power.record_size if case.records else None)
 
     def reason(self, d: Decision, case: Case) -> str:
-        found = ("singled out a few member images from their statistics (reconstructions nearer them than to fresh "
-                 "records of their domain), so it would have found record-level leakage of that kind here"
+        found = (f"singled out member images from {_size_words(d.facts['size'])} (reconstructions nearer them than "
+                 "to fresh records of their domain), so it would have found record-level leakage of that kind here"
                  if case.records else
                  "revealed the domain or class of a few member images from their statistics, so it would have found "
                  "what this artifact tells about the client's data as a whole")
@@ -174,8 +178,9 @@ class Unpowered(Rule):
         if d.facts["why"]:
             budget = f"no positive control ran ({'; '.join(d.facts['why'])})"
         elif case.records:
-            budget = ("the attack could not single out even the handful of member images its positive control was "
-                      "built from, so record-level leakage was not testable at this budget")
+            budget = ("the attack could not single out even the member images its positive control was built from, "
+                      "each from its own statistics alone or a handful pooled, so record-level leakage was not "
+                      "testable at this budget")
         else:
             budget = "the attack could not recover even the artifact of a handful of member images at this budget"
         return (f"no test beat its strongest null ({inversion_notes(case.evidence)}), but {budget}: a low reading "
@@ -187,6 +192,12 @@ class Unpowered(Rule):
     def to_conclude(self, made_by: str) -> str:
         return "an attack strong enough to pass its positive control: " + advice_of(made_by, "stronger_inversion")
 
+
+
+def _size_words(size: str | None) -> str:
+    if size == POWER_SINGLE:
+        return "the statistics of each image alone"
+    return f"the statistics of {size} image(s) per class" if size else "their statistics"
 
 
 RULES: tuple[Rule, ...] = (RowSignificant(), Uninformative(), Powered(), Unpowered())
