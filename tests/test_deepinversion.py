@@ -151,6 +151,27 @@ def test_the_loop_lowers_the_bn_statistics_loss():
     assert long.losses["v"]["bn"] < 0.7 * short.losses["v"]["bn"]
 
 
+def test_one_image_alone_is_recovered_from_its_own_statistics_without_its_class():
+    # The positive control's one-record artifact (issue 58): the statistics of one image, inverted into one image
+    # whose class the attack is not told, land nearer that image than the others it could have been. Pooled
+    # statistics of many images do not pin each image (docs/results/inversion_power.md); one image's do.
+    g = torch.Generator().manual_seed(0)
+    images = torch.nn.functional.interpolate(torch.rand(6, 3, 4, 4, generator=g), size=SIZE, mode="bilinear") * 1.6 - 0.8
+    kw = dict(num_classes=CLASSES, image_size=SIZE, lo=LO, hi=HI, device=torch.device("cpu"))
+    targets = []
+    for i in range(3):
+        model = _model(1)
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.momentum = None
+        model.train()(images[i:i + 1])
+        targets.append(InversionTarget(f"v{i}", model.eval().state_dict()))
+    result = invert(_model(0), targets, settings=InversionSettings(iters=100, images=1), **kw)
+    assert result.images.shape == (3, 1, 3, SIZE, SIZE) and all(result.losses[t.name]["ce"] == 0.0 for t in targets)
+    dist = torch.cdist(result.images.flatten(2).squeeze(1), images.flatten(1))  # [recovered, candidates]
+    assert (dist.argmin(1) == torch.arange(3)).all(), dist
+
+
 def _wire_with(artifacts):
     wire = Wire()
     for a in artifacts:
