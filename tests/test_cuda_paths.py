@@ -147,6 +147,9 @@ def test_the_card_command_inverts_a_cuda_federations_uploads(model, digits):
     # control stacked beside them — where the issue's resnet18 run still crashed after a first fix.
     counterfactual = attack.for_counterfactual()
     assert run_faked(lambda: counterfactual.run_batch(view, prior, victims, CUDA)) == "backward engine.py:_step_gradients"
+    # The one-record control: one image per victim, no class target (issue 58).
+    single = attack.for_counterfactual(images=1)
+    assert run_faked(lambda: single.run_batch(view, prior, victims, CUDA)) == "backward engine.py:_step_gradients"
 
 
 def test_reference_models_train_batched_under_vmap_on_cuda(digits):

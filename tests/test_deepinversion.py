@@ -35,6 +35,7 @@ def _random_stats(model, seed):
 
 
 LO, HI = torch.full((3,), -1.0), torch.full((3,), 1.0)
+RECOVERY_TOLERANCE = 0.15  # bf16 against fp32: each recovered image's distance to its source, relative
 
 
 def test_differencing_recovers_the_mean_statistics_of_the_other_clients():
@@ -151,25 +152,48 @@ def test_the_loop_lowers_the_bn_statistics_loss():
     assert long.losses["v"]["bn"] < 0.7 * short.losses["v"]["bn"]
 
 
-def test_one_image_alone_is_recovered_from_its_own_statistics_without_its_class():
-    # The positive control's one-record artifact (issue 58): the statistics of one image, inverted into one image
-    # whose class the attack is not told, land nearer that image than the others it could have been. Pooled
-    # statistics of many images do not pin each image (docs/results/inversion_power.md); one image's do.
+def _one_image_problems(n=3):
+    """``n`` victims, each the statistics of one smooth image alone, and the 6 candidate images (the first ``n``
+    are the sources)."""
     g = torch.Generator().manual_seed(0)
     images = torch.nn.functional.interpolate(torch.rand(6, 3, 4, 4, generator=g), size=SIZE, mode="bilinear") * 1.6 - 0.8
-    kw = dict(num_classes=CLASSES, image_size=SIZE, lo=LO, hi=HI, device=torch.device("cpu"))
     targets = []
-    for i in range(3):
+    for i in range(n):
         model = _model(1)
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
                 m.momentum = None
         model.train()(images[i:i + 1])
         targets.append(InversionTarget(f"v{i}", model.eval().state_dict()))
-    result = invert(_model(0), targets, settings=InversionSettings(iters=100, images=1), **kw)
+    return targets, images
+
+
+def _recover(targets, precision="fp32"):
+    kw = dict(num_classes=CLASSES, image_size=SIZE, lo=LO, hi=HI, device=torch.device("cpu"))
+    return invert(_model(0), targets, settings=InversionSettings(iters=100, images=1, precision=precision), **kw)
+
+
+def test_one_image_alone_is_recovered_from_its_own_statistics_without_its_class():
+    # The positive control's one-record artifact (issue 58): the statistics of one image, inverted into one image
+    # whose class the attack is not told, land nearer that image than the others it could have been. Pooled
+    # statistics of many images do not pin each image (docs/results/inversion_power.md); one image's do.
+    targets, images = _one_image_problems()
+    result = _recover(targets)
     assert result.images.shape == (3, 1, 3, SIZE, SIZE) and all(result.losses[t.name]["ce"] == 0.0 for t in targets)
     dist = torch.cdist(result.images.flatten(2).squeeze(1), images.flatten(1))  # [recovered, candidates]
     assert (dist.argmin(1) == torch.arange(3)).all(), dist
+
+
+def test_bf16_and_fp32_inversions_agree_on_what_they_recover():
+    # The GPU runs the engine under bf16 autocast (statistics and losses in fp32); on the CPU the same autocast
+    # holds its numerics: the same images are recovered, and each image's distance to its source agrees with
+    # fp32's within RECOVERY_TOLERANCE (relative), as docs/gpu.md states.
+    targets, images = _one_image_problems()
+    dist = {p: torch.cdist(_recover(targets, p).images.flatten(2).squeeze(1), images.flatten(1))
+            for p in ("fp32", "bf16")}
+    assert all((d.argmin(1) == torch.arange(3)).all() for d in dist.values()), dist
+    own = {p: d.diagonal() for p, d in dist.items()}
+    assert ((own["bf16"] - own["fp32"]).abs() <= RECOVERY_TOLERANCE * own["fp32"]).all(), own
 
 
 def _wire_with(artifacts):
