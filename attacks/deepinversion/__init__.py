@@ -64,6 +64,7 @@ from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutp
 from fedaudit.attacks.budget import INVERSION_BUDGET
 from fedaudit.tensor_ops.aggregation import load_state_
 from fedaudit.attacks.deepinversion.engine import (
+    CPU_VMAP_MAX_IMAGES,
     VICTIM_BATCHING,
     AmplitudeProbe,
     InversionSettings,
@@ -105,7 +106,8 @@ class DeepInversion(Attack):
                                       low=0.0, high=1e6),
         "inversion_victims": Option(InversionSettings.victims, "How the victims' inversions are batched: vmap "
                                     "(stacked, one launch per layer for all), loop (one after the other), or auto "
-                                    "(vmap on CUDA, loop on a CPU).", choices=VICTIM_BATCHING),
+                                    f"(vmap on CUDA, and on a CPU for victims of at most {CPU_VMAP_MAX_IMAGES} images; loop "
+                                    "otherwise).", choices=VICTIM_BATCHING),
     }
 
     @classmethod

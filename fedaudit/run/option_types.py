@@ -134,7 +134,7 @@ class EvaluateOptions(TypedDict, total=False):
     #: Weight of the image L2 prior.
     inversion_l2_weight: float
     #: How the victims' inversions are batched: vmap (stacked, one launch per layer for all), loop (one after the
-    #: other), or auto (vmap on CUDA, loop on a CPU).
+    #: other), or auto (vmap on CUDA, and on a CPU for victims of at most 8 images; loop otherwise).
     inversion_victims: Literal['auto', 'vmap', 'loop']
     #: Weight of gradinv's TV prior (DeepInversion's 1e-3 blurs a one-image reconstruction: 21 dB instead of 35).
     gradinv_tv_weight: float
@@ -216,7 +216,7 @@ class AuditOptions(TypedDict, total=False):
     #: Weight of the image L2 prior.
     inversion_l2_weight: float
     #: How the victims' inversions are batched: vmap (stacked, one launch per layer for all), loop (one after the
-    #: other), or auto (vmap on CUDA, loop on a CPU).
+    #: other), or auto (vmap on CUDA, and on a CPU for victims of at most 8 images; loop otherwise).
     inversion_victims: Literal['auto', 'vmap', 'loop']
     #: Weight of gradinv's TV prior (DeepInversion's 1e-3 blurs a one-image reconstruction: 21 dB instead of 35).
     gradinv_tv_weight: float
