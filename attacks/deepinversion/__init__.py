@@ -140,7 +140,6 @@ class DeepInversion(Attack):
                   access: Access = NO_ACCESS) -> list[AttackOutput]:
         """Attack every victim from what ``view`` holds; all inversions run as one batch (no access needed)."""
         found = find_targets(view, prior, victims, device, self.own_weight)
-        fresh, base = found.fresh, found.base
         outputs = [self._status_of(view.role, u.victim, u.artifact, u.status, u.reason) for u in found.unavailable]
         if self.settings.images is not None and (found.heads or found.banks):  # a classless count: statistics only
             outputs += [self._status_of(view.role, j.victim, j.artifact.kind.value, "not applicable",
@@ -148,14 +147,19 @@ class DeepInversion(Attack):
                                         "statistics only") for j in [*found.heads, *found.banks]]
             found.heads, found.banks = [], []
         if found.heads:
-            outputs += self._invert_heads(fresh, found.heads, prior, view.role, device)
+            outputs += self._invert_heads(found.fresh, found.heads, prior, view.role, device)
         for kind in BANK_KINDS:
             mine = [j for j in found.banks if j.artifact.kind == kind]
             if mine:
-                outputs += self._invert_bank(fresh, mine, prior, view, device)
-        jobs = found.stats
-        if not jobs:
-            return outputs
+                outputs += self._invert_bank(found.fresh, mine, prior, view, device)
+        if found.stats:
+            outputs += self._invert_stats(found.fresh, found.base, found.stats, prior, view.role, device)
+        return outputs
+
+    def _invert_stats(self, fresh: nn.Module, base: dict[str, torch.Tensor], jobs: list, prior: AttackerPrior,
+                      role: str, device: torch.device) -> list[AttackOutput]:
+        """BN-statistics inversion of every victim's state, beside its nulls, in one batch."""
+        classless = self.settings.images is not None
         targets = [InversionTarget(f"{j.artifact}/{i}", j.state, {"ce": 1.0 if j.use_ce else 0.0}) for i, j in enumerate(jobs)]
         # Nulls in the same batch: the untrained model (same gates), and the victim's own state with the
         # statistics term off (prior-only: TV, L2, jitter, and CE where the head is known).
@@ -164,16 +168,18 @@ class DeepInversion(Attack):
         lo, hi = pixel_box(prior.mean, prior.std)
         result = invert(fresh, [*targets, *controls, *priors], prior.num_classes, prior.image_size, self.settings, lo, hi,
                         device)
+        outputs = []
         for i, job in enumerate(jobs):
-            info = {**job.info, "ce": job.use_ce, "losses": result.losses[targets[i].name], "seconds_shared": result.seconds,
-                    "victims_batched": result.batching, "victims_per_launch": result.per_launch}
+            info = {**job.info, "ce": job.use_ce and not classless, "losses": result.losses[targets[i].name],
+                    "seconds_shared": result.seconds, "victims_batched": result.batching,
+                    "victims_per_launch": result.per_launch}
             nulls = {}
             if controls:
                 info.update(control_losses=result.losses[controls[i].name], prior_only_losses=result.losses[priors[i].name])
                 nulls = {"prior_only": result.images[2 * len(jobs) + i]}
             for v in job.victims:
-                outputs.append(AttackOutput(self.name, view.role, v, job.artifact, images=result.images[i],
-                                            targets=result.labels if self.settings.images is None else None,
+                outputs.append(AttackOutput(self.name, role, v, job.artifact, images=result.images[i],
+                                            targets=None if classless else result.labels,
                                             control_images=result.images[len(jobs) + i] if controls else None,
                                             nulls=dict(nulls), info=dict(info, status="attacked")))
         return outputs
