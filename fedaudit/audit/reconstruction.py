@@ -84,17 +84,7 @@ def run_counterfactuals(attack: Attack, view: WireView, prior: AttackerPrior, vi
                                    "aggregates of several clients" for c in cases}
     out: dict[Key, AttackOutput] = {}
     for case in cases:
-        if case == TWIN:
-            bare = attack.for_counterfactual()
-            records = [Counterfactual(v, case, auditor.twin_records(v), swap_out=auditor.members(v)) for v in victims]
-        elif case == POWER_SINGLE:  # one artifact per member image, each inverted into one image of unknown class
-            bare = attack.for_counterfactual(images=1)
-            records = [Counterfactual(v, single_case(i), image[None])
-                       for v in victims for i, image in enumerate(auditor.power_records(v, 1))]
-        else:
-            per_class = int(case.split(":")[1])
-            bare = attack.for_counterfactual(per_class)
-            records = [Counterfactual(v, case, auditor.power_records(v, per_class)) for v in victims]
+        bare, records = _case_records(attack, case, victims, auditor)
         if bare is None:
             absent.update({(v, "*", case): f"{attack.name} cannot be re-run on this counterfactual" for v in victims})
             continue
@@ -113,6 +103,20 @@ def run_counterfactuals(attack: Attack, view: WireView, prior: AttackerPrior, vi
             else:
                 out[key] = o
     return out, absent
+
+
+def _case_records(attack: Attack, case: str, victims: list[str], auditor: Auditor
+                  ) -> tuple[Attack | None, list[Counterfactual]]:
+    """The attack re-run for one counterfactual case and the records each pseudo-client's artifacts come from."""
+    if case == TWIN:
+        return attack.for_counterfactual(), [Counterfactual(v, case, auditor.twin_records(v),
+                                                            swap_out=auditor.members(v)) for v in victims]
+    if case == POWER_SINGLE:  # one artifact per member image, each inverted into one image of unknown class
+        return attack.for_counterfactual(images=1), [Counterfactual(v, single_case(i), image[None]) for v in victims
+                                                     for i, image in enumerate(auditor.power_records(v, 1))]
+    per_class = int(case.split(":")[1])
+    return attack.for_counterfactual(per_class), [Counterfactual(v, case, auditor.power_records(v, per_class))
+                                                  for v in victims]
 
 
 def _why_absent(absent: dict[Key, str], victim: str, artifact: str, case: str) -> str:
