@@ -265,7 +265,3 @@ class Method:
     def restore(self, tensors: dict[str, Tensor], extras: dict[str, Any]) -> None:
         self.global_state = {k[len("global/"):]: v for k, v in tensors.items() if k.startswith("global/")}
 
-    @classmethod
-    def describe_shares(cls) -> str:
-        arrows = {UP: "↑", DOWN: "↓"}
-        return ", ".join(f"{k.value}{arrows[d]}" for k, d in cls.shares)

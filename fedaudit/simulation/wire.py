@@ -226,10 +226,6 @@ class Wire:
             "down": sum(e.nbytes for e in rows if e.direction == "down"),
         }
 
-    def kinds_sent(self) -> set[tuple[str, str]]:
-        """(kind, direction) pairs the ledger recorded — compared with a method's ``shares``."""
-        return {(e.kind, e.direction) for e in self.ledger}
-
     # -- persistence (for resume) ---------------------------------------------
 
     def ledger_rows(self) -> list[dict]:

@@ -30,11 +30,6 @@ def amplitude_spectrum(x: Tensor) -> Tensor:
     return torch.fft.fft2(x.float()).abs()
 
 
-def phase_spectrum(x: Tensor) -> Tensor:
-    """``angle(FFT2(x))`` in radians, laid out as :func:`amplitude_spectrum`."""
-    return torch.fft.fft2(x.float()).angle()
-
-
 def low_frequency_mask(height: int, width: int, ratio: Tensor | float, device: torch.device | None = None) -> Tensor:
     """Boolean ``(n, 1, H, W)`` mask of the low-frequency window, per image.
 
