@@ -32,7 +32,7 @@ from fedaudit.attacks.deepinversion import DeepInversion  # noqa: E402
 from fedaudit.attacks.deepinversion.engine import BNStatMatcher  # noqa: E402
 from fedaudit.attacks.targets import find_targets  # noqa: E402
 from fedaudit.audit.counterfactual import (POWER_PER_CLASS, Counterfactual, counterfactual_view,  # noqa: E402
-                                           power_case, pseudo_name)
+                                           power_case, pseudo_name, split_pseudo)
 from fedaudit.audit.reconstruction import run_counterfactuals, score_section  # noqa: E402
 from fedaudit.audit.session import attack_role_and_victims, attacker_prior, build_auditor, one_per_family  # noqa: E402
 from fedaudit.audit.verdict import POWER_ALPHA  # noqa: E402
@@ -86,7 +86,7 @@ class Mismatch:
         for job in found.stats:
             model = copy.deepcopy(found.fresh)
             load_state_(model, job.state)
-            self.models[job.victims[0].split("#")[0]] = model.eval()
+            self.models[split_pseudo(job.victims[0])[0]] = model.eval()
         mean = torch.tensor(prior.mean, device=device).view(1, -1, 1, 1)
         std = torch.tensor(prior.std, device=device).view(1, -1, 1, 1)
         self.normalise = lambda u8: (u8.float() / 255.0 - mean) / std
@@ -144,7 +144,7 @@ def converge(cfg, view, prior, mismatch: Mismatch, victims, auditor, device, ite
         for out in bare.run_batch(cf_view, prior, [pseudo_name(v, power_case(k)) for v in victims], device):
             if out.images is None:
                 continue
-            v = out.victim.split("#")[0]
+            v, _ = split_pseudo(out.victim)
             ident = auditor.score_power(v, k, out.images, out.targets)["identifiability"]
             fit = mismatch.of(v, out.images) if k == 1 else float("nan")
             own = mismatch.members(v) if k == 1 else float("nan")

@@ -296,6 +296,10 @@ def test_cli_attack_fills_leakage_for_every_victim_and_records_its_settings(tmp_
         assert entry["twin"]["status"] == "scored" and entry["power"]["status"] == "measured"
         # one image alone, one and two per class; 3 steps: no power
         assert set(entry["power"]["sizes"]) == {"single", "1", "2"} and entry["power"]["reached"] is False
+        # the one-image artifacts, one per class, are scored for the classes of the images they came from (which the
+        # attack was not told): class fidelity is measured, and identifiability compares within each class
+        single = entry["power"]["sizes"]["single"]
+        assert single["records_per_artifact"] == 1 and single["images"] == 10 and "class_fidelity" in single
     rows = {r["row"]: r for r in metrics["verdict"]}
     assert rows["full_model↑"]["tier"] == "inconclusive"  # a 3-step attack cannot read LOW
     assert leak["settings"]["iters"] == 3 and leak["settings"]["per_class"] == 1
