@@ -29,18 +29,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fedaudit.attack import Attack
+from fedaudit.attack import ATTACKS, Attack
 from fedaudit.errors import unknown_choice
+from fedaudit.registry import import_modules
 from fedaudit.run.options import Option
 from fedaudit.simulation.wire import ArtifactKind
 
-from .canary import CanaryAudit
-from .deepinversion import DeepInversion
-from .gradinv import GradInv
-from .mia import MIA_ATTACKS
 from .targets import BANK_KINDS, STATS_KINDS
 
-ATTACKS: dict[str, type[Attack]] = {cls.name: cls for cls in (DeepInversion, GradInv, *MIA_ATTACKS, CanaryAudit)}
+import_modules(__name__, __path__)  # each attack class declares its name and so joins ATTACKS
 
 NO_ATTACK = "none"
 AUTO = "auto"

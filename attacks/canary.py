@@ -17,16 +17,17 @@ truth and turning guesses into an ε lower bound is the auditor's part:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from fedaudit.attack import (GRADIENT_CANARIES as GRADIENT, INPUT_CANARIES as INPUT, NO_ACCESS, Access, Attack, AttackerPrior,
-                             AttackOutput, GradientCanaryChallenge, Query)
+                             AttackOutput, AttackSetup, GradientCanaryChallenge, Query)
 from fedaudit.attacks.mia.reference_models import eval_views
 from fedaudit.errors import FedauditError
-from fedaudit.run.options import Option
+from fedaudit.run.options import option
 from fedaudit.simulation.gradient_canaries import unit_direction
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 from fedaudit.attacks.mia.scorers import loss_signal
@@ -34,10 +35,20 @@ from fedaudit.attacks.mia.scorers import loss_signal
 from .mia import GLOBAL, LAST_UPLOAD
 from .mia.signals import NOT_APPLICABLE, Skipped, attacker_preprocess, last_upload
 
-if TYPE_CHECKING:
-    from fedaudit.run.config import RunConfig
-
 SIGNAL = "-cross-entropy of the target on the canary with its canary (wrong) label (Yeom et al.)"
+
+
+# The auditor plants and counts these (fedaudit.audit.canary); declared here, beside the attack they serve.
+@dataclass(frozen=True)
+class CanaryOptions:
+    # 64 leaves digits' ~180-record holdouts 116 >= 100 non-members, so mia's TPR at 10% FPR stays resolvable.
+    canaries: int = option(64, "--attack canary: mislabelled canaries per victim, drawn from its holdout, each "
+                           "trained on with probability 1/2.", low=2, high=100_000)
+    gradient_canaries: int = option(0, "--attack canary under --dp-epsilon: white-box gradient canaries per victim, "
+                                    "each a record of its DP-SGD with probability 1/2; 0 chooses the fewest (256 to "
+                                    "4096) whose audit could certify the claimed epsilon.", low=0, high=100_000)
+    canary_cost: bool = option(True, "--attack canary: also train the same federation without any canaries and "
+                               "report what planting them cost in accuracy (about doubles the training time).")
 
 
 class CanaryAudit(Attack):
@@ -50,16 +61,7 @@ class CanaryAudit(Attack):
                "the accountant's (changes what is trained; not part of 'all')")
     roles: ClassVar[tuple[str, ...]] = ("server", "client")
     plants_canaries: ClassVar[bool] = True  # the run's training split must be prepared before training
-    # 64 leaves digits' ~180-record holdouts 116 >= 100 non-members, so mia's TPR at 10% FPR stays resolvable.
-    options: ClassVar[dict[str, Option]] = {
-        "canaries": Option(64, "--attack canary: mislabelled canaries per victim, drawn from its holdout, each trained "
-                           "on with probability 1/2.", kind=int, low=2, high=100_000),
-        "gradient_canaries": Option(0, "--attack canary under --dp-epsilon: white-box gradient canaries per victim, "
-                                    "each a record of its DP-SGD with probability 1/2; 0 chooses the fewest (256 to "
-                                    "4096) whose audit could certify the claimed epsilon.", kind=int, low=0, high=100_000),
-        "canary_cost": Option(True, "--attack canary: also train the same federation without any canaries and report "
-                              "what planting them cost in accuracy (about doubles the training time).", kind=bool),
-    }
+    Options: ClassVar[type] = CanaryOptions
     signal: ClassVar[str] = SIGNAL
     needs: ClassVar[frozenset[str]] = frozenset({"query", "canaries", "gradient_canaries"})
 
@@ -67,8 +69,8 @@ class CanaryAudit(Attack):
         self.precision = precision
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> CanaryAudit:
-        return cls(precision=cfg.precision)
+    def from_config(cls, setup: AttackSetup, prior: AttackerPrior) -> CanaryAudit:
+        return cls(precision=setup.precision)
 
     def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
             access: Access = NO_ACCESS) -> list[AttackOutput]:

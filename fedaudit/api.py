@@ -242,6 +242,7 @@ def run_one(run_dir: Path, plan: RunPlan, target: str) -> dict[str, Any]:
 
 
 def _run_one(run_dir: Path, plan: RunPlan, target: str, unpinned: list[str]) -> dict[str, Any]:
+    from fedaudit.attack import attack_setup
     from fedaudit.attacks import get_attacks
     from fedaudit.audit.canary import accuracy_without_canaries, canary_split, plant_gradient_canaries
     from fedaudit.methods import get_method
@@ -260,7 +261,7 @@ def _run_one(run_dir: Path, plan: RunPlan, target: str, unpinned: list[str]) -> 
         split = canary_split(cfg, split, len(dataset.classes), lambda sources: attack_role_and_victims(cfg, sources)[1])
     wire = Wire(run_dir / "artifacts" if cfg.keep_artifacts else None)
     fed = Federation(cfg, method, dataset, split, device, wire)
-    if any(cls.keeps_rounds(cfg) for cls in get_attacks(cfg.attack)):  # before training (and before a resume)
+    if any(cls.keeps_rounds(attack_setup(cls, cfg)) for cls in get_attacks(cfg.attack)):  # before training (and before a resume)
         wire.keep_history({client_role(v) for v in attack_role_and_victims(cfg, [c.domain for c in fed.clients])[1]})
     if plants:  # white-box canaries go into the DP-SGD itself
         plant_gradient_canaries(cfg, fed, attack_role_and_victims(cfg, [c.domain for c in fed.clients])[1])

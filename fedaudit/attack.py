@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from fedaudit.run.options import Option
+from fedaudit.registry import Registry
+from fedaudit.run.options import Option, declared
 from fedaudit.simulation.wire import WireView
 
 if TYPE_CHECKING:
@@ -181,13 +182,59 @@ class AttackOutput:
     signals: dict[str, Tensor] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of an attack that declares none."""
+
+
+@dataclass(frozen=True)
+class LocalProtocol:
+    """The clients' local training as the protocol publishes it (what a server-side gradient attack replays)."""
+
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    local_epochs: int = 1
+    batch_size: int = 32
+    optimizer: str = "sgd"
+
+
+@dataclass(frozen=True)
+class AttackSetup:
+    """What an attack is configured from: its own options, typed (its ``Options`` dataclass as the run resolved it),
+    and the few facts of the run it may know — never the run's whole configuration."""
+
+    options: Any  # the attack class's Options instance
+    seed: int = 0
+    precision: str = "fp32"
+    attacker: str = "server"  # the attacker's role: server, or client:<domain>
+    protocol: LocalProtocol = field(default_factory=LocalProtocol)
+
+
+def attack_setup(cls: type[Attack], cfg: RunConfig) -> AttackSetup:
+    """``cls``'s setup from a run's configuration: its family's options (``cfg.attack_options``), the declared
+    defaults of the run's profile where the run holds none."""
+    given = cfg.attack_options.get(cls.family or cls.name, {})
+    values = {name: given.get(name, opt.default_for(cfg.profile)) for name, opt in cls.options.items()}
+    return AttackSetup(cls.Options(**values), seed=cfg.seed, precision=cfg.precision, attacker=cfg.attacker,
+                       protocol=LocalProtocol(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                                              local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
+                                              optimizer=cfg.optimizer))
+
+
+# Every attack by name: a subclass that declares ``name`` joins when it is made (fedaudit.registry); the package
+# ``fedaudit.attacks`` imports its modules so that the built-in ones have joined.
+ATTACKS: Registry[type[Attack]] = Registry("attack")
+
+
 class Attack:
     """Base class. Subclasses set ``name`` and implement :meth:`run` (or :meth:`run_batch`).
 
     ``needs`` names the :class:`Access` fields the threat model grants the attack (empty: the
     wire view and the prior only); the auditor fills those and no others. ``family`` groups
-    registry names that one instance runs together (``mia-loss,mia-lira`` is one mia run). ``options``
-    declares the attack's settings; :meth:`from_config` reads them with :meth:`option_values`.
+    registry names that one instance runs together (``mia-loss,mia-lira`` is one mia run). ``Options`` is a
+    frozen dataclass whose fields declare the attack's settings (:func:`fedaudit.run.options.option`);
+    :meth:`from_config` receives them typed, in an :class:`AttackSetup`.
     """
 
     name: ClassVar[str]
@@ -196,32 +243,35 @@ class Attack:
     roles: ClassVar[tuple[str, ...]] = ("server",)
     needs: ClassVar[frozenset[str]] = frozenset()
     plants_canaries: ClassVar[bool] = False  # the auditor must plant records in the training split before training
-    # The attack's options, declared once each (flag, TOML key, range, recorded value: fedaudit.run.options).
+    # The attack's options, one field each (flag, TOML key, range, recorded value: fedaudit.run.options); ``options``
+    # is read from them when the class is made.
+    Options: ClassVar[type] = NoOptions
     options: ClassVar[dict[str, Option]] = {}
 
-    @classmethod
-    def option_values(cls, cfg: RunConfig) -> dict[str, Any]:
-        """This attack's options as the run resolved them (``cfg.attack_options`` of its family), with the
-        declared defaults for the run's profile where the run holds none."""
-        given = cfg.attack_options.get(cls.family or cls.name, {})
-        return {name: given.get(name, opt.default_for(cfg.profile)) for name, opt in cls.options.items()}
+    def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "options" in cls.__dict__:
+            raise TypeError(f"{cls.__qualname__} sets options; declare them as the fields of a frozen dataclass "
+                            "named by Options (fedaudit.run.options.option), which options is read from")
+        cls.options = declared(cls.Options)
+        ATTACKS.join(cls, register)
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> Attack:
-        """The attack configured from a run's options (default: no options)."""
+    def from_config(cls, setup: AttackSetup, prior: AttackerPrior) -> Attack:
+        """The attack configured from its setup (default: no options)."""
         return cls()
 
     @classmethod
-    def for_selection(cls, selected: Sequence[type[Attack]], cfg: RunConfig, prior: AttackerPrior) -> Attack:
+    def for_selection(cls, selected: Sequence[type[Attack]], setup: AttackSetup, prior: AttackerPrior) -> Attack:
         """One instance for the selected registry names of this family (default: this class's own)."""
-        return cls.from_config(cfg, prior)
+        return cls.from_config(setup, prior)
 
     def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,
             access: Access = NO_ACCESS) -> list[AttackOutput]:
         raise NotImplementedError
 
     @classmethod
-    def keeps_rounds(cls, cfg: RunConfig) -> bool:
+    def keeps_rounds(cls, setup: AttackSetup) -> bool:
         """Whether the auditor must keep every round of the attacker's view for this attack (``Access.history``), set
         before training; the wire keeps only the newest round otherwise."""
         return False

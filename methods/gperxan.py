@@ -125,6 +125,8 @@ class GPerXAN(Method):
     paper = "Le et al., CVPR 2024"
     needs_architecture = "XAN norm layers in place of the encoder's BatchNorm (fedaudit builds them into its cnn and resnets)"
     dp_incompatible = "its XAN layers contain BatchNorm, whose batch statistics are the method and which DP-SGD cannot train"
+    upload_mitigation = ("keep the BN side on the client: --gperxan-upload partial (a fedaudit variant of the paper's "
+                         "protocol: the BN statistics go up once, in the final round)")
     # The default (`upload=full`, the paper's) protocol; declared_shares() gives the configured one.
     shares = _FULL_SHARES
     options = {"upload": Option("full", "full: every round's whole model (the paper's); partial: the shared side each "

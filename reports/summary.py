@@ -41,8 +41,6 @@ MITIGATIONS = {
     "global_stats": "drop the artifact: a method that sends no global statistics",
     "classifier_head": "drop the artifact: a method that shares no classifier head",
 }
-GPERXAN_PARTIAL = ("keep the BN side on the client: --gperxan-upload partial (a fedaudit variant of the paper's "
-                   "protocol: the BN statistics go up once, in the final round)")
 # What a client's data is like, as the server sees it in each upload: record-level DP does not hide it, and noise
 # on the aggregate (client-level DP) does not reach an upload the server reads before aggregating.
 CLIENT_DATA_UPLOADS = {
@@ -151,8 +149,8 @@ def _upload_mitigation(kind: str, method: str, u: Unit, under_secure_aggregation
     """The server reads each upload before it aggregates: keep per-client statistics out of it, or let it see only
     the sum (secure aggregation). A row judged under secure aggregation already has the sum: what is left is less
     per-client data in it, or noise on the sum; for what the mask does not cover, the upload as before."""
-    if method == "gperxan" and kind == "full_model":
-        how = GPERXAN_PARTIAL
+    if kind == "full_model" and declared(method, "upload_mitigation"):
+        how = declared(method, "upload_mitigation")
     elif kind in CLIENT_DATA_UPLOADS:
         how = CLIENT_DATA_UPLOADS[kind]
     elif kind in ("full_model", "partial_model"):
@@ -171,6 +169,14 @@ def _upload_mitigation(kind: str, method: str, u: Unit, under_secure_aggregation
             "server reads first.")
 
 
+def declared(method: str, attribute: str) -> str:
+    """What the method registered as ``method`` declares as ``attribute`` ("" for a method fedaudit does not know,
+    e.g. a recording's)."""
+    from fedaudit.methods import METHODS
+
+    return str(getattr(METHODS.get(method), attribute, "") or "")
+
+
 def client_level_dp(method: str, u: Unit, protects: str) -> str:
     """Client-level DP: each client's update clipped, Gaussian noise on the aggregate, accounted over the rounds for
     adding or removing one client — what bounds a whole client's influence on ``protects``."""
@@ -178,9 +184,7 @@ def client_level_dp(method: str, u: Unit, protects: str) -> str:
         return (f"client-level DP on the aggregate (clip each client's update, add Gaussian noise to their sum, account "
                 f"for adding or removing one client over the rounds) bounds a whole client's influence on {protects}; "
                 f"declare it in the recording and audit again. {NOT_RECORD_DP}.")
-    from fedaudit.methods import METHODS
-
-    blocked = getattr(METHODS.get(method), "client_dp_incompatible", "")
+    blocked = declared(method, "client_dp_incompatible")
     if blocked:
         return (f"client-level DP would bound a whole client's influence on {protects}, but {method} cannot aggregate "
                 f"with it ({blocked}); compare a method that can: fedaudit evaluate --method fedavg --client-dp-epsilon "
@@ -193,17 +197,15 @@ def client_level_dp(method: str, u: Unit, protects: str) -> str:
 
 def _record_mitigation(kind: str, row: VerdictRow, method: str, u: Unit) -> str:
     """What bounds one record's influence on the artifact: DP-SGD for trained weights, less of the artifact else."""
-    if method == "gperxan" and kind == "full_model" and row.artifact.endswith("↑"):
-        return GPERXAN_PARTIAL
+    if kind == "full_model" and row.artifact.endswith("↑") and declared(method, "upload_mitigation"):
+        return declared(method, "upload_mitigation")
     how = MITIGATIONS.get(kind, f"drop the artifact: a method that does not send {kind} (fedaudit list methods)")
     if how != "train with DP-SGD":
         return how
     if u.audited.made_by == "audit":
         return ("train the deployment with DP (client-side clipping and noise), declare it in the recording "
                 "(start_recording(dp=...)) and audit again: the report then states the ε and what it covers")
-    from fedaudit.methods import METHODS
-
-    blocked = getattr(METHODS.get(method), "dp_incompatible", "")
+    blocked = declared(method, "dp_incompatible")
     if blocked:
         return f"{method} cannot be trained with DP-SGD ({blocked}); compare a method that can, with --dp-epsilon"
     return (f"train with DP-SGD and measure what it costs: fedaudit evaluate --method {method} --dp-sweep 1,8,inf "

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from fedaudit.api import run_config
-from fedaudit.attack import Access, AttackerPrior
+from fedaudit.attack import Access, AttackerPrior, attack_setup
 from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.deepinversion import DeepInversion
 from fedaudit.attacks.deepinversion import engine
@@ -138,7 +138,7 @@ def test_the_card_command_inverts_a_cuda_federations_uploads(model, digits):
     assert run_faked(setup) == "completed"
     fed = built["fed"]
     prior = attacker_prior(cfg, method, fed, ds)
-    attack = DeepInversion.from_config(cfg, prior)
+    attack = DeepInversion.from_config(attack_setup(DeepInversion, cfg), prior)
     assert attack.settings.victims == "auto"  # vmap on CUDA
     victims = [c.domain for c in fed.clients]
     view = fed.wire.view(SERVER)

@@ -439,8 +439,8 @@ def test_dp_train_head_on_pretrained_features_keeps_them_through_the_rounds(tiny
 def test_the_privacy_utility_table_puts_the_canary_bound_beside_each_point(tmp_path):
     """sweep.html's table: per ε, the accountant's ε (the worst client) beside the canary audit's lower bound
     and the accuracies; a point without a canary audit says so instead of showing nothing."""
-    from reports.load import Unit
-    from reports.render import dp_curve_section
+    from fedaudit.reports.load import Unit
+    from fedaudit.reports.render import dp_curve_section
 
     def unit(eps, bound):
         dp = None if eps is None else {"epsilon_target": eps, "clients": {"a": {"epsilon_spent": eps - 0.01},
@@ -541,7 +541,7 @@ def test_each_victims_reference_models_train_with_that_clients_mechanism():
     from types import SimpleNamespace
 
     from fedaudit.simulation.dp_sgd import PrivateTraining
-    from methods import get_method
+    from fedaudit.methods import get_method
 
     cfg = resolve({"dp_epsilon": 8, "rounds": 5, "local_epochs": 1, "dp_max_step_factor": 2})  # target 1 (recipe)
     big, small = SimpleNamespace(index=0, domain="big"), SimpleNamespace(index=1, domain="small")

@@ -109,7 +109,7 @@ def test_fedprox_with_mu_zero_is_fedavg_and_large_mu_anchors_clients(tiny_run, t
     assert drift(anchored) < 0.7 * drift(free)
 
 
-class _Diverging(FedAvg):
+class _Diverging(FedAvg, register=False):
     name = "diverging"
 
     def local_train(self, ctx, rnd):

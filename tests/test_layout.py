@@ -120,10 +120,63 @@ def test_an_attack_cannot_reach_private_data(module):
     assert not reached, f"{module} reaches private code at run time: {reached}"
 
 
+def test_an_attack_is_configured_by_its_own_options_not_the_runs():
+    """An attack receives an AttackSetup (its typed Options and the few run facts it may know), never the run's
+    whole configuration: nothing under attacks/ imports fedaudit.run.config, even for a type hint."""
+    found = [f"{module} line {line}" for module in ATTACK_MODULES for target, _, line in EDGES[module]
+             if target == "fedaudit.run.config"]
+    assert not found, f"attacks import fedaudit.run.config: {found}; read what they need from their AttackSetup"
+
+
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if not _within(m, PLUG_INS) and not _within(m, REGISTRY_USERS)))
 def test_only_the_api_and_the_cli_look_up_plug_ins(module):
     found = [f"line {line}: {t}" for t, _, line in EDGES[module] if _within(t, PLUG_INS)]
     assert not found, f"engine module {module} imports {found}; pass the method or attack in instead"
+
+
+REGISTRIES = {"METHODS": "fedaudit.simulation.method", "ATTACKS": "fedaudit.attack"}  # where each registry is kept
+
+
+def test_only_the_api_and_the_cli_read_the_registries():
+    """The registries live below the plug-ins (a class joins by being made), so importing them is not importing a
+    plug-in: the same rule holds for the names."""
+    engine = [m for m in MODULES if not _within(m, PLUG_INS) and not _within(m, REGISTRY_USERS)]
+    found = [f"{module} line {node.lineno}: {alias.name}" for module in engine
+             for node in ast.walk(ast.parse(MODULES[module][0].read_text(encoding="utf-8")))
+             if isinstance(node, ast.ImportFrom) for alias in node.names if alias.name in REGISTRIES]
+    assert not found, f"engine modules import a registry: {found}; pass the method or attack class in instead"
+
+
+def name_branches(source: str, names: set[str]) -> list[str]:
+    """Where code decides by a plug-in's name: a comparison with a registered name, or a literal listing two or
+    more of them (a hand-kept tuple the registry should answer)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            found = [c.value for c in (node.left, *node.comparators) if isinstance(c, ast.Constant) and c.value in names]
+            found += [e.value for c in node.comparators if isinstance(c, (ast.Tuple, ast.List, ast.Set))
+                      for e in c.elts if isinstance(e, ast.Constant) and e.value in names]
+            out += [f"line {node.lineno}: {ast.unparse(node)[:70]}"] if found else []
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            listed = [e for e in node.elts if isinstance(e, ast.Constant) and e.value in names]
+            out += [f"line {node.lineno}: {ast.unparse(node)[:70]}"] if len(listed) >= 2 else []
+    return out
+
+
+def test_no_module_outside_methods_branches_on_a_methods_name():
+    """What a method needs said elsewhere (the report's advice, a refusal's list) is a property it declares."""
+    from fedaudit.methods import METHODS
+
+    found = [f"{module} {where}" for module, (path, _) in MODULES.items() if not _within(module, ("fedaudit.methods",))
+             for where in name_branches(path.read_text(encoding="utf-8"), set(METHODS))]
+    assert not found, f"modules that decide by a method's name: {found}; declare a property on the method instead"
+
+
+def test_the_name_branch_check_can_fail():
+    planted = ('if method == "gperxan" and kind == "full_model":\n    pass\n'
+               'ANY_MODEL = ("fedavg", "fedprox")\nDEFAULT = "fedavg"\n')
+    found = name_branches(planted, {"gperxan", "fedavg", "fedprox"})
+    assert sorted(found) == ["line 1: method == 'gperxan'", "line 3: ('fedavg', 'fedprox')"], found
 
 
 ABOVE_TENSOR_OPS = ("fedaudit.simulation.federation", "fedaudit.simulation.method", "fedaudit.simulation.wire",

@@ -8,36 +8,40 @@ and its value in ``config.json``.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
 from typer.testing import CliRunner
 
 from fedaudit import cli
-from fedaudit.attack import NO_ACCESS, Attack, AttackOutput
+from fedaudit.attack import NO_ACCESS, Attack, AttackOutput, AttackSetup
 from fedaudit.attacks import ATTACKS
 from fedaudit.errors import FedauditError
 from fedaudit.run.config import OPTIONS, RunConfig, from_json, resolve
-from fedaudit.run.options import Option
+from fedaudit.run.options import Option, option
 
 FAST = ["--dataset", "digits", "--image-size", "16", "--rounds", "1", "--device", "cpu", "--quiet"]
 
 
-class Dummy(Attack):
+@dataclass(frozen=True)
+class DummyOptions:
+    dummy_level: int = option(2, "How hard the dummy tries.", low=1, high=5, profiles={"paper": 5})
+
+
+class Dummy(Attack, register=False):
     """An attack that reads its one option and reports it."""
 
     name = "dummy"
     summary = "a test attack with one option"
-    options: ClassVar[dict[str, Option]] = {
-        "dummy_level": Option(2, "How hard the dummy tries.", kind=int, low=1, high=5, profiles={"paper": 5}),
-    }
+    Options: ClassVar[type] = DummyOptions
 
     def __init__(self, level: int) -> None:
         self.level = level
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, prior: Any) -> Dummy:
-        return cls(cls.option_values(cfg)["dummy_level"])
+    def from_config(cls, setup: AttackSetup, prior: Any) -> Dummy:
+        return cls(setup.options.dummy_level)
 
     def run(self, view, prior, victim, device, access=NO_ACCESS) -> list[AttackOutput]:
         return [AttackOutput(self.name, view.role, victim, "full_model",

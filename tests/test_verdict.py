@@ -586,7 +586,7 @@ def _stored_run(shares: list[str]) -> dict:
 
 def _method_shares() -> dict[str, list[str]]:
     from fedaudit.methods import METHODS
-    from methods.gperxan import _PARTIAL_SHARES
+    from fedaudit.methods.gperxan import _PARTIAL_SHARES
 
     arrow = {"up": "↑", "down": "↓"}
     out = {name: sorted(f"{k.value}{arrow[d]}" for k, d in cls.shares) for name, cls in METHODS.items()}

@@ -54,14 +54,14 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput
-from fedaudit.attacks.budget import INVERSION_BUDGET
+from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput, AttackSetup
+from fedaudit.attacks.budget import InversionBudget
 from fedaudit.tensor_ops.aggregation import load_state_
 from fedaudit.attacks.deepinversion.engine import (
     CPU_VMAP_MAX_IMAGES,
@@ -75,15 +75,29 @@ from fedaudit.attacks.deepinversion.engine import (
 )
 from fedaudit.attacks.image_optim import pixel_box
 from fedaudit.attacks.targets import BANK_KINDS, BankTarget, HeadTarget, find_targets
-from fedaudit.run.options import Option
+from fedaudit.run.options import option
 from fedaudit.simulation.wire import ArtifactKind, WireView
 from fedaudit.simulation.wire_views import style_encoder_in_view
 from fedaudit.tensor_ops.fourier import amplitude_spectrum
 from fedaudit.tensor_ops.latent_inversion import head_running_stats, invert_latents
 from fedaudit.tensor_ops.style import EPS as STYLE_EPS
 
-if TYPE_CHECKING:
-    from fedaudit.run.config import RunConfig
+
+@dataclass(frozen=True)
+class DeepInversionOptions(InversionBudget):
+    inversion_bn_weight: float = option(InversionSettings.bn_weight, kind=float, help="Weight of the BN-statistics loss.", low=0.0,
+                                        high=1e6)
+    inversion_ce_weight: float = option(InversionSettings.ce_weight, kind=float, help="Weight of the cross-entropy on the target "
+                                        "classes.", low=0.0, high=1e6)
+    inversion_tv_weight: float = option(InversionSettings.tv_weight, kind=float, help="Weight of the TV-L2 image prior.", low=0.0,
+                                        high=1e6)
+    inversion_l2_weight: float = option(InversionSettings.l2_weight, kind=float, help="Weight of the image L2 prior.", low=0.0,
+                                        high=1e6)
+    inversion_victims: str = option(InversionSettings.victims, "How the victims' inversions are batched: vmap "
+                                    "(stacked, one launch per layer for all), loop (one after the other), or auto "
+                                    f"(vmap on CUDA, and on a CPU for victims of at most {CPU_VMAP_MAX_IMAGES} images; "
+                                    "loop otherwise).", choices=VICTIM_BATCHING)
+
 
 class DeepInversion(Attack):
     name = "deepinversion"
@@ -94,38 +108,24 @@ class DeepInversion(Attack):
         self.settings = settings or InversionSettings()
         self.own_weight = own_weight
 
-    options: ClassVar[dict[str, Option]] = {
-        **INVERSION_BUDGET,
-        "inversion_bn_weight": Option(InversionSettings.bn_weight, "Weight of the BN-statistics loss.", kind=float,
-                                      low=0.0, high=1e6),
-        "inversion_ce_weight": Option(InversionSettings.ce_weight, "Weight of the cross-entropy on the target classes.",
-                                      kind=float, low=0.0, high=1e6),
-        "inversion_tv_weight": Option(InversionSettings.tv_weight, "Weight of the TV-L2 image prior.", kind=float,
-                                      low=0.0, high=1e6),
-        "inversion_l2_weight": Option(InversionSettings.l2_weight, "Weight of the image L2 prior.", kind=float,
-                                      low=0.0, high=1e6),
-        "inversion_victims": Option(InversionSettings.victims, "How the victims' inversions are batched: vmap "
-                                    "(stacked, one launch per layer for all), loop (one after the other), or auto "
-                                    f"(vmap on CUDA, and on a CPU for victims of at most {CPU_VMAP_MAX_IMAGES} images; loop "
-                                    "otherwise).", choices=VICTIM_BATCHING),
-    }
+    Options: ClassVar[type] = DeepInversionOptions
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> DeepInversion:
+    def from_config(cls, setup: AttackSetup, prior: AttackerPrior) -> DeepInversion:
         """Settings from the ``inversion_*`` options: ``inversion_batch`` images per victim, whole classes."""
-        o = cls.option_values(cfg)
+        o: DeepInversionOptions = setup.options
         return cls(InversionSettings(
-            iters=o["inversion_iters"],
-            per_class=max(1, o["inversion_batch"] // prior.num_classes),
-            lr=o["inversion_lr"],
-            bn_weight=o["inversion_bn_weight"],
-            ce_weight=o["inversion_ce_weight"],
-            tv_weight=o["inversion_tv_weight"],
-            l2_weight=o["inversion_l2_weight"],
+            iters=o.inversion_iters,
+            per_class=max(1, o.inversion_batch // prior.num_classes),
+            lr=o.inversion_lr,
+            bn_weight=o.inversion_bn_weight,
+            ce_weight=o.inversion_ce_weight,
+            tv_weight=o.inversion_tv_weight,
+            l2_weight=o.inversion_l2_weight,
             flip=prior.hflip,
-            precision=cfg.precision,
-            victims=o["inversion_victims"],
-            seed=cfg.seed,
+            precision=setup.precision,
+            victims=o.inversion_victims,
+            seed=setup.seed,
         ))
 
     def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,

@@ -36,13 +36,13 @@ matched scores are what that matching finds by chance.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 import torch
 
-from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput
-from fedaudit.attacks.budget import INVERSION_BUDGET
+from fedaudit.attack import NO_ACCESS, Access, Attack, AttackerPrior, AttackOutput, AttackSetup
+from fedaudit.attacks.budget import InversionBudget
 from fedaudit.attacks.gradinv.engine import (
     GradInvSettings,
     LocalRecipe,
@@ -51,18 +51,22 @@ from fedaudit.attacks.gradinv.engine import (
     random_update,
     recover_labels,
 )
-from fedaudit.run.options import Option
+from fedaudit.run.options import option
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 from fedaudit.simulation.wire_views import overlay_state
-
-if TYPE_CHECKING:
-    from fedaudit.run.config import RunConfig
 
 ARTIFACT = "full_model:update"  # the difference of the full_model broadcast and upload; the verdict files it under full_model ↑
 NOT_APPLICABLE = "not applicable"
 CONTROL_SEED_OFFSET = 1  # the control's random update draws from seed + 1; the dummies from seed
 LABEL_METHOD = ("iDLG: classes whose last-layer bias update (or weight-row sum without a bias) is positive; "
                 "counts in proportion to it for more than one image (heuristic)")
+
+
+@dataclass(frozen=True)
+class GradInvOptions(InversionBudget):
+    gradinv_tv_weight: float = option(GradInvSettings.tv_weight, "Weight of gradinv's TV prior (DeepInversion's 1e-3 "
+                                      "blurs a one-image reconstruction: 21 dB instead of 35).", kind=float, low=0.0,
+                                      high=1e6)
 
 
 class GradInv(Attack):
@@ -81,24 +85,20 @@ class GradInv(Attack):
         self.optimizer = optimizer
         self.seed = seed
 
-    options: ClassVar[dict[str, Option]] = {
-        **INVERSION_BUDGET,
-        "gradinv_tv_weight": Option(GradInvSettings.tv_weight, "Weight of gradinv's TV prior (DeepInversion's 1e-3 "
-                                    "blurs a one-image reconstruction: 21 dB instead of 35).", kind=float, low=0.0,
-                                    high=1e6),
-    }
+    Options: ClassVar[type] = GradInvOptions
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> GradInv:
+    def from_config(cls, setup: AttackSetup, prior: AttackerPrior) -> GradInv:
         """The victim's local recipe (lr, momentum, weight decay, epochs, batch size: public protocol
         facts), ``inversion_iters``/``inversion_lr``, ``gradinv_tv_weight``; ``inversion_batch`` dummy images per victim."""
-        o = cls.option_values(cfg)
+        o: GradInvOptions = setup.options
+        p = setup.protocol
         return cls(
-            LocalRecipe(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, steps=1),
-            GradInvSettings(iters=o["inversion_iters"], lr=o["inversion_lr"], tv_weight=o["gradinv_tv_weight"],
+            LocalRecipe(lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay, steps=1),
+            GradInvSettings(iters=o.inversion_iters, lr=o.inversion_lr, tv_weight=o.gradinv_tv_weight,
                             mean=tuple(prior.mean), std=tuple(prior.std)),
-            num_images=o["inversion_batch"], local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
-            optimizer=cfg.optimizer, seed=cfg.seed,
+            num_images=o.inversion_batch, local_epochs=p.local_epochs, batch_size=p.batch_size,
+            optimizer=p.optimizer, seed=setup.seed,
         )
 
     def run(self, view: WireView, prior: AttackerPrior, victim: str, device: torch.device,

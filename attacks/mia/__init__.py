@@ -113,6 +113,7 @@ from fedaudit.attack import (
     Attack,
     AttackerPrior,
     AttackOutput,
+    AttackSetup,
     DomainChallenge,
     MembershipChallenge,
     Query,
@@ -125,12 +126,11 @@ from fedaudit.attacks.mia.signals import (MIA_STREAM, NOT_APPLICABLE, Skipped, a
                                           last_upload, target_signals)
 from fedaudit.attacks.mia.scorers import (consistency, lira_offline, lira_online, loss_signal, reference_offset,
                                           rmia_prob, rmia_score)
-from fedaudit.run.options import Option
+from fedaudit.run.options import option
 from fedaudit.run.seeds import derive_seed
 from fedaudit.simulation.wire import WireView
 
 if TYPE_CHECKING:
-    from fedaudit.run.config import RunConfig
     from fedaudit.simulation.training import Preprocess
 
 log = logging.getLogger("fedaudit")
@@ -183,6 +183,25 @@ def check_variants(variants: Iterable[str]) -> tuple[str, ...]:
     return chosen
 
 
+@dataclass(frozen=True)
+class MembershipOptions:
+    reference_models: int = option(DEFAULT_REFERENCE_MODELS, "Membership inference: reference models per victim.",
+                                   low=2, high=MAX_REFERENCE_MODELS, profiles={"paper": 64})
+    # quick: 10 epochs, not the target's 60 (20 rounds x 3), so a CPU audit takes minutes; the run stores
+    # both numbers and a calibration figure that says what the cap costs.
+    reference_epochs: int | None = option(10, "At most this many epochs per from-scratch reference model; they train "
+                                          "the target's exposure (rounds x local epochs) if smaller; none: no cap.",
+                                          kind=int, nullable=True, low=1, high=100_000, profiles={"paper": None})
+    reference_training: str = option(REPLAY, "How LiRA's and RMIA's reference models train: replay (from the weights "
+                                     "the target's last round started from, its round's recipe; from scratch where "
+                                     "that is not possible, said so) or scratch (from their own initialisation).",
+                                     choices=tuple(TRAINING))
+    # The auditor trains these (fedaudit.audit.domain_twin); declared here, beside the variant they serve.
+    domain_twins: int = option(DOMAIN_TWINS, "Domain-level membership: federations trained without each source "
+                               "domain, each with its own seed (the participation row's null; their spread is its "
+                               "training noise); 0: none, and that row reads inconclusive.", low=0, high=64)
+
+
 class MembershipInference(Attack):
     """Every selected variant against both targets of each victim's challenge.
 
@@ -198,23 +217,7 @@ class MembershipInference(Attack):
     roles: ClassVar[tuple[str, ...]] = ("server", "client")
     needs: ClassVar[frozenset[str]] = frozenset({"query", "challenges", "domain_challenge", "cache_dir", "history"})
     variants: ClassVar[tuple[str, ...]] = tuple(VARIANTS)
-    options: ClassVar[dict[str, Option]] = {
-        "reference_models": Option(DEFAULT_REFERENCE_MODELS, "Membership inference: reference models per victim.",
-                                   kind=int, low=2, high=MAX_REFERENCE_MODELS, profiles={"paper": 64}),
-        # quick: 10 epochs, not the target's 60 (20 rounds x 3), so a CPU audit takes minutes; the run stores
-        # both numbers and a calibration figure that says what the cap costs.
-        "reference_epochs": Option(10, "At most this many epochs per from-scratch reference model; they train the "
-                                   "target's exposure (rounds x local epochs) if smaller; none: no cap.", kind=int,
-                                   nullable=True, low=1, high=100_000, profiles={"paper": None}),
-        "reference_training": Option(REPLAY, "How LiRA's and RMIA's reference models train: replay (from the weights "
-                                     "the target's last round started from, its round's recipe; from scratch where "
-                                     "that is not possible, said so) or scratch (from their own initialisation).",
-                                     kind=str, choices=tuple(TRAINING)),
-        # The auditor trains these (fedaudit.audit.domain_twin); declared here, beside the variant they serve.
-        "domain_twins": Option(DOMAIN_TWINS, "Domain-level membership: federations trained without each source "
-                               "domain, each with its own seed (the participation row's null; their spread is its "
-                               "training noise); 0: none, and that row reads inconclusive.", kind=int, low=0, high=64),
-    }
+    Options: ClassVar[type] = MembershipOptions
 
     def __init__(self, reference_models: int = DEFAULT_REFERENCE_MODELS, *, seed: int = 0, precision: str = "fp32",
                  path: str = "auto", variants: Sequence[str] | None = None, reference_epochs: int | None = None,
@@ -234,24 +237,25 @@ class MembershipInference(Attack):
         self.trained = 0  # reference-model sets trained (not read from the cache) by this instance
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, prior: AttackerPrior) -> MembershipInference:
-        return cls.for_selection([cls], cfg, prior)
+    def from_config(cls, setup: AttackSetup, prior: AttackerPrior) -> MembershipInference:
+        return cls.for_selection([cls], setup, prior)
 
     @classmethod
-    def for_selection(cls, selected: Sequence[type[Attack]], cfg: RunConfig, prior: AttackerPrior) -> MembershipInference:
+    def for_selection(cls, selected: Sequence[type[Attack]], setup: AttackSetup,
+                      prior: AttackerPrior) -> MembershipInference:
         """One run of the union of the selected classes' variants (``--attack mia-loss,mia-lira``)."""
-        o = cls.option_values(cfg)
-        return MembershipInference(o["reference_models"], seed=cfg.seed, precision=cfg.precision,
-                                   variants=mia_variants(selected), reference_epochs=o["reference_epochs"],
-                                   domain_twins=o["domain_twins"], training=o["reference_training"])
+        o: MembershipOptions = setup.options
+        return MembershipInference(o.reference_models, seed=setup.seed, precision=setup.precision,
+                                   variants=mia_variants(selected), reference_epochs=o.reference_epochs,
+                                   domain_twins=o.domain_twins, training=o.reference_training)
 
     @classmethod
-    def keeps_rounds(cls, cfg: RunConfig) -> bool:
+    def keeps_rounds(cls, setup: AttackSetup) -> bool:
         """A curious server's LiRA or RMIA with replayed references re-lives every round of the victims'."""
         from fedaudit.simulation.wire import SERVER
 
-        return (cfg.attacker == SERVER and any(v in ("lira", "rmia") for v in cls.variants)
-                and cls.option_values(cfg)["reference_training"] == REPLAY)
+        return (setup.attacker == SERVER and any(v in ("lira", "rmia") for v in cls.variants)
+                and setup.options.reference_training == REPLAY)
 
     @property
     def references_needed(self) -> int:
@@ -463,15 +467,11 @@ class MiaDomain(MembershipInference):
     variants = ("domain",)
 
 
-MIA_ATTACKS: tuple[type[MembershipInference], ...] = (MembershipInference, MiaLoss, MiaLira, MiaRmia, MiaDomain,
-                                                         MiaArtifact)
-
-
 def mia_variants(classes: Iterable[type[Attack]]) -> tuple[str, ...]:
     """The union of variants of the selected mia classes (``--attack mia-loss,mia-lira``), in canonical order."""
     chosen = {v for cls in classes if issubclass(cls, MembershipInference) for v in cls.variants}
     return tuple(v for v in VARIANTS if v in chosen)
 
 
-__all__ = ["ALL_DOMAINS", "GLOBAL", "LAST_UPLOAD", "MIA_ATTACKS", "MIA_STREAM", "NOT_APPLICABLE", "VARIANTS",
+__all__ = ["ALL_DOMAINS", "GLOBAL", "LAST_UPLOAD", "MIA_STREAM", "NOT_APPLICABLE", "VARIANTS",
            "MembershipInference", "Skipped", "last_upload", "mia_variants"]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedaudit.attack import Attack, AttackerPrior
+from fedaudit.attack import Attack, AttackerPrior, attack_setup
 from fedaudit.audit.canary import GRADIENT_SECTION, audit_canaries
 from fedaudit.audit.counterfactual import TrainingRecipe, latent_encoders
 from fedaudit.audit.leakage import Auditor, DomainRecords
@@ -263,7 +263,7 @@ def one_per_family(selected: Sequence[type[Attack]], cfg: RunConfig, prior: Atta
     families: dict[str, list[type[Attack]]] = {}
     for cls in selected:
         families.setdefault(cls.family or cls.name, []).append(cls)
-    return [group[0].for_selection(group, cfg, prior) for group in families.values()]
+    return [group[0].for_selection(group, attack_setup(group[0], cfg), prior) for group in families.values()]
 
 
 def run_unscored(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig, method: Method, fed: Federation,

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedaudit.attack import Attack
+from fedaudit.attack import Attack, attack_setup
 from fedaudit.audit.session import SECURE_AGGREGATION, attack_role_and_victims, run_attacks, run_unscored
 from fedaudit.audit.verdict import RiskThresholds, judge
 from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
@@ -494,7 +494,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         log.warning("thin split: %s", line)
     role, victims = attack_role_and_victims(cfg, clients)  # a bad --attacker/--victim fails before any work
 
-    keep = any(cls.keeps_rounds(cfg) for cls in selected) and not method.replay_note
+    keep = any(cls.keeps_rounds(attack_setup(cls, cfg)) for cls in selected) and not method.replay_note
     wire = rec.wire(device, {client_role(v) for v in victims} if keep else ())
     fed = Federation(cfg, method, dataset, split, device, wire)
     check_architecture(fed.model, rec, cfg)

@@ -5,7 +5,7 @@ Every run option is declared once, as a field of :class:`RunConfig` made with
 type, range or choices, and its help. From that declaration come the
 command-line flag, the TOML key, the range or choice error and the recorded
 value (``config.json``). Attack options are declared the same way on the
-attack classes (``Attack.options``) and resolved here into
+attack classes' ``Options`` dataclasses (``Attack.options`` is read from them) and resolved here into
 ``RunConfig.attack_options``, one block per selected attack family; method
 options stay with their method (``Method.options``).
 

@@ -119,6 +119,15 @@ class EvaluateOptions(TypedDict, total=False):
     attack_options: dict[str, dict[str, Any]]
     #: quick (CPU, minutes) or paper (the seeds' settings, GPU).
     profile: Literal['quick', 'paper']
+    #: --attack canary: mislabelled canaries per victim, drawn from its holdout, each trained on with probability
+    #: 1/2.
+    canaries: int
+    #: --attack canary under --dp-epsilon: white-box gradient canaries per victim, each a record of its DP-SGD with
+    #: probability 1/2; 0 chooses the fewest (256 to 4096) whose audit could certify the claimed epsilon.
+    gradient_canaries: int
+    #: --attack canary: also train the same federation without any canaries and report what planting them cost in
+    #: accuracy (about doubles the training time).
+    canary_cost: bool
     #: Optimisation steps of deepinversion and gradinv.
     inversion_iters: int
     #: Images synthesised per victim, whole classes (at least one per class).
@@ -150,15 +159,6 @@ class EvaluateOptions(TypedDict, total=False):
     #: Domain-level membership: federations trained without each source domain, each with its own seed (the
     #: participation row's null; their spread is its training noise); 0: none, and that row reads inconclusive.
     domain_twins: int
-    #: --attack canary: mislabelled canaries per victim, drawn from its holdout, each trained on with probability
-    #: 1/2.
-    canaries: int
-    #: --attack canary under --dp-epsilon: white-box gradient canaries per victim, each a record of its DP-SGD with
-    #: probability 1/2; 0 chooses the fewest (256 to 4096) whose audit could certify the claimed epsilon.
-    gradient_canaries: int
-    #: --attack canary: also train the same federation without any canaries and report what planting them cost in
-    #: accuracy (about doubles the training time).
-    canary_cost: bool
 
 
 class AuditOptions(TypedDict, total=False):
@@ -201,6 +201,15 @@ class AuditOptions(TypedDict, total=False):
     #: Adam steps of each auditor judge (the domain and class classifiers that score reconstructions).
     judge_steps: int
     model_args: dict[str, Any]
+    #: --attack canary: mislabelled canaries per victim, drawn from its holdout, each trained on with probability
+    #: 1/2.
+    canaries: int
+    #: --attack canary under --dp-epsilon: white-box gradient canaries per victim, each a record of its DP-SGD with
+    #: probability 1/2; 0 chooses the fewest (256 to 4096) whose audit could certify the claimed epsilon.
+    gradient_canaries: int
+    #: --attack canary: also train the same federation without any canaries and report what planting them cost in
+    #: accuracy (about doubles the training time).
+    canary_cost: bool
     #: Optimisation steps of deepinversion and gradinv.
     inversion_iters: int
     #: Images synthesised per victim, whole classes (at least one per class).
@@ -232,12 +241,3 @@ class AuditOptions(TypedDict, total=False):
     #: Domain-level membership: federations trained without each source domain, each with its own seed (the
     #: participation row's null; their spread is its training noise); 0: none, and that row reads inconclusive.
     domain_twins: int
-    #: --attack canary: mislabelled canaries per victim, drawn from its holdout, each trained on with probability
-    #: 1/2.
-    canaries: int
-    #: --attack canary under --dp-epsilon: white-box gradient canaries per victim, each a record of its DP-SGD with
-    #: probability 1/2; 0 chooses the fewest (256 to 4096) whose audit could certify the claimed epsilon.
-    gradient_canaries: int
-    #: --attack canary: also train the same federation without any canaries and report what planting them cost in
-    #: accuracy (about doubles the training time).
-    canary_cost: bool

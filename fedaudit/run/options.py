@@ -5,7 +5,7 @@ the command-line flag (``--name-with-dashes``), the TOML key (the name, dashes
 or underscores), the one-line range or choice error, the value recorded in
 ``config.json``, and the line in ``--help``. Run options are declared on
 :class:`fedaudit.run.config.RunConfig`'s fields (:func:`option`), attack options
-on the attack classes (``Attack.options``), so adding an option touches one
+on the attack classes' ``Options`` dataclasses (``Attack.options`` is read from them), so adding an option touches one
 place.
 """
 

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
 from fedaudit.models.factory import is_factory
+from fedaudit.registry import Registry
 from fedaudit.run.options import Option
 from fedaudit.tensor_ops.aggregation import StateDict, clone_state, load_state_, model_state
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from fedaudit.simulation.recipes import TrainOne
 
 UP, DOWN = "up", "down"
-ANY_MODEL_METHODS = ("fedavg", "fedprox", "feddg_ga", "elcfs")  # said in the refusal; test_methods holds it to the classes
 
 
 @dataclass
@@ -52,6 +52,16 @@ class Scores:
     val: dict[str, float]
     target: float
     extra: dict[str, float] = field(default_factory=dict)
+
+
+# Every method by name: a subclass that declares ``name`` joins when it is made (fedaudit.registry); the package
+# ``fedaudit.methods`` imports its modules so that the built-in ones have joined.
+METHODS: Registry[type[Method]] = Registry("method")
+
+
+def any_model_methods() -> list[str]:
+    """The registered methods that train any classifier (a --model factory's included)."""
+    return [name for name, cls in METHODS.items() if not cls.needs_architecture]
 
 
 def sample_count(client: Client, rnd: int) -> Artifact:
@@ -106,6 +116,9 @@ class Method:
     # Why this method cannot aggregate with client-level DP (--client-dp-epsilon), or "" when its server averages
     # whole models with fixed weights through ServerContext.client_dp (fedaudit/simulation/client_dp.py).
     client_dp_incompatible: ClassVar[str] = "its server does not aggregate a fixed-weight mean of whole models"
+    # How the method's own options keep per-client statistics out of the whole model it uploads, which the report
+    # advises for that upload's rows; "" where it has no such option (the report then advises --norm gn).
+    upload_mitigation: ClassVar[str] = ""
     # What the algorithm needs from fedaudit's own architectures (XAN layers, a particular head, a block to insert
     # into), or "" when it trains any classifier, a --model factory's included.
     needs_architecture: ClassVar[str] = ""
@@ -113,16 +126,17 @@ class Method:
     # RMIA's reference models can replay it); a subclass that trains otherwise sets it False or gives its own recipe.
     replays: ClassVar[bool] = False
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.profile_defaults = fold_option_profiles(cls.profile_defaults, cls.options, cls.__name__)
+        METHODS.join(cls, register)
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
         if self.needs_architecture and is_factory(cfg.model):
             raise FedauditError(f"method {self.name} needs {self.needs_architecture}, which --model {cfg.model} does "
                                 "not have; choose --model cnn, resnet18 or resnet50, or a method that trains any model "
-                                f"({', '.join(ANY_MODEL_METHODS)})")
+                                f"({', '.join(any_model_methods())})")
         unknown = set(cfg.method_options) - set(self.options)
         if unknown:
             valid = ", ".join(sorted(self.options)) or "none"
