@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,7 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
         "compare": compare,
         "redact": redact,
         "title": _title(run_list, compare),
-        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "version": __version__,
         "runs": [{"dir": r.run_dir.name, "method": r.stored.method, "dataset": r.stored.dataset,
                   "target": r.stored.target_domain} for r in run_list],

@@ -25,25 +25,25 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import results_page  # noqa: E402  (scripts/ is on sys.path when run as python scripts/inversion_power_curve.py)
+import results_page
 
-from fedaudit.api import DATA_SEED, resolve_device, resolve_targets, run_config  # noqa: E402
-from fedaudit.attacks.deepinversion import DeepInversion  # noqa: E402
-from fedaudit.attacks.deepinversion.engine import BNStatMatcher  # noqa: E402
-from fedaudit.attacks.targets import find_targets  # noqa: E402
-from fedaudit.audit.counterfactual import (POWER_PER_CLASS, Counterfactual, counterfactual_view,  # noqa: E402
+from fedaudit.api import DATA_SEED, resolve_device, resolve_targets, run_config
+from fedaudit.attacks.deepinversion import DeepInversion
+from fedaudit.attacks.deepinversion.engine import BNStatMatcher
+from fedaudit.attacks.targets import find_targets
+from fedaudit.audit.counterfactual import (POWER_PER_CLASS, Counterfactual, counterfactual_view,
                                            power_case, pseudo_name, split_pseudo)
-from fedaudit.audit.reconstruction import run_counterfactuals, score_section  # noqa: E402
-from fedaudit.audit.session import attack_role_and_victims, attacker_prior, build_auditor, one_per_family  # noqa: E402
-from fedaudit.audit.verdict import POWER_ALPHA  # noqa: E402
-from fedaudit.data import load_dataset, lodo_split  # noqa: E402
-from fedaudit.methods import get_method  # noqa: E402
-from fedaudit.run import run_directory  # noqa: E402
-from fedaudit.run.blocks import POWER_SINGLE  # noqa: E402
-from fedaudit.simulation.federation import Federation  # noqa: E402
-from fedaudit.simulation.wire import Wire  # noqa: E402
-from fedaudit.statistics.membership_statistics import holm  # noqa: E402
-from fedaudit.tensor_ops.aggregation import load_state_  # noqa: E402
+from fedaudit.audit.reconstruction import run_counterfactuals, score_section
+from fedaudit.audit.session import attack_role_and_victims, attacker_prior, build_auditor, one_per_family
+from fedaudit.audit.verdict import POWER_ALPHA
+from fedaudit.data import load_dataset, lodo_split
+from fedaudit.methods import get_method
+from fedaudit.run import run_directory
+from fedaudit.run.blocks import POWER_SINGLE
+from fedaudit.simulation.federation import Federation
+from fedaudit.simulation.wire import Wire
+from fedaudit.statistics.membership_statistics import holm
+from fedaudit.tensor_ops.aggregation import load_state_
 
 ARTIFACT = "full_model"
 

@@ -63,7 +63,7 @@ same declarations check every value (one line naming the flag, the range and the
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict  # noqa: F401 (Literal: options with choices)
+from typing import Any, Literal, TypedDict
 
 
 class EvaluateOptions(TypedDict, total=False):

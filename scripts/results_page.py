@@ -42,7 +42,7 @@ def provenance(reads_runs: bool = True) -> str:
     schema = f"metrics schema {SCHEMA_VERSION}" if reads_runs else NO_RUNS
     return (f"commit {commit}{dirty}, {schema}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
             f"{platform.machine()} ({cpu_model()}, {os.cpu_count()} cores), "
-            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+            f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
 
 
 def cpu_model() -> str:

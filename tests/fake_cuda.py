@@ -52,7 +52,7 @@ OWN_PACKAGES = tuple(PROJECT / room for room in ("fedaudit", "methods", "attacks
 class _CpuGenerator(torch.Generator):
     """``torch.Generator(device=...)`` that hands out a CPU generator for CUDA."""
 
-    def __new__(cls, device: str | torch.device = "cpu"):  # noqa: D102
+    def __new__(cls, device: str | torch.device = "cpu"):
         return super().__new__(cls, "cpu" if torch.device(device).type == "cuda" else device)
 
     def __init__(self, device: str | torch.device = "cpu") -> None:

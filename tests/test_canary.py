@@ -267,7 +267,7 @@ def test_tiny_run_stores_a_finite_bound_with_its_fields(tiny_run, caplog):
     assert all(f"canary · {v} · ε lower bound" in page for v in section)  # the report shows it, not as a reconstruction
     assert "no reconstruction attack ran" in page
     assert set(section) == set(m["source_domains"])
-    for victim, e in section.items():
+    for _victim, e in section.items():
         assert FIELDS <= set(e), FIELDS - set(e)
         assert e["canaries"] == 32 and e["k_grid"] == [4, 8, 16] and e["guesses"] == 2 * e["k"]
         assert 0 <= e["correct"] <= e["guesses"] and 0 < e["included"] < 32

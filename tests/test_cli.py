@@ -292,7 +292,7 @@ def test_every_method_option_is_a_flag_in_evaluate_help():
     result = runner.invoke(app, ["evaluate", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     for method, cls in METHODS.items():
-        for name, opt in cls.options.items():
+        for name, _opt in cls.options.items():
             flag = f"--{method}-{name}".replace("_", "-")
             assert flag in result.output, flag
     assert "Method options" in result.output and "proximal weight" in result.output

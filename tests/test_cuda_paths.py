@@ -302,8 +302,8 @@ def test_deterministic_settings_are_applied_recorded_and_restored():
                 pinned = numerics(torch.device("cpu"))
                 for _ in range(2):  # what torch says when an op has no deterministic CUDA kernel, twice
                     warnings.warn("scatter_add_cuda_kernel does not have a deterministic implementation, but you set "
-                                  "'torch.use_deterministic_algorithms(True, warn_only=True)'.", UserWarning)
-                warnings.warn("an unrelated warning", UserWarning)
+                                  "'torch.use_deterministic_algorithms(True, warn_only=True)'.", UserWarning, stacklevel=2)
+                warnings.warn("an unrelated warning", UserWarning, stacklevel=2)
         after = numerics(torch.device("cpu")), torch.backends.cuda.matmul.fp32_precision
     finally:
         torch.set_float32_matmul_precision("highest")  # torch's default, for the tests after this one

@@ -78,7 +78,7 @@ def test_options_are_validated_early():
 
 def _uploads(values, sizes, losses_local, losses_global, rnd):
     out = {}
-    for i, (v, n, lo, gl) in enumerate(zip(values, sizes, losses_local, losses_global)):
+    for i, (v, _n, lo, gl) in enumerate(zip(values, sizes, losses_local, losses_global)):
         role = f"client:d{i}"
         state = {"w": torch.full((3,), float(v)), "n": torch.tensor(v)}
         scalars = {"val_loss_local": torch.tensor(lo), "val_loss_global": torch.tensor(gl)}

@@ -158,7 +158,7 @@ def test_a_curious_client_gets_only_the_global_model_target(fedavg_run):
     attack = MembershipInference(2, seed=fed.cfg.seed, variants=["loss", "lira"])
     out = audit_membership(attack, run_dir, fed.cfg, fed.method, fed, prior, role=role, victims=[victim])
     assert set(out) == {"loss", "lira_online", "lira_offline"}
-    for key, by_target in out.items():
+    for _key, by_target in out.items():
         assert "auc" in by_target["global_model"][victim]
         skipped = by_target["last_upload"][victim]
         assert skipped["status"] == "not applicable" and "curious server" in skipped["reason"]

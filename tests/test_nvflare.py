@@ -12,17 +12,17 @@ import torch
 
 pytest.importorskip("nvflare")
 
-from nvflare.apis.dxo import DXO, DataKind  # noqa: E402
-from nvflare.apis.event_type import EventType  # noqa: E402
-from nvflare.apis.fl_constant import FLContextKey, ReservedKey, ReturnCode  # noqa: E402
-from nvflare.apis.fl_context import FLContext  # noqa: E402
-from nvflare.app_common.abstract.model import make_model_learnable  # noqa: E402
-from nvflare.app_common.app_constant import AppConstants  # noqa: E402
-from nvflare.app_common.app_event_type import AppEventType  # noqa: E402
+from nvflare.apis.dxo import DXO, DataKind
+from nvflare.apis.event_type import EventType
+from nvflare.apis.fl_constant import FLContextKey, ReservedKey, ReturnCode
+from nvflare.apis.fl_context import FLContext
+from nvflare.app_common.abstract.model import make_model_learnable
+from nvflare.app_common.app_constant import AppConstants
+from nvflare.app_common.app_event_type import AppEventType
 
-from fedaudit.interop.nvflare import FedauditRecorder  # noqa: E402
-from fedaudit.interop.recording_reader import read_recording  # noqa: E402
-from fedaudit.interop.recording_verify import verify_recording  # noqa: E402
+from fedaudit.interop.nvflare import FedauditRecorder
+from fedaudit.interop.recording_reader import read_recording
+from fedaudit.interop.recording_verify import verify_recording
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "examples.pytorch_fedavg.net:Net"

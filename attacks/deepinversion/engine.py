@@ -251,7 +251,7 @@ class AmplitudeProbe(nn.Module):
         self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1))
 
     def forward(self, x: Tensor) -> Tensor:
-        amp = torch.fft.fft2((x.float() * self.std + self.mean)).abs()
+        amp = torch.fft.fft2(x.float() * self.std + self.mean).abs()
         target = self.target[: x.shape[0]]
         per_image = torch.linalg.vector_norm((amp - target).flatten(1), dim=1)
         return (per_image / torch.linalg.vector_norm(target.flatten(1), dim=1).clamp_min(1e-6)).mean()
@@ -412,7 +412,7 @@ def _optimise(model: nn.Module, targets: list[InversionTarget], num_classes: int
         dy, dx = rng.randint(-jitter, jitter), rng.randint(-jitter, jitter)
         flip = settings.flip and rng.random() < 0.5
 
-        def augment(xs: Tensor) -> Tensor:
+        def augment(xs: Tensor, dy: int = dy, dx: int = dx, flip: bool = flip) -> Tensor:  # this step's draw
             xa = torch.roll(xs, shifts=(dy, dx), dims=(-2, -1))
             return xa.flip(-1) if flip else xa
 

@@ -98,7 +98,6 @@ Deviations and choices, with reasons:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path

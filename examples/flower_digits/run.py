@@ -21,22 +21,22 @@ from pathlib import Path
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # before flwr is imported: an audit runs offline
 
-import torch  # noqa: E402
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
-from flwr.clientapp import ClientApp  # noqa: E402
-from flwr.serverapp import Grid, ServerApp  # noqa: E402
-from flwr.clientapp.mod import fixedclipping_mod  # noqa: E402
-from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg  # noqa: E402
-from flwr.simulation import run_simulation  # noqa: E402
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.clientapp.mod import fixedclipping_mod
+from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg
+from flwr.simulation import run_simulation
 
-from fedaudit.data import load_dataset  # noqa: E402
-from fedaudit.errors import FedauditError  # noqa: E402
-from fedaudit.data.split import lodo_split  # noqa: E402
-from fedaudit.interop.flower import (RecordingGrid, one_line_refusals, record_released, recording_mod,  # noqa: E402
+from fedaudit.data import load_dataset
+from fedaudit.errors import FedauditError
+from fedaudit.data.split import lodo_split
+from fedaudit.interop.flower import (RecordingGrid, one_line_refusals, record_released, recording_mod,
                                      seal_recording, start_recording)
-from fedaudit.interop.recording_writer import check_fresh  # noqa: E402
-from fedaudit.models import build_model  # noqa: E402
-from fedaudit.simulation.training import (Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer,  # noqa: E402
+from fedaudit.interop.recording_writer import check_fresh
+from fedaudit.models import build_model
+from fedaudit.simulation.training import (Preprocess, accuracy, cross_entropy_loss, index_batches, make_optimizer,
                                train_steps)
 
 DATASET, TARGET, IMAGE_SIZE = "digits", "textured", 32

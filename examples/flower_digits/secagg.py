@@ -21,22 +21,22 @@ from pathlib import Path
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # before flwr is imported: an audit runs offline
 
-import torch  # noqa: E402
-from flwr.client import ClientApp, NumPyClient  # noqa: E402
-from flwr.client.mod import secaggplus_mod  # noqa: E402
-from flwr.common import Context, ndarrays_to_parameters  # noqa: E402
-from flwr.server import LegacyContext, ServerApp, ServerConfig  # noqa: E402
-from flwr.server.strategy import FedAvg  # noqa: E402
-from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow  # noqa: E402
-from flwr.simulation import run_simulation  # noqa: E402
+import torch
+from flwr.client import ClientApp, NumPyClient
+from flwr.client.mod import secaggplus_mod
+from flwr.common import Context, ndarrays_to_parameters
+from flwr.server import LegacyContext, ServerApp, ServerConfig
+from flwr.server.strategy import FedAvg
+from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+from flwr.simulation import run_simulation
 
-from examples.flower_digits.run import (ARCHITECTURE, DATASET, RECIPE, TARGET, client_data, new_model,  # noqa: E402
+from examples.flower_digits.run import (ARCHITECTURE, DATASET, RECIPE, TARGET, client_data, new_model,
                                         node_name, source_domains)
-from fedaudit.errors import FedauditError  # noqa: E402
-from fedaudit.interop.flower import (RecordingGrid, one_line_refusals, record_released, recording_mod,  # noqa: E402
+from fedaudit.errors import FedauditError
+from fedaudit.interop.flower import (RecordingGrid, one_line_refusals, record_released, recording_mod,
                                      seal_recording, start_recording)
-from fedaudit.interop.recording_writer import check_fresh  # noqa: E402
-from fedaudit.simulation.training import (Preprocess, cross_entropy_loss, index_batches, make_optimizer,  # noqa: E402
+from fedaudit.interop.recording_writer import check_fresh
+from fedaudit.simulation.training import (Preprocess, cross_entropy_loss, index_batches, make_optimizer,
                                           train_steps)
 
 

@@ -14,7 +14,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -241,8 +241,8 @@ def _setup_logging(quiet: bool) -> None:
 def report(
     run_dir: Path = typer.Argument(..., help="A finished run directory (written by `fedaudit evaluate`)."),
     redact: bool = typer.Option(False, "--redact", help="Write a redacted copy, report-redacted.html (or -o), every embedded reconstruction blurred; the sharp report stays."),
-    risk_thresholds: Optional[Path] = typer.Option(None, help="TOML or JSON file of risk-tier thresholds (keys listed in the report)."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Where to write (default RUN_DIR/report.html)."),
+    risk_thresholds: Path | None = typer.Option(None, help="TOML or JSON file of risk-tier thresholds (keys listed in the report)."),
+    output: Path | None = typer.Option(None, "-o", "--output", help="Where to write (default RUN_DIR/report.html)."),
     pdf: bool = typer.Option(False, "--pdf", help="Also print it to PDF beside the HTML (report.pdf, or "
                                                   "report-redacted.pdf with --redact), with headless Chromium."),
 ) -> None:
@@ -266,9 +266,9 @@ def report(
 
 def compare(
     run_dirs: list[Path] = typer.Argument(..., help="Finished run directories, one column each."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="The HTML file to write (required)."),
+    output: Path | None = typer.Option(None, "-o", "--output", help="The HTML file to write (required)."),
     redact: bool = typer.Option(False, "--redact", help="Blur every embedded reconstruction."),
-    risk_thresholds: Optional[Path] = typer.Option(None, help="TOML or JSON file of risk-tier thresholds."),
+    risk_thresholds: Path | None = typer.Option(None, help="TOML or JSON file of risk-tier thresholds."),
 ) -> None:
     """One page comparing runs side by side, with a privacy–utility scatter.
 
@@ -291,17 +291,17 @@ def compare(
 
 
 def sweep(
-    grid_file: Optional[Path] = typer.Argument(None, metavar="GRID.toml", help="Grid file: [fixed] options and [grid] "
+    grid_file: Path | None = typer.Argument(None, metavar="GRID.toml", help="Grid file: [fixed] options and [grid] "
                                                "lists of `fedaudit evaluate` options (see examples/grid.toml)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="The sweep's folder (default runs/sweep-<grid file name>); "
+    out: Path | None = typer.Option(None, "--out", help="The sweep's folder (default runs/sweep-<grid file name>); "
                                        "running the same grid into it again skips COMPLETE points."),
     backend: str = typer.Option("local", help="local (this machine) or ray (Ray tasks; pip install -e \".[ray]\")."),
     jobs: int = typer.Option(1, help="local backend: points run at once, each in its own process."),
-    threads: Optional[int] = typer.Option(None, help="Torch threads per point (default: cores / --jobs locally, 1 on "
+    threads: int | None = typer.Option(None, help="Torch threads per point (default: cores / --jobs locally, 1 on "
                                           "Ray); results are identical across backends at the same count."),
-    address: Optional[str] = typer.Option(None, help="ray backend: the cluster to join (e.g. auto, or "
+    address: str | None = typer.Option(None, help="ray backend: the cluster to join (e.g. auto, or "
                                           "ray://HOST:10001); default: start a local Ray."),
-    resume: Optional[Path] = typer.Option(None, help="Continue the sweep in this folder, with the grid it holds."),
+    resume: Path | None = typer.Option(None, help="Continue the sweep in this folder, with the grid it holds."),
     quiet: bool = typer.Option(False, "--quiet", help="Log lines only, no table."),
     json_summary: bool = typer.Option(False, "--json", help="Print sweep.json's points as JSON on stdout."),
 ) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -71,35 +71,35 @@ def _parameter(name: str, opt: Option, panel: str, help_text: str | None = None)
     help_text = help_text or option_help(opt)
     if opt.kind is bool:
         info = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=help_text, rich_help_panel=PANELS[panel])
-        annotation: Any = Optional[bool]
+        annotation: Any = bool | None
     else:
         # A nullable number also takes the word `none` ("no cap"): it arrives as text and its declaration parses it.
         info = typer.Option(None, flag, help=help_text, rich_help_panel=PANELS[panel],
                             metavar=opt.kind.__name__.upper() + ("|none" if opt.nullable else ""))
-        annotation = Optional[str] if opt.nullable and opt.kind is not str else Optional[opt.kind]
+        annotation = str | None if opt.nullable and opt.kind is not str else opt.kind | None
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
 
 
 # Options of the command itself, not of a run.
 COMMAND_PARAMETERS = [
-    ("split", Optional[str], typer.Option(None, help="train,val,holdout fractions of each source domain (default "
+    ("split", str | None, typer.Option(None, help="train,val,holdout fractions of each source domain (default "
                                           f"{','.join(f'{f:g}' for f in DEFAULT_SPLIT)}).",
                                           rich_help_panel=PANELS["training"])),
-    ("dp_sweep", Optional[str], typer.Option(None, help="Run once per DP-SGD ε, e.g. 1,8,inf (inf: no DP), and write "
+    ("dp_sweep", str | None, typer.Option(None, help="Run once per DP-SGD ε, e.g. 1,8,inf (inf: no DP), and write "
                                              "sweep.html with the privacy–utility curve.", rich_help_panel=PANELS["dp"])),
-    ("method_option", Optional[list[str]], typer.Option(
+    ("method_option", list[str] | None, typer.Option(
         None, help="Method-specific NAME=VALUE (repeatable); each also has its own flag --<method>-<name> VALUE, "
                    "e.g. --ccst-style single --ccst-k 3 (see `fedaudit list methods`).")),
-    ("model_arg", Optional[list[str]], typer.Option(
+    ("model_arg", list[str] | None, typer.Option(
         None, help="KEY=VALUE keyword argument of a --model factory (repeatable; VALUE a JSON scalar or a word).",
         rich_help_panel=PANELS["run"])),
-    ("config", Optional[Path], typer.Option(None, help="TOML file of options (keys are the option names); explicit "
+    ("config", Path | None, typer.Option(None, help="TOML file of options (keys are the option names); explicit "
                                             "options win.")),
-    ("resume", Optional[Path], typer.Option(None, help="Continue an interrupted run directory from its last round.")),
+    ("resume", Path | None, typer.Option(None, help="Continue an interrupted run directory from its last round.")),
     ("quiet", bool, typer.Option(False, "--quiet", help="Log lines only: no progress bars, no tables.")),
     ("json_summary", bool, typer.Option(False, "--json", help="Print the metrics summary (accuracy, traffic, verdict, "
                                         "paths) as JSON on stdout, for scripts; logs stay on stderr.")),
-    ("fail_on", Optional[str], typer.Option(None, "--fail-on", metavar="TIER[:LEVEL]",
+    ("fail_on", str | None, typer.Option(None, "--fail-on", metavar="TIER[:LEVEL]",
                                             help="Exit with status 3 when any verdict row reaches this tier (high or "
                                                  "medium), after every file is written (a CI gate; status 2 stays for "
                                                  "user errors); high:records counts only the rows of one level "
@@ -113,7 +113,7 @@ COMMAND_PARAMETERS = [
     ("unverified", bool, typer.Option(False, "--unverified",
                                       help="Audit a recording whose hashes do not match (edited after it was made); "
                                            "the report marks it unverified on its first screen.")),
-    ("records", Optional[Path], typer.Option(None, help="The auditor's records (members/<client>/, holdout/<client>/, "
+    ("records", Path | None, typer.Option(None, help="The auditor's records (members/<client>/, holdout/<client>/, "
                                              "unseen/<domain>/): needed where the recording's manifest points "
                                              "outside the recording, which fedaudit never follows by itself.")),
 ]
@@ -144,7 +144,7 @@ def _method_parameter(name: str, opt: Option) -> inspect.Parameter:
     the run's method is known (a flag of another method is refused there)."""
     info = typer.Option(None, flag_of(name), help=option_help(opt), rich_help_panel=METHOD_PANEL,
                         metavar=opt.kind.__name__.upper())
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=Optional[str])
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=str | None)
 
 
 def given_method_flags(given: dict[str, Any]) -> list[tuple[str, str]]:

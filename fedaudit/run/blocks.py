@@ -16,7 +16,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any, TypeVar
 
 B = TypeVar("B", bound="Block")
@@ -54,7 +54,7 @@ class Block:
         return cls.of(data) if isinstance(data, Mapping) and data else None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _readers(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
     hints = typing.get_type_hints(cls)
     return tuple((f, _reader(hints[f.name])) for f in dataclasses.fields(cls))

@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         found = problems(data) if version == SCHEMA_VERSION else [
             f"(top): metrics schema {version}; the shipped schema describes version {SCHEMA_VERSION}"]
         failed += bool(found)
-        print(f"{name}: " + ("valid (metrics schema %d)" % version if not found else "\n  ".join(["invalid", *found])))
+        print(f"{name}: " + (f"valid (metrics schema {version})" if not found else "\n  ".join(["invalid", *found])))
     return 1 if failed else 0
 
 

@@ -28,7 +28,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import torch
@@ -106,7 +106,7 @@ def _json_default(obj: object) -> object:
 
 def new_run_dir(out: Path, method: str, dataset: str, target: str) -> Path:
     """``out/<UTC time>-<method>-<dataset>-<target>``, made unique if it exists."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     base = f"{stamp}-{_slug(method)}-{_slug(dataset)}-{_slug(target)}"
     path = Path(out) / base
     n = 1
@@ -141,7 +141,7 @@ def mark_complete(run_dir: Path, required: list[str]) -> None:
     missing = [name for name in required if not (Path(run_dir) / name).exists()]
     if missing:
         raise RuntimeError(f"run {run_dir} is missing {', '.join(missing)}; not marking it complete")
-    write_text(Path(run_dir) / COMPLETE, datetime.now(timezone.utc).isoformat() + "\n")
+    write_text(Path(run_dir) / COMPLETE, datetime.now(UTC).isoformat() + "\n")
 
 
 # -- checkpoints ------------------------------------------------------------------

@@ -297,7 +297,7 @@ class PrivateTraining:
         self.noise_to_signal_target = cfg.dp_noise_to_signal
         self.max_step_factor = int(cfg.dp_max_step_factor)
         self.records = dict(records)
-        for index, n in self.records.items():
+        for n in self.records.values():
             if self.delta >= 1.0 / n:
                 raise FedauditError(f"--dp-delta {self.delta:g} is not below 1/n = {1 / n:.2g} for a client with {n} "
                                     "training records (δ ≥ 1/n allows releasing a record outright); use --dp-delta 1e-5")

@@ -32,7 +32,7 @@ def client_role(domain: str) -> str:
     return f"client:{domain}"
 
 
-class ArtifactKind(str, Enum):
+class ArtifactKind(str, Enum):  # noqa: UP042 (StrEnum would change str() of a kind, which messages print)
     """What a message is. Values are the names written to the ledger."""
 
     FULL_MODEL = "full_model"  # every parameter and buffer (BN running stats included)

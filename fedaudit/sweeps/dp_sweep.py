@@ -53,7 +53,7 @@ def parse_epsilons(text: str) -> list[float | None]:
             values.append(value)
     if len(values) < 2:
         raise FedauditError(f"--dp-sweep needs at least two ε values (e.g. 1,8,inf), got {text!r}")
-    return sorted((v for v in values if v is not None)) + ([None] if None in values else [])
+    return sorted(v for v in values if v is not None) + ([None] if None in values else [])
 
 
 DP_SWEEP = "--dp-sweep"  # the source a DP sweep's grid records (a `fedaudit sweep` grid names its file)

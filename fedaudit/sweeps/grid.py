@@ -211,7 +211,7 @@ def run_point(point_dir: str, options: dict[str, Any], threads: int, command: st
                   evaluate(**options, out=str(folder), command=command or None, **hooks))
     except FedauditError as exc:
         return {"status": "failed", "error": str(exc), "seconds": time.perf_counter() - t0}
-    except Exception as exc:  # noqa: BLE001 - a bug in one point must not end the sweep; its traceback is kept
+    except Exception as exc:
         folder.mkdir(parents=True, exist_ok=True)
         run_directory.write_text(folder / "error.txt", traceback.format_exc())
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc} (traceback in {folder / 'error.txt'})",
@@ -409,7 +409,7 @@ def _process_pool(pending: list[tuple[Point, Path]], threads: int, jobs: int) ->
                         yield point, folder, fut.result()
                     except BrokenProcessPool:
                         yield point, folder, None
-                    except Exception as exc:  # noqa: BLE001 - e.g. a worker that could not start: this point fails, the sweep goes on
+                    except Exception as exc:
                         yield point, folder, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
 
     suspects = []
