@@ -27,7 +27,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from fedaudit.api import resolve_device, save_progress
+from fedaudit.api import resolve_device
+from fedaudit.pipeline import save_progress
 from fedaudit.data import load_dataset, lodo_split
 from fedaudit.methods.fedavg import FedAvg
 from fedaudit.models import build_model

@@ -26,8 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"fedaudit": ROOT / "fedaudit", "fedaudit.attacks": ROOT / "attacks", "fedaudit.methods": ROOT / "methods",
             "fedaudit.reports": ROOT / "reports"}
 PLUG_INS = ("fedaudit.attacks", "fedaudit.methods", "fedaudit.reports")
-# The front door: the package root (its lazy ``evaluate``), the API and CLI, the sweep drivers (DP sweep, grids).
-ENTRY_POINTS = ("fedaudit", "fedaudit.api", "fedaudit.cli", "fedaudit.sweeps.dp_sweep", "fedaudit.sweeps.grid")
+# The front door: the package root (its lazy ``evaluate``), the API (and the flow it runs per target) and CLI, the
+# sweep drivers (DP sweep, grids).
+ENTRY_POINTS = ("fedaudit", "fedaudit.api", "fedaudit.pipeline", "fedaudit.cli", "fedaudit.sweeps.dp_sweep",
+                "fedaudit.sweeps.grid")
 # What an attack may not reach: private records and who holds them, and everything above the attacks.
 PRIVATE = ("fedaudit.simulation.federation", "fedaudit.simulation.method", "fedaudit.methods", "fedaudit.data", "fedaudit.audit",
            "fedaudit.audit.input_canaries", *ENTRY_POINTS[1:], "fedaudit.reports")
