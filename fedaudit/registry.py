@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from fedaudit.errors import unknown_choice
@@ -45,20 +43,6 @@ class Registry(dict[str, T]):
             return self[name]
         except KeyError:
             raise unknown_choice(self.kind, name, self) from None
-
-    @contextmanager
-    def holding(self, cls: T) -> Iterator[T]:
-        """``cls`` registered for the block only (a test's plug-in), whatever the registry held before restored."""
-        name = cls.__dict__["name"]
-        before = self.get(name)
-        self._put(name, cls)
-        try:
-            yield cls
-        finally:
-            if before is None:
-                self.pop(name, None)
-            else:
-                self._put(name, before)
 
     def _put(self, name: str, cls: T) -> None:
         self[name] = cls

@@ -36,7 +36,7 @@ class Block:
     def of(cls: type[B], data: Any) -> B:
         data = data if isinstance(data, Mapping) else {}
         values = {}
-        for f, read in _readers(cls):
+        for f, read in _readers(cls):  # type: ignore[arg-type]  # a class is hashable; typeshed's type[B] is not
             key = f.metadata.get("alias", f.name)
             if key in data:
                 values[f.name] = read(data[key])
@@ -55,7 +55,7 @@ class Block:
 
 
 @cache
-def _readers(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
+def _readers(cls: type) -> tuple[tuple[dataclasses.Field[Any], Any], ...]:
     hints = typing.get_type_hints(cls)
     return tuple((f, _reader(hints[f.name])) for f in dataclasses.fields(cls))
 
@@ -91,7 +91,7 @@ def _container(origin: type, inner: type[Block] | None) -> Any:
     def read_dict(value: Any) -> dict[str, Any]:
         if not isinstance(value, Mapping):
             return {}
-        return {k: inner.of(x) for k, x in value.items() if isinstance(x, Mapping)} if inner else value
+        return {k: inner.of(x) for k, x in value.items() if isinstance(x, Mapping)} if inner else dict(value)
 
     return read_list if origin is list else read_dict
 

@@ -172,7 +172,7 @@ class RunConfig:
     attack_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     profile: str = option("quick", "quick (CPU, minutes) or paper (the seeds' settings, GPU).", choices=PROFILES)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["split"] = list(self.split)
         return d
@@ -375,7 +375,7 @@ def parse_split(text: str | None) -> tuple[float, float, float] | None:
         raise FedauditError(f"--split must look like 0.5,0.1,0.4 (train,val,holdout), got {text!r}") from None
     if len(parts) != 3:
         raise FedauditError(f"--split needs three fractions train,val,holdout, got {text!r}")
-    return parts  # type: ignore[return-value]
+    return parts[0], parts[1], parts[2]
 
 
 def from_json(saved: dict[str, Any], attack_schema: AttackSchema) -> RunConfig:

@@ -21,7 +21,7 @@ import os
 import re
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
@@ -42,7 +42,7 @@ def _tf32() -> dict[str, Any]:
     """TF32 for CUDA matmuls and cuDNN convolutions, as this torch names it."""
     if _has_precision_api():
         return {"matmul_fp32_precision": torch.backends.cuda.matmul.fp32_precision,
-                "cudnn_conv_fp32_precision": torch.backends.cudnn.conv.fp32_precision}
+                "cudnn_conv_fp32_precision": torch.backends.cudnn.conv.fp32_precision}  # type: ignore[attr-defined]
     return {"tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "tf32_cudnn": torch.backends.cudnn.allow_tf32}
 
 
@@ -54,7 +54,7 @@ def _set_tf32(settings: dict[str, Any]) -> None:
     """Set TF32 from ``settings`` (as :func:`_tf32` names them; extra keys are ignored)."""
     if _has_precision_api():
         torch.backends.cuda.matmul.fp32_precision = settings["matmul_fp32_precision"]
-        torch.backends.cudnn.conv.fp32_precision = settings["cudnn_conv_fp32_precision"]
+        torch.backends.cudnn.conv.fp32_precision = settings["cudnn_conv_fp32_precision"]  # type: ignore[attr-defined]
     else:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = settings["tf32_matmul"], settings["tf32_cudnn"]
 
@@ -65,7 +65,7 @@ def numerics(device: torch.device) -> dict[str, Any]:
     if device.type == "cuda":
         out.update({
             "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(),
+            "cudnn": torch.backends.cudnn.version(),  # type: ignore[no-untyped-call]
             "capability": ".".join(map(str, torch.cuda.get_device_capability(device))),
             **_tf32(),
             "cudnn_deterministic": torch.backends.cudnn.deterministic,
@@ -94,7 +94,8 @@ def run_numerics(deterministic: bool) -> Iterator[list[str]]:
     _set_tf32(NO_TF32)
     show = warnings.showwarning
 
-    def note(message, category, filename, lineno, file=None, line=None):
+    def note(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None,
+             line: str | None = None) -> None:
         found = _NONDETERMINISTIC.match(str(message))
         if found:
             if found.group(1) not in ops:

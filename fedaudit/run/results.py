@@ -131,6 +131,11 @@ class Evidence:
         return (self.detail or {}).get("victim")
 
     @property
+    def facts(self) -> dict[str, Any]:
+        """The test family's own block (``detail``; an empty one where the test stored none): what its rule reads."""
+        return self.detail if self.detail is not None else {}
+
+    @property
     def attack(self) -> str:
         """The attack behind the test, as a reader names it: ``loss attack``, ``tracing test``."""
         return str((self.detail or {}).get("attack") or self.source.split(" ")[0])
@@ -216,7 +221,7 @@ class RunMetrics:
         """A stored metrics.json; one written by a newer fedaudit is a one-line error naming the version it needs."""
         version = schema_version(data, where)
         fields = [f for f in cls.__dataclass_fields__ if f != "schema_version"]
-        blank = {"accuracy": {}, "communication": {}, "leakage": {}, "provenance": {}, "verdict": []}
+        blank: dict[str, Any] = {"accuracy": {}, "communication": {}, "leakage": {}, "provenance": {}, "verdict": []}
         return cls(**{f: data.get(f, blank.get(f)) for f in fields}, schema_version=version)
 
     @property
@@ -242,7 +247,8 @@ def schema_version(data: Mapping[str, Any], where: str | Path = "metrics.json") 
 @lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
     """The JSON Schema of metrics.json (this version)."""
-    return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    loaded: dict[str, Any] = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    return loaded
 
 
 def problems(data: Any, definition: str | None = None) -> list[str]:

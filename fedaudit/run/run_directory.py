@@ -26,10 +26,12 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, UTC
 from pathlib import Path
+from types import TracebackType
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -74,11 +76,11 @@ def write_json(path: Path, obj: object) -> None:
     write_text(path, json_text(obj))
 
 
-def write_jsonl(path: Path, rows: list[dict]) -> None:
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     write_text(path, "".join(json.dumps(r, default=_json_default) + "\n" for r in rows))
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     buf = io.StringIO()
     if rows:
         fields = list(rows[0].keys())
@@ -90,8 +92,12 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     write_text(path, buf.getvalue())
 
 
-def read_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object the run wrote (a file holding anything else is an error naming it)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise FedauditError(f"{path} holds no JSON object; it is not a file fedaudit wrote")
+    return data
 
 
 def _json_default(obj: object) -> object:
@@ -150,13 +156,13 @@ def mark_complete(run_dir: Path, required: list[str]) -> None:
 TENSORS_FILE = "tensors"  # the state.json key naming the tensors file it goes with
 
 
-def tensors_file(state: dict) -> str:
+def tensors_file(state: dict[str, Any]) -> str:
     """The checkpoint tensors' file name for ``state``: one per round, so a state never names a file that a
     later round's write has half replaced."""
     return f"tensors-r{int(state.get('rounds_done', 0)):06d}.safetensors"
 
 
-def save_checkpoint(run_dir: Path, tensors: dict[str, Tensor], state: dict) -> None:
+def save_checkpoint(run_dir: Path, tensors: dict[str, Tensor], state: dict[str, Any]) -> None:
     """Tensors as safetensors in the file :func:`tensors_file` names, then ``state`` as JSON naming that
     file. A process killed at any point leaves a state.json whose tensors file is whole: the old pair, or
     the new one. Older tensors files are removed last."""
@@ -206,7 +212,7 @@ class HostSnapshot:
                 host.copy_(flat, non_blocking=True)
                 self._groups.append((chunk, host))
         if self._groups:
-            self._event = torch.cuda.Event()
+            self._event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             self._event.record()  # on the stream the copies were enqueued on
 
     def tensors(self) -> dict[str, Tensor]:
@@ -217,11 +223,12 @@ class HostSnapshot:
             sizes = [math.prod(self._shapes[k]) for k in keys]
             # Copies (safetensors refuses tensors that share one buffer) made by numpy: a torch op on this
             # thread would start a second OpenMP team whose spinning threads slow the training thread's.
-            out.update({k: _host_copy(part, self._shapes[k]) for k, part in zip(keys, flat.split(sizes))})
+            out.update({k: _host_copy(part, self._shapes[k])
+                        for k, part in zip(keys, flat.split(sizes))})  # type: ignore[no-untyped-call]
         return {k: out[k] for k in self._shapes}
 
 
-def _chunks(keys: list[str], nbytes) -> Iterator[list[str]]:
+def _chunks(keys: list[str], nbytes: Callable[[str], int]) -> Iterator[list[str]]:
     """``keys`` in order, cut into runs of at most :data:`SNAPSHOT_CHUNK_BYTES` (a larger tensor alone)."""
     limit = SNAPSHOT_CHUNK_BYTES
     chunk: list[str] = []
@@ -259,16 +266,18 @@ class ProgressWriter:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedaudit-progress")
-        self._pending: Future | None = None
+        self._pending: Future[None] | None = None
 
-    def submit(self, history: list[dict], ledger: list[dict], tensors: dict[str, Tensor], state: dict) -> None:
+    def submit(self, history: list[dict[str, Any]], ledger: list[dict[str, Any]], tensors: dict[str, Tensor],
+               state: dict[str, Any]) -> None:
         self.wait()
         snapshot = HostSnapshot(tensors)
         # A plain copy now (through JSON): the engine goes on appending to the history and timings it holds.
         frozen = json.loads(json_text(state))
         self._pending = self._pool.submit(self._write, list(history), ledger, snapshot, frozen)
 
-    def _write(self, history: list[dict], ledger: list[dict], snapshot: HostSnapshot, state: dict) -> None:
+    def _write(self, history: list[dict[str, Any]], ledger: list[dict[str, Any]], snapshot: HostSnapshot,
+               state: dict[str, Any]) -> None:
         write_csv(self.run_dir / "history.csv", history)
         write_jsonl(self.run_dir / "wire.jsonl", ledger)
         save_checkpoint(self.run_dir, snapshot.tensors(), state)
@@ -288,7 +297,7 @@ class ProgressWriter:
     def __enter__(self) -> ProgressWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         try:
             self.close()
         except Exception as write_error:
@@ -298,7 +307,7 @@ class ProgressWriter:
             log.warning("could not write the progress of the last round (%s)", write_error)
 
 
-def load_checkpoint(run_dir: Path) -> tuple[dict[str, Tensor], dict] | None:
+def load_checkpoint(run_dir: Path) -> tuple[dict[str, Tensor], dict[str, Any]] | None:
     """(tensors, state) of the last round written whole, or None when there is none."""
     from safetensors.torch import load_file
 

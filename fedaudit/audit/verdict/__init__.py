@@ -145,8 +145,8 @@ def judge_rows(run: AuditedRun, thresholds: RiskThresholds | None = None) -> lis
         rows.append(canary.canary_row(run, t))
     if run.secure_aggregation is not None:
         rows += secure_aggregation_rows(run.secure_aggregation, run.declared, t)
-    if run.broadcasts is not None:
-        rows.append(consistency.consistency_row(run, t))
+    if run.broadcasts is not None and (checked := consistency.consistency_row(run, t)) is not None:
+        rows.append(checked)
     if run.no_records is not None:  # nothing was scored: every row says so first, whatever else it says
         rows = [r if run.no_records in r.reason or r.question == CONSISTENCY  # digests need no record
                 else replace(r, reason=f"{run.no_records}; {r.reason}") for r in rows]

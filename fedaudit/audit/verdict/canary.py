@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from fedaudit.run.entries import AuditedRun, CanaryAudit
 from fedaudit.statistics.membership_statistics import holm
 
-from .evidence import (ANYONE, DP_AUDIT, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, Decision, Evidence, Rule,
+from .evidence import (VerdictRow, ANYONE, DP_AUDIT, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, Decision, Evidence, Rule,
                        Significant, decide, first, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .wording import canary_finding, clause, p_text, short
@@ -38,21 +38,21 @@ class Case:
     t: RiskThresholds
 
 
-def canary_row(run: AuditedRun, t: RiskThresholds):
+def canary_row(run: AuditedRun, t: RiskThresholds) -> VerdictRow:
     evidence, notes, ceilings = _evidence(run.canaries, t)
     observer = ", ".join(sorted({_observer(ev) for ev in evidence})) or "server"
     case = Case(evidence, notes, ceilings, t)
     if evidence:
         decide(evidence, t)
-        claims = holm([ev.detail["p_claim"] for ev in evidence])
+        claims = holm([ev.facts["p_claim"] for ev in evidence])
         for ev, adj in zip(evidence, claims):
-            ev.detail["p_claim_adjusted"] = adj
+            ev.facts["p_claim_adjusted"] = adj
     d = first(RULES, case)
     return row(KEY, TITLE, DP_AUDIT, "planted canaries", observer, d, case, evidence, t.alpha)
 
 
 def _observer(ev: Evidence) -> str:
-    return "server" if ev.detail["variant"] == "gradient" or ev.detail["target"] == "last_upload" else ANYONE
+    return "server" if ev.facts["variant"] == "gradient" or ev.facts["target"] == "last_upload" else ANYONE
 
 
 def _evidence(audits: tuple[CanaryAudit, ...], t: RiskThresholds) -> tuple[list[Evidence], list[str], list[float]]:
@@ -62,11 +62,11 @@ def _evidence(audits: tuple[CanaryAudit, ...], t: RiskThresholds) -> tuple[list[
     notes: list[str] = []
     ceilings: list[float] = []
     for a in audits:
-        if a.bound is None:
+        if a.bound is None or a.canaries is None:
             notes.append(f"{a.victim} ({a.variant} canaries): {a.status or 'not run'} — {a.reason or 'no reason stored'}")
             continue
         p = p_value_of_claim(a.canaries, a.per_k, 0.0, a.delta)  # "no privacy loss at all" is the claim ε = 0
-        p_claim = (1.0 if a.epsilon_spent is None else p_value_of_curve(a.canaries, a.per_k, a.claim)
+        p_claim = (1.0 if a.epsilon_spent is None else p_value_of_curve(a.canaries, a.per_k, dict(a.claim))
                    if a.claim is not None else p_value_of_claim(a.canaries, a.per_k, a.epsilon_spent, a.delta))
         ceilings.append(a.ceiling or 0.0)
         evidence.append(Evidence("canary_epsilon", f"{a.variant} canaries / {a.victim}", a.bound, 0.0,
@@ -104,7 +104,7 @@ class Refuted(Rule):
     name = "refuted"
 
     def decide(self, case: Case) -> Decision | None:
-        refuted = [ev for ev in case.evidence if ev.detail["p_claim_adjusted"] <= case.t.alpha]
+        refuted = [ev for ev in case.evidence if ev.facts["p_claim_adjusted"] <= case.t.alpha]
         if not refuted:
             return None
         top = max(refuted, key=lambda ev: ev.value)

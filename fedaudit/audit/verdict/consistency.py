@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from fedaudit.run.entries import AuditedRun, BroadcastCheck
 
-from .evidence import CONSISTENCY, HIGH, INCONCLUSIVE, LOW, NOT_ASSESSED, Decision, Evidence, Rule, first, row
+from .evidence import (CONSISTENCY, HIGH, INCONCLUSIVE, LOW, NOT_ASSESSED, Decision, Evidence, Rule, VerdictRow, first,
+                       row)
 from .thresholds import RiskThresholds
 from .wording import different_models, groups_text
 
@@ -24,7 +25,7 @@ KEY, TITLE, ARTIFACT, OBSERVER = ("consistency:broadcasts", "did every client of
                                   "broadcasts ↓", "the clients")
 
 
-def consistency_row(run: AuditedRun, t: RiskThresholds):
+def consistency_row(run: AuditedRun, t: RiskThresholds) -> VerdictRow | None:
     """The row, for an audited recording whose verification compared its broadcasts; None otherwise."""
     if run.broadcasts is None:
         return None

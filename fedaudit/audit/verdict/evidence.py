@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedaudit.run.results import Evidence, VerdictRow
+from fedaudit.run.results import Evidence as Evidence  # re-exported: the rules' one import of the row's parts
+from fedaudit.run.results import VerdictRow as VerdictRow
 
 from fedaudit.statistics.membership_statistics import holm
 

@@ -17,6 +17,8 @@ data row's is its distribution-level finding (it revealed their domain or class)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +26,7 @@ from fedaudit.run.blocks import POWER_SINGLE
 from fedaudit.run.entries import AuditedRun, finite_pair, LiftTest, ReconstructionEntry, ReconstructionPower, ReconstructionTable
 from fedaudit.statistics.membership_statistics import holm
 
-from .evidence import (CLIENT_DATA, HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NULL_NAMES, POWER_ALPHA,
+from .evidence import (VerdictRow, CLIENT_DATA, HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NULL_NAMES, POWER_ALPHA,
                        Decision, Evidence, Rule, Significant, closest, decide, deciding, first, isnum, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_SCORE, NO_TARGET, OTHER_VIEW, Unseen
@@ -46,13 +48,13 @@ class Case:
     t: RiskThresholds
 
 
-def inversion_rows(key: str, run: AuditedRun, t: RiskThresholds) -> list:
+def inversion_rows(key: str, run: AuditedRun, t: RiskThresholds) -> list[VerdictRow]:
     """The records row and the client-data row of one declared share (``"full_model↑"``)."""
     kind, arrow = key[:-1], key[-1]
     observer = observer_of(key, run.attacker)
     found = [table for table in run.reconstructions if table.artifact.split(":")[0] == kind]
 
-    def made(question: str, d: Decision, case: object, evidence: list[Evidence] = ()):
+    def made(question: str, d: Decision, case: object, evidence: Sequence[Evidence] = ()) -> VerdictRow:
         name = key if question == INVERSION else f"{CLIENT_DATA}:{key}"
         return row(name, level_title(key, question), question, key, observer, d, case, evidence, t.alpha)
 
@@ -66,7 +68,7 @@ def inversion_rows(key: str, run: AuditedRun, t: RiskThresholds) -> list:
         records = question == INVERSION
         mine = [e for e in evidence if (e.test in RECORD_TESTS) == records]
         if not mine:
-            u.skipped[:] = skipped or ([f"no record-level test was stored for {kind} (distribution-level tests only)"]
+            u.not_scored[:] = skipped or ([f"no record-level test was stored for {kind} (distribution-level tests only)"]
                                        if evidence and records else [])
             rows.append(made(question, NO_SCORE.decide(u), u))
             continue
@@ -115,7 +117,7 @@ class Uninformative(Rule):
         evidence = case.evidence
         if any(_could_reach_medium(e, len(evidence), case.t) for e in evidence):
             return None
-        counts = sorted({f"{e.test} on {e.detail['n']}" for e in evidence if isinstance(e.detail["n"], int)})
+        counts = sorted({f"{e.test} on {e.facts['n']}" for e in evidence if isinstance(e.facts["n"], int)})
         saturated = sorted({f"{e.test} ({e.baseline_name} already at {pct(e.baseline)})" for e in evidence
                             if _saturated(e)})
         return self(INCONCLUSIVE, counts=counts, saturated=saturated)
@@ -146,7 +148,7 @@ class Powered(Rule):
 
     def decide(self, case: Case) -> Decision | None:
         measured = [(src, p) for src, p in case.powers if p is not None and p.measured]
-        level = [p.p_record_level if case.records else p.p_reveals for _, p in measured]
+        level = [p.p_record_level if case.records else 1.0 if p.p_reveals is None else p.p_reveals for _, p in measured]
         reached = [(src, p) for (src, p), a in zip(measured, holm(level)) if a <= POWER_ALPHA]
         if not reached:
             return None
@@ -228,7 +230,7 @@ def _could_reach_medium(e: Evidence, m: int, t: RiskThresholds) -> bool:
 
 def _saturated(e: Evidence) -> bool:
     """The strongest null is already at a bound the test cannot beat (100%)."""
-    return isnum(e.baseline) and float(e.baseline) >= 1.0 - 1e-9
+    return e.baseline is not None and isnum(e.baseline) and e.baseline >= 1.0 - 1e-9
 
 
 def _strongest_null(nulls: dict[str, float]) -> tuple[str, float]:

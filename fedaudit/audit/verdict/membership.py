@@ -23,14 +23,16 @@ Rules, in order (each a small function returning a :class:`Decision` or None):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from fedaudit.run.entries import AuditedRun, MembershipEntry, MembershipTest
+from fedaudit.run.entries import AuditedRun, ExactMatches, MembershipEntry, MembershipTest
 from fedaudit.statistics.membership_statistics import advantage_null_quantile
 
-from .evidence import (ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAST_UPLOAD, LOW, MEDIUM, MEMBERSHIP,
+from .evidence import (VerdictRow, ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAST_UPLOAD, LOW, MEDIUM, MEMBERSHIP,
                        Decision, Evidence, Rule, Significant, Unscored, closest, decide, deciding, first, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_RECORDS, NO_SCORE, NO_TARGET, OTHER_VIEW, Unseen
@@ -90,12 +92,12 @@ class Case:
     t: RiskThresholds
 
 
-def membership_row(subject: str, attacks: list[Attack], run: AuditedRun, t: RiskThresholds):
+def membership_row(subject: str, attacks: list[Attack], run: AuditedRun, t: RiskThresholds) -> VerdictRow:
     """The membership row of one subject (a share key, ``global_model`` or ``last_upload``)."""
     observer = (ANYONE if subject == GLOBAL else "server" if subject == LAST_UPLOAD else observer_of(subject, run.attacker))
     artifact = "released model" if subject == GLOBAL else subject
 
-    def made(d: Decision, case: object, evidence: list[Evidence] = ()):
+    def made(d: Decision, case: object, evidence: Sequence[Evidence] = ()) -> VerdictRow:
         return row(f"membership:{subject}", membership_title(subject), MEMBERSHIP, artifact, observer, d, case,
                    evidence, t.alpha)
 
@@ -139,8 +141,8 @@ def _evidence(attacks: list[Attack], t: RiskThresholds) -> tuple[list[Evidence],
             evidence.append(Evidence("mia_advantage", f"{variant} on {target} / {victim}", adv,
                                      e.advantage_null_95, "95% quantile with no signal at these counts",
                                      e.advantage_p_value, tier=tier, effect=adv, detail=detail))
-    for e in evidence:
-        e.text = membership_finding(e)
+    for found in evidence:
+        found.text = membership_finding(found)
     return evidence, skipped
 
 
@@ -156,7 +158,7 @@ def _discount_twins(evidence: list[Evidence], artifact_tests: list[tuple[str, Me
     """The holdout twin is the artifact test's null: where it separates members as well (the signal survives swapping
     the members out, e.g. it comes from the weights), that test's finding cannot be credited to the artifact."""
     twin_off = {victim for victim, e in artifact_tests if e.twin is not None and e.twin.significant(t.alpha)}
-    discounted = [e for e in evidence if e.tier in (HIGH, MEDIUM) and e.detail["variant"] == ARTIFACT
+    discounted = [e for e in evidence if e.tier in (HIGH, MEDIUM) and e.facts["variant"] == ARTIFACT
                   and e.victim in twin_off]
     for e in discounted:
         e.tier = LOW
@@ -173,7 +175,7 @@ class ExactMatch(Rule):
     name = "exact_match"
 
     def decide(self, case: Case) -> Decision | None:
-        shipped = [(victim, e) for victim, e in case.artifact_tests
+        shipped = [(victim, e.exact) for victim, e in case.artifact_tests
                    if e.exact is not None and e.exact.members and not e.exact.nonmembers]
         return self(HIGH, found=shipped) if shipped else None
 
@@ -182,7 +184,7 @@ class ExactMatch(Rule):
                 f"by the exact-match rule, whatever the counts).{_also(case, None)}")
 
     def short(self, d: Decision, case: Case) -> str:
-        return f"{sum(e.exact.members for _, e in d.facts['found'])} members' entries found verbatim"
+        return f"{sum(exact.members for _, exact in d.facts['found'])} members' entries found verbatim"
 
 
 class RowSignificant(Significant):
@@ -203,12 +205,13 @@ class TwinOnly(Rule):
     name = "twin_only"
 
     def decide(self, case: Case) -> Decision | None:
-        victims = sorted({e.victim for e in case.discounted})
+        victims = sorted({str(e.victim) for e in case.discounted})
         return self(INCONCLUSIVE, victims=victims) if case.discounted else None
 
     def reason(self, d: Decision, case: Case) -> str:
-        readings = "; ".join(f"{victim}: twin AUC {fmt(e.twin.auc)}, KS p {p_text(e.twin.advantage_p_value)}"
-                             for victim, e in case.artifact_tests if victim in d.facts["victims"])
+        readings = "; ".join(f"{victim}: twin AUC {fmt(twin.auc)}, KS p {p_text(twin.advantage_p_value)}"
+                             for victim, e in case.artifact_tests
+                             if victim in d.facts["victims"] and (twin := e.twin) is not None)
         return (f"{clause(closest(case.evidence), len(case.evidence))}, but the test separates members for "
                 f"{', '.join(d.facts['victims'])} and so does its holdout twin (the artifact with those members swapped "
                 f"out): the signal is not this artifact's, and what the artifact adds cannot be told apart — "
@@ -296,7 +299,7 @@ def _detectable(evidence: list[Evidence], t: RiskThresholds) -> tuple[float, int
     """The smallest advantage the row's tests could have detected after Holm's first step, and their number."""
     advantage = [e for e in evidence if e.test == "mia_advantage"]
     m = len(advantage) or 1
-    sizes = {(e.detail["members"], e.detail["nonmembers"]) for e in advantage}
+    sizes = {(e.facts["members"], e.facts["nonmembers"]) for e in advantage}
     return (min(advantage_null_quantile(n1, n0, t.alpha / m) for n1, n0 in sizes) if sizes else float("inf")), m
 
 
@@ -335,12 +338,12 @@ def _miscalibrated(case: Case) -> str:
 def _verbatim(case: Case) -> str:
     """A note naming the records a per-record bank carries verbatim (their own entry, found exactly, within the
     float error of recomputing it)."""
-    found = [(victim, e) for victim, e in case.artifact_tests if e.exact is not None and e.exact.members]
+    found = [(victim, e.exact) for victim, e in case.artifact_tests if e.exact is not None and e.exact.members]
     return f" The bank carries records verbatim: {_matched(found)}." if found else ""
 
 
-def _matched(found: list[tuple[str, MembershipEntry]]) -> str:
+def _matched(found: list[tuple[str, ExactMatches]]) -> str:
     return "; ".join(
-        f"{e.exact.members} of {victim}'s members have their own entry in it exactly (non-members: {e.exact.nonmembers}"
-        + (f"; tolerance {e.exact.tolerance:.2g}" if e.exact.tolerance is not None else "") + ")"
-        for victim, e in found)
+        f"{exact.members} of {victim}'s members have their own entry in it exactly (non-members: {exact.nonmembers}"
+        + (f"; tolerance {exact.tolerance:.2g}" if exact.tolerance is not None else "") + ")"
+        for victim, exact in found)

@@ -24,12 +24,12 @@ The pooled row (``all``) the attack also stores has no single twin and is not a 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from fedaudit.run.entries import AuditedRun, MembershipEntry
 
-from .evidence import (ANYONE, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, PARTICIPATION, Decision, Evidence,
+from .evidence import (VerdictRow, ANYONE, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, PARTICIPATION, Decision, Evidence,
                        Rule, Significant, Unscored, closest, decide, deciding, first, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_RECORDS, NO_SCORE, NO_TARGET, Unseen
@@ -48,10 +48,10 @@ class Case:
     t: RiskThresholds
 
 
-def participation_row(run: AuditedRun, t: RiskThresholds):
+def participation_row(run: AuditedRun, t: RiskThresholds) -> VerdictRow:
     """The released model's participation row."""
 
-    def made(d: Decision, case: object, evidence: list[Evidence] = ()):
+    def made(d: Decision, case: object, evidence: Sequence[Evidence] = ()) -> VerdictRow:
         return row(KEY, level_title(GLOBAL, PARTICIPATION), PARTICIPATION, "released model", ANYONE, d, case, evidence,
                    t.alpha)
 
@@ -135,7 +135,7 @@ class NoTwin(Rule):
     name = "no_twin"
 
     def decide(self, case: Case) -> Decision | None:
-        missing = [e for e in case.evidence if not e.detail["twin"]]
+        missing = [e for e in case.evidence if not e.facts["twin"]]
         return self(INCONCLUSIVE, missing=missing, df=case.df) if missing else None
 
     def reason(self, d: Decision, case: Case) -> str:
@@ -206,7 +206,7 @@ def _detectable(case: Case) -> float:
     one-sided t quantile times the largest standard error)."""
     from scipy.stats import t as student
 
-    ses = [float(e.detail["se"]) for e in case.evidence if e.detail["twin"]]
+    ses = [float(e.facts["se"]) for e in case.evidence if e.facts["twin"]]
     if not ses or case.df < 1:
         return float("inf")
     return float(student.isf(case.t.alpha / len(case.evidence), case.df)) * max(ses)

@@ -25,7 +25,10 @@ class Unseen:
     no_records: str | None  # why the auditor held no records (None: it held them)
     attack_ran: bool  # an attack of the row's kind ran in this run
     targeted: bool  # one of them read this row's subject
-    skipped: list[str] | list[Unscored] = field(default_factory=list)  # no_score: why each stored no score
+    # no_score: each membership or participation attack that stored no score; for a reconstruction row, why its
+    # artifacts stored none, one sentence each
+    skipped: list[Unscored] = field(default_factory=list)
+    not_scored: list[str] = field(default_factory=list)
 
     @property
     def reconstruction(self) -> bool:
@@ -116,14 +119,15 @@ class NoScore(Unassessed):
 
     def reason(self, d: Decision, case: Unseen) -> str:
         if case.reconstruction:
-            return "; ".join(case.skipped) or f"no score with nulls stored for {case.subject}"
+            return "; ".join(case.not_scored) or f"no score with nulls stored for {case.subject}"
         full = "; ".join(f"{u.what}: {u.status} — {u.reason}" for u in case.skipped)
         return f"no membership result for {subject_name(case.subject)}: {full or 'none stored'}"
 
     def short(self, d: Decision, case: Unseen) -> str:
-        skipped = case.skipped
         if case.reconstruction:
-            return "not applicable" if skipped and all(s.startswith("not applicable") for s in skipped) else "not scored"
+            why = case.not_scored
+            return "not applicable" if why and all(s.startswith("not applicable") for s in why) else "not scored"
+        skipped = case.skipped
         if not skipped:  # membership, participation: the first one's status and its reason's first clause
             return "no result stored"
         clause = skipped[0].reason.split(":")[0].split(";")[0].strip()
