@@ -116,7 +116,7 @@ SECURE_AGGREGATION_ROW = "@secure_aggregation"  # the suffix of a row judged fro
 
 # Every question's rules, as each module chains them (the not-assessed ones first): where a stored rule name is
 # looked up again (what would make an inconclusive row conclusive).
-RULES: dict[str, tuple[Rule, ...]] = {
+RULES: dict[str, tuple[Rule[Any], ...]] = {
     INVERSION: inversion.RULES, CLIENT_DATA: inversion.RULES, MEMBERSHIP: membership.RULES,
     PARTICIPATION: participation.RULES, DP_AUDIT: canary.RULES, CONSISTENCY: consistency.RULES}
 NOT_ASSESSED_RULES = (unassessed.OTHER_VIEW, unassessed.NO_RECORDS, unassessed.NO_ATTACK, unassessed.NO_TARGET,

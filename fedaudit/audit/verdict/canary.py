@@ -16,11 +16,12 @@ could have certified ``canary_epsilon_high``: INCONCLUSIVE), else LOW.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fedaudit.run.entries import AuditedRun, CanaryAudit
 from fedaudit.statistics.membership_statistics import holm
 
-from .evidence import (VerdictRow, ANYONE, DP_AUDIT, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, Decision, Evidence, Rule,
+from .evidence import (VerdictRow, Strongest, ANYONE, DP_AUDIT, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, Decision, Evidence, Rule,
                        Significant, decide, first, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .wording import canary_finding, clause, p_text, short
@@ -82,96 +83,103 @@ def _evidence(audits: tuple[CanaryAudit, ...], t: RiskThresholds) -> tuple[list[
 # -- rules ----------------------------------------------------------------------------------------
 
 
-class NoBound(Rule):
+class NoBound(Rule[None]):
     """No audit stored a bound: why, per audit."""
 
     name = "no_bound"
     judges = False
 
-    def decide(self, case: Case) -> Decision | None:
-        return None if case.evidence else self(NOT_ASSESSED)
+    def decide(self, case: Case) -> Decision[None] | None:
+        return None if case.evidence else self(NOT_ASSESSED, None)
 
-    def reason(self, d: Decision, case: Case) -> str:
+    def reason(self, d: Decision[None], case: Case) -> str:
         return "; ".join(case.notes) or "no canary result stored"
 
-    def short(self, d: Decision, case: Case) -> str:
+    def short(self, d: Decision[None], case: Case) -> str:
         return "no canary result"
 
 
-class Refuted(Rule):
+class Refuted(Rule[Strongest]):
     """The claim's test rejects after Holm over every audit of the row: the DP guarantee does not hold."""
 
     name = "refuted"
 
-    def decide(self, case: Case) -> Decision | None:
+    def decide(self, case: Case) -> Decision[Strongest] | None:
         refuted = [ev for ev in case.evidence if ev.facts["p_claim_adjusted"] <= case.t.alpha]
         if not refuted:
             return None
         top = max(refuted, key=lambda ev: ev.value)
         top.tier = HIGH
-        return self(HIGH, top=top)
+        return self(HIGH, Strongest(top))
 
-    def reason(self, d: Decision, case: Case) -> str:
-        top, m = d.facts["top"], len(case.evidence)
-        return (f"THE DP GUARANTEE DOES NOT HOLD: {clause(top, m)}; the claimed ε {top.detail['epsilon_spent']:.2f} is "
-                f"rejected at p {p_text(top.detail['p_claim_adjusted'])} after {CORRECTION} correction over {m} "
+    def reason(self, d: Decision[Strongest], case: Case) -> str:
+        top, m = d.facts.top, len(case.evidence)
+        return (f"THE DP GUARANTEE DOES NOT HOLD: {clause(top, m)}; the claimed ε {top.facts['epsilon_spent']:.2f} is "
+                f"rejected at p {p_text(top.facts['p_claim_adjusted'])} after {CORRECTION} correction over {m} "
                 f"audit(s). {top.text} The DP-SGD implementation, its accounting or the audit is broken (or the target "
                 "carries something ε does not cover: see the coverage table).")
 
-    def short(self, d: Decision, case: Case) -> str:
-        top = d.facts["top"]
-        return f"claimed ε {top.detail['epsilon_spent']:.2f} refuted, p {p_text(top.detail['p_claim_adjusted'])}"
+    def short(self, d: Decision[Strongest], case: Case) -> str:
+        top = d.facts.top
+        return f"claimed ε {top.facts['epsilon_spent']:.2f} refuted, p {p_text(top.facts['p_claim_adjusted'])}"
 
 
 class RowSignificant(Significant):
-    def reason(self, d: Decision, case: Case) -> str:
-        top = d.facts["top"]
-        within = (f" The bound is within the claimed ε {float(top.detail['epsilon_spent']):.2f} (not rejected, p "
-                  f"{p_text(top.detail['p_claim_adjusted'])} after {CORRECTION}): the guarantee holds as far as this "
+    def reason(self, d: Decision[Strongest], case: Case) -> str:
+        top = d.facts.top
+        within = (f" The bound is within the claimed ε {float(top.facts['epsilon_spent']):.2f} (not rejected, p "
+                  f"{p_text(top.facts['p_claim_adjusted'])} after {CORRECTION}): the guarantee holds as far as this "
                   "audit can tell, and the loss it proves is loss that ε allows."
-                  if top.detail["epsilon_spent"] is not None else "")
+                  if top.facts["epsilon_spent"] is not None else "")
         return f"{clause(top, len(case.evidence))}. {top.text}{within}"
 
-    def short(self, d: Decision, case: Case) -> str:
-        return short(d.facts["top"])
+    def short(self, d: Decision[Strongest], case: Case) -> str:
+        return short(d.facts.top)
 
 
-class Uncertifiable(Rule):
+@dataclass(frozen=True)
+class Ceiling:
+    """The largest ε the row's canaries could have certified."""
+
+    ceiling: float
+
+
+class Uncertifiable(Rule[Ceiling]):
     """No audit could have certified ``canary_epsilon_high``."""
 
     name = "uncertifiable"
 
-    def decide(self, case: Case) -> Decision | None:
+    def decide(self, case: Case) -> Decision[Ceiling] | None:
         ceiling = max(case.ceilings, default=0.0)
-        return self(INCONCLUSIVE, ceiling=ceiling) if ceiling < case.t.canary_epsilon_high else None
+        return self(INCONCLUSIVE, Ceiling(ceiling)) if ceiling < case.t.canary_epsilon_high else None
 
-    def reason(self, d: Decision, case: Case) -> str:
+    def reason(self, d: Decision[Ceiling], case: Case) -> str:
         return (f"no canary audit proved any privacy loss, but with these canaries it could certify at most ε "
-                f"{d.facts['ceiling']:.2f} (below {case.t.canary_epsilon_high:g}): plant more canaries (--canaries, "
+                f"{d.facts.ceiling:.2f} (below {case.t.canary_epsilon_high:g}): plant more canaries (--canaries, "
                 "--gradient-canaries) or use a dataset with a larger holdout.")
 
-    def short(self, d: Decision, case: Case) -> str:
-        return f"no loss proved; ceiling ε {d.facts['ceiling']:.2f}"
+    def short(self, d: Decision[Ceiling], case: Case) -> str:
+        return f"no loss proved; ceiling ε {d.facts.ceiling:.2f}"
 
     def to_conclude(self, made_by: str) -> str:
         return "more canaries (--canaries, --gradient-canaries) or a dataset with a larger holdout"
 
 
-class Low(Rule):
+class Low(Rule[Ceiling]):
     name = "low"
 
-    def decide(self, case: Case) -> Decision:
-        return self(LOW, ceiling=max(case.ceilings, default=0.0))
+    def decide(self, case: Case) -> Decision[Ceiling]:
+        return self(LOW, Ceiling(max(case.ceilings, default=0.0)))
 
-    def reason(self, d: Decision, case: Case) -> str:
+    def reason(self, d: Decision[Ceiling], case: Case) -> str:
         return (f"no canary audit proved any privacy loss (all bounds 0 after {CORRECTION} correction), though it "
-                f"could have certified up to ε {d.facts['ceiling']:.2f}.")
+                f"could have certified up to ε {d.facts.ceiling:.2f}.")
 
-    def short(self, d: Decision, case: Case) -> str:
-        return f"no loss proved; could certify ε {d.facts['ceiling']:.2f}"
+    def short(self, d: Decision[Ceiling], case: Case) -> str:
+        return f"no loss proved; could certify ε {d.facts.ceiling:.2f}"
 
 
-RULES: tuple[Rule, ...] = (NoBound(), Refuted(), RowSignificant(), Uncertifiable(), Low())
+RULES: tuple[Rule[Any], ...] = (NoBound(), Refuted(), RowSignificant(), Uncertifiable(), Low())
 
 
 def tier_of_bound(bound: float, t: RiskThresholds) -> str:

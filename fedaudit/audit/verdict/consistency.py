@@ -14,7 +14,10 @@ copies are identical in every round: LOW). Runs fedaudit simulated have no such 
 
 from __future__ import annotations
 
-from fedaudit.run.entries import AuditedRun, BroadcastCheck
+from dataclasses import dataclass
+from typing import Any
+
+from fedaudit.run.entries import AuditedRun, BroadcastCheck, DifferentRound
 
 from .evidence import (CONSISTENCY, HIGH, INCONCLUSIVE, LOW, NOT_ASSESSED, Decision, Evidence, Rule, VerdictRow, first,
                        row)
@@ -37,68 +40,75 @@ def consistency_row(run: AuditedRun, t: RiskThresholds) -> VerdictRow | None:
     return row(KEY, TITLE, CONSISTENCY, ARTIFACT, OBSERVER, d, run.broadcasts, evidence, t.alpha)
 
 
-class Different(Rule):
+@dataclass(frozen=True)
+class Rounds:
+    """The rounds in which clients received different models."""
+
+    different: list[DifferentRound]
+
+
+class Different(Rule[Rounds]):
     """Two contents in one round, on either side's copies."""
 
     name = "different"
 
-    def decide(self, check: BroadcastCheck) -> Decision | None:
-        return self(HIGH, different=list(check.different)) if check.different else None
+    def decide(self, check: BroadcastCheck) -> Decision[Rounds] | None:
+        return self(HIGH, Rounds(list(check.different))) if check.different else None
 
-    def reason(self, d: Decision, check: BroadcastCheck) -> str:
-        return different_models(d.facts["different"])
+    def reason(self, d: Decision[Rounds], check: BroadcastCheck) -> str:
+        return different_models(d.facts.different)
 
-    def short(self, d: Decision, check: BroadcastCheck) -> str:
-        first_round = d.facts["different"][0]
+    def short(self, d: Decision[Rounds], check: BroadcastCheck) -> str:
+        first_round = d.facts.different[0]
         return f"round {first_round.round}: {groups_text(first_round.groups)}"[:60]
 
 
-class NoneCompared(Rule):
+class NoneCompared(Rule[None]):
     name = "none_compared"
 
-    def decide(self, check: BroadcastCheck) -> Decision | None:
-        return None if check.compared else self(NOT_ASSESSED)
+    def decide(self, check: BroadcastCheck) -> Decision[None] | None:
+        return None if check.compared else self(NOT_ASSESSED, None)
 
-    def reason(self, d: Decision, check: BroadcastCheck) -> str:
+    def reason(self, d: Decision[None], check: BroadcastCheck) -> str:
         return "no round sent a model to two clients or more, so there was nothing to compare"
 
-    def short(self, d: Decision, check: BroadcastCheck) -> str:
+    def short(self, d: Decision[None], check: BroadcastCheck) -> str:
         return "nothing to compare"
 
 
-class ServerCopies(Rule):
+class ServerCopies(Rule[None]):
     """Identical, but only the server's own record says so — a server sending different models could record one."""
 
     name = "server_copies"
 
-    def decide(self, check: BroadcastCheck) -> Decision | None:
-        return None if check.recorded_by == "client" else self(INCONCLUSIVE)
+    def decide(self, check: BroadcastCheck) -> Decision[None] | None:
+        return None if check.recorded_by == "client" else self(INCONCLUSIVE, None)
 
-    def reason(self, d: Decision, check: BroadcastCheck) -> str:
+    def reason(self, d: Decision[None], check: BroadcastCheck) -> str:
         return (f"every client of a round received the same model by the server's own record ({check.compared} "
                 "broadcast(s) compared by content), but no client recorded what it received, and a server that sends "
                 "different models could record one; record on the clients (recording_mod, or each site's shard)")
 
-    def short(self, d: Decision, check: BroadcastCheck) -> str:
+    def short(self, d: Decision[None], check: BroadcastCheck) -> str:
         return "server's own copies only"
 
 
-class Same(Rule):
+class Same(Rule[None]):
     """The clients' own copies are identical in every round."""
 
     name = "same"
 
-    def decide(self, check: BroadcastCheck) -> Decision:
-        return self(LOW)
+    def decide(self, check: BroadcastCheck) -> Decision[None]:
+        return self(LOW, None)
 
-    def reason(self, d: Decision, check: BroadcastCheck) -> str:
+    def reason(self, d: Decision[None], check: BroadcastCheck) -> str:
         return (f"every client of a round received the same model: the clients' own copies of {check.compared} "
                 "broadcast(s) are identical by content")
 
-    def short(self, d: Decision, check: BroadcastCheck) -> str:
+    def short(self, d: Decision[None], check: BroadcastCheck) -> str:
         return f"{check.compared} broadcast(s) identical"
 
 
-RULES: tuple[Rule, ...] = (Different(), NoneCompared(), ServerCopies(), Same())
+RULES: tuple[Rule[Any], ...] = (Different(), NoneCompared(), ServerCopies(), Same())
 
 __all__ = ["KEY", "consistency_row"]

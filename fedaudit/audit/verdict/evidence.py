@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from fedaudit.run.results import Evidence as Evidence  # re-exported: the rules' one import of the row's parts
 from fedaudit.run.results import VerdictRow as VerdictRow
@@ -51,16 +51,34 @@ class Unscored:
     reason: str
 
 
+F = TypeVar("F")  # a rule's facts: a small frozen dataclass of its own (None for a rule that needs none)
+
+
 @dataclass(frozen=True)
-class Decision:
-    """What a rule decided: the tier, the rule, and the facts its sentences are written from."""
+class Decision(Generic[F]):
+    """What a rule decided: the tier, the rule, and the facts its sentences are written from (typed per rule)."""
 
     tier: str
-    rule: Rule
-    facts: dict[str, Any] = field(default_factory=dict)
+    rule: Rule[F]
+    facts: F
 
 
-class Rule:
+@dataclass(frozen=True)
+class Strongest:
+    """The test that decided the row."""
+
+    top: Evidence
+
+
+@dataclass(frozen=True)
+class Detectable:
+    """The smallest effect the row's tests could have detected after its correction, and how many there were."""
+
+    detectable: float
+    tests: int
+
+
+class Rule(Generic[F]):
     """One rule of a row. ``decide`` looks at the row's case (its tests, counts, controls: typed, never a stored
     dict) and returns a :class:`Decision`, or None to let the next rule in the row's chain decide; ``reason`` and
     ``short`` write the row's sentence and its few words from that decision's facts and the case; ``to_conclude``
@@ -71,30 +89,30 @@ class Rule:
     name: str = ""
     judges = True  # False: a rule that finds nothing to judge (NOT ASSESSED); the row stores no rule name
 
-    def decide(self, case: Any) -> Decision | None:
+    def decide(self, case: Any) -> Decision[F] | None:
         raise NotImplementedError
 
-    def reason(self, d: Decision, case: Any) -> str:
+    def reason(self, d: Decision[F], case: Any) -> str:
         raise NotImplementedError
 
-    def short(self, d: Decision, case: Any) -> str:
+    def short(self, d: Decision[F], case: Any) -> str:
         raise NotImplementedError
 
     def to_conclude(self, made_by: str) -> str:
         return "see the row's reason in the verdict"
 
-    def __call__(self, tier: str, **facts: Any) -> Decision:
+    def __call__(self, tier: str, facts: F) -> Decision[F]:
         return Decision(tier, self, facts)
 
 
-class Significant(Rule):
+class Significant(Rule[Strongest]):
     """The strongest test, after the row's correction, reached MEDIUM or HIGH: its tier is the row's."""
 
     name = "significant"
 
-    def decide(self, case: Any) -> Decision | None:
+    def decide(self, case: Any) -> Decision[Strongest] | None:
         top = strongest(case.evidence)
-        return self(top.tier, top=top) if top.tier in (HIGH, MEDIUM) else None
+        return self(top.tier, Strongest(top)) if top.tier in (HIGH, MEDIUM) else None
 
 
 def closest(evidence: Sequence[Evidence]) -> Evidence:
@@ -102,7 +120,7 @@ def closest(evidence: Sequence[Evidence]) -> Evidence:
     return min(evidence, key=lambda e: e.p_adjusted)
 
 
-def deciding(rules: Sequence[Rule], case: Any) -> Decision | None:
+def deciding(rules: Sequence[Rule[Any]], case: Any) -> Decision[Any] | None:
     """The decision of the first rule in ``rules`` that decides, or None."""
     for rule in rules:
         found = rule.decide(case)
@@ -111,7 +129,7 @@ def deciding(rules: Sequence[Rule], case: Any) -> Decision | None:
     return None
 
 
-def first(rules: Sequence[Rule], case: Any) -> Decision:
+def first(rules: Sequence[Rule[Any]], case: Any) -> Decision[Any]:
     """The decision of the first rule in the chain that decides (the last rule of every chain always does)."""
     found = deciding(rules, case)
     if found is None:
@@ -139,7 +157,7 @@ def isnum(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def row(key: str, title: str, question: str, artifact: str, observer: str, d: Decision, case: Any,
+def row(key: str, title: str, question: str, artifact: str, observer: str, d: Decision[Any], case: Any,
         evidence: Sequence[Evidence], alpha: float) -> VerdictRow:
     """The row a decision makes: its tier, its rule's name, and the sentences that rule writes from its facts."""
     return VerdictRow(key, title, question, artifact, observer, d.tier, d.rule.reason(d, case), d.rule.short(d, case),

@@ -26,7 +26,7 @@ from fedaudit.run.blocks import POWER_SINGLE
 from fedaudit.run.entries import AuditedRun, finite_pair, LiftTest, ReconstructionEntry, ReconstructionPower, ReconstructionTable
 from fedaudit.statistics.membership_statistics import holm
 
-from .evidence import (VerdictRow, CLIENT_DATA, HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NULL_NAMES, POWER_ALPHA,
+from .evidence import (VerdictRow, Strongest, CLIENT_DATA, HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NULL_NAMES, POWER_ALPHA,
                        Decision, Evidence, Rule, Significant, closest, decide, deciding, first, isnum, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_SCORE, NO_TARGET, OTHER_VIEW, Unseen
@@ -54,7 +54,7 @@ def inversion_rows(key: str, run: AuditedRun, t: RiskThresholds) -> list[Verdict
     observer = observer_of(key, run.attacker)
     found = [table for table in run.reconstructions if table.artifact.split(":")[0] == kind]
 
-    def made(question: str, d: Decision, case: object, evidence: Sequence[Evidence] = ()) -> VerdictRow:
+    def made(question: str, d: Decision[Any], case: object, evidence: Sequence[Evidence] = ()) -> VerdictRow:
         name = key if question == INVERSION else f"{CLIENT_DATA}:{key}"
         return row(name, level_title(key, question), question, key, observer, d, case, evidence, t.alpha)
 
@@ -101,37 +101,45 @@ def _gather(found: list[ReconstructionTable], attacker: str, t: RiskThresholds
 
 
 class RowSignificant(Significant):
-    def reason(self, d: Decision, case: Case) -> str:
-        return f"{clause(d.facts['top'], len(case.evidence))}. {d.facts['top'].text}"
+    def reason(self, d: Decision[Strongest], case: Case) -> str:
+        return f"{clause(d.facts.top, len(case.evidence))}. {d.facts.top.text}"
 
-    def short(self, d: Decision, case: Case) -> str:
-        return short(d.facts["top"])
+    def short(self, d: Decision[Strongest], case: Case) -> str:
+        return short(d.facts.top)
 
 
-class Uninformative(Rule):
+@dataclass(frozen=True)
+class Counts:
+    """Why no test could reach medium: the tests' record counts, and the nulls already at their bound."""
+
+    counts: list[str]
+    saturated: list[str]
+
+
+class Uninformative(Rule[Counts]):
     """A LOW that no result at these counts could have turned into MEDIUM is not a finding."""
 
     name = "uninformative"
 
-    def decide(self, case: Case) -> Decision | None:
+    def decide(self, case: Case) -> Decision[Counts] | None:
         evidence = case.evidence
         if any(_could_reach_medium(e, len(evidence), case.t) for e in evidence):
             return None
         counts = sorted({f"{e.test} on {e.facts['n']}" for e in evidence if isinstance(e.facts["n"], int)})
         saturated = sorted({f"{e.test} ({e.baseline_name} already at {pct(e.baseline)})" for e in evidence
                             if _saturated(e)})
-        return self(INCONCLUSIVE, counts=counts, saturated=saturated)
+        return self(INCONCLUSIVE, Counts(counts, saturated))
 
-    def reason(self, d: Decision, case: Case) -> str:
+    def reason(self, d: Decision[Counts], case: Case) -> str:
         m = len(case.evidence)
         stronger = advice_of(case.made_by, "stronger_inversion")
         return (f"no test beat its strongest null ({inversion_notes(case.evidence)}), and at these counts none could "
                 f"have: even a perfect result would not reach medium after {CORRECTION} correction over {m} test(s) "
-                f"({', '.join(d.facts['counts']) or 'counts not stored'})"
-                + (f"; saturated: {', '.join(d.facts['saturated'])}" if d.facts["saturated"] else "")
+                f"({', '.join(d.facts.counts) or 'counts not stored'})"
+                + (f"; saturated: {', '.join(d.facts.saturated)}" if d.facts.saturated else "")
                 + f". Give each client more records, and {stronger[0].lower()}{stronger[1:]}")
 
-    def short(self, d: Decision, case: Case) -> str:
+    def short(self, d: Decision[Counts], case: Case) -> str:
         return "too few records for any test to decide"
 
     def to_conclude(self, made_by: str) -> str:
@@ -139,46 +147,61 @@ class Uninformative(Rule):
                 f"{advice_of(made_by, 'more_records')}")
 
 
-class Powered(Rule):
+@dataclass(frozen=True)
+class Control:
+    """The positive control that decided, and (records rows) the size of the artifacts it singled members out from."""
+
+    control: str
+    size: str | None
+
+
+class Powered(Rule[Control]):
     """Power, corrected across the row's victims (Holm): a positive control that fires by chance in one of many
     victims must not turn an uninformative reading into an informative LOW. A records row needs the control to have
     singled out its member images; a client-data row, to have revealed their domain or class."""
 
     name = "powered"
 
-    def decide(self, case: Case) -> Decision | None:
+    def decide(self, case: Case) -> Decision[Control] | None:
         measured = [(src, p) for src, p in case.powers if p is not None and p.measured]
         level = [p.p_record_level if case.records else 1.0 if p.p_reveals is None else p.p_reveals for _, p in measured]
         reached = [(src, p) for (src, p), a in zip(measured, holm(level)) if a <= POWER_ALPHA]
         if not reached:
             return None
         src, power = reached[0]
-        return self(LOW, control=src, size=power.record_size if case.records else None)
+        return self(LOW, Control(src, power.record_size if case.records else None))
 
-    def reason(self, d: Decision, case: Case) -> str:
-        found = (f"singled out member images from {_size_words(d.facts['size'])} (reconstructions nearer them than "
+    def reason(self, d: Decision[Control], case: Case) -> str:
+        found = (f"singled out member images from {_size_words(d.facts.size)} (reconstructions nearer them than "
                  "to fresh records of their domain), so it would have found record-level leakage of that kind here"
                  if case.records else
                  "revealed the domain or class of a few member images from their statistics, so it would have found "
                  "what this artifact tells about the client's data as a whole")
         return (f"no test beat its strongest null after {CORRECTION} correction ({inversion_notes(case.evidence)}). "
-                f"On the positive control ({d.facts['control']}) the attack {found}.")
+                f"On the positive control ({d.facts.control}) the attack {found}.")
 
-    def short(self, d: Decision, case: Case) -> str:
+    def short(self, d: Decision[Control], case: Case) -> str:
         return f"{short(closest(case.evidence))}; had power"
 
 
-class Unpowered(Rule):
+@dataclass(frozen=True)
+class NoControl:
+    """Why no positive control ran (empty: one ran, and did not reach)."""
+
+    why: list[str]
+
+
+class Unpowered(Rule[NoControl]):
     name = "unpowered"
 
-    def decide(self, case: Case) -> Decision:
+    def decide(self, case: Case) -> Decision[NoControl]:
         ran = any(p is not None and p.status == "measured" for _, p in case.powers)
         why = sorted({p.reason for _, p in case.powers if p is not None and p.status == "not available" and p.reason})
-        return self(INCONCLUSIVE, why=[] if ran else why)
+        return self(INCONCLUSIVE, NoControl([] if ran else why))
 
-    def reason(self, d: Decision, case: Case) -> str:
-        if d.facts["why"]:
-            budget = f"no positive control ran ({'; '.join(d.facts['why'])})"
+    def reason(self, d: Decision[NoControl], case: Case) -> str:
+        if d.facts.why:
+            budget = f"no positive control ran ({'; '.join(d.facts.why)})"
         elif case.records:
             budget = ("the attack could not single out even the member images its positive control was built from, "
                       "each from its own statistics alone or a handful pooled, so record-level leakage was not "
@@ -188,7 +211,7 @@ class Unpowered(Rule):
         return (f"no test beat its strongest null ({inversion_notes(case.evidence)}), but {budget}: a low reading "
                 f"cannot be told from a weak attack. {advice_of(case.made_by, 'stronger_inversion')}")
 
-    def short(self, d: Decision, case: Case) -> str:
+    def short(self, d: Decision[NoControl], case: Case) -> str:
         return f"{short(closest(case.evidence))}; no power"
 
     def to_conclude(self, made_by: str) -> str:
@@ -202,7 +225,7 @@ def _size_words(size: str | None) -> str:
     return f"the statistics of {size} image(s) per class" if size else "their statistics"
 
 
-RULES: tuple[Rule, ...] = (RowSignificant(), Uninformative(), Powered(), Unpowered())
+RULES: tuple[Rule[Any], ...] = (RowSignificant(), Uninformative(), Powered(), Unpowered())
 
 
 # -- evidence -----------------------------------------------------------------------------------

@@ -28,11 +28,12 @@ from collections.abc import Sequence
 import re
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from fedaudit.run.entries import AuditedRun, ExactMatches, MembershipEntry, MembershipTest
 from fedaudit.statistics.membership_statistics import advantage_null_quantile
 
-from .evidence import (VerdictRow, ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAST_UPLOAD, LOW, MEDIUM, MEMBERSHIP,
+from .evidence import (VerdictRow, Detectable, Strongest, ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAST_UPLOAD, LOW, MEDIUM, MEMBERSHIP,
                        Decision, Evidence, Rule, Significant, Unscored, closest, decide, deciding, first, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_RECORDS, NO_SCORE, NO_TARGET, OTHER_VIEW, Unseen
@@ -97,7 +98,7 @@ def membership_row(subject: str, attacks: list[Attack], run: AuditedRun, t: Risk
     observer = (ANYONE if subject == GLOBAL else "server" if subject == LAST_UPLOAD else observer_of(subject, run.attacker))
     artifact = "released model" if subject == GLOBAL else subject
 
-    def made(d: Decision, case: object, evidence: Sequence[Evidence] = ()) -> VerdictRow:
+    def made(d: Decision[Any], case: object, evidence: Sequence[Evidence] = ()) -> VerdictRow:
         return row(f"membership:{subject}", membership_title(subject), MEMBERSHIP, artifact, observer, d, case,
                    evidence, t.alpha)
 
@@ -168,56 +169,70 @@ def _discount_twins(evidence: list[Evidence], artifact_tests: list[tuple[str, Me
 # -- rules --------------------------------------------------------------------------------------------
 
 
-class ExactMatch(Rule):
+@dataclass(frozen=True)
+class Verbatim:
+    """Per victim, the bank's exact matches of its members (and of no non-member)."""
+
+    found: list[tuple[str, ExactMatches]]
+
+
+class ExactMatch(Rule[Verbatim]):
     """A per-record bank holds members' own entries exactly and no non-member's: an exact match has no false
     positives to estimate."""
 
     name = "exact_match"
 
-    def decide(self, case: Case) -> Decision | None:
+    def decide(self, case: Case) -> Decision[Verbatim] | None:
         shipped = [(victim, e.exact) for victim, e in case.artifact_tests
                    if e.exact is not None and e.exact.members and not e.exact.nonmembers]
-        return self(HIGH, found=shipped) if shipped else None
+        return self(HIGH, Verbatim(shipped)) if shipped else None
 
-    def reason(self, d: Decision, case: Case) -> str:
-        return (f"{_matched(d.facts['found'])}: {subject_name(case.subject)} carries members' records verbatim (HIGH "
+    def reason(self, d: Decision[Verbatim], case: Case) -> str:
+        return (f"{_matched(d.facts.found)}: {subject_name(case.subject)} carries members' records verbatim (HIGH "
                 f"by the exact-match rule, whatever the counts).{_also(case, None)}")
 
-    def short(self, d: Decision, case: Case) -> str:
-        return f"{sum(exact.members for _, exact in d.facts['found'])} members' entries found verbatim"
+    def short(self, d: Decision[Verbatim], case: Case) -> str:
+        return f"{sum(exact.members for _, exact in d.facts.found)} members' entries found verbatim"
 
 
 class RowSignificant(Significant):
-    def reason(self, d: Decision, case: Case) -> str:
-        top, t = d.facts["top"], case.t
+    def reason(self, d: Decision[Strongest], case: Case) -> str:
+        top, t = d.facts.top, case.t
         rule = (f" HIGH by the advantage rule: significant after {CORRECTION} correction and at least "
                 f"{t.mia_advantage_high:g}, whatever the low-FPR figures." if top.tier == HIGH and top.test == "mia_advantage"
                 else "")
         return f"{clause(top, len(case.evidence))}. {top.text}{rule}{_also(case, top)}{_verbatim(case)}"
 
-    def short(self, d: Decision, case: Case) -> str:
-        return short(d.facts["top"])
+    def short(self, d: Decision[Strongest], case: Case) -> str:
+        return short(d.facts.top)
 
 
-class TwinOnly(Rule):
+@dataclass(frozen=True)
+class Victims:
+    """The victims whose finding the holdout twin shares."""
+
+    victims: list[str]
+
+
+class TwinOnly(Rule[Victims]):
     """The artifact test separated members, but so did its holdout twin for those victims."""
 
     name = "twin_only"
 
-    def decide(self, case: Case) -> Decision | None:
+    def decide(self, case: Case) -> Decision[Victims] | None:
         victims = sorted({str(e.victim) for e in case.discounted})
-        return self(INCONCLUSIVE, victims=victims) if case.discounted else None
+        return self(INCONCLUSIVE, Victims(victims)) if case.discounted else None
 
-    def reason(self, d: Decision, case: Case) -> str:
+    def reason(self, d: Decision[Victims], case: Case) -> str:
         readings = "; ".join(f"{victim}: twin AUC {fmt(twin.auc)}, KS p {p_text(twin.advantage_p_value)}"
                              for victim, e in case.artifact_tests
-                             if victim in d.facts["victims"] and (twin := e.twin) is not None)
+                             if victim in d.facts.victims and (twin := e.twin) is not None)
         return (f"{clause(closest(case.evidence), len(case.evidence))}, but the test separates members for "
-                f"{', '.join(d.facts['victims'])} and so does its holdout twin (the artifact with those members swapped "
+                f"{', '.join(d.facts.victims)} and so does its holdout twin (the artifact with those members swapped "
                 f"out): the signal is not this artifact's, and what the artifact adds cannot be told apart — "
                 f"{readings}.{_also(case, None)}")
 
-    def short(self, d: Decision, case: Case) -> str:
+    def short(self, d: Decision[Victims], case: Case) -> str:
         return f"{short(closest(case.evidence))}; its twin too"
 
     def to_conclude(self, made_by: str) -> str:
@@ -225,23 +240,30 @@ class TwinOnly(Rule):
                 "members would; more records per victim tell the two apart")
 
 
-class NoControl(Rule):
+@dataclass(frozen=True)
+class Weak:
+    """Per victim, the artifact test whose positive control it did not find."""
+
+    weak: list[tuple[str, MembershipEntry]]
+
+
+class NoControl(Rule[Weak]):
     """Power before LOW: the artifact test must have found the members of its positive control."""
 
     name = "no_control"
 
-    def decide(self, case: Case) -> Decision | None:
+    def decide(self, case: Case) -> Decision[Weak] | None:
         weak = [(victim, e) for victim, e in case.artifact_tests
                 if not (e.control is not None and e.control.significant(case.t.alpha))]
-        return self(INCONCLUSIVE, weak=weak) if weak else None
+        return self(INCONCLUSIVE, Weak(weak)) if weak else None
 
-    def reason(self, d: Decision, case: Case) -> str:
-        shown = "; ".join(f"{victim}: {_control_reading(e)}" for victim, e in d.facts["weak"])
+    def reason(self, d: Decision[Weak], case: Case) -> str:
+        shown = "; ".join(f"{victim}: {_control_reading(e)}" for victim, e in d.facts.weak)
         return (f"{_lead(case)}, but the artifact test did not find the members of its positive control (the artifact "
                 f"recomputed from a few members alone, significant at {case.t.alpha:g} needed) — {shown}: a silence "
                 f"from a test without power says nothing.{_also(case, None)}{_verbatim(case)}")
 
-    def short(self, d: Decision, case: Case) -> str:
+    def short(self, d: Decision[Weak], case: Case) -> str:
         return f"{short(closest(case.evidence))}; control missed"
 
     def to_conclude(self, made_by: str) -> str:
@@ -249,47 +271,46 @@ class NoControl(Rule):
                 f"{advice_of(made_by, 'more_records')})")
 
 
-class Undetectable(Rule):
+class Undetectable(Rule[Detectable]):
     """At these counts an advantage of ``mia_advantage_medium`` could not have been detected across the row."""
 
     name = "undetectable"
 
-    def decide(self, case: Case) -> Decision | None:
+    def decide(self, case: Case) -> Decision[Detectable] | None:
         detectable, m = _detectable(case.evidence, case.t)
-        return None if detectable <= case.t.mia_advantage_medium else self(INCONCLUSIVE, detectable=detectable,
-                                                                            tests=m)
+        return None if detectable <= case.t.mia_advantage_medium else self(INCONCLUSIVE, Detectable(detectable, m))
 
-    def reason(self, d: Decision, case: Case) -> str:
-        return (f"{_lead(case)}, but at these counts an advantage below {d.facts['detectable']:.2f} could not have "
-                f"been detected across {d.facts['tests']} tests (the medium threshold is "
+    def reason(self, d: Decision[Detectable], case: Case) -> str:
+        return (f"{_lead(case)}, but at these counts an advantage below {d.facts.detectable:.2f} could not have "
+                f"been detected across {d.facts.tests} tests (the medium threshold is "
                 f"{case.t.mia_advantage_medium:g}): {advice_of(case.run.made_by, 'more_records')}.{_also(case, None)}"
                 f"{_miscalibrated(case)}{_verbatim(case)}")
 
-    def short(self, d: Decision, case: Case) -> str:
-        return quiet_short(case.evidence, d.facts["detectable"], seen=False)
+    def short(self, d: Decision[Detectable], case: Case) -> str:
+        return quiet_short(case.evidence, d.facts.detectable, seen=False)
 
     def to_conclude(self, made_by: str) -> str:
         return f"enough records to detect an advantage of 0.1 after the correction: {advice_of(made_by, 'more_records')}"
 
 
-class Low(Rule):
+class Low(Rule[Detectable]):
     """Every attack on the artifact had its power and none was significant."""
 
     name = "low"
 
-    def decide(self, case: Case) -> Decision:
+    def decide(self, case: Case) -> Decision[Detectable]:
         detectable, m = _detectable(case.evidence, case.t)
-        return self(LOW, detectable=detectable, tests=m)
+        return self(LOW, Detectable(detectable, m))
 
-    def reason(self, d: Decision, case: Case) -> str:
-        return (f"{_lead(case)}; every attack had its power: an advantage of {d.facts['detectable']:.2f} or more would "
+    def reason(self, d: Decision[Detectable], case: Case) -> str:
+        return (f"{_lead(case)}; every attack had its power: an advantage of {d.facts.detectable:.2f} or more would "
                 f"have been detected.{_also(case, None)}{_miscalibrated(case)}{_verbatim(case)}")
 
-    def short(self, d: Decision, case: Case) -> str:
-        return quiet_short(case.evidence, d.facts["detectable"], seen=True)
+    def short(self, d: Decision[Detectable], case: Case) -> str:
+        return quiet_short(case.evidence, d.facts.detectable, seen=True)
 
 
-RULES: tuple[Rule, ...] = (ExactMatch(), RowSignificant(), TwinOnly(), NoControl(), Undetectable(), Low())
+RULES: tuple[Rule[Any], ...] = (ExactMatch(), RowSignificant(), TwinOnly(), NoControl(), Undetectable(), Low())
 
 
 # -- what the rules share ---------------------------------------------------------------------------------------

@@ -26,10 +26,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fedaudit.run.entries import AuditedRun, MembershipEntry
 
-from .evidence import (VerdictRow, ANYONE, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, PARTICIPATION, Decision, Evidence,
+from .evidence import (VerdictRow, Detectable, Strongest, ANYONE, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, PARTICIPATION, Decision, Evidence,
                        Rule, Significant, Unscored, closest, decide, deciding, first, row)
 from .thresholds import CORRECTION, RiskThresholds
 from .unassessed import NO_ATTACK, NO_RECORDS, NO_SCORE, NO_TARGET, Unseen
@@ -51,7 +52,7 @@ class Case:
 def participation_row(run: AuditedRun, t: RiskThresholds) -> VerdictRow:
     """The released model's participation row."""
 
-    def made(d: Decision, case: object, evidence: Sequence[Evidence] = ()) -> VerdictRow:
+    def made(d: Decision[Any], case: object, evidence: Sequence[Evidence] = ()) -> VerdictRow:
         return row(KEY, level_title(GLOBAL, PARTICIPATION), PARTICIPATION, "released model", ANYONE, d, case, evidence,
                    t.alpha)
 
@@ -118,35 +119,42 @@ def participation_evidence(victim: str, entry: MembershipEntry, spread: float | 
 
 
 class RowSignificant(Significant):
-    def reason(self, d: Decision, case: Case) -> str:
-        top = d.facts["top"]
+    def reason(self, d: Decision[Strongest], case: Case) -> str:
+        top = d.facts.top
         return (f"{clause(top, len(case.evidence))}. {top.text} The released model's AUC is {top.effect:+.2f} over "
                 f"its twins': it reveals that {top.victim} took part, beyond that domain's own difficulty and the "
                 "training noise of the federation.")
 
-    def short(self, d: Decision, case: Case) -> str:
-        return short(d.facts["top"])
+    def short(self, d: Decision[Strongest], case: Case) -> str:
+        return short(d.facts.top)
 
 
-class NoTwin(Rule):
+@dataclass(frozen=True)
+class Untwinned:
+    """The domains' tests without twins to judge them by."""
+
+    missing: list[Evidence]
+
+
+class NoTwin(Rule[Untwinned]):
     """A domain has no twin (a recording, whose loop fedaudit cannot re-run), or no domain has two: its gap cannot be
     told from the domain's own difficulty."""
 
     name = "no_twin"
 
-    def decide(self, case: Case) -> Decision | None:
+    def decide(self, case: Case) -> Decision[Untwinned] | None:
         missing = [e for e in case.evidence if not e.facts["twin"]]
-        return self(INCONCLUSIVE, missing=missing, df=case.df) if missing else None
+        return self(INCONCLUSIVE, Untwinned(missing)) if missing else None
 
-    def reason(self, d: Decision, case: Case) -> str:
-        names = ", ".join(str(e.victim) for e in d.facts["missing"])
-        why = d.facts["missing"][0].detail["twin_reason"] or "one twin per domain: no spread to judge by"
+    def reason(self, d: Decision[Untwinned], case: Case) -> str:
+        names = ", ".join(str(e.victim) for e in d.facts.missing)
+        why = d.facts.missing[0].facts["twin_reason"] or "one twin per domain: no spread to judge by"
         seen = ", ".join(f"{fmt(e.value)} on {e.victim}" for e in case.evidence)
         return (f"the domain-level attack: AUC {seen}, but no domain twins for {names} ({why}): a gap between a "
                 "source domain and the unseen one may be that domain's own difficulty, not its participation, and "
                 "cannot be told apart without federations trained without it.")
 
-    def short(self, d: Decision, case: Case) -> str:
+    def short(self, d: Decision[Untwinned], case: Case) -> str:
         return f"{short(closest(case.evidence))}; no domain twin"
 
     def to_conclude(self, made_by: str) -> str:
@@ -155,49 +163,49 @@ class NoTwin(Rule):
                 "the deployment's loop")
 
 
-class Undetectable(Rule):
+class Undetectable(Rule[Detectable]):
     """At this spread a lift of ``participation_auc_lift_medium`` could not have been detected after the correction."""
 
     name = "undetectable"
 
-    def decide(self, case: Case) -> Decision | None:
+    def decide(self, case: Case) -> Decision[Detectable] | None:
         detectable = _detectable(case)
         if detectable <= case.t.participation_auc_lift_medium:
             return None
-        return self(INCONCLUSIVE, detectable=detectable, tests=len(case.evidence))
+        return self(INCONCLUSIVE, Detectable(detectable, len(case.evidence)))
 
-    def reason(self, d: Decision, case: Case) -> str:
+    def reason(self, d: Decision[Detectable], case: Case) -> str:
         m = len(case.evidence)
         return (f"no domain's AUC beat its twins' after {CORRECTION} correction over {m} test(s) (closest "
                 f"{clause(closest(case.evidence), m)}), but the twins spread so widely that an AUC lift below "
-                f"{d.facts['detectable']:.2f} could not have been detected (the medium threshold is "
+                f"{d.facts.detectable:.2f} could not have been detected (the medium threshold is "
                 f"{case.t.participation_auc_lift_medium:g}): more twins (--domain-twins) narrow it.")
 
-    def short(self, d: Decision, case: Case) -> str:
-        return quiet_short(case.evidence, d.facts["detectable"], seen=False)
+    def short(self, d: Decision[Detectable], case: Case) -> str:
+        return quiet_short(case.evidence, d.facts.detectable, seen=False)
 
     def to_conclude(self, made_by: str) -> str:
         return ("more domain twins (--domain-twins), so that their spread can show a lift of 0.05 in AUC over their "
                 "mean")
 
 
-class Low(Rule):
+class Low(Rule[Detectable]):
     name = "low"
 
-    def decide(self, case: Case) -> Decision:
-        return self(LOW, detectable=_detectable(case))
+    def decide(self, case: Case) -> Decision[Detectable]:
+        return self(LOW, Detectable(_detectable(case), len(case.evidence)))
 
-    def reason(self, d: Decision, case: Case) -> str:
+    def reason(self, d: Decision[Detectable], case: Case) -> str:
         m = len(case.evidence)
         return (f"no domain's AUC beat its twins' after {CORRECTION} correction over {m} test(s) (closest "
-                f"{clause(closest(case.evidence), m)}); a lift of {d.facts['detectable']:.2f} in AUC over the twins would have "
+                f"{clause(closest(case.evidence), m)}); a lift of {d.facts.detectable:.2f} in AUC over the twins would have "
                 "been detected.")
 
-    def short(self, d: Decision, case: Case) -> str:
-        return quiet_short(case.evidence, d.facts["detectable"], seen=True)
+    def short(self, d: Decision[Detectable], case: Case) -> str:
+        return quiet_short(case.evidence, d.facts.detectable, seen=True)
 
 
-RULES: tuple[Rule, ...] = (RowSignificant(), NoTwin(), Undetectable(), Low())
+RULES: tuple[Rule[Any], ...] = (RowSignificant(), NoTwin(), Undetectable(), Low())
 
 
 

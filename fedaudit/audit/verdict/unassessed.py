@@ -35,7 +35,7 @@ class Unseen:
         return self.question in (INVERSION, CLIENT_DATA)
 
 
-class Unassessed(Rule):
+class Unassessed(Rule[None]):
     """A rule that finds nothing to judge: the row is NOT ASSESSED and says why."""
 
     judges = False
@@ -44,10 +44,10 @@ class Unassessed(Rule):
 class OtherView(Unassessed):
     name = "other_view"
 
-    def decide(self, case: Unseen) -> Decision | None:
-        return None if case.sees else self(NOT_ASSESSED)
+    def decide(self, case: Unseen) -> Decision[None] | None:
+        return None if case.sees else self(NOT_ASSESSED, None)
 
-    def reason(self, d: Decision, case: Unseen) -> str:
+    def reason(self, d: Decision[None], case: Unseen) -> str:
         other = "--attacker client:<domain>" if case.attacker == "server" else "--attacker server"
         if case.reconstruction:
             sees = "uploads" if case.attacker == "server" else "broadcasts"
@@ -57,7 +57,7 @@ class OtherView(Unassessed):
         return (f"judged from {case.observer}'s view, which this run's attacker ({case.attacker}) does not hold; "
                 f"assess it with {other} --attack mia")
 
-    def short(self, d: Decision, case: Unseen) -> str:
+    def short(self, d: Decision[None], case: Unseen) -> str:
         other = "--attacker client:<domain>" if case.attacker == "server" else "--attacker server"
         return f"{case.observer}'s view: {other}"
 
@@ -65,23 +65,23 @@ class OtherView(Unassessed):
 class NoRecords(Unassessed):
     name = "no_records"
 
-    def decide(self, case: Unseen) -> Decision | None:
-        return self(NOT_ASSESSED) if case.no_records is not None and not case.targeted else None
+    def decide(self, case: Unseen) -> Decision[None] | None:
+        return self(NOT_ASSESSED, None) if case.no_records is not None and not case.targeted else None
 
-    def reason(self, d: Decision, case: Unseen) -> str:
+    def reason(self, d: Decision[None], case: Unseen) -> str:
         return f"membership inference needs the clients' records: {case.no_records or 'the auditor holds none'}"
 
-    def short(self, d: Decision, case: Unseen) -> str:
+    def short(self, d: Decision[None], case: Unseen) -> str:
         return "no records to test"
 
 
 class NoAttack(Unassessed):
     name = "no_attack"
 
-    def decide(self, case: Unseen) -> Decision | None:
-        return None if case.attack_ran else self(NOT_ASSESSED)
+    def decide(self, case: Unseen) -> Decision[None] | None:
+        return None if case.attack_ran else self(NOT_ASSESSED, None)
 
-    def reason(self, d: Decision, case: Unseen) -> str:
+    def reason(self, d: Decision[None], case: Unseen) -> str:
         if case.reconstruction:
             return "no reconstruction attack ran in this run; run with --attack deepinversion"
         if case.question == PARTICIPATION:
@@ -89,7 +89,7 @@ class NoAttack(Unassessed):
                     "federation without each source domain, as its null)")
         return "no membership attack in this run; run with --attack mia"
 
-    def short(self, d: Decision, case: Unseen) -> str:
+    def short(self, d: Decision[None], case: Unseen) -> str:
         return ("no inversion attack ran" if case.reconstruction else
                 "no domain-level attack ran" if case.question == PARTICIPATION else "no membership attack ran")
 
@@ -97,15 +97,15 @@ class NoAttack(Unassessed):
 class NoTarget(Unassessed):
     name = "no_target"
 
-    def decide(self, case: Unseen) -> Decision | None:
-        return None if case.targeted else self(NOT_ASSESSED)
+    def decide(self, case: Unseen) -> Decision[None] | None:
+        return None if case.targeted else self(NOT_ASSESSED, None)
 
-    def reason(self, d: Decision, case: Unseen) -> str:
+    def reason(self, d: Decision[None], case: Unseen) -> str:
         if case.reconstruction:
             return f"no attack in this run targets {case.subject}"
         return f"no membership attack in this run takes {subject_name(case.subject)} as its input"
 
-    def short(self, d: Decision, case: Unseen) -> str:
+    def short(self, d: Decision[None], case: Unseen) -> str:
         return "no attack targets it" if case.reconstruction else "no attack reads it"
 
 
@@ -114,16 +114,16 @@ class NoScore(Unassessed):
 
     name = "no_score"
 
-    def decide(self, case: Unseen) -> Decision:
-        return self(NOT_ASSESSED)
+    def decide(self, case: Unseen) -> Decision[None]:
+        return self(NOT_ASSESSED, None)
 
-    def reason(self, d: Decision, case: Unseen) -> str:
+    def reason(self, d: Decision[None], case: Unseen) -> str:
         if case.reconstruction:
             return "; ".join(case.not_scored) or f"no score with nulls stored for {case.subject}"
         full = "; ".join(f"{u.what}: {u.status} — {u.reason}" for u in case.skipped)
         return f"no membership result for {subject_name(case.subject)}: {full or 'none stored'}"
 
-    def short(self, d: Decision, case: Unseen) -> str:
+    def short(self, d: Decision[None], case: Unseen) -> str:
         if case.reconstruction:
             why = case.not_scored
             return "not applicable" if why and all(s.startswith("not applicable") for s in why) else "not scored"
