@@ -126,3 +126,34 @@ def test_the_schema_ships_with_the_package_and_names_its_version():
 
     pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
     assert "metrics.schema.json" in pyproject["tool"]["setuptools"]["package-data"]["fedaudit.run"]
+
+
+def test_the_schemas_generated_definitions_are_the_models():
+    """metrics.schema.json's definitions of the typed blocks (fedaudit.run.stored) are generated from them: a field
+    added to a model without rewriting the file (python scripts/metrics_schema.py) fails here."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("metrics_schema", Path(__file__).parent.parent / "scripts" / "metrics_schema.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert results.SCHEMA_FILE.read_text(encoding="utf-8") == script.generated_text(), (
+        "metrics.schema.json is behind fedaudit/run/stored.py: run python scripts/metrics_schema.py")
+    from fedaudit.run.stored import Communication
+
+    defs = json.loads(results.SCHEMA_FILE.read_text(encoding="utf-8"))["$defs"]
+    assert set(defs["communication"]["properties"]) == set(Communication.model_fields)
+
+
+def test_a_typed_block_is_written_strictly_and_read_leniently():
+    """Building a block with a key it does not declare fails where it is built; reading a stored one keeps what is
+    valid, reads the rest as absent, and says which fields the file stored."""
+    from pydantic import ValidationError
+
+    from fedaudit.run.stored import Communication
+
+    with pytest.raises(ValidationError):
+        Communication(bytes_up=1, bytes_down=1, bytes_sideways=1)
+    read = Communication.read({"bytes_up": 7, "bytes_down": "lots", "declared": ["full_model↑"], "unknown": 1})
+    assert (read.bytes_up, read.bytes_down, read.declared) == (7, None, ["full_model↑"])
+    assert read.model_fields_set == {"bytes_up", "declared"} and read.dump() == {"bytes_up": 7, "declared": ["full_model↑"]}
+    assert Communication.read("not a block").model_fields_set == set()

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, TypeVar
 
+from fedaudit.run.stored import Communication, Stored
+
 B = TypeVar("B", bound="Block")
 
 
@@ -65,6 +67,8 @@ def _reader(hint: Any) -> Any:
     union = _is_union(hint)
     options = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
     for o in options:
+        if isinstance(o, type) and issubclass(o, Stored):  # a block that has its typed model (fedaudit.run.stored)
+            return o.read
         if _is_block(o):
             return o.maybe if union and type(None) in typing.get_args(hint) else o.of
         if typing.get_origin(o) in (list, dict):
@@ -279,26 +283,6 @@ class Accuracy(Block):
     source_val: SourceVal = field(default_factory=SourceVal)
     method_specific: dict[str, Any] = field(default_factory=dict)
     without_canaries: WithoutCanaries | None = None
-
-
-@dataclass(frozen=True)
-class KindBytes(Block):
-    """The bytes one artifact kind sent, each way."""
-
-    up: Any = None
-    down: Any = None
-
-
-@dataclass(frozen=True)
-class Communication(Block):
-    declared: list[str] = field(default_factory=list)
-    rounds: Any = None
-    clients: Any = None
-    mb_up_per_round: Any = None
-    mb_down_per_round: Any = None
-    bytes_up: Any = None
-    bytes_down: Any = None
-    by_kind: dict[str, KindBytes] = field(default_factory=dict)
 
 
 # -- privacy ---------------------------------------------------------------------------------------------
@@ -588,7 +572,7 @@ class StoredRun(Block):
     target_domain: Any = "?"
     source_domains: list[str] = field(default_factory=list)
     accuracy: Accuracy = field(default_factory=Accuracy)
-    communication: Communication = field(default_factory=Communication)
+    communication: Communication = field(default_factory=lambda: Communication.read({}))
     privacy: Privacy | None = None  # None: a run from before fedaudit recorded defenses
     provenance: Provenance = field(default_factory=Provenance)
     auditor_data: AuditorData | None = None

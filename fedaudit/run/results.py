@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fedaudit.errors import FedauditError
+from fedaudit.run.stored import Communication
 
 log = logging.getLogger("fedaudit")
 
@@ -193,7 +194,7 @@ class RunMetrics:
     dataset: str
     target_domain: str  # "all" for the mean over targets
     accuracy: dict[str, Any]
-    communication: dict[str, Any]
+    communication: Communication
     leakage: dict[str, Any]
     privacy: dict[str, Any] | None
     provenance: dict[str, Any]
@@ -209,7 +210,7 @@ class RunMetrics:
         """The dict written as metrics.json (keys in a fixed order; absent optional blocks left out)."""
         out = {"schema_version": self.schema_version, "method": self.method, "dataset": self.dataset,
                "target_domain": self.target_domain, "source_domains": self.source_domains,
-               "auditor_data": self.auditor_data, "accuracy": self.accuracy, "communication": self.communication,
+               "auditor_data": self.auditor_data, "accuracy": self.accuracy, "communication": self.communication.dump(),
                "leakage": self.leakage, "privacy": self.privacy, "provenance": self.provenance,
                "secure_aggregation": self.secure_aggregation,
                "verdict": self.verdict, "verdict_thresholds": self.verdict_thresholds}
@@ -221,8 +222,9 @@ class RunMetrics:
         """A stored metrics.json; one written by a newer fedaudit is a one-line error naming the version it needs."""
         version = schema_version(data, where)
         fields = [f for f in cls.__dataclass_fields__ if f != "schema_version"]
-        blank: dict[str, Any] = {"accuracy": {}, "communication": {}, "leakage": {}, "provenance": {}, "verdict": []}
-        return cls(**{f: data.get(f, blank.get(f)) for f in fields}, schema_version=version)
+        blank: dict[str, Any] = {"accuracy": {}, "leakage": {}, "provenance": {}, "verdict": []}
+        read = {f: data.get(f, blank.get(f)) for f in fields}
+        return cls(**{**read, "communication": Communication.read(data.get("communication"))}, schema_version=version)
 
     @property
     def results(self) -> Leakage:

@@ -10,6 +10,7 @@ import torch
 
 from fedaudit.run.numerics import numerics
 from fedaudit.run.results import RunMetrics
+from fedaudit.run.stored import Communication, KindBytes
 from fedaudit.simulation.dp_accounting import coverage
 from fedaudit.simulation.wire import ArtifactKind
 
@@ -22,20 +23,21 @@ if TYPE_CHECKING:
 Shares = tuple[tuple[ArtifactKind, str], ...]  # (kind, direction) pairs
 
 
-def communication(fed: Federation, shares: Shares | None = None) -> dict[str, Any]:
+def communication(fed: Federation, shares: Shares | None = None) -> Communication:
     """Traffic totals from the ledger, and ``declared``: what the method (or a recording's ledger, ``shares``)
     says is sent."""
     s = fed.wire.summary()
     rounds = max(fed.rounds_done, 1)
-    return {
-        **s,
-        "rounds": fed.rounds_done,
-        "clients": len(fed.clients),
-        "mb_up_per_round": s["bytes_up"] / rounds / 1e6,
-        "mb_down_per_round": s["bytes_down"] / rounds / 1e6,
+    return Communication(
+        bytes_up=s["bytes_up"], bytes_down=s["bytes_down"],
+        by_kind={kind: KindBytes(**sent) for kind, sent in s["by_kind"].items()},
+        rounds=fed.rounds_done,
+        clients=len(fed.clients),
+        mb_up_per_round=s["bytes_up"] / rounds / 1e6,
+        mb_down_per_round=s["bytes_down"] / rounds / 1e6,
         # what the configured method says it sends; tests hold the ledger to it
-        "declared": sorted(f"{k.value}{'↑' if d == 'up' else '↓'}" for k, d in (shares or fed.method.declared_shares())),
-    }
+        declared=sorted(f"{k.value}{'↑' if d == 'up' else '↓'}" for k, d in (shares or fed.method.declared_shares())),
+    )
 
 
 def summarise_targets(cfg: RunConfig, per_target: dict[str, dict]) -> RunMetrics:
@@ -53,11 +55,11 @@ def summarise_targets(cfg: RunConfig, per_target: dict[str, dict]) -> RunMetrics
             "per_target": {t: {"unseen_domain": a["unseen_domain"], "source_val_mean": a["source_val"]["mean"],
                                "selected_round": a["selected_round"]} for t, a in accs.items()},
         },
-        communication={
-            "bytes_up": sum(m["communication"]["bytes_up"] for m in per_target.values()),
-            "bytes_down": sum(m["communication"]["bytes_down"] for m in per_target.values()),
-            "per_target": {t: m["communication"] for t, m in per_target.items()},
-        },
+        communication=Communication(
+            bytes_up=sum(m["communication"]["bytes_up"] for m in per_target.values()),
+            bytes_down=sum(m["communication"]["bytes_down"] for m in per_target.values()),
+            per_target={t: Communication.read(m["communication"]) for t, m in per_target.items()},
+        ),
         leakage={t: m["leakage"] for t, m in per_target.items()},
         privacy={t: m.get("privacy") for t, m in per_target.items()},
         verdict=[{**row, "target": t} for t, m in per_target.items() for row in m.get("verdict") or []],

@@ -1,0 +1,137 @@
+"""metrics.json's blocks as typed models, declared once: the engine builds them, metrics.json is their dump, the
+report reads the same models back, and metrics.schema.json's definitions of them are generated from them
+(``python scripts/metrics_schema.py``; ``tests/test_results.py`` fails when the committed file differs).
+
+A :class:`Stored` model is a pydantic model (v2: the ecosystem's typed-model library, with JSON Schema generation and
+aliases built in). Writing is strict — a field of the wrong type, or a key the model does not declare, is an error
+where the block is built. Reading is lenient, as a stored file deserves (an older fedaudit's, a damaged one, a
+recording's): :meth:`Stored.read` validates each field alone, and a field that is absent or invalid takes its
+default; a legacy key is a ``validation_alias`` on its field, nowhere else. ``read(...).model_fields_set`` says which
+fields the file stored.
+
+Issue 59 moves the blocks here one family at a time (communication first); a block without its model is still read
+by :mod:`fedaudit.run.blocks` and :mod:`fedaudit.run.entries`, and kept by hand in the schema.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, ClassVar, Self
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+
+
+class Stored(BaseModel):
+    """A block of metrics.json (see the module's doc)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A field typed ``X | None`` reads None where the file has no value; a run writes null only for the fields named
+    # here, and only those allow null in the schema.
+    stored_nulls: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def read(cls, data: object) -> Self:
+        """The block as stored: each field validated alone, an absent or invalid one its default (not a mapping:
+        every field its default)."""
+        found = data if isinstance(data, dict) else {}
+        values: dict[str, Any] = {}
+        for name, info in cls.model_fields.items():
+            alias = info.validation_alias
+            keys = [k for k in alias.choices if isinstance(k, str)] if isinstance(alias, AliasChoices) else [name]
+            key = next((k for k in keys if k in found), None)
+            if key is None:
+                continue
+            try:
+                values[name] = _field_adapter(cls, name).validate_python(found[key])
+            except ValidationError:
+                continue
+        return cls.model_construct(_fields_set=set(values), **values)
+
+    def dump(self) -> dict[str, Any]:
+        """The block as metrics.json stores it: the fields its writer set, in declaration order."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+@cache
+def _field_adapter(cls: type[Stored], name: str) -> TypeAdapter[Any]:
+    """A validator of one field's type (a nested block is read whole: one invalid value in it, and the field takes
+    its default)."""
+    annotation = cls.model_fields[name].annotation
+    return TypeAdapter(Any if annotation is None else annotation)
+
+
+# -- communication ---------------------------------------------------------------------------------------
+
+
+class KindBytes(Stored):
+    """The bytes one artifact kind sent, each way."""
+
+    up: int = 0
+    down: int = 0
+
+
+class Communication(Stored):
+    """Traffic from the ledger, and what the method declares it sends."""
+
+    # Required where a run writes them, absent in a file only when it is damaged: read as None then.
+    model_config = ConfigDict(json_schema_extra={"required": ["bytes_up", "bytes_down"]})
+
+    bytes_up: int | None = None
+    bytes_down: int | None = None
+    messages: int | None = Field(None, description="older runs only: the ledger's message count")
+    by_kind: dict[str, KindBytes] = Field(default_factory=dict)
+    rounds: int | None = None
+    clients: int | None = None
+    mb_up_per_round: float | None = None
+    mb_down_per_round: float | None = None
+    declared: list[str] = Field(default_factory=list, description="what the method (or recording) says it sends: "
+                                "kind and arrow, e.g. full_model↑")
+    per_target: dict[str, Communication] | None = Field(None, description="a --target-domain all run: each target's")
+
+
+# The models whose definitions metrics.schema.json holds, by the definition's name there.
+SCHEMA_DEFS: dict[str, type[Stored]] = {"communication": Communication, "kind_bytes": KindBytes}
+
+
+class _Untitled(GenerateJsonSchema):
+    """pydantic's JSON Schema without the titles it derives from names (the file documents with descriptions)."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def model_schema(self, schema: Any) -> JsonSchemaValue:
+        out = super().model_schema(schema)
+        out.pop("title", None)
+        return out
+
+
+def schema_defs() -> dict[str, Any]:
+    """The definitions of :data:`SCHEMA_DEFS` as metrics.schema.json holds them (references by those names)."""
+    names = {cls.__name__: name for name, cls in SCHEMA_DEFS.items()}
+
+    def renamed(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: (f"#/$defs/{names[v.rsplit('/', 1)[1]]}" if k == "$ref" else renamed(v)) for k, v in node.items()}
+        return [renamed(x) for x in node] if isinstance(node, list) else node
+
+    def written(schema: dict[str, Any], cls: type[Stored]) -> dict[str, Any]:
+        """What a run writes: null only where the model names it (``stored_nulls``); None is a reading of absence."""
+        for key, field in schema["properties"].items():
+            if key in cls.stored_nulls or "anyOf" not in field:
+                continue
+            kept = [o for o in field.pop("anyOf") if o != {"type": "null"}]
+            field.update(kept[0] if len(kept) == 1 else {"anyOf": kept})
+            if field.get("default", 0) is None:
+                del field["default"]
+        return schema
+
+    out = {}
+    for name, cls in SCHEMA_DEFS.items():
+        schema = cls.model_json_schema(schema_generator=_Untitled, mode="serialization")
+        defs = schema.pop("$defs", {})
+        out[name] = written(renamed(defs[cls.__name__] if "$ref" in schema else schema), cls)  # may nest itself
+    return out
+
+
+__all__ = ["SCHEMA_DEFS", "Communication", "KindBytes", "Stored", "schema_defs"]
