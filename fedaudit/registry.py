@@ -54,7 +54,8 @@ class Registry(dict[str, T]):
 def import_modules(package: str, path: Any) -> None:
     """Import every module of a plug-in package (``methods``, ``attacks``): its classes register as they are made."""
     for module in pkgutil.iter_modules(path):
-        importlib.import_module(f"{package}.{module.name}")
+        if module.name.isidentifier() and not module.name.startswith("_"):  # not a scratch copy, not private
+            importlib.import_module(f"{package}.{module.name}")
 
 
 def _where(cls: type) -> str:

@@ -39,7 +39,7 @@ def write_report_or_warn(run_dir: str | Path) -> Path | None:
     """``write_report`` for the end of ``fedaudit evaluate``: a report failure is a warning, never a lost run."""
     try:
         return write_report(run_dir)
-    except Exception as exc:
+    except Exception as exc:  # the run is already complete on disk; the report can be re-rendered
         log.warning("could not write report.html for %s (%s: %s); the run itself is complete — "
                     "retry with `fedaudit report %s`", run_dir, type(exc).__name__, exc, run_dir)
         return None

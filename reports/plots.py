@@ -44,7 +44,7 @@ def to_svg(fig) -> Markup:
         text = text.replace(f'id="{old}"', f'id="f{n}-{old}"').replace(f'"#{old}"', f'"#f{n}-{old}"') \
                    .replace(f"url(#{old})", f"url(#f{n}-{old})")
     text = re.sub(r"\n\s*", "\n", text).strip()
-    return Markup(text.replace("<svg ", '<svg role="img" class="plot" ', 1))
+    return Markup(text.replace("<svg ", '<svg role="img" class="plot" ', 1))  # safe: matplotlib escaped the text
 
 
 def plain(text: str) -> str:

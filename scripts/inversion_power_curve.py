@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import results_page
+import results_page  # scripts/ is on sys.path when run as python scripts/inversion_power_curve.py
 
 from fedaudit.api import DATA_SEED, resolve_device, resolve_targets, run_config
 from fedaudit.attacks.deepinversion import DeepInversion

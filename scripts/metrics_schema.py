@@ -29,7 +29,7 @@ def main() -> int:
     args = parser.parse_args()
     text = generated_text()
     if args.check:
-        behind = SCHEMA_FILE.read_text(encoding="utf-8") != text
+        behind = json.loads(SCHEMA_FILE.read_text(encoding="utf-8")) != json.loads(text)
         print(f"{SCHEMA_FILE} is {'behind the models: run python scripts/metrics_schema.py' if behind else 'current'}")
         return int(behind)
     SCHEMA_FILE.write_text(text, encoding="utf-8")

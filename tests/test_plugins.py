@@ -9,14 +9,25 @@ from typing import ClassVar
 import pytest
 import torch
 
-from fedaudit.attack import ATTACKS, NO_ACCESS, Access, Attack, AttackOutput, AttackSetup
+from fedaudit.attack import NO_ACCESS, Access, Attack, AttackOutput, AttackSetup
+from fedaudit.attacks import ATTACKS  # the package: importing it registers the built-in attacks
 from fedaudit.methods import METHODS
 from fedaudit.methods.fedavg import FedAvg
 from fedaudit.run.options import Option, option
 from fedaudit.simulation.wire import ArtifactKind, WireView
 
 
-def test_a_method_and_an_attack_each_declared_in_one_class_run_through_evaluate(tiny_run, tmp_path):
+@pytest.fixture
+def registries():
+    """METHODS and ATTACKS as they were before the test, whatever it registered (even if it failed half-way)."""
+    before = dict(METHODS), dict(ATTACKS)
+    yield
+    for registry, kept in zip((METHODS, ATTACKS), before):
+        registry.clear()
+        registry.update(kept)
+
+
+def test_a_method_and_an_attack_each_declared_in_one_class_run_through_evaluate(tiny_run, registries):
     """Nothing else is touched: no tuple of names, no branch on a name. The method trains, its option reaches it
     from evaluate's keywords, the attack is found by --attack, gets its own option, and its reconstructions are
     scored by the auditor (their access is the default: the wire view and the prior only)."""
@@ -71,6 +82,21 @@ def test_a_method_and_an_attack_each_declared_in_one_class_run_through_evaluate(
     # control a low reading cannot be told from a weak attack.
     row = next(r for r in metrics["verdict"] if r["row"] == "client_data:full_model↑")
     assert row["tier"] == "inconclusive" and {e["source"].split()[0] for e in row["evidence"]} == {"test-grey"}
+
+
+def test_the_same_class_made_again_replaces_itself_and_the_registry_keeps_name_order(registries):
+    """A re-run notebook cell or a reloaded module makes the class again: it replaces its earlier self. Entries are in
+    name order, so what --attack all runs, and in which order, does not hang on import order."""
+    def make():
+        class Again(FedAvg):
+            name = "aaa-again"
+        return Again
+
+    first, second = make(), make()
+    assert first is not second and METHODS["aaa-again"] is second and list(METHODS) == sorted(METHODS)
+    from fedaudit.attacks import get_attacks
+
+    assert [cls.name for cls in get_attacks("all")] == ["deepinversion", "gradinv", "mia"]
 
 
 def test_two_classes_declaring_one_name_is_an_error_naming_both():

@@ -50,7 +50,7 @@ def decode(path: Path, size: int) -> np.ndarray | None:
             im.draft("RGB", (size, size))  # lets JPEG decode at a reduced scale: much faster for big photos
             rgb = im.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
             return np.asarray(rgb, dtype=np.uint8)
-    except Exception:
+    except Exception:  # any decoder failure means "unreadable"; counted and reported
         return None
 
 

@@ -80,7 +80,7 @@ class FedauditRecorder(FLComponent):
                 self._aggregated(fl_ctx)
             elif event_type == EventType.END_RUN:
                 self._end()
-        except Exception as exc:
+        except Exception as exc:  # NVFlare would log any error and run on, and a recording missing a
             # message must not be sealed as if whole: one line, the job stops, nothing is sealed
             self._writer = None
             why = str(exc) if isinstance(exc, FedauditError) else f"recording failed ({type(exc).__name__}: {exc})"

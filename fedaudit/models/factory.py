@@ -76,7 +76,7 @@ class ModelFactory:
         except TypeError as exc:
             raise FedauditError(f"--model {self.spec} could not be called with {_show(kwargs)} ({exc}); pass the "
                                 "arguments it needs with --model-arg KEY=VALUE") from None
-        except Exception as exc:
+        except Exception as exc:  # the user's factory failed; say so in one line
             raise FedauditError(f"--model {self.spec} raised {type(exc).__name__} when called with {_show(kwargs)}: "
                                 f"{exc}") from None
         if not isinstance(model, nn.Module):
@@ -104,7 +104,7 @@ def _import(module_name: str, spec: str) -> Any:
     except ImportError as exc:
         raise FedauditError(f"--model {spec}: cannot import {module_name} ({exc}); install the package or run from "
                             "the folder that holds it") from None
-    except (Exception, SystemExit) as exc:
+    except (Exception, SystemExit) as exc:  # the user's module failed while imported: one line
         raise FedauditError(f"--model {spec}: importing {module_name} raised {type(exc).__name__}: {exc}") from None
     finally:
         if added:
@@ -130,7 +130,7 @@ def check_logits(model: nn.Module, spec: str, num_classes: int, image_size: int,
     model.eval()
     try:
         out = model(torch.zeros(2, channels, image_size, image_size))
-    except Exception as exc:
+    except Exception as exc:  # the user's forward failed on a plain image batch; say so in one line
         raise FedauditError(f"--model {spec} failed on a batch of {channels}×{image_size}×{image_size} images "
                             f"({type(exc).__name__}: {exc}); give a model that takes --image-size {image_size} images") from None
     finally:

@@ -1,6 +1,6 @@
-"""The run's other blocks of metrics.json as named fields: accuracy, communication, privacy, provenance (with a
-recording's), the auditor's data, secure aggregation, and the rows of history.csv and wire.jsonl — read once, here,
-for the report and the terminal.
+"""The run's other blocks of metrics.json as named fields: accuracy, privacy, provenance (with a recording's), the
+auditor's data, secure aggregation, and the rows of history.csv and wire.jsonl — read once, here, for the report and
+the terminal. A block that has its typed model (:mod:`fedaudit.run.stored`: communication so far) is read by it.
 
 A :class:`Block` is a frozen dataclass whose fields name the stored keys. ``Block.of(mapping)`` reads each field from
 the key of its name (a legacy key through the field's ``alias`` metadata), a nested block, a list of blocks or a

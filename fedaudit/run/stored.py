@@ -3,11 +3,11 @@ report reads the same models back, and metrics.schema.json's definitions of them
 (``python scripts/metrics_schema.py``; ``tests/test_results.py`` fails when the committed file differs).
 
 A :class:`Stored` model is a pydantic model (v2: the ecosystem's typed-model library, with JSON Schema generation and
-aliases built in). Writing is strict — a field of the wrong type, or a key the model does not declare, is an error
-where the block is built. Reading is lenient, as a stored file deserves (an older fedaudit's, a damaged one, a
-recording's): :meth:`Stored.read` validates each field alone, and a field that is absent or invalid takes its
-default; a legacy key is a ``validation_alias`` on its field, nowhere else. ``read(...).model_fields_set`` says which
-fields the file stored.
+aliases built in). Writing is strict — a value of the wrong type (no conversion: "12" is not 12), or a key the
+model does not declare, is an error where the block is built. Reading is lenient, as a stored file deserves (an older fedaudit's, a damaged one, a
+recording's): :meth:`Stored.read` validates each field alone (a nested block through its own ``read``), and a field
+that is absent or invalid takes its default; a legacy key is a ``validation_alias`` on its field, nowhere else.
+``read(...).model_fields_set`` says which fields the file stored.
 
 Issue 59 moves the blocks here one family at a time (communication first); a block without its model is still read
 by :mod:`fedaudit.run.blocks` and :mod:`fedaudit.run.entries`, and kept by hand in the schema.
@@ -15,37 +15,38 @@ by :mod:`fedaudit.run.blocks` and :mod:`fedaudit.run.entries`, and kept by hand 
 
 from __future__ import annotations
 
+import types
+import typing
+from collections.abc import Mapping
 from functools import cache
 from typing import Any, ClassVar, Self
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 
 
 class Stored(BaseModel):
     """A block of metrics.json (see the module's doc)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True)
     # A field typed ``X | None`` reads None where the file has no value; a run writes null only for the fields named
-    # here, and only those allow null in the schema.
+    # here, and only those allow null in the schema (a stored null elsewhere reads as absent).
     stored_nulls: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def read(cls, data: object) -> Self:
-        """The block as stored: each field validated alone, an absent or invalid one its default (not a mapping:
-        every field its default)."""
-        found = data if isinstance(data, dict) else {}
+        """The block as stored: each field validated alone (a nested block through its own ``read``), an absent or
+        invalid one its default; not a mapping: every field its default."""
+        found = data if isinstance(data, Mapping) else {}
         values: dict[str, Any] = {}
         for name, info in cls.model_fields.items():
-            alias = info.validation_alias
-            keys = [k for k in alias.choices if isinstance(k, str)] if isinstance(alias, AliasChoices) else [name]
-            key = next((k for k in keys if k in found), None)
-            if key is None:
+            key = next((k for k in _stored_keys(name, info) if k in found), None)
+            if key is None or (found[key] is None and name not in cls.stored_nulls):
                 continue
-            try:
-                values[name] = _field_adapter(cls, name).validate_python(found[key])
-            except ValidationError:
-                continue
+            value = _read_value(info.annotation, found[key])
+            if value is not _INVALID:
+                values[name] = value
         return cls.model_construct(_fields_set=set(values), **values)
 
     def dump(self) -> dict[str, Any]:
@@ -53,12 +54,40 @@ class Stored(BaseModel):
         return self.model_dump(mode="json", exclude_unset=True)
 
 
+_INVALID = object()  # a stored value of the wrong type: the field reads as absent
+
+
+def _stored_keys(name: str, info: FieldInfo) -> list[str]:
+    """Where a field may be stored: its legacy names (``validation_alias``), then its own."""
+    alias = info.validation_alias
+    if isinstance(alias, str):
+        return [alias, name]
+    if isinstance(alias, AliasChoices):
+        return [*(k for k in alias.choices if isinstance(k, str)), name]
+    return [name]
+
+
+def _read_value(annotation: Any, value: Any) -> Any:
+    """One stored value as its field's type: nested blocks (alone, or a mapping of them) leniently, through their own
+    ``read``; anything else strictly (no "12" for 12, no true for 1), else :data:`_INVALID`."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    inner = args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1 else annotation
+    if isinstance(inner, type) and issubclass(inner, Stored):
+        return inner.read(value) if isinstance(value, Mapping) else _INVALID
+    if typing.get_origin(inner) is dict and isinstance(block := typing.get_args(inner)[1], type) \
+            and issubclass(block, Stored):
+        if not isinstance(value, Mapping):
+            return _INVALID
+        return {str(k): block.read(v) for k, v in value.items() if isinstance(v, Mapping)}
+    try:
+        return _strict(annotation).validate_python(value)
+    except ValidationError:
+        return _INVALID
+
+
 @cache
-def _field_adapter(cls: type[Stored], name: str) -> TypeAdapter[Any]:
-    """A validator of one field's type (a nested block is read whole: one invalid value in it, and the field takes
-    its default)."""
-    annotation = cls.model_fields[name].annotation
-    return TypeAdapter(Any if annotation is None else annotation)
+def _strict(annotation: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(annotation, config=ConfigDict(strict=True))
 
 
 # -- communication ---------------------------------------------------------------------------------------

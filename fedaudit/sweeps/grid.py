@@ -211,7 +211,7 @@ def run_point(point_dir: str, options: dict[str, Any], threads: int, command: st
                   evaluate(**options, out=str(folder), command=command or None, **hooks))
     except FedauditError as exc:
         return {"status": "failed", "error": str(exc), "seconds": time.perf_counter() - t0}
-    except Exception as exc:
+    except Exception as exc:  # a bug in one point must not end the sweep; its traceback is kept
         folder.mkdir(parents=True, exist_ok=True)
         run_directory.write_text(folder / "error.txt", traceback.format_exc())
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc} (traceback in {folder / 'error.txt'})",
@@ -409,7 +409,7 @@ def _process_pool(pending: list[tuple[Point, Path]], threads: int, jobs: int) ->
                         yield point, folder, fut.result()
                     except BrokenProcessPool:
                         yield point, folder, None
-                    except Exception as exc:
+                    except Exception as exc:  # e.g. a worker that could not start: this point fails, the sweep goes on
                         yield point, folder, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
 
     suspects = []
