@@ -37,7 +37,8 @@ Predict = Callable[[nn.Module, Tensor], Tensor]  # a method's public inference p
 
 
 def plain_forward(model: nn.Module, x: Tensor) -> Tensor:
-    return model(x)
+    out: Tensor = model(x)
+    return out
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,8 @@ class Stored(BaseModel):
             value = _read_value(info.annotation, found[key])
             if value is not _INVALID:
                 values[name] = value
-        return cls.model_construct(_fields_set=set(values), **values)
+        block: Self = cls.model_construct(_fields_set=set(values), **values)  # type: ignore[assignment]
+        return block
 
     def dump(self) -> dict[str, Any]:
         """The block as metrics.json stores it: the fields its writer set, in declaration order."""

@@ -210,7 +210,8 @@ class Method:
         return server.model
 
     def predict(self, model: nn.Module, x: Tensor) -> Tensor:
-        return model(x)
+        out: Tensor = model(x)
+        return out
 
     def score(self, fed: Federation, model: nn.Module) -> Scores:
         """The experimenter's hook, not the server's (it measures on every held-out split, so it sees the

@@ -40,7 +40,7 @@ def communication(fed: Federation, shares: Shares | None = None) -> Communicatio
     )
 
 
-def summarise_targets(cfg: RunConfig, per_target: dict[str, dict]) -> RunMetrics:
+def summarise_targets(cfg: RunConfig, per_target: dict[str, dict[str, Any]]) -> RunMetrics:
     """Mean over targets of the headline numbers, with every target's own."""
     def mean(values: list[float]) -> float:
         return sum(values) / len(values)
@@ -75,6 +75,7 @@ def privacy(fed: Federation, shares: Shares | None = None, no_dp: str = NO_DP) -
     artifact the method sends (or a recording's ledger holds, ``shares``) whether that ε covers it;
     ``no_dp`` is why nothing is covered when no DP ran here."""
     shares = shares or fed.method.declared_shares()
+    block: dict[str, Any]
     if fed.dp is None:
         block = {"dp": None, "coverage": [{**row, "covered": False, "why": no_dp} for row in coverage(shares)]}
     else:
@@ -123,7 +124,7 @@ def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device
         "versions": {"fedaudit": __version__, "python": platform.python_version(), "torch": torch.__version__,
                      "torchvision": torchvision.__version__, "numpy": numpy.__version__, "scikit-learn": sklearn.__version__},
         "device": {"type": device.type, "name": device_name, "threads": torch.get_num_threads()},
-        "numerics": {**numerics(device), **({"nondeterministic_ops": list(unpinned)} if cfg.deterministic else {})},
+        "numerics": {**numerics(device), **({"nondeterministic_ops": list(unpinned or [])} if cfg.deterministic else {})},
         "seconds": {k: round(v, 3) for k, v in stages.items()},
         **({"model": model_provenance(cfg, model, len(dataset.classes))} if model is not None else {}),
     }
