@@ -100,7 +100,7 @@ def unscored_notes(units: Sequence[Unit]) -> list[dict[str, Any]]:
     for u in units:
         data = u.stored.auditor_data
         if data is not None and data.status == "none":
-            out.append({"label": u.label, "why": str(data.why), "needs": [str(x) for x in data.needs_data],
+            out.append({"label": u.label, "why": data.why or "", "needs": list(data.needs_data),
                         "left_out": [f"{k}: {v}" for k, v in data.left_out.items()]})
     return out
 

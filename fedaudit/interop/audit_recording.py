@@ -42,6 +42,7 @@ from fedaudit.interop.recording_reader import Recording
 from fedaudit.models import build_model, is_factory
 from fedaudit.run import run_directory
 from fedaudit.run.results import RunMetrics, write_metrics
+from fedaudit.run.stored import AuditorData
 from fedaudit.run.config import RunConfig
 from fedaudit.simulation.summary import communication, privacy, provenance
 from fedaudit.tensor_ops.aggregation import clone_state
@@ -413,10 +414,10 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
                  "note": f"the deployed model ({judged['what']}) was not scored"})
     metrics = RunMetrics(
         method=cfg.method, dataset=cfg.dataset, target_domain=target, source_domains=clients,
-        auditor_data=({"status": "held", "dataset": cfg.dataset} if scored else
-                         {"status": "none", "why": UNSCORED, "left_out": dict(left_out or {}),
-                          "needs_data": ["every leakage score and its nulls, twin and positive control",
-                                         "membership inference", "accuracy of the deployed model"]}),
+        auditor_data=(AuditorData(status="held", dataset=cfg.dataset) if scored else
+                      AuditorData(status="none", why=UNSCORED, left_out=dict(left_out or {}),
+                                  needs_data=["every leakage score and its nulls, twin and positive control",
+                                              "membership inference", "accuracy of the deployed model"])),
         accuracy=accuracy,
         communication=communication(fed, shares),
         secure_aggregation=leakage.pop(SECURE_AGGREGATION, None),

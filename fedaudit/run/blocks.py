@@ -1,6 +1,6 @@
-"""The run's other blocks of metrics.json as named fields: accuracy, privacy, provenance (with a recording's), the
-auditor's data, secure aggregation, and the rows of history.csv and wire.jsonl — read once, here, for the report and
-the terminal. A block that has its typed model (:mod:`fedaudit.run.stored`: communication so far) is read by it.
+"""The run's other blocks of metrics.json as named fields: accuracy, privacy, provenance (with a recording's),
+secure aggregation, and the rows of history.csv and wire.jsonl — read once, here, for the report and the terminal.
+A block that has its typed model (:mod:`fedaudit.run.stored`: communication, the auditor's data) is read by it.
 
 A :class:`Block` is a frozen dataclass whose fields name the stored keys. ``Block.of(mapping)`` reads each field from
 the key of its name (a legacy key through the field's ``alias`` metadata), a nested block, a list of blocks or a
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, TypeVar
 
-from fedaudit.run.stored import Communication, Stored
+from fedaudit.run.stored import AuditorData, Communication, Stored
 
 B = TypeVar("B", bound="Block")
 
@@ -68,13 +68,21 @@ def _reader(hint: Any) -> Any:
     options = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
     for o in options:
         if isinstance(o, type) and issubclass(o, Stored):  # a block that has its typed model (fedaudit.run.stored)
-            return o.read
+            return _maybe(o) if union and type(None) in typing.get_args(hint) else o.read
         if _is_block(o):
             return o.maybe if union and type(None) in typing.get_args(hint) else o.of
         if typing.get_origin(o) in (list, dict):
             args = typing.get_args(o)
             return _container(typing.get_origin(o), args[-1] if args and _is_block(args[-1]) else None)
     return _kept
+
+
+def _maybe(model: type[Stored]) -> Any:
+    """An optional typed block: None where the file stores none (an empty mapping, or not a mapping)."""
+    def read(value: Any) -> Stored | None:
+        return model.read(value) if isinstance(value, Mapping) and value else None
+
+    return read
 
 
 def _kept(value: Any) -> Any:
@@ -503,14 +511,6 @@ class Provenance(Block):
 
 
 # -- what the auditor held, and secure aggregation --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AuditorData(Block):
-    status: Any = None
-    why: Any = ""
-    needs_data: list[Any] = field(default_factory=list)
-    left_out: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fedaudit.errors import FedauditError
-from fedaudit.run.stored import Communication
+from fedaudit.run.stored import AuditorData, Communication
 
 log = logging.getLogger("fedaudit")
 
@@ -199,7 +199,7 @@ class RunMetrics:
     privacy: dict[str, Any] | None
     provenance: dict[str, Any]
     source_domains: list[str] | None = None  # None in the mean over targets
-    auditor_data: dict[str, Any] | None = None  # fedaudit audit: whether the auditor held the clients' records
+    auditor_data: AuditorData | None = None  # fedaudit audit: whether the auditor held the clients' records
     verdict: list[dict[str, Any]] = field(default_factory=list)
     verdict_thresholds: dict[str, Any] | None = None
     # --secure-aggregation: what that server sees, the attacks on it, what the mask leaves (audit/session.py)
@@ -208,9 +208,10 @@ class RunMetrics:
 
     def to_json(self) -> dict[str, Any]:
         """The dict written as metrics.json (keys in a fixed order; absent optional blocks left out)."""
+        auditor_data = None if self.auditor_data is None else self.auditor_data.dump()
         out = {"schema_version": self.schema_version, "method": self.method, "dataset": self.dataset,
                "target_domain": self.target_domain, "source_domains": self.source_domains,
-               "auditor_data": self.auditor_data, "accuracy": self.accuracy, "communication": self.communication.dump(),
+               "auditor_data": auditor_data, "accuracy": self.accuracy, "communication": self.communication.dump(),
                "leakage": self.leakage, "privacy": self.privacy, "provenance": self.provenance,
                "secure_aggregation": self.secure_aggregation,
                "verdict": self.verdict, "verdict_thresholds": self.verdict_thresholds}
@@ -224,7 +225,10 @@ class RunMetrics:
         fields = [f for f in cls.__dataclass_fields__ if f != "schema_version"]
         blank: dict[str, Any] = {"accuracy": {}, "leakage": {}, "provenance": {}, "verdict": []}
         read = {f: data.get(f, blank.get(f)) for f in fields}
-        return cls(**{**read, "communication": Communication.read(data.get("communication"))}, schema_version=version)
+        stored = data.get("auditor_data")
+        return cls(**{**read, "communication": Communication.read(data.get("communication")),
+                      "auditor_data": AuditorData.read(stored) if isinstance(stored, Mapping) else None},
+                   schema_version=version)
 
     @property
     def results(self) -> Leakage:

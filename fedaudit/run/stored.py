@@ -9,8 +9,8 @@ recording's): :meth:`Stored.read` validates each field alone (a nested block thr
 that is absent or invalid takes its default; a legacy key is a ``validation_alias`` on its field, nowhere else.
 ``read(...).model_fields_set`` says which fields the file stored.
 
-Issue 59 moves the blocks here one family at a time (communication first); a block without its model is still read
-by :mod:`fedaudit.run.blocks` and :mod:`fedaudit.run.entries`, and kept by hand in the schema.
+Issue 59 moves the blocks here one family at a time (communication and the auditor's data so far); a block without
+its model is still read by :mod:`fedaudit.run.blocks` and :mod:`fedaudit.run.entries`, and kept by hand in the schema.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import types
 import typing
 from collections.abc import Mapping
 from functools import cache
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
@@ -120,8 +120,24 @@ class Communication(Stored):
     per_target: dict[str, Communication] | None = Field(None, description="a --target-domain all run: each target's")
 
 
+# -- the auditor's data ----------------------------------------------------------------------------------
+
+
+class AuditorData(Stored):
+    """fedaudit audit: whether the auditor held the clients' records."""
+
+    model_config = ConfigDict(json_schema_extra={"required": ["status"]})
+
+    status: Literal["held", "none"] | None = None
+    dataset: str | None = None  # held: the records it scored with
+    why: str | None = None  # none: why nothing could be scored
+    left_out: dict[str, str] = Field(default_factory=dict, description="none: attacks left out, and why")
+    needs_data: list[str] = Field(default_factory=list, description="none: what the records would have measured")
+
+
 # The models whose definitions metrics.schema.json holds, by the definition's name there.
-SCHEMA_DEFS: dict[str, type[Stored]] = {"communication": Communication, "kind_bytes": KindBytes}
+SCHEMA_DEFS: dict[str, type[Stored]] = {"communication": Communication, "kind_bytes": KindBytes,
+                                        "auditor_data": AuditorData}
 
 
 class _Untitled(GenerateJsonSchema):
@@ -164,4 +180,4 @@ def schema_defs() -> dict[str, Any]:
     return out
 
 
-__all__ = ["SCHEMA_DEFS", "Communication", "KindBytes", "Stored", "schema_defs"]
+__all__ = ["SCHEMA_DEFS", "AuditorData", "Communication", "KindBytes", "Stored", "schema_defs"]
