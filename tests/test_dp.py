@@ -42,9 +42,11 @@ runner = CliRunner()
 
 def test_the_issue_command_records_the_accountants_epsilon(tmp_path):
     """``fedaudit evaluate --method fedavg --model cnn --norm gn --dp-epsilon 8 --attack mia``, shrunk to
-    one round on 16-px digits and 2 reference models against one victim."""
+    two rounds on 16-px digits and 2 reference models against one victim, and to LiRA alone: what it checks of the
+    attack is that the references trained as the victim did (the domain twins ``mia`` also trains are federations
+    without a domain, held by tests/test_mia.py)."""
     result = runner.invoke(app, ["evaluate", "--method", "fedavg", "--model", "cnn", "--norm", "gn", "--dp-epsilon", "8",
-                                 "--attack", "mia", "--dataset", "digits", "--image-size", "16", "--rounds", "2",
+                                 "--attack", "mia-lira", "--dataset", "digits", "--image-size", "16", "--rounds", "2",
                                  "--local-epochs", "1", "--reference-models", "2", "--victim", "clean",
                                  "--device", "cpu", "--quiet", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -94,8 +94,8 @@ def test_killed_run_resumes_to_the_same_metrics(tiny_run, tmp_path):
 
 def test_fedprox_with_mu_zero_is_fedavg_and_large_mu_anchors_clients(tiny_run, tmp_path):
     avg = tiny_run("fedavg", out=str(tmp_path / "a"))
-    prox0 = tiny_run("fedprox", out=str(tmp_path / "b"), method_option=["mu=0"])
-    assert prox0.metrics["accuracy"] == avg.metrics["accuracy"]
+    free = tiny_run("fedprox", out=str(tmp_path / "c"), keep_artifacts=True, method_option=["mu=0"])
+    assert free.metrics["accuracy"] == avg.metrics["accuracy"]  # keeping the artifacts changes no number
 
     def drift(result):
         # how far a client's round-2 upload moved from the round-2 broadcast
@@ -106,7 +106,6 @@ def test_fedprox_with_mu_zero_is_fedavg_and_large_mu_anchors_clients(tiny_run, t
         up = load_file(str(next(f for f in files if f.name.endswith("-server.safetensors"))))
         return sum(((up[k] - down[k]).float() ** 2).sum() for k in up if k.endswith("weight")).sqrt().item()
 
-    free = tiny_run("fedprox", out=str(tmp_path / "c"), keep_artifacts=True, method_option=["mu=0"])
     anchored = tiny_run("fedprox", out=str(tmp_path / "d"), keep_artifacts=True, method_option=["mu=10"])
     assert drift(anchored) < 0.7 * drift(free)
 
