@@ -30,9 +30,13 @@ def test_fedavg_ledger_is_one_state_dict_per_client_per_round_each_way(tiny_run)
     assert sum(r["bytes"] for r in rows if r["direction"] == "up") == comm["bytes_up"]
 
 
-# FedFD-A's protocol is FedFD's (its adapter acts at test time only, sending nothing): its run is slow-only, which
-# keeps the default suite under its bar.
-@pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.slow) if m == "fedfd_a" else m for m in sorted(METHODS)])
+# FedFD-A's protocol is FedFD's (its adapter acts at test time only, sending nothing) and FedProx's is FedAvg's (its
+# proximal term stays in the client's loss): their runs are slow-only, which keeps the default suite under its bar.
+SAME_PROTOCOL_AS_ANOTHER = ("fedfd_a", "fedprox")
+
+
+@pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.slow) if m in SAME_PROTOCOL_AS_ANOTHER else m
+                                  for m in sorted(METHODS)])
 def test_ledger_records_exactly_the_declared_shares(tiny_run, name):
     result = tiny_run(name)
     rows = [json.loads(line) for line in (result.run_dir / "wire.jsonl").read_text().splitlines()]
