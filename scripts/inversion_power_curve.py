@@ -36,13 +36,13 @@ from fedaudit.audit.counterfactual import (POWER_PER_CLASS, Counterfactual, coun
 from fedaudit.audit.reconstruction import run_counterfactuals, score_section
 from fedaudit.audit.session import attack_role_and_victims, attacker_prior, build_auditor, one_per_family
 from fedaudit.audit.verdict import POWER_ALPHA
+from fedaudit.audit.verdict.inversion import reaching
 from fedaudit.data import load_dataset, lodo_split
 from fedaudit.methods import get_method
 from fedaudit.run import run_directory
 from fedaudit.run.blocks import POWER_SINGLE
 from fedaudit.simulation.federation import Federation
 from fedaudit.simulation.wire import Wire
-from fedaudit.statistics.membership_statistics import holm
 from fedaudit.tensor_ops.aggregation import load_state_
 
 ARTIFACT = "full_model"
@@ -127,8 +127,8 @@ def reached_from(reached: list[tuple[int, bool]]) -> str:
 
 
 def powered(p_values: list[float]) -> bool:
-    """The verdict's Powered rule for a records row: some victim's control, Holm-corrected over victims."""
-    return any(a <= POWER_ALPHA for a in holm(p_values))
+    """The verdict's Powered rule for a records row (its own test): some victim's control, Holm-corrected."""
+    return any(reaching(p_values))
 
 
 def converge(cfg, view, prior, mismatch: Mismatch, victims, auditor, device, iters: int) -> list[str]:

@@ -121,6 +121,16 @@ def single_case(index: int) -> str:
     return f"{POWER}:{POWER_SINGLE}:{index}"
 
 
+def case_group(case: str) -> str:
+    """The group a case belongs to: :data:`POWER_SINGLE` for each one-record case, else the case itself."""
+    return POWER_SINGLE if case.startswith(f"{POWER}:{POWER_SINGLE}:") else case
+
+
+def case_per_class(case: str) -> int:
+    """The member images per class behind a pooled positive-control case (:func:`power_case`)."""
+    return int(case.split(":")[1])
+
+
 def pseudo_name(victim: str, case: str) -> str:
     return f"{victim}{PSEUDO}{case}"
 

@@ -38,6 +38,8 @@ from fedaudit.audit.counterfactual import (
     POWER_PER_CLASS,
     POWER_SINGLE,
     TWIN,
+    case_group,
+    case_per_class,
     Counterfactual,
     counterfactual_view,
     power_case,
@@ -114,13 +116,13 @@ def _case_records(attack: Attack, case: str, victims: list[str], auditor: Audito
     if case == POWER_SINGLE:  # one artifact per member image, each inverted into one image of unknown class
         return attack.for_counterfactual(images=1), [Counterfactual(v, single_case(i), image[None]) for v in victims
                                                      for i, image in enumerate(auditor.power_records(v, 1))]
-    per_class = int(case.split(":")[1])
+    per_class = case_per_class(case)
     return attack.for_counterfactual(per_class), [Counterfactual(v, case, auditor.power_records(v, per_class))
                                                   for v in victims]
 
 
 def _why_absent(absent: dict[Key, str], victim: str, artifact: str, case: str) -> str:
-    group = POWER_SINGLE if case.split(":")[1:2] == [POWER_SINGLE] else case  # a one-record case: its group's reason
+    group = case_group(case)  # a one-record case: its group's reason
     return (absent.get((victim, artifact, case)) or absent.get((victim, "*", group)) or absent.get(("*", "*", group))
             or "not run")
 

@@ -165,7 +165,7 @@ class Powered(Rule[Control]):
     def decide(self, case: Case) -> Decision[Control] | None:
         measured = [(src, p) for src, p in case.powers if p is not None and p.measured]
         level = [p.p_record_level if case.records else 1.0 if p.p_reveals is None else p.p_reveals for _, p in measured]
-        reached = [(src, p) for (src, p), a in zip(measured, holm(level)) if a <= POWER_ALPHA]
+        reached = [(src, p) for (src, p), hit in zip(measured, reaching(level)) if hit]
         if not reached:
             return None
         src, power = reached[0]
@@ -217,6 +217,12 @@ class Unpowered(Rule[NoControl]):
     def to_conclude(self, made_by: str) -> str:
         return "an attack strong enough to pass its positive control: " + advice_of(made_by, "stronger_inversion")
 
+
+
+def reaching(p_values: Sequence[float]) -> list[bool]:
+    """Which positive controls reached power: their p-values Holm-corrected over the row's victims, at
+    :data:`POWER_ALPHA` (a control that fires by chance in one of many victims does not count)."""
+    return [adjusted <= POWER_ALPHA for adjusted in holm(list(p_values))]
 
 
 def _size_words(size: str | None) -> str:
