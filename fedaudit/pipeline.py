@@ -149,7 +149,7 @@ def _run_one(run_dir: Path, plan: RunPlan, target: str, unpinned: list[str]) -> 
     accuracy = fed.results()
     if plants and cfg.attack_option("canary", "canary_cost"):
         t0 = time.perf_counter()
-        accuracy["without_canaries"] = accuracy_without_canaries(cfg, method, fed, clean_split)
+        accuracy = accuracy.model_copy(update={"without_canaries": accuracy_without_canaries(cfg, method, fed, clean_split)})
         fed.timings["train_without_canaries"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     leakage = run_attacks(plan.attacks, run_dir, cfg, method, fed, dataset, device)

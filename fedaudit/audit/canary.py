@@ -77,6 +77,7 @@ from fedaudit.attack import Access, Attack, AttackerPrior, CanaryChallenge, Grad
 from fedaudit.audit.input_canaries import KIND, plant_canaries
 from fedaudit.audit.membership import black_box
 from fedaudit.errors import FedauditError
+from fedaudit.run.stored import CanaryChange, WithoutCanaries
 from fedaudit.statistics.gaussian_dp import gaussian_epsilon
 from fedaudit.simulation.gradient_canaries import GRADIENT_KIND, draw_gradient_canaries, parameter_space
 from fedaudit.simulation.wire import client_role
@@ -150,7 +151,7 @@ def plant_gradient_canaries(cfg: RunConfig, fed: Federation, victims: Sequence[s
              next(iter(planted.values())).dim if planted else 0)
 
 
-def accuracy_without_canaries(cfg: RunConfig, method: Method, fed: Federation, clean_split: LODOSplit) -> dict[str, Any]:
+def accuracy_without_canaries(cfg: RunConfig, method: Method, fed: Federation, clean_split: LODOSplit) -> WithoutCanaries:
     """What the canaries cost the model: the same federation (same seeds, so the same batches of real records and
     the same noise) trained on ``clean_split`` — the split before any canary was planted — with no gradient
     canaries; its accuracy beside the audited run's, and the difference (with − without). Stored under
@@ -164,12 +165,18 @@ def accuracy_without_canaries(cfg: RunConfig, method: Method, fed: Federation, c
         twin.setup()
         twin.run()
     with_, without = fed.results(), twin.results()
-    change = {"unseen_domain": with_["unseen_domain"] - without["unseen_domain"],
-              "source_val_mean": with_["source_val"]["mean"] - without["source_val"]["mean"]}
-    log.info("canary audit: accuracy with canaries %.3f unseen / %.3f source val; without %.3f / %.3f",
-             with_["unseen_domain"], with_["source_val"]["mean"], without["unseen_domain"], without["source_val"]["mean"])
-    return {**without, "change_with_canaries": change,
-            "note": "the same run (seeds, recipe) trained without the canary audit's canaries; change = with − without"}
+    change = CanaryChange(unseen_domain=_minus(with_.unseen_domain, without.unseen_domain),
+                          source_val_mean=_minus(with_.source_val.mean, without.source_val.mean))
+    log.info("canary audit: accuracy with canaries %s unseen / %s source val; without %s / %s",
+             with_.unseen_domain, with_.source_val.mean, without.unseen_domain, without.source_val.mean)
+    return WithoutCanaries(**{k: getattr(without, k) for k in without.model_fields_set}, change_with_canaries=change,
+                           note="the same run (seeds, recipe) trained without the canary audit's canaries; "
+                                "change = with − without")
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    """with − without; None where either run scored no model."""
+    return None if a is None or b is None else a - b
 
 
 def claims(fed: Federation) -> dict[str, tuple[float, dict[str, Any]]]:

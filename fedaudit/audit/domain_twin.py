@@ -103,7 +103,7 @@ def domain_twins(score: Callable[[Any], Tensor], truth: Sequence[str | None], cf
                 break
             aucs.append(auc(*roc(scores[mine].numpy(), scores[unseen].numpy())[:2]))
             seeds.append(twin.cfg.seed)
-            accuracy.append(twin.results().get("unseen_domain"))
+            accuracy.append(twin.results().unseen_domain)
         else:
             out[domain] = {"status": "measured", "aucs": aucs, "seeds": seeds,
                            "clients": [c.domain for c in fed.split.sources if c.domain != domain],

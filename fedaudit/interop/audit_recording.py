@@ -42,7 +42,7 @@ from fedaudit.interop.recording_reader import Recording
 from fedaudit.models import build_model, is_factory
 from fedaudit.run import run_directory
 from fedaudit.run.results import RunMetrics, write_metrics
-from fedaudit.run.stored import AuditorData
+from fedaudit.run.stored import Accuracy, AuditorData, SourceVal
 from fedaudit.run.config import RunConfig
 from fedaudit.simulation.summary import communication, privacy, provenance
 from fedaudit.tensor_ops.aggregation import clone_state
@@ -408,10 +408,9 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: an audit is rerun whole
         raise
     shares = recorded_shares(rec)
-    accuracy = ({**fed.results(), "note": f"the deployed model: {judged['what']}"} if scored else
-                {"status": "unscored", "why": UNSCORED, "unseen_domain": None, "source_val": {"mean": None, "per_domain": {}},
-                 "selected_round": deployed.round,
-                 "note": f"the deployed model ({judged['what']}) was not scored"})
+    accuracy = (fed.results().model_copy(update={"note": f"the deployed model: {judged['what']}"}) if scored else
+                Accuracy(status="unscored", why=UNSCORED, unseen_domain=None, source_val=SourceVal(mean=None, per_domain={}),
+                         selected_round=deployed.round, note=f"the deployed model ({judged['what']}) was not scored"))
     metrics = RunMetrics(
         method=cfg.method, dataset=cfg.dataset, target_domain=target, source_domains=clients,
         auditor_data=(AuditorData(status="held", dataset=cfg.dataset) if scored else

@@ -1,6 +1,7 @@
 """The run's other blocks of metrics.json as named fields: accuracy, privacy, provenance (with a recording's),
 secure aggregation, and the rows of history.csv and wire.jsonl — read once, here, for the report and the terminal.
-A block that has its typed model (:mod:`fedaudit.run.stored`: communication, the auditor's data) is read by it.
+A block that has its typed model (:mod:`fedaudit.run.stored`: accuracy, communication, the auditor's data) is read
+by it.
 
 A :class:`Block` is a frozen dataclass whose fields name the stored keys. ``Block.of(mapping)`` reads each field from
 the key of its name (a legacy key through the field's ``alias`` metadata), a nested block, a list of blocks or a
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, TypeVar
 
-from fedaudit.run.stored import AuditorData, Communication, Stored
+from fedaudit.run.stored import Accuracy, AuditorData, Communication, Stored
 
 B = TypeVar("B", bound="Block")
 
@@ -249,48 +250,6 @@ class ReferenceTraining(Block):
     released_as: Any = None  # a replay of the released model: the mean it was found to be
     no_replay: Any = None  # a from-scratch set: why no replay ran
     shift: Any = None  # φ units: the target's uniform lift over these references, which LiRA and RMIA took off
-
-
-# -- accuracy and communication ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FinalRound(Block):
-    round: Any = None
-    unseen_domain: Any = None
-    source_val_mean: Any = None
-
-
-@dataclass(frozen=True)
-class SourceVal(Block):
-    mean: Any = None
-    per_domain: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class CanaryChange(Block):
-    unseen_domain: Any = None
-    source_val_mean: Any = None
-
-
-@dataclass(frozen=True)
-class WithoutCanaries(Block):
-    """The same run without the canary audit's canaries."""
-
-    unseen_domain: Any = None
-    source_val: SourceVal = field(default_factory=SourceVal)
-    change_with_canaries: CanaryChange = field(default_factory=CanaryChange)
-
-
-@dataclass(frozen=True)
-class Accuracy(Block):
-    unseen_domain: Any = None
-    selected_round: Any = None
-    final_round: FinalRound | None = None
-    rounds_without_deployed_model: Any = None
-    source_val: SourceVal = field(default_factory=SourceVal)
-    method_specific: dict[str, Any] = field(default_factory=dict)
-    without_canaries: WithoutCanaries | None = None
 
 
 # -- privacy ---------------------------------------------------------------------------------------------
@@ -571,7 +530,7 @@ class StoredRun(Block):
     dataset: Any = "?"
     target_domain: Any = "?"
     source_domains: list[str] = field(default_factory=list)
-    accuracy: Accuracy = field(default_factory=Accuracy)
+    accuracy: Accuracy = field(default_factory=lambda: Accuracy.read({}))
     communication: Communication = field(default_factory=lambda: Communication.read({}))
     privacy: Privacy | None = None  # None: a run from before fedaudit recorded defenses
     provenance: Provenance = field(default_factory=Provenance)

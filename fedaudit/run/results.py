@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fedaudit.errors import FedauditError
-from fedaudit.run.stored import AuditorData, Communication
+from fedaudit.run.stored import Accuracy, AuditorData, Communication
 
 log = logging.getLogger("fedaudit")
 
@@ -193,7 +193,7 @@ class RunMetrics:
     method: str
     dataset: str
     target_domain: str  # "all" for the mean over targets
-    accuracy: dict[str, Any]
+    accuracy: Accuracy
     communication: Communication
     leakage: dict[str, Any]
     privacy: dict[str, Any] | None
@@ -211,7 +211,7 @@ class RunMetrics:
         auditor_data = None if self.auditor_data is None else self.auditor_data.dump()
         out = {"schema_version": self.schema_version, "method": self.method, "dataset": self.dataset,
                "target_domain": self.target_domain, "source_domains": self.source_domains,
-               "auditor_data": auditor_data, "accuracy": self.accuracy, "communication": self.communication.dump(),
+               "auditor_data": auditor_data, "accuracy": self.accuracy.dump(), "communication": self.communication.dump(),
                "leakage": self.leakage, "privacy": self.privacy, "provenance": self.provenance,
                "secure_aggregation": self.secure_aggregation,
                "verdict": self.verdict, "verdict_thresholds": self.verdict_thresholds}
@@ -223,10 +223,11 @@ class RunMetrics:
         """A stored metrics.json; one written by a newer fedaudit is a one-line error naming the version it needs."""
         version = schema_version(data, where)
         fields = [f for f in cls.__dataclass_fields__ if f != "schema_version"]
-        blank: dict[str, Any] = {"accuracy": {}, "leakage": {}, "provenance": {}, "verdict": []}
+        blank: dict[str, Any] = {"leakage": {}, "provenance": {}, "verdict": []}
         read = {f: data.get(f, blank.get(f)) for f in fields}
         stored = data.get("auditor_data")
-        return cls(**{**read, "communication": Communication.read(data.get("communication")),
+        return cls(**{**read, "accuracy": Accuracy.read(data.get("accuracy")),
+                      "communication": Communication.read(data.get("communication")),
                       "auditor_data": AuditorData.read(stored) if isinstance(stored, Mapping) else None},
                    schema_version=version)
 

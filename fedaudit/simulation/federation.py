@@ -29,6 +29,7 @@ from fedaudit.data import ClientData, LODOSplit, MultiDomainDataset
 from fedaudit.errors import FedauditError
 from fedaudit.run.config import RunConfig
 from fedaudit.run.seeds import derive_seed
+from fedaudit.run.stored import Accuracy, FinalRound, SourceVal
 from fedaudit.tensor_ops.aggregation import StateDict, clone_state, load_state_, model_state
 from fedaudit.simulation.client_dp import ClientLevelDP
 from fedaudit.simulation.dp_sgd import PrivateTraining, describe_layers, freeze_for_dp, unsupported_layers
@@ -324,23 +325,23 @@ class Federation:
         row.update({f"extra/{k}": v for k, v in extra.items()})
         return row
 
-    def results(self) -> dict[str, Any]:
-        """Accuracy at the selected round, and per round."""
+    def results(self) -> Accuracy:
+        """Accuracy at the selected round, and at the final one."""
         if not self.history:
             raise RuntimeError("no round has run")
         best = next(r for r in self.history if r["round"] == self.selected["round"])
         extra = {k[len("extra/"):]: v for k, v in best.items() if k.startswith("extra/")}
         undeployed = [r["round"] for r in self.history if r["val_mean"] is None]
-        return {
-            "unseen_domain": best["target"],
-            "source_val": {"mean": best["val_mean"], "per_domain": {c.domain: best[f"val/{c.domain}"] for c in self.clients}},
-            "selected_round": best["round"],
-            "final_round": {"round": self.history[-1]["round"], "unseen_domain": self.history[-1]["target"],
-                            "source_val_mean": self.history[-1]["val_mean"]},
-            # rounds after which the server held no deployable model: not scored, never selectable
+        last = self.history[-1]
+        return Accuracy(
+            unseen_domain=best["target"],
+            source_val=SourceVal(mean=best["val_mean"],
+                                 per_domain={c.domain: best[f"val/{c.domain}"] for c in self.clients}),
+            selected_round=best["round"],
+            final_round=FinalRound(round=last["round"], unseen_domain=last["target"], source_val_mean=last["val_mean"]),
             **({"rounds_without_deployed_model": undeployed} if undeployed else {}),
             **({"method_specific": extra} if extra else {}),
-        }
+        )
 
     def _elapsed(self, t0: float) -> float:
         if self.device.type == "cuda":

@@ -10,7 +10,7 @@ import torch
 
 from fedaudit.run.numerics import numerics
 from fedaudit.run.results import RunMetrics
-from fedaudit.run.stored import Communication, KindBytes
+from fedaudit.run.stored import Accuracy, Communication, KindBytes, SourceVal, TargetAccuracy
 from fedaudit.simulation.dp_accounting import coverage
 from fedaudit.simulation.wire import ArtifactKind
 
@@ -42,19 +42,21 @@ def communication(fed: Federation, shares: Shares | None = None) -> Communicatio
 
 def summarise_targets(cfg: RunConfig, per_target: dict[str, dict[str, Any]]) -> RunMetrics:
     """Mean over targets of the headline numbers, with every target's own."""
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
+    def mean(values: list[float | None]) -> float | None:
+        """None where a target scored no model (the mean would hide it)."""
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known and len(known) == len(values) else None
 
-    accs = {t: m["accuracy"] for t, m in per_target.items()}
+    accs = {t: Accuracy.read(m["accuracy"]) for t, m in per_target.items()}
     first = next(iter(per_target.values()))
     return RunMetrics(
         method=cfg.method, dataset=cfg.dataset, target_domain="all",
-        accuracy={
-            "unseen_domain": mean([a["unseen_domain"] for a in accs.values()]),
-            "source_val": {"mean": mean([a["source_val"]["mean"] for a in accs.values()])},
-            "per_target": {t: {"unseen_domain": a["unseen_domain"], "source_val_mean": a["source_val"]["mean"],
-                               "selected_round": a["selected_round"]} for t, a in accs.items()},
-        },
+        accuracy=Accuracy(
+            unseen_domain=mean([a.unseen_domain for a in accs.values()]),
+            source_val=SourceVal(mean=mean([a.source_val.mean for a in accs.values()])),
+            per_target={t: TargetAccuracy(unseen_domain=a.unseen_domain, source_val_mean=a.source_val.mean,
+                                          selected_round=a.selected_round) for t, a in accs.items()},
+        ),
         communication=Communication(
             bytes_up=sum(m["communication"]["bytes_up"] for m in per_target.values()),
             bytes_down=sum(m["communication"]["bytes_down"] for m in per_target.values()),
