@@ -14,8 +14,7 @@ from fedaudit.audit.verdict import (CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPA
                                     TIER_ORDER, Headline)
 from fedaudit.audit.verdict import to_conclude
 from fedaudit.audit.verdict.wording import different_models
-from fedaudit.run.blocks import (DP, ClientDP, CoverageRow, ModelInfo, Privacy, Recording, SecureAggregation,
-                                  Verification)
+from fedaudit.run.blocks import DP, ClientDP, CoverageRow, ModelInfo, Privacy, Recording, Verification
 from fedaudit.run.entries import BroadcastCheck
 from fedaudit.reports.load import Unit
 from fedaudit.simulation.secure_aggregation import MASKED
@@ -88,7 +87,7 @@ SECURE_AGGREGATION_ASSUMES = (
 def secure_aggregation_block(run: RunMetrics, rows: list[VerdictRow]) -> dict[str, Any] | None:
     """Each server row beside its twin judged from the server under secure aggregation (``--secure-aggregation``), what
     the mask leaves, and whether disaggregation was possible; None where the run did not ask."""
-    section = SecureAggregation.maybe(run.secure_aggregation)
+    section = run.secure_aggregation
     if section is None:
         return None
     by_key = {r.row: r for r in rows}

@@ -187,6 +187,9 @@ def test_fedavg_on_shapes_shows_both_columns_on_the_reports_first_screen(tiny_ru
     assert masked_mia["global_model"] == clear["global_model"]
     assert all(masked_mia["last_upload"][v]["auc"] != clear["last_upload"][v]["auc"] for v in clear["last_upload"])
     assert "Disaggregation across rounds" in text and "not applicable" in text
+    from fedaudit.run.results import RunMetrics
+
+    assert RunMetrics.from_json(result.metrics).to_json() == result.metrics  # the typed block reads back whole
 
 
 # -- a recording of a run that used secure aggregation ----------------------------------------------------------

@@ -30,6 +30,7 @@ from fedaudit.audit.verdict import CANARY_GRADIENT
 from fedaudit.errors import unknown_choice
 from fedaudit.run.results import MIA
 from fedaudit.run.seeds import derive_seed
+from fedaudit.run.stored import AggregateSeen, Disaggregation, LeftInClear, SecureAggregation, SolvedUpdate
 from fedaudit.simulation.method import Method
 from fedaudit.simulation.secure_aggregation import (MASKED, Disaggregated, left_in_view, participation_varies,
                                                      secure_aggregation_view)
@@ -158,7 +159,7 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
 def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str, Any], run_dir: Path, cfg: RunConfig,
                             method: Method, fed: Federation, prior: AttackerPrior, victims: list[str],
                             auditor: Auditor | None, device: torch.device,
-                            disaggregated: Disaggregated) -> dict[str, Any]:
+                            disaggregated: Disaggregated) -> SecureAggregation:
     """The same attacks, scored the same way, against what a server under secure aggregation sees of the same wire
     (:mod:`fedaudit.simulation.secure_aggregation`): the aggregate of each masked kind, and every other upload as
     it was. Only what the mask changes is attacked again — a bank or a clear scalar is the same message with or
@@ -189,33 +190,35 @@ def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str,
             if settings is not None:
                 seen[attack.name]["settings"] = settings.to_json()
     whole = secure_aggregation_view(clear, disaggregated)
-    return {"observer": SECURE_AGGREGATION_OBSERVER, "masked": [k.value for k in MASKED] + ["the example count"],
-            "leaves": left_in_view(whole),
-            "aggregate": next((a.meta["secure_aggregate"] for a in whole if "secure_aggregate" in a.meta
-                               and "disaggregated_from" not in a.meta["secure_aggregate"]), None),
-            "disaggregation": disaggregation_status(fed.wire.ledger, disaggregated),
-            "leakage": merge_secure_aggregation(leakage, seen)}
+    aggregate = next((a.meta["secure_aggregate"] for a in whole if "secure_aggregate" in a.meta
+                      and "disaggregated_from" not in a.meta["secure_aggregate"]), None)
+    return SecureAggregation(
+        observer=SECURE_AGGREGATION_OBSERVER, masked=[k.value for k in MASKED] + ["the example count"],
+        leaves=[LeftInClear(**row) for row in left_in_view(whole)],
+        aggregate=None if aggregate is None else AggregateSeen(**aggregate),
+        disaggregation=disaggregation_status(fed.wire.ledger, disaggregated),
+        leakage=merge_secure_aggregation(leakage, seen))
 
 
-def disaggregation_status(ledger: list[Any], disaggregated: Disaggregated) -> dict[str, Any]:
+def disaggregation_status(ledger: list[Any], disaggregated: Disaggregated) -> Disaggregation:
     """Whether a server could solve the rounds' aggregates for single updates (Lam et al., ICML 2021) — only where
     the set of uploading clients varied across rounds — and for whom it did."""
     if disaggregated:
-        solved = {client: {"rounds": [r1, r2], "kind": kind.value} for (kind, client), (_, r1, r2) in
+        solved = {client: SolvedUpdate(rounds=[r1, r2], kind=kind.value) for (kind, client), (_, r1, r2) in
                   sorted(disaggregated.items(), key=lambda item: item[0][1])}
-        return {"status": "run", "reason": "participation varied across rounds: the server solved two rounds' "
-                "aggregates whose clients differ by one client for that client's single update, assuming the "
-                "others' updates alike in both (Lam et al., ICML 2021); each such client's test is against the "
-                "update it recovered", "clients": solved}
+        return Disaggregation(status="run", reason="participation varied across rounds: the server solved two rounds' "
+                              "aggregates whose clients differ by one client for that client's single update, assuming "
+                              "the others' updates alike in both (Lam et al., ICML 2021); each such client's test is "
+                              "against the update it recovered", clients=solved)
     rounds: dict[int, set[str]] = {}
     for e in ledger:
         if e.receiver == SERVER and e.kind in {k.value for k in MASKED}:
             rounds.setdefault(e.round, set()).add(e.sender)
     if participation_varies(rounds):
-        return {"status": "not possible", "reason": "participation varied across rounds, but no two rounds' clients "
-                "differ by exactly one client, so no single update can be solved for this way"}
-    return {"status": "not applicable", "reason": "the same clients uploaded in every round: the rounds' aggregates "
-            "give no system to solve for a single update"}
+        return Disaggregation(status="not possible", reason="participation varied across rounds, but no two rounds' "
+                              "clients differ by exactly one client, so no single update can be solved for this way")
+    return Disaggregation(status="not applicable", reason="the same clients uploaded in every round: the rounds' "
+                          "aggregates give no system to solve for a single update")
 
 
 def masked_only(view: WireView) -> WireView:

@@ -1,6 +1,7 @@
 """The run's other blocks of metrics.json as named fields: accuracy, privacy, provenance (with a recording's),
 secure aggregation, and the rows of history.csv and wire.jsonl — read once, here, for the report and the terminal.
-A block that has its typed model (:mod:`fedaudit.run.stored`: accuracy, communication, the auditor's data) is read
+A block that has its typed model (:mod:`fedaudit.run.stored`: accuracy, communication, the auditor's data, secure
+aggregation) is read
 by it.
 
 A :class:`Block` is a frozen dataclass whose fields name the stored keys. ``Block.of(mapping)`` reads each field from
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, TypeVar
 
-from fedaudit.run.stored import Accuracy, AuditorData, Communication, Stored
+from fedaudit.run.stored import Accuracy, AuditorData, Communication, SecureAggregation, Stored
 
 B = TypeVar("B", bound="Block")
 
@@ -467,36 +468,6 @@ class Provenance(Block):
     recording: Recording | None = None
     versions: dict[str, Any] = field(default_factory=dict)
     seconds: dict[str, Any] = field(default_factory=dict)
-
-
-# -- what the auditor held, and secure aggregation --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AggregateSeen(Block):
-    round: Any = None
-    clients: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class LeftInClear(Block):
-    kind: Any = None
-    direction: Any = None
-    why: Any = None
-
-
-@dataclass(frozen=True)
-class Disaggregation(Block):
-    status: Any = "not run"
-    reason: Any = ""
-
-
-@dataclass(frozen=True)
-class SecureAggregation(Block):
-    masked: list[str] = field(default_factory=list)
-    aggregate: AggregateSeen | None = None
-    leaves: list[LeftInClear] = field(default_factory=list)
-    disaggregation: Disaggregation = field(default_factory=Disaggregation)
 
 
 # -- history.csv and wire.jsonl rows --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 from fedaudit.run.blocks import (Calibration, Identified, Judges, PowerShown, ReferenceTraining, Roc, Score, Status,
                                   VictimScores)
 from fedaudit.run.results import CANARY, CANARY_GRADIENT, Leakage, MIA, result_tables
+from fedaudit.run.stored import SecureAggregation
 
 EMPTY: Mapping[str, Any] = {}
 
@@ -547,14 +548,14 @@ def made_by(metrics: Mapping[str, Any]) -> str:
 
 
 def _secure_aggregation(metrics: Mapping[str, Any], config: Mapping[str, Any]) -> SecureAggregationView | None:
-    section = metrics.get("secure_aggregation")
-    if not isinstance(section, Mapping) or not isinstance(section.get("leakage"), Mapping):
+    stored = metrics.get("secure_aggregation")
+    section = SecureAggregation.read(stored)
+    if not isinstance(stored, Mapping) or not section.has("leakage"):
         return None
-    aggregate = section.get("aggregate")
-    solved = block(block(section.get("disaggregation")).get("clients"))
+    aggregate = section.aggregate if section.aggregate and section.aggregate.model_fields_set else None
     return SecureAggregationView(
-        AuditedRun.of({**metrics, "leakage": section["leakage"], "secure_aggregation": None}, config),
-        str(section.get("observer") or "server (secure aggregation)"),
-        {item["kind"]: item["why"] for item in section.get("leaves") or []},
-        block(aggregate).get("round"), tuple(block(aggregate).get("clients") or ()) if aggregate else None,
-        {c: (str(v.get("kind")), list(v.get("rounds") or ())) for c, v in solved.items() if isinstance(v, Mapping)})
+        AuditedRun.of({**metrics, "leakage": section.leakage, "secure_aggregation": None}, config),
+        section.observer or "server (secure aggregation)",
+        {str(item.kind): str(item.why) for item in section.leaves},
+        None if aggregate is None else aggregate.round, None if aggregate is None else tuple(aggregate.clients),
+        {c: (str(v.kind), list(v.rounds)) for c, v in section.disaggregation.clients.items()})

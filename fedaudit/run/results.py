@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fedaudit.errors import FedauditError
-from fedaudit.run.stored import Accuracy, AuditorData, Communication
+from fedaudit.run.stored import Accuracy, AuditorData, Communication, SecureAggregation
 
 log = logging.getLogger("fedaudit")
 
@@ -203,7 +203,7 @@ class RunMetrics:
     verdict: list[dict[str, Any]] = field(default_factory=list)
     verdict_thresholds: dict[str, Any] | None = None
     # --secure-aggregation: what that server sees, the attacks on it, what the mask leaves (audit/session.py)
-    secure_aggregation: dict[str, Any] | None = None
+    secure_aggregation: SecureAggregation | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -213,7 +213,7 @@ class RunMetrics:
                "target_domain": self.target_domain, "source_domains": self.source_domains,
                "auditor_data": auditor_data, "accuracy": self.accuracy.dump(), "communication": self.communication.dump(),
                "leakage": self.leakage, "privacy": self.privacy, "provenance": self.provenance,
-               "secure_aggregation": self.secure_aggregation,
+               "secure_aggregation": None if self.secure_aggregation is None else self.secure_aggregation.dump(),
                "verdict": self.verdict, "verdict_thresholds": self.verdict_thresholds}
         optional = ("source_domains", "auditor_data", "verdict_thresholds", "secure_aggregation")
         return {k: v for k, v in out.items() if v is not None or k not in optional}
@@ -225,10 +225,11 @@ class RunMetrics:
         fields = [f for f in cls.__dataclass_fields__ if f != "schema_version"]
         blank: dict[str, Any] = {"leakage": {}, "provenance": {}, "verdict": []}
         read = {f: data.get(f, blank.get(f)) for f in fields}
-        stored = data.get("auditor_data")
+        stored, seen = data.get("auditor_data"), data.get("secure_aggregation")
         return cls(**{**read, "accuracy": Accuracy.read(data.get("accuracy")),
                       "communication": Communication.read(data.get("communication")),
-                      "auditor_data": AuditorData.read(stored) if isinstance(stored, Mapping) else None},
+                      "auditor_data": AuditorData.read(stored) if isinstance(stored, Mapping) else None,
+                      "secure_aggregation": SecureAggregation.read(seen) if isinstance(seen, Mapping) else None},
                    schema_version=version)
 
     @property

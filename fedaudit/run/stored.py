@@ -19,9 +19,9 @@ import types
 import typing
 from collections.abc import Mapping
 from functools import cache
-from typing import Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, WithJsonSchema
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 
@@ -214,11 +214,70 @@ class WithoutCanaries(Accuracy):
 Accuracy.model_rebuild()  # its without_canaries block is declared after it
 
 
+# -- secure aggregation ----------------------------------------------------------------------------------
+
+# A block whose model is still to come (issue 59): kept as stored, its schema the hand-kept definition it names.
+HAND_KEPT = "x-hand-kept"  # a marker schema_defs() turns into a reference (pydantic resolves a real one itself)
+Leakage = Annotated[dict[str, Any], WithJsonSchema({HAND_KEPT: "leakage"})]
+
+
+class LeftInClear(Stored):
+    """An upload kind the mask does not cover, and why."""
+
+    model_config = ConfigDict(json_schema_extra={"required": ["kind", "direction", "why"]})
+
+    kind: str | None = None
+    direction: str | None = None
+    why: str | None = None
+
+
+class AggregateSeen(Stored):
+    """The first round's aggregate that server read: whose uploads it sums, and their total weight."""
+
+    round: int | None = None
+    clients: list[str] = Field(default_factory=list)
+    total_weight: float | None = None
+
+
+class SolvedUpdate(Stored):
+    """A client's single update that disaggregation solved for, from two rounds' aggregates."""
+
+    kind: str | None = None
+    rounds: list[int] = Field(default_factory=list)
+
+
+class Disaggregation(Stored):
+    """Whether a server could solve the rounds' aggregates for single updates (Lam et al., ICML 2021)."""
+
+    model_config = ConfigDict(json_schema_extra={"required": ["status", "reason"]})
+
+    status: Literal["run", "not possible", "not applicable", "not run"] = "not run"  # not run: the file stores none
+    reason: str = ""
+    clients: dict[str, SolvedUpdate] = Field(default_factory=dict, description="run: whose update it solved for")
+
+
+class SecureAggregation(Stored):
+    """--secure-aggregation: what a server under secure aggregation sees of the same wire (the masked uploads'
+    aggregate, every other message in clear), the attacks on it, and what the mask leaves."""
+
+    model_config = ConfigDict(json_schema_extra={"required": ["observer", "masked", "leaves", "leakage"]})
+    stored_nulls = frozenset({"aggregate"})
+
+    observer: str | None = None
+    masked: list[str] = Field(default_factory=list)
+    leaves: list[LeftInClear] = Field(default_factory=list)
+    aggregate: AggregateSeen | None = None  # null: no upload was masked
+    disaggregation: Disaggregation = Field(default_factory=lambda: Disaggregation.read({}))
+    leakage: Leakage = Field(default_factory=dict)
+
+
 # The models whose definitions metrics.schema.json holds, by the definition's name there.
 SCHEMA_DEFS: dict[str, type[Stored]] = {
     "communication": Communication, "kind_bytes": KindBytes, "auditor_data": AuditorData, "accuracy": Accuracy,
     "source_val": SourceVal, "final_round": FinalRound, "target_accuracy": TargetAccuracy,
-    "without_canaries": WithoutCanaries, "canary_change": CanaryChange}
+    "without_canaries": WithoutCanaries, "canary_change": CanaryChange, "secure_aggregation": SecureAggregation,
+    "left_in_clear": LeftInClear, "aggregate_seen": AggregateSeen, "disaggregation": Disaggregation,
+    "solved_update": SolvedUpdate}
 
 
 class _Untitled(GenerateJsonSchema):
@@ -230,6 +289,8 @@ class _Untitled(GenerateJsonSchema):
     def model_schema(self, schema: Any) -> JsonSchemaValue:
         out = super().model_schema(schema)
         out.pop("title", None)
+        if "description" in out:  # a docstring, as one line
+            out["description"] = " ".join(out["description"].split())
         return out
 
 
@@ -238,6 +299,8 @@ def schema_defs() -> dict[str, Any]:
     names = {cls.__name__: name for name, cls in SCHEMA_DEFS.items()}
 
     def renamed(node: Any) -> Any:
+        if isinstance(node, dict) and HAND_KEPT in node:
+            return {"$ref": f"#/$defs/{node[HAND_KEPT]}"}
         if isinstance(node, dict):
             return {k: (f"#/$defs/{names[v.rsplit('/', 1)[1]]}" if k == "$ref" else renamed(v)) for k, v in node.items()}
         return [renamed(x) for x in node] if isinstance(node, list) else node
@@ -262,4 +325,4 @@ def schema_defs() -> dict[str, Any]:
 
 
 __all__ = ["SCHEMA_DEFS", "Accuracy", "AuditorData", "CanaryChange", "Communication", "FinalRound", "KindBytes",
-           "SourceVal", "Stored", "TargetAccuracy", "WithoutCanaries", "schema_defs"]
+           "LeftInClear", "SecureAggregation", "SourceVal", "Stored", "TargetAccuracy", "WithoutCanaries", "schema_defs"]
