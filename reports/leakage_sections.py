@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fedaudit.audit.verdict.wording import fdp_bound
-from fedaudit.run.blocks import DP, POWER_SINGLE, Identified, Judges, PowerShown, Score
+from fedaudit.run.blocks import POWER_SINGLE, Identified, Judges, PowerShown, Score
+from fedaudit.run.stored import DP
 from fedaudit.run.entries import CanaryAudit, ClaimedCurve, ReconstructionEntry, ReconstructionTable
 from fedaudit.reports import plots
 from fedaudit.reports.cells import (MISSING, NULL_LABELS, Table, aligned, as_text, ci_text, f3, is_finite,

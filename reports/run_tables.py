@@ -13,7 +13,7 @@ from fedaudit.reports.cells import (MISSING, Table, aligned, as_text, f3, is_fin
                                     rounds_text, signed, size_text, to_float, value_text)
 from fedaudit.reports.load import Run, Unit
 from fedaudit.reports.summary import verification_text
-from fedaudit.run.blocks import DP
+from fedaudit.run.stored import DP
 
 
 # -- 2. side by side -------------------------------------------------------------------

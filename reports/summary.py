@@ -14,7 +14,8 @@ from fedaudit.audit.verdict import (CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPA
                                     TIER_ORDER, Headline)
 from fedaudit.audit.verdict import to_conclude
 from fedaudit.audit.verdict.wording import different_models
-from fedaudit.run.blocks import DP, ClientDP, CoverageRow, ModelInfo, Privacy, Recording, Verification
+from fedaudit.run.blocks import ModelInfo, Recording, Verification
+from fedaudit.run.stored import DP, ClientDP, CoverageRow, Privacy
 from fedaudit.run.entries import BroadcastCheck
 from fedaudit.reports.load import Unit
 from fedaudit.simulation.secure_aggregation import MASKED

@@ -138,7 +138,7 @@ def test_no_function_is_at_radon_d_or_worse():
 MODULE_LINES = 500  # issue 59: a module past this is two modules
 API_LINES = 400  # the front door stays orchestration only
 # Over the bar today and split by the typed results of issue 59 (item 1): this list only shrinks.
-OVER_THE_BAR = {"fedaudit/run/entries.py", "fedaudit/run/blocks.py"}
+OVER_THE_BAR = {"fedaudit/run/entries.py"}
 
 
 def test_no_module_is_longer_than_the_bar():

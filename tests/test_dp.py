@@ -24,6 +24,7 @@ from torch import nn
 from typer.testing import CliRunner
 
 from fedaudit.attacks.mia.reference_models import inclusion_masks, train_reference_models
+from fedaudit.run.results import RunMetrics
 from fedaudit.cli import app
 from fedaudit.data import load_dataset
 from fedaudit.run import run_directory
@@ -93,12 +94,12 @@ def test_delta_must_be_below_one_over_n(tmp_path):
 
 
 def test_coverage_says_what_epsilon_covers():
-    rows = {(r["artifact"], r["direction"]): r for r in coverage((
+    rows = {(r.artifact, r.direction): r for r in coverage((
         (ArtifactKind.FULL_MODEL, "up"), (ArtifactKind.STYLE_BANK, "up"), (ArtifactKind.BN_STATS_ALL_LAYERS, "up"),
         (ArtifactKind.AMPLITUDE_BANK, "down"), (ArtifactKind.SCALARS, "up")))}
-    assert rows[("full_model", "up")]["covered"]
+    assert rows[("full_model", "up")].covered
     for key in (("style_bank", "up"), ("bn_stats_all_layers", "up"), ("amplitude_bank", "down"), ("scalars", "up")):
-        assert not rows[key]["covered"] and rows[key]["why"], key
+        assert not rows[key].covered and rows[key].why, key
 
 
 def test_ccst_under_dp_switches_to_group_norm_and_flags_its_style_bank(tiny_run, caplog):
@@ -108,6 +109,7 @@ def test_ccst_under_dp_switches_to_group_norm_and_flags_its_style_bank(tiny_run,
     assert "training with --norm gn" in caplog.text and "BatchNorm2d" in caplog.text
     assert json.loads((result.run_dir / "config.json").read_text())["config"]["norm"] == "gn"
     rows = {(r["artifact"], r["direction"]): r["covered"] for r in result.metrics["privacy"]["coverage"]}
+    assert RunMetrics.from_json(result.metrics).to_json() == result.metrics  # DP-SGD's typed block reads back whole
     assert rows[("style_bank", "up")] is False and rows[("full_model", "up")] is True
 
 
@@ -406,7 +408,7 @@ def test_dp_train_head_trains_only_the_head_and_says_so_in_the_coverage():
     assert all(torch.equal(before[k], after[k]) for k in before if k.startswith("encoder."))
     assert not torch.equal(before["head.weight"], after["head.weight"])
     full = coverage(((ArtifactKind.FULL_MODEL, "up"),), "head")[0]
-    assert full["covered"] and "--dp-train head" in full["why"] and "public initialisation" in full["why"]
+    assert full.covered and "--dp-train head" in full.why and "public initialisation" in full.why
 
 
 def test_dp_train_head_on_pretrained_features_keeps_them_through_the_rounds(tiny_run, tmp_path):

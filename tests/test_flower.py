@@ -656,6 +656,9 @@ def test_flowers_client_side_fixed_clipping_is_recorded_accounted_and_checked(tm
     check = metrics["privacy"]["dp"]["clipping_check"]
     assert check["status"] == "violated" and check["over_norm"] == 4
     assert metrics["privacy"]["dp"]["claim"].startswith("refuted: 4 of 4 recorded updates exceed the clipping norm")
+    from fedaudit.run.results import RunMetrics
+
+    assert RunMetrics.from_json(metrics).to_json() == metrics  # the typed privacy block reads back whole
 
 
 @pytest.mark.slow

@@ -324,11 +324,11 @@ def test_a_loop_recordings_declared_dp_counts_its_rounds_and_the_weight_of_each_
                 recorder.send(rnd, "server", client, {"w": torch.zeros(3)}, kind="full_model")
                 recorder.send(rnd, client, "server", {"w": torch.ones(3)}, kind="full_model")
                 recorder.send(rnd, client, "server", {"num_samples": n}, kind="scalars")
-        summary = recorded_privacy(read_recording(tmp_path / name), shares)["dp"]
-        assert summary["rounds"] == 3 and summary["clipping_check"]["status"] == "held"
+        summary = recorded_privacy(read_recording(tmp_path / name), shares).dp
+        assert summary.rounds == 3 and summary.clipping_check.status == "held"
         if expected is not None:  # 3 Gaussian rounds at z = 1.1 are one with μ = √3/1.1: ε 7.4739 at δ = 1e-5 (RDP: 8.0385)
-            assert summary["epsilon"] == pytest.approx(expected, rel=2e-4) and "weaker_rounds" not in summary
-            assert summary["epsilon_rdp"] == pytest.approx(8.0385, rel=2e-4)
+            assert summary.epsilon == pytest.approx(expected, rel=2e-4) and summary.weaker_rounds is None
+            assert summary.epsilon_rdp == pytest.approx(8.0385, rel=2e-4)
         else:  # the larger client weighs 3/4: z / (2 · 0.75)
-            assert [r["noise_multiplier"] for r in summary["per_round"]] == pytest.approx([1.1 / 1.5] * 3)
-            assert summary["epsilon"] > 8.04 * 1.5 and "in 3 of 3 rounds one client weighed more" in summary["weaker_rounds"]
+            assert [r.noise_multiplier for r in summary.per_round] == pytest.approx([1.1 / 1.5] * 3)
+            assert summary.epsilon > 8.04 * 1.5 and "in 3 of 3 rounds one client weighed more" in summary.weaker_rounds

@@ -183,8 +183,9 @@ def claims(fed: Federation) -> dict[str, tuple[float, dict[str, Any]]]:
     """The accountant's ε and claimed privacy curve per client domain (empty without DP)."""
     if fed.dp is None:
         return {}
-    clients = fed.dp.summary({c.index: c.domain for c in fed.clients})["clients"]
-    return {d: (float(c["epsilon_spent"]), c["curve"]) for d, c in clients.items()}
+    clients = fed.dp.summary({c.index: c.domain for c in fed.clients}).clients
+    return {d: (float(c.epsilon_spent if c.epsilon_spent is not None else math.inf), dict(c.curve))
+            for d, c in clients.items()}
 
 
 def _judge_claim(entry: dict[str, Any], claim: tuple[float, dict[str, Any]] | None, confidence: float) -> None:

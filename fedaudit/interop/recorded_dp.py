@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from fedaudit.errors import FedauditError
+from fedaudit.run.stored import DP, ClippingCheck, CoverageRow, Privacy, RoundNoise
 from fedaudit.simulation.dp_accounting import accountant_name, rdp_epsilon, spent_epsilon
 from fedaudit.simulation.wire import SERVER, ArtifactKind
 
@@ -63,7 +64,7 @@ def check_dp(dp: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def recorded_privacy(rec: Recording, shares: tuple[tuple[ArtifactKind, str], ...]) -> dict[str, Any] | None:
+def recorded_privacy(rec: Recording, shares: tuple[tuple[ArtifactKind, str], ...]) -> Privacy | None:
     """The privacy section of an audit whose recording declares its DP mechanism (None when it declares none)."""
     declared = rec.manifest.get("dp")
     if not declared:
@@ -76,29 +77,29 @@ def recorded_privacy(rec: Recording, shares: tuple[tuple[ArtifactKind, str], ...
     epsilon = math.inf if noiseless else spent_epsilon(history, float(dp["delta"]))
     epsilon_rdp = math.inf if noiseless else rdp_epsilon(history, float(dp["delta"]))
     weaker = [r for r in rounds if r["noise_multiplier"] < z * (1 - 1e-9)]
-    summary = {
-        "recorded": True, "mechanism": dp["mechanism"], "clipping": MECHANISMS[dp["mechanism"]],
-        "source": dp.get("source", "the recording's manifest"), "noise_multiplier": z, "clipping_norm": c,
-        "num_sampled_clients": m, "rounds": len(rounds), "delta": dp["delta"], "epsilon": epsilon,
-        "epsilon_rdp": epsilon_rdp, "accountant": accountant_name(history, float(dp["delta"])),
-        "sampling": NO_AMPLIFICATION, "unit": UNIT, "neighbours": NEIGHBOURS,
-        "noise_std_on_sum": z * c, "per_round": rounds,
-        "clipping_check": clipping_check(rec, c) if dp["mechanism"] == "central-dp-client-side-fixed-clipping" else
-        {"status": "not visible", "why": "the server clips after it receives the updates: the wire carries them unclipped"},
-    }
+    checked = (clipping_check(rec, c) if dp["mechanism"] == "central-dp-client-side-fixed-clipping" else
+               ClippingCheck(status="not visible",
+                             why="the server clips after it receives the updates: the wire carries them unclipped"))
+    found: dict[str, Any] = {}
     if weaker:
-        summary["weaker_rounds"] = (f"in {len(weaker)} of {len(rounds)} rounds one client weighed more than 1/{m} of the "
-                                    f"average (unequal weights, or fewer than {m} replies), so the noise protected it "
-                                    f"with a multiplier down to {min(r['noise_multiplier'] for r in weaker):.3g}, not "
-                                    f"{z:g}; ε is accounted with the recorded multipliers")
+        found["weaker_rounds"] = (f"in {len(weaker)} of {len(rounds)} rounds one client weighed more than 1/{m} of the "
+                                  f"average (unequal weights, or fewer than {m} replies), so the noise protected it "
+                                  f"with a multiplier down to {min(r['noise_multiplier'] for r in weaker):.3g}, not "
+                                  f"{z:g}; ε is accounted with the recorded multipliers")
     if z == 0:
-        summary["claim"] = "no noise (noise multiplier 0): the mechanism gives no differential privacy"
-    if summary["clipping_check"]["status"] == "violated":
-        chk = summary["clipping_check"]
-        summary["claim"] = (f"refuted: {chk['over_norm']} of {chk['updates']} recorded updates exceed the clipping norm "
-                            f"(largest {chk['max_ratio']:.3g}× it, {chk['worst']}, most of it in {chk['largest_tensor']}); "
-                            "the ε above assumes every update was clipped")
-    return {"dp": summary, "coverage": [_covered(kind, direction) for kind, direction in shares]}
+        found["claim"] = "no noise (noise multiplier 0): the mechanism gives no differential privacy"
+    if checked.status == "violated":
+        found["claim"] = (f"refuted: {checked.over_norm} of {checked.updates} recorded updates exceed the clipping "
+                          f"norm (largest {checked.max_ratio:.3g}× it, {checked.worst}, most of it in "
+                          f"{checked.largest_tensor}); the ε above assumes every update was clipped")
+    summary = DP(
+        recorded=True, mechanism=dp["mechanism"], clipping=MECHANISMS[dp["mechanism"]],
+        source=dp.get("source", "the recording's manifest"), noise_multiplier=z, clipping_norm=c,
+        num_sampled_clients=m, rounds=len(rounds), delta=float(dp["delta"]), epsilon=epsilon,
+        epsilon_rdp=epsilon_rdp, accountant=accountant_name(history, float(dp["delta"])),
+        sampling=NO_AMPLIFICATION, unit=UNIT, neighbours=NEIGHBOURS,
+        noise_std_on_sum=z * c, per_round=[RoundNoise(**r) for r in rounds], clipping_check=checked, **found)
+    return Privacy(dp=summary, coverage=[CoverageRow(**_covered(kind, direction)) for kind, direction in shares])
 
 
 def effective_noise(rec: Recording, z: float, m: int, weighted_by: str | None) -> list[dict[str, Any]]:
@@ -144,7 +145,7 @@ def _covered(kind: ArtifactKind, direction: str) -> dict[str, Any]:
     return {"artifact": kind.value, "direction": direction, "covered": False, "why": why}
 
 
-def clipping_check(rec: Recording, clipping_norm: float) -> dict[str, Any]:
+def clipping_check(rec: Recording, clipping_norm: float) -> ClippingCheck:
     """Every recorded training upload against the broadcast it started from: the update's L2 norm over the arrays
     both carry (all of them, as Flower clips them) must be at most the clipping norm. The ε holds only if it is."""
     sent = {(r["receiver"], r["round"]): r for r in _training_weights(rec, up=False)}
@@ -160,13 +161,13 @@ def clipping_check(rec: Recording, clipping_norm: float) -> dict[str, Any]:
         squares = {k: float((new[k].double() - old[k].double()).square().sum()) for k in new}
         norms.append((math.sqrt(sum(squares.values())), row["sender"], row["round"], max(squares, key=squares.get)))
     if not norms:
-        return {"status": "not measured", "skipped": skipped,
-                "why": f"none of the {skipped} recorded uploads came with the broadcast it started from"}
+        return ClippingCheck(status="not measured", skipped=skipped,
+                             why=f"none of the {skipped} recorded uploads came with the broadcast it started from")
     worst = max(norms)
     over = [n for n in norms if n[0] > clipping_norm * (1 + CLIP_TOLERANCE)]
-    return {"status": "violated" if over else "held", "updates": len(norms), "over_norm": len(over), "skipped": skipped,
-            "max_norm": worst[0], "max_ratio": worst[0] / clipping_norm, "worst": f"{worst[1]} round {worst[2]}",
-            "largest_tensor": worst[3]}  # where most of the largest update's norm sits (e.g. a counter left unclipped)
+    return ClippingCheck(status="violated" if over else "held", updates=len(norms), over_norm=len(over), skipped=skipped,
+                         max_norm=worst[0], max_ratio=worst[0] / clipping_norm, worst=f"{worst[1]} round {worst[2]}",
+                         largest_tensor=worst[3])  # where most of the largest update's norm sits (e.g. a counter left unclipped)
 
 
 __all__ = ["MECHANISMS", "check_dp", "clipping_check", "effective_noise", "recorded_privacy"]

@@ -1,7 +1,7 @@
 """The run's other blocks of metrics.json as named fields: accuracy, privacy, provenance (with a recording's),
 secure aggregation, and the rows of history.csv and wire.jsonl — read once, here, for the report and the terminal.
-A block that has its typed model (:mod:`fedaudit.run.stored`: accuracy, communication, the auditor's data, secure
-aggregation) is read
+A block that has its typed model (:mod:`fedaudit.run.stored`: accuracy, communication, privacy, the auditor's data,
+secure aggregation) is read
 by it.
 
 A :class:`Block` is a frozen dataclass whose fields name the stored keys. ``Block.of(mapping)`` reads each field from
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, TypeVar
 
-from fedaudit.run.stored import Accuracy, AuditorData, Communication, SecureAggregation, Stored
+from fedaudit.run.stored import Accuracy, AuditorData, Communication, Privacy, SecureAggregation, Stored
 
 B = TypeVar("B", bound="Block")
 
@@ -251,111 +251,6 @@ class ReferenceTraining(Block):
     released_as: Any = None  # a replay of the released model: the mean it was found to be
     no_replay: Any = None  # a from-scratch set: why no replay ran
     shift: Any = None  # φ units: the target's uniform lift over these references, which LiRA and RMIA took off
-
-
-# -- privacy ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DPClient(Block):
-    """One client's DP-SGD accounting."""
-
-    epsilon_spent: Any = None
-    epsilon_rdp: Any = None
-    accountant: Any = None
-    noise_multiplier: Any = None
-    sample_rate: Any = None
-    steps: Any = None
-    records: Any = None
-    batch_size: Any = None
-    step_factor: Any = 1
-    noise_to_signal: Any = None
-
-
-@dataclass(frozen=True)
-class ClippingCheck(Block):
-    """A recorded deployment's clipping, checked on the updates it recorded."""
-
-    status: Any = None
-    over_norm: Any = None
-    updates: Any = None
-    max_ratio: Any = None
-    worst: Any = None
-    why: Any = None
-
-
-@dataclass(frozen=True)
-class DP(Block):
-    """The record-level DP in force: DP-SGD per client (fedaudit's), or a recorded deployment's central DP
-    (``recorded``); each mechanism stores its own keys, the rest stay None."""
-
-    recorded: bool = False
-    # DP-SGD (Opacus)
-    epsilon_target: Any = None
-    max_grad_norm: Any = None
-    secure_rng: Any = None
-    augmentations: Any = None
-    trained: Any = None
-    trained_parameters: Any = None
-    frozen_parameters: Any = None
-    clients: dict[str, DPClient] = field(default_factory=dict)
-    # a recording's central DP
-    mechanism: Any = None
-    source: Any = None
-    clipping: Any = None
-    noise_std_on_sum: Any = None
-    num_sampled_clients: Any = None
-    noise_multiplier: Any = None
-    clipping_norm: Any = None
-    neighbours: Any = None
-    epsilon: Any = None
-    epsilon_rdp: Any = None
-    rounds: Any = None
-    sampling: Any = None
-    weaker_rounds: Any = None
-    clipping_check: ClippingCheck = field(default_factory=ClippingCheck)
-    claim: Any = None
-    # both
-    delta: Any = None
-    accountant: Any = None
-    unit: Any = None
-
-    @property
-    def label_epsilon(self) -> Any:
-        """The ε a run is labelled with: DP-SGD's target, or a recorded deployment's accounted ε."""
-        return self.epsilon_target if self.epsilon_target is not None else self.epsilon
-
-
-@dataclass(frozen=True)
-class CoverageRow(Block):
-    artifact: Any = None
-    direction: Any = None
-    covered: Any = None
-    why: Any = ""
-
-
-@dataclass(frozen=True)
-class ClientDP(Block):
-    """Client-level DP on the aggregate."""
-
-    epsilon: Any = None
-    delta: Any = None
-    unit: Any = None
-    rounds: Any = None
-    mu: Any = None
-    noise_multiplier: Any = None
-    clip: Any = None
-    clients: Any = None
-    noise_std_on_mean: Any = None
-    covers: Any = None
-
-
-@dataclass(frozen=True)
-class Privacy(Block):
-    dp: DP | None = None
-    coverage: list[CoverageRow] = field(default_factory=list)
-    client_dp: ClientDP | None = None
-    client_coverage: list[CoverageRow] = field(default_factory=list)
 
 
 # -- provenance and a recording's -----------------------------------------------------------------------------

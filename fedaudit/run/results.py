@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fedaudit.errors import FedauditError
-from fedaudit.run.stored import Accuracy, AuditorData, Communication, SecureAggregation
+from fedaudit.run.stored import Accuracy, AuditorData, Communication, Privacy, SecureAggregation
 
 log = logging.getLogger("fedaudit")
 
@@ -196,7 +196,7 @@ class RunMetrics:
     accuracy: Accuracy
     communication: Communication
     leakage: dict[str, Any]
-    privacy: dict[str, Any] | None
+    privacy: Privacy | dict[str, Privacy | None] | None  # a --target-domain all run: each target's
     provenance: dict[str, Any]
     source_domains: list[str] | None = None  # None in the mean over targets
     auditor_data: AuditorData | None = None  # fedaudit audit: whether the auditor held the clients' records
@@ -212,7 +212,7 @@ class RunMetrics:
         out = {"schema_version": self.schema_version, "method": self.method, "dataset": self.dataset,
                "target_domain": self.target_domain, "source_domains": self.source_domains,
                "auditor_data": auditor_data, "accuracy": self.accuracy.dump(), "communication": self.communication.dump(),
-               "leakage": self.leakage, "privacy": self.privacy, "provenance": self.provenance,
+               "leakage": self.leakage, "privacy": _dumped(self.privacy), "provenance": self.provenance,
                "secure_aggregation": None if self.secure_aggregation is None else self.secure_aggregation.dump(),
                "verdict": self.verdict, "verdict_thresholds": self.verdict_thresholds}
         optional = ("source_domains", "auditor_data", "verdict_thresholds", "secure_aggregation")
@@ -229,7 +229,8 @@ class RunMetrics:
         return cls(**{**read, "accuracy": Accuracy.read(data.get("accuracy")),
                       "communication": Communication.read(data.get("communication")),
                       "auditor_data": AuditorData.read(stored) if isinstance(stored, Mapping) else None,
-                      "secure_aggregation": SecureAggregation.read(seen) if isinstance(seen, Mapping) else None},
+                      "secure_aggregation": SecureAggregation.read(seen) if isinstance(seen, Mapping) else None,
+                      "privacy": _read_privacy(data.get("privacy"), all_targets=data.get("target_domain") == "all")},
                    schema_version=version)
 
     @property
@@ -238,6 +239,22 @@ class RunMetrics:
 
     def rows(self) -> list[VerdictRow]:
         return [VerdictRow.from_json(r) for r in self.verdict if isinstance(r, Mapping) and "row" in r]
+
+
+def _dumped(privacy: Privacy | dict[str, Privacy | None] | None) -> dict[str, Any] | None:
+    if isinstance(privacy, Privacy):
+        return privacy.dump()
+    return None if privacy is None else {t: None if p is None else p.dump() for t, p in privacy.items()}
+
+
+def _read_privacy(stored: Any, all_targets: bool) -> Privacy | dict[str, Privacy | None] | None:
+    """The privacy block as stored (a --target-domain all run: each target's; None: a run from before fedaudit
+    recorded defenses)."""
+    if not isinstance(stored, Mapping):
+        return None
+    if all_targets:
+        return {str(t): Privacy.read(p) if isinstance(p, Mapping) else None for t, p in stored.items()}
+    return Privacy.read(stored)
 
 
 def schema_version(data: Mapping[str, Any], where: str | Path = "metrics.json") -> int:

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fedaudit.run.stored import ClientDP
 from fedaudit.statistics.gaussian_dp import gaussian_epsilon
 
 UNIT = "one client's whole data (its update added or removed)"
@@ -95,16 +96,16 @@ class ClientLevelDP:
             noise = torch.randn(t.shape, generator=generator, device=t.device, dtype=torch.float32) * std
             global_state[k].add_(t + noise.to(t.dtype))
 
-    def summary(self, clients: int) -> dict[str, Any]:
+    def summary(self, clients: int) -> ClientDP:
         """The block stored as ``privacy.client_dp``: the guarantee, its parameters, and what few clients cost."""
-        return {"epsilon": gaussian_epsilon(self.mu, self.delta), "epsilon_target": self.epsilon, "delta": self.delta,
-                "mu": self.mu, "noise_multiplier": self.noise_multiplier, "clip": self.clip, "rounds": self.rounds,
-                "clients": clients, "noise_std_on_mean": self.noise_multiplier * self.clip / max(clients, 1),
-                "clipped_updates": self.clipped, "updates": self.updates, "unit": UNIT,
-                "accountant": "μ-GDP: every client in every round, T Gaussian mechanisms of sensitivity C and noise σC "
-                              "on the sum compose to μ = √T/σ exactly; ε from μ at δ (Balle & Wang 2018)",
-                "covers": "every broadcast and the released model; not the uploads, which the server reads before "
-                          "adding noise"}
+        return ClientDP(epsilon=gaussian_epsilon(self.mu, self.delta), epsilon_target=self.epsilon, delta=self.delta,
+                        mu=self.mu, noise_multiplier=self.noise_multiplier, clip=self.clip, rounds=self.rounds,
+                        clients=clients, noise_std_on_mean=self.noise_multiplier * self.clip / max(clients, 1),
+                        clipped_updates=self.clipped, updates=self.updates, unit=UNIT,
+                        accountant="μ-GDP: every client in every round, T Gaussian mechanisms of sensitivity C and "
+                                   "noise σC on the sum compose to μ = √T/σ exactly; ε from μ at δ (Balle & Wang 2018)",
+                        covers="every broadcast and the released model; not the uploads, which the server reads "
+                               "before adding noise")
 
     def state(self) -> dict[str, int]:
         return {"clipped": self.clipped, "updates": self.updates}

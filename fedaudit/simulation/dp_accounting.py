@@ -12,6 +12,7 @@ from typing import Any
 
 from fedaudit.errors import FedauditError
 from fedaudit.run.config import DP_TRAINED_PARTS
+from fedaudit.run.stored import CoverageRow
 from fedaudit.simulation.wire import ArtifactKind
 from fedaudit.statistics.gaussian_dp import gaussian_epsilon
 
@@ -195,7 +196,7 @@ NOT_COVERED = {
 }
 
 
-def coverage(shares: tuple[tuple[ArtifactKind, str], ...], trained: str = "all") -> list[dict[str, str]]:
+def coverage(shares: tuple[tuple[ArtifactKind, str], ...], trained: str = "all") -> list[CoverageRow]:
     """For each (kind, direction) a method sends: whether the DP-SGD ε covers it, and why
     (``trained``: ``--dp-train``; weights it leaves frozen are covered trivially: no record touched them).
 
@@ -208,5 +209,6 @@ def coverage(shares: tuple[tuple[ArtifactKind, str], ...], trained: str = "all")
         if covered and trained != "all":
             reason += (f"; with --dp-train {trained} only {DP_TRAINED_PARTS[trained]} train, the other weights stay at "
                        "their public initialisation (no record touches them)")
-        rows.append({"artifact": kind.value, "direction": direction, "covered": covered, "why": reason})
+        rows.append(CoverageRow.model_validate({"artifact": kind.value, "direction": direction, "covered": covered,
+                                                "why": reason}))
     return rows

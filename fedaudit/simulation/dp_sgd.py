@@ -39,6 +39,7 @@ from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
 from fedaudit.run.config import DP_STEP_NOISE_TO_SIGNAL
+from fedaudit.run.stored import DP, DPClient
 from fedaudit.simulation.dp_accounting import (ACCOUNTANT, RDP, accountant_name, claimed_curve, noise_for, rdp_epsilon,
                                                rdp_noise_for, spent_epsilon)
 from fedaudit.simulation.gradient_canaries import CanaryGradients, GradientCanaries
@@ -344,25 +345,25 @@ class PrivateTraining:
 
     # -- record and resume ---------------------------------------------------------
 
-    def summary(self, domains: dict[int, str]) -> dict[str, Any]:
+    def summary(self, domains: dict[int, str]) -> DP:
         """Per client: the planned mechanism and the ε its accountant has spent so far."""
         clients = {}
         trained = self.parameters.get("trained_parameters")
         for index, plan in sorted(self.plans.items()):
             history = self.engines[index].accountant.history
-            clients[domains[index]] = {
-                "epsilon_spent": spent_epsilon(history, self.delta), "epsilon_rdp": rdp_epsilon(history, self.delta),
-                "accountant": accountant_name(history, self.delta), "curve": claimed_curve(history, self.delta),
-                "noise_multiplier": plan.noise_multiplier,
-                "batch_size": plan.batch_size, "lr_scale": plan.lr_scale, "step_factor": plan.step_factor,
-                "noise_to_signal": plan.noise_to_signal(trained) if trained else None,
-                "sample_rate": plan.sample_rate, "steps": sum(int(h[2]) for h in history),
-                "planned_steps": plan.steps, "records": plan.records}
-        return {"epsilon_target": self.epsilon, "delta": self.delta, "max_grad_norm": self.max_grad_norm,
-                "augmentations": self.augmentations, "trained": self.train_which, **self.parameters,
-                "noise_to_signal_target": self.noise_to_signal_target, "max_step_factor": self.max_step_factor,
-                "accountant": ACCOUNTANT, "unit": "one record of one client's training split",
-                "secure_rng": False, "clients": clients}
+            clients[domains[index]] = DPClient(
+                epsilon_spent=spent_epsilon(history, self.delta), epsilon_rdp=rdp_epsilon(history, self.delta),
+                accountant=accountant_name(history, self.delta), curve=claimed_curve(history, self.delta),
+                noise_multiplier=plan.noise_multiplier,
+                batch_size=plan.batch_size, lr_scale=plan.lr_scale, step_factor=plan.step_factor,
+                noise_to_signal=plan.noise_to_signal(trained) if trained else None,
+                sample_rate=plan.sample_rate, steps=sum(int(h[2]) for h in history),
+                planned_steps=plan.steps, records=plan.records)
+        return DP(epsilon_target=self.epsilon, delta=self.delta, max_grad_norm=self.max_grad_norm,
+                  augmentations=self.augmentations, trained=self.train_which, **self.parameters,
+                  noise_to_signal_target=self.noise_to_signal_target, max_step_factor=self.max_step_factor,
+                  accountant=ACCOUNTANT, unit="one record of one client's training split",
+                  secure_rng=False, clients=clients)
 
     def state(self) -> dict[str, Any]:
         return {str(i): {"plan": vars(p), "history": [list(h) for h in self.engines[i].accountant.history]}

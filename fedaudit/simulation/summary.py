@@ -4,13 +4,14 @@ it covers), provenance, and the mean over targets of a ``--target-domain all`` r
 from __future__ import annotations
 
 import platform
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fedaudit.run.numerics import numerics
 from fedaudit.run.results import RunMetrics
-from fedaudit.run.stored import Accuracy, Communication, KindBytes, SourceVal, TargetAccuracy
+from fedaudit.run.stored import Accuracy, Communication, CoverageRow, KindBytes, Privacy, SourceVal, TargetAccuracy
 from fedaudit.simulation.dp_accounting import coverage
 from fedaudit.simulation.wire import ArtifactKind
 
@@ -63,34 +64,38 @@ def summarise_targets(cfg: RunConfig, per_target: dict[str, dict[str, Any]]) -> 
             per_target={t: Communication.read(m["communication"]) for t, m in per_target.items()},
         ),
         leakage={t: m["leakage"] for t, m in per_target.items()},
-        privacy={t: m.get("privacy") for t, m in per_target.items()},
+        privacy={t: _privacy_of(m.get("privacy")) for t, m in per_target.items()},
         verdict=[{**row, "target": t} for t, m in per_target.items() for row in m.get("verdict") or []],
         provenance={**first["provenance"], "seconds": {t: m["provenance"]["seconds"] for t, m in per_target.items()}},
     )
 
 
+def _privacy_of(stored: Any) -> Privacy | None:
+    return Privacy.read(stored) if isinstance(stored, Mapping) else None
+
+
 NO_DP = "no DP: trained without a privacy mechanism"
 
 
-def privacy(fed: Federation, shares: Shares | None = None, no_dp: str = NO_DP) -> dict[str, Any]:
+def privacy(fed: Federation, shares: Shares | None = None, no_dp: str = NO_DP) -> Privacy:
     """The defense in force and what it covers: per client ε spent (Opacus' accountant), and for every
     artifact the method sends (or a recording's ledger holds, ``shares``) whether that ε covers it;
     ``no_dp`` is why nothing is covered when no DP ran here."""
     shares = shares or fed.method.declared_shares()
-    block: dict[str, Any]
     if fed.dp is None:
-        block = {"dp": None, "coverage": [{**row, "covered": False, "why": no_dp} for row in coverage(shares)]}
+        block = Privacy(dp=None, coverage=[row.model_copy(update={"covered": False, "why": no_dp})
+                                           for row in coverage(shares)])
     else:
-        block = {"dp": fed.dp.summary({c.index: c.domain for c in fed.clients}),
-                 "coverage": coverage(shares, fed.dp.train_which)}
+        block = Privacy(dp=fed.dp.summary({c.index: c.domain for c in fed.clients}),
+                        coverage=coverage(shares, fed.dp.train_which))
     client_dp = getattr(fed, "client_dp", None)
     if client_dp is not None:
-        block["client_dp"] = client_dp.summary(len(fed.clients))
-        block["client_coverage"] = client_coverage(shares)
+        block = block.model_copy(update={"client_dp": client_dp.summary(len(fed.clients)),
+                                         "client_coverage": client_coverage(shares)})
     return block
 
 
-def client_coverage(shares: Shares) -> list[dict[str, Any]]:
+def client_coverage(shares: Shares) -> list[CoverageRow]:
     """What client-level DP on the aggregate covers: the whole models the server sends (each one the noised mean, or
     post-processing of it), not what the clients upload."""
     rows = []
@@ -99,7 +104,8 @@ def client_coverage(shares: Shares) -> list[dict[str, Any]]:
         why = ("the noised mean of the clipped updates (and the released model, which is one of them)" if covered else
                "the server reads each upload before it adds noise" if direction == "up" else
                "sent outside the noised mean")
-        rows.append({"artifact": kind.value, "direction": direction, "covered": covered, "why": why})
+        rows.append(CoverageRow.model_validate({"artifact": kind.value, "direction": direction, "covered": covered,
+                                                "why": why}))
     return rows
 
 
