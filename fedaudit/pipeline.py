@@ -149,7 +149,7 @@ def _run_one(run_dir: Path, plan: RunPlan, target: str, unpinned: list[str]) -> 
     accuracy = fed.results()
     if plants and cfg.attack_option("canary", "canary_cost"):
         t0 = time.perf_counter()
-        accuracy = accuracy.model_copy(update={"without_canaries": accuracy_without_canaries(cfg, method, fed, clean_split)})
+        accuracy = accuracy.with_(without_canaries=accuracy_without_canaries(cfg, method, fed, clean_split))
         fed.timings["train_without_canaries"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     leakage = run_attacks(plan.attacks, run_dir, cfg, method, fed, dataset, device)
@@ -162,7 +162,7 @@ def _run_one(run_dir: Path, plan: RunPlan, target: str, unpinned: list[str]) -> 
         method=cfg.method, dataset=cfg.dataset, target_domain=target, source_domains=[c.domain for c in fed.clients],
         accuracy=accuracy, communication=communication(fed), secure_aggregation=leakage.pop(SECURE_AGGREGATION, None),
         leakage=leakage, privacy=privacy(fed),
-        provenance={**provenance(cfg, dataset, device, command, stages, unpinned, fed.model), "data_warnings": thin})
+        provenance=provenance(cfg, dataset, device, command, stages, unpinned, fed.model, data_warnings=thin))
     # The verdict is computed once, here, from the evidence just stored; the report renders it.
     metrics.verdict = judge(metrics.to_json(), cfg.to_json(), RiskThresholds())
     metrics.verdict_thresholds = asdict(RiskThresholds())

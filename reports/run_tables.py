@@ -233,7 +233,7 @@ def provenance_table(units: Sequence[Unit]) -> Table:
             built = (f"{model.factory}({', '.join(f'{k}={v!r}' for k, v in (model.args or {}).items())}), "
                      f"defined in {model.module_file} (sha256 {model.sha256})" if model.factory else
                      f"fedaudit's {model.architecture} (norm {model.norm})")
-            out += [("model", as_text(f"{built}; {model.cls}, {model.parameters:,} parameters"
+            out += [("model", as_text(f"{built}; {model.class_name}, {model.parameters:,} parameters"
                                     if isinstance(model.parameters, int) else built)),
                     ("classifier head (for the attacks)", as_text(model.head_layer or "none found"))]
         recording = p.recording
@@ -246,7 +246,7 @@ def provenance_table(units: Sequence[Unit]) -> Table:
                                             + (f" ({framework.name} run {recording.framework_run_id})"
                                                if recording.framework_run_id is not None else ""))),
                     ("recorded nodes", as_text(", ".join(f"{k} = {v}" for k, v in recording.nodes.items()))),
-                    ("recording verified", as_text(verification_text(recording.verified))),
+                    ("recording verified", as_text(verification_text(recording.verification))),
                     ("deployed model", as_text(f"the server's {deployed.message_type} broadcast of round "
                                              f"{deployed.round}"))]
         for k, v in p.versions.items():

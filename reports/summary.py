@@ -14,8 +14,7 @@ from fedaudit.audit.verdict import (CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPA
                                     TIER_ORDER, Headline)
 from fedaudit.audit.verdict import to_conclude
 from fedaudit.audit.verdict.wording import different_models
-from fedaudit.run.blocks import ModelInfo, Recording, Verification
-from fedaudit.run.stored import DP, ClientDP, CoverageRow, Privacy
+from fedaudit.run.stored import DP, AuditedRecording, ClientDP, CoverageRow, ModelInfo, Privacy, Verification
 from fedaudit.run.entries import BroadcastCheck
 from fedaudit.reports.load import Unit
 from fedaudit.simulation.secure_aggregation import MASKED
@@ -327,10 +326,10 @@ def _residual(rows: list[VerdictRow]) -> list[dict[str, str]]:
              "fact": r.short} for (a, level), r in sorted(best.items(), key=lambda kv: order[kv[0][1]])]
 
 
-def recording_lines(recording: Recording) -> list[tuple[str, str]]:
+def recording_lines(recording: AuditedRecording) -> list[tuple[str, str]]:
     """What a reviewer must know of an audited recording before any verdict: what was verified, which model was
     judged as the deployed one, and which clients failed to answer in which rounds."""
-    lines = [("recording", verification_text(recording.verified))]
+    lines = [("recording", verification_text(recording.verification))]
     if recording.deployed_model.what:
         lines.append(("model judged", str(recording.deployed_model.what)))
     if recording.participation.missed:
@@ -339,8 +338,8 @@ def recording_lines(recording: Recording) -> list[tuple[str, str]]:
         lines.append(("secure aggregation", f"the run used {recording.secure_aggregation} (recognised from its stage "
                                             "messages): the server received masked uploads; its rows are judged under "
                                             "secure aggregation, beside what it would read of each upload without it"))
-    checked = recording.verified.broadcasts if recording.verified else None
-    different = BroadcastCheck.of(checked).different if isinstance(checked, dict) else ()
+    checked = recording.verification.broadcasts if recording.verification else None
+    different = BroadcastCheck.of(checked).different if checked is not None else ()
     if different:  # also a HIGH verdict row (consistency:broadcasts); said here first, before any tier
         lines.append(("NOT THE SAME MODEL", different_models(different)))
     return lines

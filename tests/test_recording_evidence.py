@@ -151,12 +151,12 @@ def _audit_refused(root: Path, tmp_path: Path, *needles: str) -> None:
 
 def test_an_intact_sealed_recording_verifies_and_says_what_was_checked(recording):
     from fedaudit.reports.summary import verification_text
-    from fedaudit.run.blocks import Verification
+    from fedaudit.run.stored import Verification
 
     v = _verify(_sealed(recording))
     assert v["status"] == "verified" and v["messages"] == 8 and v["rows"] == 8 and v["rounds"] == 2
     assert v["clients"] == 2 and v["non_finite"] == [] and len(v["ledger_sha256"]) == 64
-    assert verification_text(Verification.of(v)).startswith("VERIFIED") and v["ledger_sha256"] in verification_text(Verification.of(v))
+    assert verification_text(Verification.read(v)).startswith("VERIFIED") and v["ledger_sha256"] in verification_text(Verification.read(v))
     assert _verify(recording)["status"] == "verified"
     unsealed = recording.parent / "unsealed"
     shutil.copytree(recording, unsealed)
@@ -207,17 +207,17 @@ def test_a_pickle_or_wrong_shapes_in_a_round_no_attack_reads_are_refused(recordi
 
 def test_a_recording_without_hashes_reads_as_unverified_not_as_an_error(recording):
     from fedaudit.reports.summary import verification_text
-    from fedaudit.run.blocks import Verification
+    from fedaudit.run.stored import Verification
 
     _strip_hashes(recording)
     v = _verify(recording)
     assert v["status"] == "unverified: no hashes" and v["messages"] == 8
-    assert verification_text(Verification.of(v)).startswith("UNVERIFIED: the recording carries no hashes")
+    assert verification_text(Verification.read(v)).startswith("UNVERIFIED: the recording carries no hashes")
 
 
 def test_an_upload_of_nan_is_a_finding_that_names_client_round_and_tensor(tmp_path):
     from fedaudit.reports.summary import verification_text
-    from fedaudit.run.blocks import Verification
+    from fedaudit.run.stored import Verification
 
     root = tmp_path / "nan"
     with Recorder(root) as recorder:
@@ -227,7 +227,7 @@ def test_an_upload_of_nan_is_a_finding_that_names_client_round_and_tensor(tmp_pa
     assert v["status"] == "verified"
     assert v["non_finite"] == [{"sender": "client:clean", "receiver": "server", "round": 1, "record": "arrays",
                                 "tensor": "w", "kind": "record", "message_type": "train"}]
-    assert "NON-FINITE values (NaN or infinity) in: client:clean round 1: arrays/w" in verification_text(Verification.of(v))
+    assert "NON-FINITE values (NaN or infinity) in: client:clean round 1: arrays/w" in verification_text(Verification.read(v))
 
 
 # -- a recording that is whole but does not fit, or holds NaN where an attack reads ----------------------------

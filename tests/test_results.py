@@ -149,7 +149,7 @@ def test_the_schemas_generated_definitions_are_the_models():
     spec.loader.exec_module(script)
     # compared as JSON, not as text: a pydantic release that orders a definition's keys otherwise is no change
     assert json.loads(results.SCHEMA_FILE.read_text(encoding="utf-8")) == json.loads(script.generated_text()), (
-        "metrics.schema.json is behind fedaudit/run/stored.py: run python scripts/metrics_schema.py")
+        "metrics.schema.json is behind fedaudit/run/stored/: run python scripts/metrics_schema.py")
     from fedaudit.run.stored import Communication
 
     defs = json.loads(results.SCHEMA_FILE.read_text(encoding="utf-8"))["$defs"]

@@ -153,9 +153,9 @@ def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
     recording = (metrics.get("provenance") or {}).get("recording")
     if isinstance(recording, dict):  # before any verdict: which model was judged, who failed to answer
         from fedaudit.reports.summary import recording_lines
-        from fedaudit.run.blocks import Recording
+        from fedaudit.run.stored import AuditedRecording
 
-        for what, text in recording_lines(Recording.of(recording)):  # what was verified first, as on the report
+        for what, text in recording_lines(AuditedRecording.read(recording)):  # what was verified first, as on the report
             console().print(f"{what}: {text}", highlight=False, markup=False)
     print_verdict(metrics, run_dir)
     console().print(f"run directory: {run_dir}", highlight=False, markup=False)

@@ -42,7 +42,7 @@ from fedaudit.interop.recording_reader import Recording
 from fedaudit.models import build_model, is_factory
 from fedaudit.run import run_directory
 from fedaudit.run.results import RunMetrics, write_metrics
-from fedaudit.run.stored import Accuracy, AuditorData, SourceVal
+from fedaudit.run.stored import Accuracy, AuditedRecording, AuditorData, SourceVal
 from fedaudit.run.config import RunConfig
 from fedaudit.simulation.summary import communication, privacy, provenance
 from fedaudit.tensor_ops.aggregation import clone_state
@@ -408,7 +408,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: an audit is rerun whole
         raise
     shares = recorded_shares(rec)
-    accuracy = (fed.results().model_copy(update={"note": f"the deployed model: {judged['what']}"}) if scored else
+    accuracy = (fed.results().with_(note=f"the deployed model: {judged['what']}") if scored else
                 Accuracy(status="unscored", why=UNSCORED, unseen_domain=None, source_val=SourceVal(mean=None, per_domain={}),
                          selected_round=deployed.round, note=f"the deployed model ({judged['what']}) was not scored"))
     metrics = RunMetrics(
@@ -424,17 +424,15 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         privacy=recorded_privacy(rec, shares) or privacy(
             fed, shares, no_dp="no DP mechanism in the recording's manifest: whether the clients trained with one is "
                                "not known here (start_recording(dp=...) declares it)"),
-        provenance={"data_warnings": thin, **provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
-                                                                    "wall": time.perf_counter() - wall0}, unpinned,
-                                   fed.model),
-                       "recording": {"path": str(rec.root.resolve()), "framework": rec.manifest.get("framework"),
-                                     "verification": rec.verification,
-                                     "run_id": rec.manifest.get("run_id"),
-                                     "framework_run_id": rec.manifest.get("framework_run_id"),
-                                     "nodes": {str(k): v for k, v in rec.nodes.items()},
-                                     "deployed_model": judged,
-                                     "secure_aggregation": rec.secure_aggregation(),
-                                     "participation": rec.participation()}})
+        provenance=provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
+                                                              "wall": time.perf_counter() - wall0}, unpinned,
+                              fed.model, data_warnings=thin).with_(recording=AuditedRecording.model_validate({
+                                  "path": str(rec.root.resolve()), "framework": rec.manifest.get("framework"),
+                                  "verification": rec.verification, "run_id": rec.manifest.get("run_id"),
+                                  "framework_run_id": rec.manifest.get("framework_run_id"),
+                                  "nodes": {str(k): v for k, v in rec.nodes.items()}, "deployed_model": judged,
+                                  "secure_aggregation": rec.secure_aggregation(),
+                                  "participation": rec.participation()})))
     metrics.verdict = judge(metrics.to_json(), cfg.to_json(), RiskThresholds())
     metrics.verdict_thresholds = asdict(RiskThresholds())
     run_directory.write_csv(run_dir / "history.csv", fed.history)

@@ -1,8 +1,6 @@
-"""The run's other blocks of metrics.json as named fields: accuracy, privacy, provenance (with a recording's),
-secure aggregation, and the rows of history.csv and wire.jsonl — read once, here, for the report and the terminal.
-A block that has its typed model (:mod:`fedaudit.run.stored`: accuracy, communication, privacy, the auditor's data,
-secure aggregation) is read
-by it.
+"""The attack results' score blocks as the report shows them, and the rows of history.csv and wire.jsonl — read once,
+here, for the report and the terminal; :class:`StoredRun` gathers one target's metrics.json, each block that has its
+typed model (:mod:`fedaudit.run.stored`: every block but the attack results) read by that model.
 
 A :class:`Block` is a frozen dataclass whose fields name the stored keys. ``Block.of(mapping)`` reads each field from
 the key of its name (a legacy key through the field's ``alias`` metadata), a nested block, a list of blocks or a
@@ -21,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, TypeVar
 
-from fedaudit.run.stored import Accuracy, AuditorData, Communication, Privacy, SecureAggregation, Stored
+from fedaudit.run.stored import Accuracy, AuditorData, Communication, Privacy, Provenance, SecureAggregation, Stored
 
 B = TypeVar("B", bound="Block")
 
@@ -253,118 +251,6 @@ class ReferenceTraining(Block):
     shift: Any = None  # φ units: the target's uniform lift over these references, which LiRA and RMIA took off
 
 
-# -- provenance and a recording's -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Device(Block):
-    type: Any = "?"
-    name: Any = "?"
-    threads: Any = "?"
-
-
-@dataclass(frozen=True)
-class ModelInfo(Block):
-    """The model trained or audited: fedaudit's architecture, or the user's factory."""
-
-    factory: Any = None
-    args: Any = None
-    module_file: Any = None
-    sha256: Any = None
-    architecture: Any = None
-    norm: Any = None
-    cls: Any = alias("class")
-    parameters: Any = None
-    head_layer: Any = None
-
-
-@dataclass(frozen=True)
-class NonFinite(Block):
-    sender: Any = None
-    round: Any = None
-    record: Any = None
-    tensor: Any = None
-
-
-@dataclass(frozen=True)
-class Verification(Block):
-    """What was verified of a recording before it was audited."""
-
-    status: Any = None
-    non_finite: list[NonFinite] = field(default_factory=list)
-    mismatches: Any = None
-    messages: Any = None
-    bytes: Any = None
-    rows: Any = None
-    rounds: Any = None
-    clients: Any = None
-    ledger_sha256: Any = None
-    broadcasts: Any = None  # the model-consistency check (fedaudit.run.entries.BroadcastCheck)
-
-
-@dataclass(frozen=True)
-class Framework(Block):
-    name: Any = "?"
-    version: Any = ""
-
-
-@dataclass(frozen=True)
-class DeployedModel(Block):
-    message_type: Any = "?"
-    round: Any = "?"
-    what: Any = None
-
-
-@dataclass(frozen=True)
-class Participation(Block):
-    missed: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Recording(Block):
-    """``fedaudit audit``: the recorded federation the run audited."""
-
-    path: Any = None
-    framework: Any = None  # {name, version}, or a name (older runs)
-    run_id: Any = None
-    framework_run_id: Any = None
-    nodes: dict[str, Any] = field(default_factory=dict)
-    verification: Any = None
-    deployed_model: DeployedModel = field(default_factory=DeployedModel)
-    participation: Participation = field(default_factory=Participation)
-    secure_aggregation: Any = None
-
-    @property
-    def framework_block(self) -> Framework:
-        return Framework.of(self.framework)
-
-    @property
-    def framework_name(self) -> Any:
-        return self.framework_block.name if isinstance(self.framework, Mapping) else self.framework
-
-    @property
-    def verified(self) -> Verification | None:
-        return Verification.maybe(self.verification)
-
-
-@dataclass(frozen=True)
-class Provenance(Block):
-    command: Any = None
-    config_hash: Any = None
-    config: dict[str, Any] = field(default_factory=dict)
-    dataset_fingerprint: Any = None
-    dataset_skipped_files: Any = None
-    dataset_empty_class_folders: Any = None
-    data_warnings: Any = None
-    seed: Any = None
-    device: Device = field(default_factory=Device)
-    numerics: dict[str, Any] = field(default_factory=dict)
-    model: ModelInfo | None = None
-    recording: Recording | None = None
-    versions: dict[str, Any] = field(default_factory=dict)
-    seconds: dict[str, Any] = field(default_factory=dict)
-
-
 # -- history.csv and wire.jsonl rows --------------------------------------------------------------------------
 
 
@@ -399,7 +285,7 @@ class StoredRun(Block):
     accuracy: Accuracy = field(default_factory=lambda: Accuracy.read({}))
     communication: Communication = field(default_factory=lambda: Communication.read({}))
     privacy: Privacy | None = None  # None: a run from before fedaudit recorded defenses
-    provenance: Provenance = field(default_factory=Provenance)
+    provenance: Provenance = field(default_factory=lambda: Provenance.read({}))
     auditor_data: AuditorData | None = None
     secure_aggregation: SecureAggregation | None = None
     verdict: Any = None  # the stored rows (fedaudit.run.results.VerdictRow); None: the run stored none

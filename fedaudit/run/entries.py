@@ -17,7 +17,7 @@ from typing import Any
 from fedaudit.run.blocks import (Calibration, Identified, Judges, PowerShown, ReferenceTraining, Roc, Score, Status,
                                   VictimScores)
 from fedaudit.run.results import CANARY, CANARY_GRADIENT, Leakage, MIA, result_tables
-from fedaudit.run.stored import SecureAggregation
+from fedaudit.run.stored import AuditorData, Broadcasts, Communication, Provenance, SecureAggregation
 
 EMPTY: Mapping[str, Any] = {}
 
@@ -471,11 +471,10 @@ class BroadcastCheck:
     different: tuple[DifferentRound, ...]
 
     @classmethod
-    def of(cls, same: Mapping[str, Any]) -> BroadcastCheck:
-        return cls(same.get("compared"), text(same.get("recorded_by")),
-                   tuple(DifferentRound(x.get("round"), x.get("message_type"), x.get("record"), list(x["groups"]),
-                                        str(x.get("recorded_by", "server")))
-                         for x in same.get("different") or [] if isinstance(x, Mapping) and x.get("groups")))
+    def of(cls, same: Broadcasts) -> BroadcastCheck:
+        return cls(same.compared, same.recorded_by,
+                   tuple(DifferentRound(x.round, x.message_type, x.record, list(x.groups), x.recorded_by)
+                         for x in same.different if x.groups))
 
 
 @dataclass(frozen=True)
@@ -515,16 +514,17 @@ class AuditedRun:
     @classmethod
     def of(cls, metrics: Mapping[str, Any], config: Mapping[str, Any]) -> AuditedRun:
         leakage = Leakage.of(metrics)
-        data = block(metrics.get("auditor_data"))
-        recording = block(block(metrics.get("provenance")).get("recording"))
-        same = block(recording.get("verification")).get("broadcasts")
+        data = AuditorData.read(metrics.get("auditor_data"))
+        recording = Provenance.read(metrics.get("provenance")).recording
+        verification = recording.verification if recording is not None else None
+        same = verification.broadcasts if verification is not None else None
         canaries = leakage.canary_sections()
         return cls(
-            declared=tuple(block(metrics.get("communication")).get("declared") or ()),
+            declared=tuple(Communication.read(metrics.get("communication")).declared),
             attacker=str(config.get("attacker") or "server"),
             made_by=made_by(metrics),
-            no_records=(str(data.get("why") or "the auditor holds none of the clients' records")
-                        if data.get("status") == "none" else None),
+            no_records=((data.why or "the auditor holds none of the clients' records")
+                        if data.status == "none" else None),
             membership_ran=bool(leakage.sections.get(MIA)),
             membership=tuple(MembershipTest(r.variant, r.target, r.victim, MembershipEntry.of(r.entry))
                              for r in leakage.membership()),
@@ -534,7 +534,7 @@ class AuditedRun:
             judges={name: Judges.of(sec.get("auditor")) for name, sec in leakage.reconstruction_sections().items()},
             canary_ran=bool(canaries),
             canaries=tuple(canary_audits(metrics)),
-            broadcasts=BroadcastCheck.of(same) if isinstance(same, Mapping) else None,
+            broadcasts=BroadcastCheck.of(same) if same is not None else None,
             secure_aggregation=_secure_aggregation(metrics, config))
 
     @property
@@ -544,7 +544,7 @@ class AuditedRun:
 
 def made_by(metrics: Mapping[str, Any]) -> str:
     """Which command made the run: ``audit`` (a recording's) or ``evaluate``."""
-    return "audit" if "recording" in block(metrics.get("provenance")) else "evaluate"
+    return "audit" if Provenance.read(metrics.get("provenance")).recording is not None else "evaluate"
 
 
 def _secure_aggregation(metrics: Mapping[str, Any], config: Mapping[str, Any]) -> SecureAggregationView | None:

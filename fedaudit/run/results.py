@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fedaudit.errors import FedauditError
-from fedaudit.run.stored import Accuracy, AuditorData, Communication, Privacy, SecureAggregation
+from fedaudit.run.stored import Accuracy, AuditorData, Communication, Privacy, Provenance, SecureAggregation
 
 log = logging.getLogger("fedaudit")
 
@@ -197,7 +197,7 @@ class RunMetrics:
     communication: Communication
     leakage: dict[str, Any]
     privacy: Privacy | dict[str, Privacy | None] | None  # a --target-domain all run: each target's
-    provenance: dict[str, Any]
+    provenance: Provenance
     source_domains: list[str] | None = None  # None in the mean over targets
     auditor_data: AuditorData | None = None  # fedaudit audit: whether the auditor held the clients' records
     verdict: list[dict[str, Any]] = field(default_factory=list)
@@ -212,7 +212,7 @@ class RunMetrics:
         out = {"schema_version": self.schema_version, "method": self.method, "dataset": self.dataset,
                "target_domain": self.target_domain, "source_domains": self.source_domains,
                "auditor_data": auditor_data, "accuracy": self.accuracy.dump(), "communication": self.communication.dump(),
-               "leakage": self.leakage, "privacy": _dumped(self.privacy), "provenance": self.provenance,
+               "leakage": self.leakage, "privacy": _dumped(self.privacy), "provenance": self.provenance.dump(),
                "secure_aggregation": None if self.secure_aggregation is None else self.secure_aggregation.dump(),
                "verdict": self.verdict, "verdict_thresholds": self.verdict_thresholds}
         optional = ("source_domains", "auditor_data", "verdict_thresholds", "secure_aggregation")
@@ -223,10 +223,11 @@ class RunMetrics:
         """A stored metrics.json; one written by a newer fedaudit is a one-line error naming the version it needs."""
         version = schema_version(data, where)
         fields = [f for f in cls.__dataclass_fields__ if f != "schema_version"]
-        blank: dict[str, Any] = {"leakage": {}, "provenance": {}, "verdict": []}
+        blank: dict[str, Any] = {"leakage": {}, "verdict": []}
         read = {f: data.get(f, blank.get(f)) for f in fields}
         stored, seen = data.get("auditor_data"), data.get("secure_aggregation")
         return cls(**{**read, "accuracy": Accuracy.read(data.get("accuracy")),
+                      "provenance": Provenance.read(data.get("provenance")),
                       "communication": Communication.read(data.get("communication")),
                       "auditor_data": AuditorData.read(stored) if isinstance(stored, Mapping) else None,
                       "secure_aggregation": SecureAggregation.read(seen) if isinstance(seen, Mapping) else None,

@@ -11,7 +11,8 @@ import torch
 
 from fedaudit.run.numerics import numerics
 from fedaudit.run.results import RunMetrics
-from fedaudit.run.stored import Accuracy, Communication, CoverageRow, KindBytes, Privacy, SourceVal, TargetAccuracy
+from fedaudit.run.stored import (Accuracy, Communication, CoverageRow, Device, KindBytes, ModelInfo, Privacy,
+                                 Provenance, SourceVal, TargetAccuracy)
 from fedaudit.simulation.dp_accounting import coverage
 from fedaudit.simulation.wire import ArtifactKind
 
@@ -66,7 +67,8 @@ def summarise_targets(cfg: RunConfig, per_target: dict[str, dict[str, Any]]) -> 
         leakage={t: m["leakage"] for t, m in per_target.items()},
         privacy={t: _privacy_of(m.get("privacy")) for t, m in per_target.items()},
         verdict=[{**row, "target": t} for t, m in per_target.items() for row in m.get("verdict") or []],
-        provenance={**first["provenance"], "seconds": {t: m["provenance"]["seconds"] for t, m in per_target.items()}},
+        provenance=Provenance.read(first["provenance"]).with_(
+            seconds={t: Provenance.read(m["provenance"]).seconds for t, m in per_target.items()}),
     )
 
 
@@ -83,15 +85,14 @@ def privacy(fed: Federation, shares: Shares | None = None, no_dp: str = NO_DP) -
     ``no_dp`` is why nothing is covered when no DP ran here."""
     shares = shares or fed.method.declared_shares()
     if fed.dp is None:
-        block = Privacy(dp=None, coverage=[row.model_copy(update={"covered": False, "why": no_dp})
+        block = Privacy(dp=None, coverage=[row.with_(covered=False, why=no_dp)
                                            for row in coverage(shares)])
     else:
         block = Privacy(dp=fed.dp.summary({c.index: c.domain for c in fed.clients}),
                         coverage=coverage(shares, fed.dp.train_which))
     client_dp = getattr(fed, "client_dp", None)
     if client_dp is not None:
-        block = block.model_copy(update={"client_dp": client_dp.summary(len(fed.clients)),
-                                         "client_coverage": client_coverage(shares)})
+        block = block.with_(client_dp=client_dp.summary(len(fed.clients)), client_coverage=client_coverage(shares))
     return block
 
 
@@ -111,7 +112,7 @@ def client_coverage(shares: Shares) -> list[CoverageRow]:
 
 def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device, command: str,
                stages: dict[str, float], unpinned: list[str] | None = None,
-               model: torch.nn.Module | None = None) -> dict[str, Any]:
+               model: torch.nn.Module | None = None, data_warnings: list[str] | None = None) -> Provenance:
     """Where and how the numbers were made; called while the run's numeric settings are in force
     (:func:`fedaudit.run.numerics.run_numerics`, whose ``unpinned`` ops ran without a deterministic kernel)."""
     import numpy
@@ -120,33 +121,38 @@ def provenance(cfg: RunConfig, dataset: MultiDomainDataset, device: torch.device
 
     from fedaudit import __version__
 
+    optional: dict[str, Any] = {}  # left out of metrics.json where there is none
+    if model is not None:
+        optional["model"] = model_provenance(cfg, model, len(dataset.classes))
+    if data_warnings is not None:
+        optional["data_warnings"] = data_warnings
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
-    return {
-        "command": command,
-        "config_hash": cfg.hash(),
-        "config": cfg.to_json(),
-        "dataset_fingerprint": dataset.fingerprint(),
-        "dataset_skipped_files": dataset.skipped,
-        "dataset_empty_class_folders": list(dataset.empty_classes),
-        "seed": cfg.seed,
-        "versions": {"fedaudit": __version__, "python": platform.python_version(), "torch": torch.__version__,
-                     "torchvision": torchvision.__version__, "numpy": numpy.__version__, "scikit-learn": sklearn.__version__},
-        "device": {"type": device.type, "name": device_name, "threads": torch.get_num_threads()},
-        "numerics": {**numerics(device), **({"nondeterministic_ops": list(unpinned or [])} if cfg.deterministic else {})},
-        "seconds": {k: round(v, 3) for k, v in stages.items()},
-        **({"model": model_provenance(cfg, model, len(dataset.classes))} if model is not None else {}),
-    }
+    return Provenance(
+        command=command,
+        config_hash=cfg.hash(),
+        config=cfg.to_json(),
+        dataset_fingerprint=dataset.fingerprint(),
+        dataset_skipped_files=dataset.skipped,
+        dataset_empty_class_folders=list(dataset.empty_classes),
+        seed=cfg.seed,
+        versions={"fedaudit": __version__, "python": platform.python_version(), "torch": torch.__version__,
+                  "torchvision": torchvision.__version__, "numpy": numpy.__version__, "scikit-learn": sklearn.__version__},
+        device=Device(type=device.type, name=device_name, threads=torch.get_num_threads()),
+        numerics={**numerics(device), **({"nondeterministic_ops": list(unpinned or [])} if cfg.deterministic else {})},
+        seconds={k: round(v, 3) for k, v in stages.items()},
+        **optional,
+    )
 
 
-def model_provenance(cfg: RunConfig, model: torch.nn.Module, num_classes: int | None = None) -> dict[str, Any]:
+def model_provenance(cfg: RunConfig, model: torch.nn.Module, num_classes: int | None = None) -> ModelInfo:
     """The model the run trained or audited: fedaudit's architecture, or the factory (import path, arguments, module
     file and sha256); its parameter count and the layer the attacks took as the classifier head."""
     from fedaudit.models import ModelFactory, head_layer, is_factory
 
     built = (ModelFactory(cfg.model, cfg.model_args).provenance() if is_factory(cfg.model) else
              {"architecture": cfg.model, "norm": cfg.norm})
-    return {**built, "class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters()),
-            "head_layer": head_layer(model, num_classes)}
+    return ModelInfo(**built, class_name=type(model).__name__, parameters=sum(p.numel() for p in model.parameters()),
+                     head_layer=head_layer(model, num_classes))
 
 
 __all__ = ["communication", "model_provenance", "privacy", "provenance", "summarise_targets"]

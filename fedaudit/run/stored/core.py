@@ -1,0 +1,100 @@
+"""The :class:`Stored` base every typed block of metrics.json derives from: strict where a block is built, lenient
+where a stored one is read (see :mod:`fedaudit.run.stored`)."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Mapping
+from functools import cache
+from typing import Annotated, Any, ClassVar, Self
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, TypeAdapter, ValidationError, WithJsonSchema
+from pydantic.fields import FieldInfo
+
+
+class Stored(BaseModel):
+    """A block of metrics.json (see the module's doc)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True)
+    # A field typed ``X | None`` reads None where the file has no value; a run writes null only for the fields named
+    # here, and only those allow null in the schema (a stored null elsewhere reads as absent).
+    stored_nulls: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def read(cls, data: object) -> Self:
+        """The block as stored: each field validated alone (a nested block through its own ``read``), an absent or
+        invalid one its default; not a mapping: every field its default."""
+        found = data if isinstance(data, Mapping) else {}
+        values: dict[str, Any] = {}
+        for name, info in cls.model_fields.items():
+            key = next((k for k in _stored_keys(name, info) if k in found), None)
+            if key is None or (found[key] is None and name not in cls.stored_nulls):
+                continue
+            value = None if found[key] is None else _read_value(info.annotation, found[key])
+            if value is not _INVALID:
+                values[name] = value
+        block: Self = cls.model_construct(_fields_set=set(values), **values)  # type: ignore[assignment]
+        return block
+
+    def with_(self, **changes: Any) -> Self:
+        """A copy with ``changes`` set, validated as strictly as a block being built (pydantic's ``model_copy``
+        would set them unchecked)."""
+        return type(self)(**{**{name: getattr(self, name) for name in self.model_fields_set}, **changes})
+
+    def has(self, name: str) -> bool:
+        """Whether the file stored this field (a null included): what a table shows as a dash, not leaves out."""
+        return name in self.model_fields_set
+
+    def dump(self) -> dict[str, Any]:
+        """The block as metrics.json stores it: the fields its writer set, in declaration order."""
+        return self.model_dump(mode="json", exclude_unset=True, by_alias=True)
+
+
+_INVALID = object()  # a stored value of the wrong type: the field reads as absent
+
+
+def _stored_keys(name: str, info: FieldInfo) -> list[str]:
+    """Where a field may be stored: its legacy names (``validation_alias``), then its own."""
+    alias = info.validation_alias
+    if isinstance(alias, str):
+        return [alias, name]
+    if isinstance(alias, AliasChoices):
+        return [*(k for k in alias.choices if isinstance(k, str)), name]
+    return [name]
+
+
+def _read_value(annotation: Any, value: Any) -> Any:
+    """One stored value as its field's type: nested blocks (alone, or a list or mapping of them) leniently, through
+    their own ``read``; anything else strictly (no "12" for 12, no true for 1), else :data:`_INVALID`."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    inner = args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1 else annotation
+    if _is_block(inner):
+        return inner.read(value) if isinstance(value, Mapping) else _INVALID
+    origin, inner_args = typing.get_origin(inner), typing.get_args(inner)
+    if origin is dict and _is_block(inner_args[1]):
+        if not isinstance(value, Mapping):
+            return _INVALID
+        return {str(k): inner_args[1].read(v) for k, v in value.items() if isinstance(v, Mapping)}
+    if origin is list and _is_block(inner_args[0]):
+        return [inner_args[0].read(v) for v in value if isinstance(v, Mapping)] if isinstance(value, list) else _INVALID
+    try:
+        return _strict(annotation).validate_python(value)
+    except ValidationError:
+        return _INVALID
+
+
+def _is_block(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, Stored)
+
+
+@cache
+def _strict(annotation: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(annotation, config=ConfigDict(strict=True))
+
+
+HAND_KEPT = "x-hand-kept"  # a marker schema_defs() turns into a reference (pydantic resolves a real one itself)
+# A block whose model is still to come (issue 59): kept as stored, its schema the hand-kept definition it names.
+LeakageSections = Annotated[dict[str, Any], WithJsonSchema({HAND_KEPT: "leakage"})]
+
+__all__ = ["HAND_KEPT", "LeakageSections", "Stored"]
