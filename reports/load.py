@@ -20,7 +20,7 @@ from typing import Any
 from fedaudit.errors import FedauditError
 from fedaudit.run import run_directory
 from fedaudit.run.blocks import HistoryRow, StoredRun, WireRow
-from fedaudit.run.entries import AuditedRun
+from fedaudit.run.audited_run import AuditedRun
 from fedaudit.run.results import Leakage, schema_version
 
 

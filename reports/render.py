@@ -39,7 +39,7 @@ from fedaudit.reports.run_tables import (accuracy_table, communication_table, me
                                          provenance_table, rounds_section, wire_table)
 from fedaudit.reports.summary import dpia, first_screen
 from fedaudit.run import run_directory
-from fedaudit.run.entries import AuditedRun
+from fedaudit.run.audited_run import AuditedRun
 from fedaudit.run.results import SCHEMA_VERSION, RunMetrics, VerdictRow
 
 log = logging.getLogger("fedaudit")

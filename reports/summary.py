@@ -15,7 +15,7 @@ from fedaudit.audit.verdict import (CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPA
 from fedaudit.audit.verdict import to_conclude
 from fedaudit.audit.verdict.wording import different_models
 from fedaudit.run.stored import DP, AuditedRecording, ClientDP, CoverageRow, ModelInfo, Privacy, Verification
-from fedaudit.run.entries import BroadcastCheck
+from fedaudit.run.audited_run import BroadcastCheck
 from fedaudit.reports.load import Unit
 from fedaudit.simulation.secure_aggregation import MASKED
 from fedaudit.run.results import RunMetrics, VerdictRow

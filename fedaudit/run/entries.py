@@ -4,7 +4,8 @@ Every reader used to walk the stored dicts by hand (``e.get("n_members", e.get("
 mapping is read into one frozen object per entry at this edge — a membership test, a reconstruction and its
 summary, a canary audit, a positive control, a twin — with legacy key aliases resolved and anything not a finite
 number read as ``None``. Past this module nothing reads a raw entry: the verdict's rules take these types only
-(``tests/test_layout.py`` holds it). :class:`AuditedRun` is one target's metrics as the verdict sees them.
+(``tests/test_layout.py`` holds it). :class:`~fedaudit.run.audited_run.AuditedRun` gathers them, with one target's
+other blocks, as the verdict sees them.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedaudit.run.blocks import (Calibration, Identified, Judges, PowerShown, ReferenceTraining, Roc, Score, Status,
+from fedaudit.run.blocks import (Calibration, Identified, PowerShown, ReferenceTraining, Roc, Score, Status,
                                   VictimScores)
-from fedaudit.run.results import CANARY, CANARY_GRADIENT, Leakage, MIA, result_tables
-from fedaudit.run.stored import AuditorData, Broadcasts, Communication, Provenance, SecureAggregation
+from fedaudit.run.results import CANARY, CANARY_GRADIENT, Leakage
 
 EMPTY: Mapping[str, Any] = {}
 
@@ -446,116 +446,3 @@ def canary_audits(metrics: Mapping[str, Any]) -> list[CanaryAudit]:
 
 def _count(x: Any) -> int | None:
     return int(x) if number(x) is not None else None
-
-
-# -- the run as the verdict reads it -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DifferentRound:
-    """A round in which the server sent clients different content under one record and message type."""
-
-    round: Any
-    message_type: Any
-    record: Any
-    groups: list[list[str]]  # clients that received the same content, one list per content
-    recorded_by: str  # whose copies were compared: server, or client
-
-
-@dataclass(frozen=True)
-class BroadcastCheck:
-    """A recording's verification of the broadcasts: did every client of a round receive the same model?"""
-
-    compared: Any  # how many broadcasts were compared
-    recorded_by: str | None
-    different: tuple[DifferentRound, ...]
-
-    @classmethod
-    def of(cls, same: Broadcasts) -> BroadcastCheck:
-        return cls(same.compared, same.recorded_by,
-                   tuple(DifferentRound(x.round, x.message_type, x.record, list(x.groups), x.recorded_by)
-                         for x in same.different if x.groups))
-
-
-@dataclass(frozen=True)
-class SecureAggregationView:
-    """What ``--secure-aggregation`` stored: that server's view of the same run, and what the mask leaves."""
-
-    run: AuditedRun
-    observer: str
-    leaves: dict[str, str]  # kind → why the mask leaves it (secure aggregation does not cover it)
-    aggregate_round: Any
-    aggregate_clients: tuple[str, ...] | None  # None: the aggregate was not described
-    solved: dict[str, tuple[str, list[Any]]]  # client → (kind, the two rounds) disaggregation solved
-
-
-    def left(self, kind: str) -> str | None:
-        """Why the mask leaves ``kind`` in clear, or None where it covers it."""
-        return self.leaves[kind] if kind in self.leaves else None
-
-
-@dataclass(frozen=True)
-class AuditedRun:
-    """One target's metrics.json as the verdict reads it."""
-
-    declared: tuple[str, ...]  # the shares, kind and arrow: "full_model↑"
-    attacker: str  # server, or client:<domain>
-    made_by: str  # evaluate, or audit (a recording's)
-    no_records: str | None  # why, where the auditor held none of the clients' records (nothing was scored)
-    membership_ran: bool
-    membership: tuple[MembershipTest, ...]  # in the order the attacks wrote them
-    reconstructions: tuple[ReconstructionTable, ...]  # in the order the attacks ran
-    judges: dict[str, Judges]  # attack → the auditor's judges of its reconstructions
-    canary_ran: bool  # a canary section was stored (its audits may all lack a bound)
-    canaries: tuple[CanaryAudit, ...]
-    broadcasts: BroadcastCheck | None
-    secure_aggregation: SecureAggregationView | None
-
-    @classmethod
-    def of(cls, metrics: Mapping[str, Any], config: Mapping[str, Any]) -> AuditedRun:
-        leakage = Leakage.of(metrics)
-        data = AuditorData.read(metrics.get("auditor_data"))
-        recording = Provenance.read(metrics.get("provenance")).recording
-        verification = recording.verification if recording is not None else None
-        same = verification.broadcasts if verification is not None else None
-        canaries = leakage.canary_sections()
-        return cls(
-            declared=tuple(Communication.read(metrics.get("communication")).declared),
-            attacker=str(config.get("attacker") or "server"),
-            made_by=made_by(metrics),
-            no_records=((data.why or "the auditor holds none of the clients' records")
-                        if data.status == "none" else None),
-            membership_ran=bool(leakage.sections.get(MIA)),
-            membership=tuple(MembershipTest(r.variant, r.target, r.victim, MembershipEntry.of(r.entry))
-                             for r in leakage.membership()),
-            reconstructions=tuple(ReconstructionTable.of(name, key, by_victim, block(sec.get("summary")).get(key))
-                                  for name, sec in leakage.reconstruction_sections().items()
-                                  for key, by_victim in result_tables(sec)),
-            judges={name: Judges.of(sec.get("auditor")) for name, sec in leakage.reconstruction_sections().items()},
-            canary_ran=bool(canaries),
-            canaries=tuple(canary_audits(metrics)),
-            broadcasts=BroadcastCheck.of(same) if same is not None else None,
-            secure_aggregation=_secure_aggregation(metrics, config))
-
-    @property
-    def reconstruction_ran(self) -> bool:
-        return bool(self.reconstructions)
-
-
-def made_by(metrics: Mapping[str, Any]) -> str:
-    """Which command made the run: ``audit`` (a recording's) or ``evaluate``."""
-    return "audit" if Provenance.read(metrics.get("provenance")).recording is not None else "evaluate"
-
-
-def _secure_aggregation(metrics: Mapping[str, Any], config: Mapping[str, Any]) -> SecureAggregationView | None:
-    stored = metrics.get("secure_aggregation")
-    section = SecureAggregation.read(stored)
-    if not isinstance(stored, Mapping) or not section.has("leakage"):
-        return None
-    aggregate = section.aggregate if section.aggregate and section.aggregate.model_fields_set else None
-    return SecureAggregationView(
-        AuditedRun.of({**metrics, "leakage": section.leakage, "secure_aggregation": None}, config),
-        section.observer or "server (secure aggregation)",
-        {str(item.kind): str(item.why) for item in section.leaves},
-        None if aggregate is None else aggregate.round, None if aggregate is None else tuple(aggregate.clients),
-        {c: (str(v.kind), list(v.rounds)) for c, v in section.disaggregation.clients.items()})

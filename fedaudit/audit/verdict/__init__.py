@@ -56,7 +56,7 @@ tests on the statistics or bank they read; the record- and domain-level
 attacks on the released model), so no two rows about one tensor and one
 observer can disagree (:mod:`.membership`).
 
-Layout: the stored metrics are read once into typed entries (:class:`fedaudit.run.entries.AuditedRun`) by
+Layout: the stored metrics are read once into typed entries (:class:`fedaudit.run.audited_run.AuditedRun`) by
 :func:`judge`; :mod:`.evidence` holds the tiers, a :class:`~.evidence.Rule` and its :class:`~.evidence.Decision`;
 :mod:`.unassessed` the rules of rows with nothing to judge; :mod:`.inversion`, :mod:`.membership`,
 :mod:`.participation`, :mod:`.canary` and :mod:`.consistency` each question's rules — one small class each, that
@@ -101,7 +101,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fedaudit.run.entries import AuditedRun, SecureAggregationView, made_by, mia_level
+from fedaudit.run.audited_run import AuditedRun, SecureAggregationView, made_by
+from fedaudit.run.entries import mia_level
 from fedaudit.run.results import BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_RECONSTRUCTIONS, Evidence, VerdictRow
 
 from . import canary, consistency, inversion, membership, participation, unassessed

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedaudit.run.entries import AuditedRun, CanaryAudit
+from fedaudit.run.audited_run import AuditedRun
+from fedaudit.run.entries import CanaryAudit
 from fedaudit.statistics.membership_statistics import holm
 
 from .evidence import (VerdictRow, Strongest, ANYONE, DP_AUDIT, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, Decision, Evidence, Rule,

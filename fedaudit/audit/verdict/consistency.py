@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedaudit.run.entries import AuditedRun, BroadcastCheck, DifferentRound
+from fedaudit.run.audited_run import AuditedRun, BroadcastCheck, DifferentRound
 
 from .evidence import (CONSISTENCY, HIGH, INCONCLUSIVE, LOW, NOT_ASSESSED, Decision, Evidence, Rule, VerdictRow, first,
                        row)

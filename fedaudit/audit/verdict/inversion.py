@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedaudit.run.blocks import POWER_SINGLE
-from fedaudit.run.entries import AuditedRun, finite_pair, LiftTest, ReconstructionEntry, ReconstructionPower, ReconstructionTable
+from fedaudit.run.audited_run import AuditedRun
+from fedaudit.run.entries import finite_pair, LiftTest, ReconstructionEntry, ReconstructionPower, ReconstructionTable
 from fedaudit.statistics.membership_statistics import holm
 
 from .evidence import (VerdictRow, Strongest, CLIENT_DATA, HIGH, INCONCLUSIVE, INVERSION, LOW, MEDIUM, NULL_NAMES, POWER_ALPHA,

@@ -30,7 +30,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from fedaudit.run.entries import AuditedRun, ExactMatches, MembershipEntry, MembershipTest
+from fedaudit.run.audited_run import AuditedRun
+from fedaudit.run.entries import ExactMatches, MembershipEntry, MembershipTest
 from fedaudit.statistics.membership_statistics import advantage_null_quantile
 
 from .evidence import (VerdictRow, Detectable, Strongest, ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAST_UPLOAD, LOW, MEDIUM, MEMBERSHIP,

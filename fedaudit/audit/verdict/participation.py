@@ -28,7 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fedaudit.run.entries import AuditedRun, MembershipEntry
+from fedaudit.run.audited_run import AuditedRun
+from fedaudit.run.entries import MembershipEntry
 
 from .evidence import (VerdictRow, Detectable, Strongest, ANYONE, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, PARTICIPATION, Decision, Evidence,
                        Rule, Significant, Unscored, closest, decide, deciding, first, row)

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fedaudit.run.entries import CanaryAudit, DifferentRound, Identifiability, LiftTest
+from fedaudit.run.audited_run import DifferentRound
+from fedaudit.run.entries import CanaryAudit, Identifiability, LiftTest
 from fedaudit.run.results import Evidence
 
 from .evidence import CLIENT_DATA, DOMAIN, INVERSION, MEMBERSHIP, PARTICIPATION, closest, isnum
