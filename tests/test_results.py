@@ -61,6 +61,10 @@ def test_a_fresh_run_holds_the_schema_and_reads_back_typed(fresh, capsys):
     assert results.main([str(fresh / "metrics.json")]) == 0 and "valid" in capsys.readouterr().out
     run = RunMetrics.from_json(data)
     assert run.to_json() == data
+    # the verdict judged in the run's process from its typed metrics is the one judged again from the file
+    from fedaudit.audit.verdict import judge
+
+    assert judge(data, json.loads((fresh / "config.json").read_text())["config"]) == data["verdict"]
     rows = run.rows()
     assert rows and {r.row for r in rows} >= {"membership:global_model"} and all(r.short for r in rows)
     found = Leakage(data["leakage"]).membership()

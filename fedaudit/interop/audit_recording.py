@@ -29,7 +29,7 @@ from torch import Tensor
 
 from fedaudit.attack import Attack, attack_setup
 from fedaudit.audit.session import SECURE_AGGREGATION, attack_role_and_victims, run_attacks, run_unscored
-from fedaudit.audit.verdict import RiskThresholds, judge
+from fedaudit.audit.verdict import RiskThresholds, judge_run
 from fedaudit.data import MultiDomainDataset
 from fedaudit.data.base import ClientData, LODOSplit
 from fedaudit.data.split import thin_splits
@@ -433,7 +433,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
                                   "nodes": {str(k): v for k, v in rec.nodes.items()}, "deployed_model": judged,
                                   "secure_aggregation": rec.secure_aggregation(),
                                   "participation": rec.participation()})))
-    metrics.verdict = judge(metrics.to_json(), cfg.to_json(), RiskThresholds())
+    metrics.verdict = judge_run(metrics, cfg.attacker, RiskThresholds())
     metrics.verdict_thresholds = asdict(RiskThresholds())
     run_directory.write_csv(run_dir / "history.csv", fed.history)
     run_directory.write_jsonl(run_dir / "wire.jsonl", wire.ledger_rows())

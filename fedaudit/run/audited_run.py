@@ -5,14 +5,14 @@ server under secure aggregation — read once, here, from the stored blocks' mod
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fedaudit.run.blocks import Judges
 from fedaudit.run.entries import (CanaryAudit, MembershipEntry, MembershipTest, ReconstructionTable, block,
                                   canary_audits)
-from fedaudit.run.results import MIA, Leakage, result_tables
-from fedaudit.run.stored import AuditorData, Broadcasts, Communication, Provenance, SecureAggregation
+from fedaudit.run.results import MIA, RunMetrics, result_tables
+from fedaudit.run.stored import Broadcasts, Provenance
 
 
 @dataclass(frozen=True)
@@ -77,18 +77,25 @@ class AuditedRun:
 
     @classmethod
     def of(cls, metrics: Mapping[str, Any], config: Mapping[str, Any]) -> AuditedRun:
-        leakage = Leakage.of(metrics)
-        data = AuditorData.read(metrics.get("auditor_data"))
-        recording = Provenance.read(metrics.get("provenance")).recording
+        """A stored metrics.json (and its run's config) as the verdict reads it."""
+        return cls.of_run(RunMetrics.from_json(metrics), str(config.get("attacker") or "server"))
+
+    @classmethod
+    def of_run(cls, run: RunMetrics, attacker: str) -> AuditedRun:
+        """One target's typed metrics, as the run that made them holds them (no round trip through a dict), attacked
+        from ``attacker``'s view."""
+        leakage = run.results
+        data = run.auditor_data
+        recording = run.provenance.recording
         verification = recording.verification if recording is not None else None
         same = verification.broadcasts if verification is not None else None
         canaries = leakage.canary_sections()
         return cls(
-            declared=tuple(Communication.read(metrics.get("communication")).declared),
-            attacker=str(config.get("attacker") or "server"),
-            made_by=made_by(metrics),
+            declared=tuple(run.communication.declared),
+            attacker=attacker,
+            made_by="audit" if recording is not None else "evaluate",
             no_records=((data.why or "the auditor holds none of the clients' records")
-                        if data.status == "none" else None),
+                        if data is not None and data.status == "none" else None),
             membership_ran=bool(leakage.sections.get(MIA)),
             membership=tuple(MembershipTest(r.variant, r.target, r.victim, MembershipEntry.of(r.entry))
                              for r in leakage.membership()),
@@ -97,9 +104,9 @@ class AuditedRun:
                                   for key, by_victim in result_tables(sec)),
             judges={name: Judges.of(sec.get("auditor")) for name, sec in leakage.reconstruction_sections().items()},
             canary_ran=bool(canaries),
-            canaries=tuple(canary_audits(metrics)),
+            canaries=tuple(canary_audits({"leakage": leakage.sections})),
             broadcasts=BroadcastCheck.of(same) if same is not None else None,
-            secure_aggregation=_secure_aggregation(metrics, config))
+            secure_aggregation=_secure_aggregation(run, attacker))
 
     @property
     def reconstruction_ran(self) -> bool:
@@ -111,14 +118,13 @@ def made_by(metrics: Mapping[str, Any]) -> str:
     return "audit" if Provenance.read(metrics.get("provenance")).recording is not None else "evaluate"
 
 
-def _secure_aggregation(metrics: Mapping[str, Any], config: Mapping[str, Any]) -> SecureAggregationView | None:
-    stored = metrics.get("secure_aggregation")
-    section = SecureAggregation.read(stored)
-    if not isinstance(stored, Mapping) or not section.has("leakage"):
+def _secure_aggregation(run: RunMetrics, attacker: str) -> SecureAggregationView | None:
+    section = run.secure_aggregation
+    if section is None or not section.has("leakage"):
         return None
     aggregate = section.aggregate if section.aggregate and section.aggregate.model_fields_set else None
     return SecureAggregationView(
-        AuditedRun.of({**metrics, "leakage": section.leakage, "secure_aggregation": None}, config),
+        AuditedRun.of_run(replace(run, leakage=section.leakage, secure_aggregation=None), attacker),
         section.observer or "server (secure aggregation)",
         {str(item.kind): str(item.why) for item in section.leaves},
         None if aggregate is None else aggregate.round, None if aggregate is None else tuple(aggregate.clients),

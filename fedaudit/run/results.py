@@ -200,7 +200,7 @@ class RunMetrics:
     provenance: Provenance
     source_domains: list[str] | None = None  # None in the mean over targets
     auditor_data: AuditorData | None = None  # fedaudit audit: whether the auditor held the clients' records
-    verdict: list[dict[str, Any]] = field(default_factory=list)
+    verdict: list[VerdictRow] = field(default_factory=list)
     verdict_thresholds: dict[str, Any] | None = None
     # --secure-aggregation: what that server sees, the attacks on it, what the mask leaves (audit/session.py)
     secure_aggregation: SecureAggregation | None = None
@@ -214,7 +214,7 @@ class RunMetrics:
                "auditor_data": auditor_data, "accuracy": self.accuracy.dump(), "communication": self.communication.dump(),
                "leakage": self.leakage, "privacy": _dumped(self.privacy), "provenance": self.provenance.dump(),
                "secure_aggregation": None if self.secure_aggregation is None else self.secure_aggregation.dump(),
-               "verdict": self.verdict, "verdict_thresholds": self.verdict_thresholds}
+               "verdict": [row.to_json() for row in self.verdict], "verdict_thresholds": self.verdict_thresholds}
         optional = ("source_domains", "auditor_data", "verdict_thresholds", "secure_aggregation")
         return {k: v for k, v in out.items() if v is not None or k not in optional}
 
@@ -223,7 +223,7 @@ class RunMetrics:
         """A stored metrics.json; one written by a newer fedaudit is a one-line error naming the version it needs."""
         version = schema_version(data, where)
         fields = [f for f in cls.__dataclass_fields__ if f != "schema_version"]
-        blank: dict[str, Any] = {"leakage": {}, "verdict": []}
+        blank: dict[str, Any] = {"leakage": {}}
         read = {f: data.get(f, blank.get(f)) for f in fields}
         stored, seen = data.get("auditor_data"), data.get("secure_aggregation")
         return cls(**{**read, "accuracy": Accuracy.read(data.get("accuracy")),
@@ -231,7 +231,9 @@ class RunMetrics:
                       "communication": Communication.read(data.get("communication")),
                       "auditor_data": AuditorData.read(stored) if isinstance(stored, Mapping) else None,
                       "secure_aggregation": SecureAggregation.read(seen) if isinstance(seen, Mapping) else None,
-                      "privacy": _read_privacy(data.get("privacy"), all_targets=data.get("target_domain") == "all")},
+                      "privacy": _read_privacy(data.get("privacy"), all_targets=data.get("target_domain") == "all"),
+                      "verdict": [VerdictRow.from_json(r) for r in data.get("verdict") or []
+                                  if isinstance(r, Mapping) and "row" in r]},
                    schema_version=version)
 
     @property
@@ -239,7 +241,7 @@ class RunMetrics:
         return Leakage(self.leakage)
 
     def rows(self) -> list[VerdictRow]:
-        return [VerdictRow.from_json(r) for r in self.verdict if isinstance(r, Mapping) and "row" in r]
+        return list(self.verdict)
 
 
 def _dumped(privacy: Privacy | dict[str, Privacy | None] | None) -> dict[str, Any] | None:

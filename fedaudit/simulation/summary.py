@@ -4,6 +4,7 @@ it covers), provenance, and the mean over targets of a ``--target-domain all`` r
 from __future__ import annotations
 
 import platform
+from dataclasses import replace
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +67,7 @@ def summarise_targets(cfg: RunConfig, per_target: dict[str, dict[str, Any]]) -> 
         ),
         leakage={t: m["leakage"] for t, m in per_target.items()},
         privacy={t: _privacy_of(m.get("privacy")) for t, m in per_target.items()},
-        verdict=[{**row, "target": t} for t, m in per_target.items() for row in m.get("verdict") or []],
+        verdict=[replace(row, target=t) for t, m in per_target.items() for row in RunMetrics.from_json(m).verdict],
         provenance=Provenance.read(first["provenance"]).with_(
             seconds={t: Provenance.read(m["provenance"]).seconds for t, m in per_target.items()}),
     )

@@ -103,7 +103,8 @@ from typing import Any
 
 from fedaudit.run.audited_run import AuditedRun, SecureAggregationView, made_by
 from fedaudit.run.entries import mia_level
-from fedaudit.run.results import BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_RECONSTRUCTIONS, Evidence, VerdictRow
+from fedaudit.run.results import (BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_RECONSTRUCTIONS, Evidence, RunMetrics,
+                                  VerdictRow)
 
 from . import canary, consistency, inversion, membership, participation, unassessed
 from .evidence import (ARTIFACT, CLIENT_DATA, CONSISTENCY, DOMAIN, DP_AUDIT, GLOBAL, HIGH, INCONCLUSIVE, INVERSION,
@@ -125,8 +126,14 @@ NOT_ASSESSED_RULES = (unassessed.OTHER_VIEW, unassessed.NO_RECORDS, unassessed.N
 
 
 def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThresholds | None = None) -> list[dict[str, Any]]:
-    """The verdict rows of one target's metrics, as metrics.json stores them (:func:`judge_rows`)."""
+    """The verdict rows of one target's stored metrics, as metrics.json stores them (:func:`judge_rows`): for what
+    reads a metrics.json file (the report's re-judging, the scripts)."""
     return [row.to_json() for row in judge_rows(AuditedRun.of(metrics, config), thresholds)]
+
+
+def judge_run(run: RunMetrics, attacker: str, thresholds: RiskThresholds | None = None) -> list[VerdictRow]:
+    """The verdict rows of the run just made, from its typed metrics (:func:`judge_rows`)."""
+    return judge_rows(AuditedRun.of_run(run, attacker), thresholds)
 
 
 def judge_rows(run: AuditedRun, thresholds: RiskThresholds | None = None) -> list[VerdictRow]:
@@ -193,5 +200,5 @@ def membership_row_of(metrics: dict[str, Any], config: dict[str, Any]) -> dict[t
 __all__ = ["ADVICE", "ARTIFACT", "advice_of", "BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "CLIENT_DATA", "CORRECTION", "DOMAIN",
            "Evidence", "HIGH", "Headline", "INCONCLUSIVE", "LEVELS", "LEVEL_OF", "PARTICIPATION", "RECORDS", "LOW", "MEDIUM", "MIA",
            "NOT_ASSESSED", "NOT_RECONSTRUCTIONS", "NULL_NAMES", "POWER_ALPHA", "RULES", "RiskThresholds",
-           "SECURE_AGGREGATION_ROW", "TIER_ORDER", "VerdictRow", "judge", "judge_rows", "load_thresholds",
+           "SECURE_AGGREGATION_ROW", "TIER_ORDER", "VerdictRow", "judge", "judge_rows", "judge_run", "load_thresholds",
            "made_by", "membership_row_of", "mia_level", "pct", "share_title", "to_conclude"]
