@@ -344,13 +344,17 @@ RULE_MODULES = sorted(m for m in MODULES if m.startswith(VERDICT + ".") and not 
 
 
 def raw_reads(source: str) -> list[str]:
-    """Where a module reads a stored dict by hand: a ``.get`` call (other than on a constant table, an UPPER_CASE
-    name), a parameter or return annotated as a mapping of strings to anything, or the raw metrics walk (``Leakage``,
-    ``RunMetrics``). The verdict takes the typed entries of :mod:`fedaudit.run.entries`, read once at the edge."""
+    """Where a module reads a stored dict by hand: a ``.get`` call or a subscript by a string key (other than on a
+    constant table, an UPPER_CASE name), a parameter or return annotated as a mapping of strings to anything, or the
+    raw metrics walk (``Leakage``, ``RunMetrics``). The verdict takes the typed entries of :mod:`fedaudit.run.entries`
+    and the typed blocks of :mod:`fedaudit.run.evidence_detail`, read once at the edge."""
     out = []
     for node in ast.walk(ast.parse(source)):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
                 and not (isinstance(node.func.value, ast.Name) and node.func.value.id.isupper())):
+            out.append(f"line {node.lineno}: {ast.unparse(node)[:70]}")
+        if (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)
+                and not (isinstance(node.value, ast.Name) and node.value.id.isupper())):
             out.append(f"line {node.lineno}: {ast.unparse(node)[:70]}")
         annotations = ([a.annotation for a in (*node.args.args, *node.args.kwonlyargs)] + [node.returns]
                        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else [])
@@ -370,9 +374,10 @@ def test_the_verdict_reads_no_raw_dict(module):
 
 
 def test_the_raw_read_check_can_fail():
-    """A rule that walks metrics.json itself is caught, in each of the three ways."""
+    """A rule that walks metrics.json itself is caught, in each of the four ways."""
     planted = ('from fedaudit.run.results import Leakage\n'
                'def rule(metrics: dict[str, Any]) -> bool:\n'
-               '    return TABLE.get("x") or metrics.get("leakage")\n')
+               '    return TABLE.get("x") or TABLE["x"] or metrics.get("leakage") or e.facts["n"]\n')
     found = raw_reads(planted)
-    assert len(found) == 3 and "Leakage" in found[0] and "metrics.get" in found[-1], found
+    assert len(found) == 4 and "Leakage" in found[0], found
+    assert {f.split(": ", 1)[1] for f in found[1:]} >= {"metrics.get('leakage')", "e.facts['n']"}, found

@@ -47,12 +47,14 @@ def test_every_golden_run_holds_the_schema(path):
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem)
 def test_a_stored_runs_typed_blocks_read_back_as_stored(path):
     """Runs written by older fedaudit versions keep loading: each block with its typed model reads the golden run's
-    block whole and writes it back unchanged."""
+    block whole and writes it back unchanged, and so does each verdict row with its tests' typed blocks."""
+    from fedaudit.run.results import VerdictRow
     from fedaudit.run.stored import Accuracy, Communication
 
     golden = json.loads(path.read_text())
     for key, model in (("accuracy", Accuracy), ("communication", Communication)):
         assert model.read(golden[key]).dump() == golden[key], f"{path.name}: {key}"
+    assert [VerdictRow.from_json(r).to_json() for r in golden["verdict"]] == golden["verdict"]
 
 
 def test_a_fresh_run_holds_the_schema_and_reads_back_typed(fresh, capsys):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fedaudit.errors import FedauditError
+from fedaudit.run.evidence_detail import Detail, detail_of
 from fedaudit.run.stored import Accuracy, AuditorData, Communication, Privacy, Provenance, SecureAggregation
 
 log = logging.getLogger("fedaudit")
@@ -110,7 +111,7 @@ def result_tables(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, An
 class Evidence:
     """One test behind a verdict row: what it measured, the baseline it had to beat and that baseline's name, its
     p-value before and after the row's correction, and the tier it reached. ``detail`` is the test family's own block
-    (its counts, its victim), written by the rule that built it."""
+    (its counts, its victim: :mod:`fedaudit.run.evidence_detail`), written by the rule that built it."""
 
     test: str
     source: str  # "deepinversion full_model / clean", "lira_online on global_model / clean"
@@ -125,30 +126,31 @@ class Evidence:
     tier: str = "low"
     text: str = ""  # the plain-language sentence if this test decides the row (not stored)
     effect: float | None = None  # what the effect-size rule compares (lift, or the interval's low end)
-    detail: dict[str, Any] | None = None
+    detail: Detail | None = None
 
     @property
     def victim(self) -> str | None:
-        return (self.detail or {}).get("victim")
-
-    @property
-    def facts(self) -> dict[str, Any]:
-        """The test family's own block (``detail``; an empty one where the test stored none): what its rule reads."""
-        return self.detail if self.detail is not None else {}
+        victim = getattr(self.detail, "victim", None)
+        return victim if isinstance(victim, str) else None
 
     @property
     def attack(self) -> str:
         """The attack behind the test, as a reader names it: ``loss attack``, ``tracing test``."""
-        return str((self.detail or {}).get("attack") or self.source.split(" ")[0])
+        return str(getattr(self.detail, "attack", None) or self.source.split(" ")[0])
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None and k != "text"}
+        out = {k: v for k, v in asdict(self).items() if v is not None and k != "text"}
+        if self.detail is not None:
+            out["detail"] = self.detail.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Evidence:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "text"}
-        return cls(**{"test": "", "source": "", "value": float("nan"), "baseline": None, "baseline_name": "",
+        read = cls(**{"test": "", "source": "", "value": float("nan"), "baseline": None, "baseline_name": "",
                       "p_value": 1.0, **known})
+        read.detail = detail_of(read.test, data.get("detail"))
+        return read
 
 
 @dataclass(frozen=True)

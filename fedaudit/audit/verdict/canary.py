@@ -15,11 +15,12 @@ could have certified ``canary_epsilon_high``: INCONCLUSIVE), else LOW.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fedaudit.run.audited_run import AuditedRun
 from fedaudit.run.entries import CanaryAudit
+from fedaudit.run.evidence_detail import CanaryDetail, expect
 from fedaudit.statistics.membership_statistics import holm
 
 from .evidence import (VerdictRow, Strongest, ANYONE, DP_AUDIT, HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, Decision, Evidence, Rule,
@@ -46,15 +47,20 @@ def canary_row(run: AuditedRun, t: RiskThresholds) -> VerdictRow:
     case = Case(evidence, notes, ceilings, t)
     if evidence:
         decide(evidence, t)
-        claims = holm([ev.facts["p_claim"] for ev in evidence])
+        claims = holm([claim_of(ev).p_claim for ev in evidence])
         for ev, adj in zip(evidence, claims):
-            ev.facts["p_claim_adjusted"] = adj
+            ev.detail = replace(claim_of(ev), p_claim_adjusted=adj)
     d = first(RULES, case)
     return row(KEY, TITLE, DP_AUDIT, "planted canaries", observer, d, case, evidence, t.alpha)
 
 
+def claim_of(ev: Evidence) -> CanaryDetail:
+    """A canary audit's block (every test of this row is one)."""
+    return expect(ev.detail, CanaryDetail)
+
+
 def _observer(ev: Evidence) -> str:
-    return "server" if ev.facts["variant"] == "gradient" or ev.facts["target"] == "last_upload" else ANYONE
+    return "server" if claim_of(ev).variant == "gradient" or claim_of(ev).target == "last_upload" else ANYONE
 
 
 def _evidence(audits: tuple[CanaryAudit, ...], t: RiskThresholds) -> tuple[list[Evidence], list[str], list[float]]:
@@ -74,10 +80,10 @@ def _evidence(audits: tuple[CanaryAudit, ...], t: RiskThresholds) -> tuple[list[
         evidence.append(Evidence("canary_epsilon", f"{a.variant} canaries / {a.victim}", a.bound, 0.0,
                                  "ε = 0 (no privacy loss)", p, tier=tier_of_bound(a.bound, t), effect=a.bound,
                                  text=canary_finding(a),
-                                 detail={"attack": f"{a.variant} canaries", "victim": a.victim, "target": a.target,
-                                         "epsilon_spent": a.epsilon_spent, "epsilon_max_certifiable": a.ceiling,
-                                         "p_claim": p_claim, "variant": a.variant, "ideal_bound": a.ideal_bound,
-                                         "estimate": a.estimate}))
+                                 detail=CanaryDetail(attack=f"{a.variant} canaries", victim=a.victim, target=a.target,
+                                                     epsilon_spent=a.epsilon_spent, epsilon_max_certifiable=a.ceiling,
+                                                     p_claim=p_claim, variant=a.variant, ideal_bound=a.ideal_bound,
+                                                     estimate=a.estimate)))
     return evidence, notes, ceilings
 
 
@@ -106,7 +112,7 @@ class Refuted(Rule[Strongest]):
     name = "refuted"
 
     def decide(self, case: Case) -> Decision[Strongest] | None:
-        refuted = [ev for ev in case.evidence if ev.facts["p_claim_adjusted"] <= case.t.alpha]
+        refuted = [ev for ev in case.evidence if (claim_of(ev).p_claim_adjusted or 1.0) <= case.t.alpha]
         if not refuted:
             return None
         top = max(refuted, key=lambda ev: ev.value)
@@ -115,23 +121,23 @@ class Refuted(Rule[Strongest]):
 
     def reason(self, d: Decision[Strongest], case: Case) -> str:
         top, m = d.facts.top, len(case.evidence)
-        return (f"THE DP GUARANTEE DOES NOT HOLD: {clause(top, m)}; the claimed ε {top.facts['epsilon_spent']:.2f} is "
-                f"rejected at p {p_text(top.facts['p_claim_adjusted'])} after {CORRECTION} correction over {m} "
+        return (f"THE DP GUARANTEE DOES NOT HOLD: {clause(top, m)}; the claimed ε {claim_of(top).epsilon_spent:.2f} is "
+                f"rejected at p {p_text(claim_of(top).p_claim_adjusted)} after {CORRECTION} correction over {m} "
                 f"audit(s). {top.text} The DP-SGD implementation, its accounting or the audit is broken (or the target "
                 "carries something ε does not cover: see the coverage table).")
 
     def short(self, d: Decision[Strongest], case: Case) -> str:
         top = d.facts.top
-        return f"claimed ε {top.facts['epsilon_spent']:.2f} refuted, p {p_text(top.facts['p_claim_adjusted'])}"
+        return f"claimed ε {claim_of(top).epsilon_spent:.2f} refuted, p {p_text(claim_of(top).p_claim_adjusted)}"
 
 
 class RowSignificant(Significant):
     def reason(self, d: Decision[Strongest], case: Case) -> str:
         top = d.facts.top
-        within = (f" The bound is within the claimed ε {float(top.facts['epsilon_spent']):.2f} (not rejected, p "
-                  f"{p_text(top.facts['p_claim_adjusted'])} after {CORRECTION}): the guarantee holds as far as this "
-                  "audit can tell, and the loss it proves is loss that ε allows."
-                  if top.facts["epsilon_spent"] is not None else "")
+        spent = claim_of(top).epsilon_spent
+        within = (f" The bound is within the claimed ε {spent:.2f} (not rejected, p "
+                  f"{p_text(claim_of(top).p_claim_adjusted)} after {CORRECTION}): the guarantee holds as far as this "
+                  "audit can tell, and the loss it proves is loss that ε allows." if spent is not None else "")
         return f"{clause(top, len(case.evidence))}. {top.text}{within}"
 
     def short(self, d: Decision[Strongest], case: Case) -> str:

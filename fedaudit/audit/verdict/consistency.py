@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedaudit.run.audited_run import AuditedRun, BroadcastCheck, DifferentRound
+from fedaudit.run.evidence_detail import BroadcastDetail
 
 from .evidence import (CONSISTENCY, HIGH, INCONCLUSIVE, LOW, NOT_ASSESSED, Decision, Evidence, Rule, VerdictRow, first,
                        row)
@@ -35,7 +36,7 @@ def consistency_row(run: AuditedRun, t: RiskThresholds) -> VerdictRow | None:
     d = first(RULES, run.broadcasts)
     evidence = [Evidence("broadcast_content", f"round {x.round} {x.message_type} {x.record} ({x.recorded_by}'s copies)",
                          float(len(x.groups)), 1.0, "one model for every client", 0.0, p_adjusted=0.0, tier=HIGH,
-                         effect=float(len(x.groups)), detail={"groups": x.groups, "exact": "content digests, no sampling"})
+                         effect=float(len(x.groups)), detail=BroadcastDetail(groups=x.groups, exact="content digests, no sampling"))
                 for x in (run.broadcasts.different if d.rule is RULES[0] else ())]
     return row(KEY, TITLE, CONSISTENCY, ARTIFACT, OBSERVER, d, run.broadcasts, evidence, t.alpha)
 

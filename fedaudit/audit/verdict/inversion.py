@@ -24,6 +24,7 @@ from typing import Any
 
 from fedaudit.run.blocks import POWER_SINGLE
 from fedaudit.run.audited_run import AuditedRun
+from fedaudit.run.evidence_detail import IdentifiabilityDetail, LiftDetail
 from fedaudit.run.entries import finite_pair, LiftTest, ReconstructionEntry, ReconstructionPower, ReconstructionTable
 from fedaudit.statistics.membership_statistics import holm
 
@@ -126,7 +127,7 @@ class Uninformative(Rule[Counts]):
         evidence = case.evidence
         if any(_could_reach_medium(e, len(evidence), case.t) for e in evidence):
             return None
-        counts = sorted({f"{e.test} on {e.facts['n']}" for e in evidence if isinstance(e.facts["n"], int)})
+        counts = sorted({f"{e.test} on {n}" for e in evidence if isinstance(n := getattr(e.detail, "n", None), int)})
         saturated = sorted({f"{e.test} ({e.baseline_name} already at {pct(e.baseline)})" for e in evidence
                             if _saturated(e)})
         return self(INCONCLUSIVE, Counts(counts, saturated))
@@ -242,20 +243,20 @@ def _could_reach_medium(e: Evidence, m: int, t: RiskThresholds) -> bool:
     """Whether a perfect result at the test's counts (every image right) would read MEDIUM: significant at
     alpha / m (Holm's first step, the most a row's strongest test may need) and, for a lift test, a lift of at
     least the medium threshold. A test whose counts were not stored is given the benefit of the doubt."""
-    detail = e.detail or {}
-    n = detail["n"]
-    if not isinstance(n, int):
+    detail = e.detail
+    if not isinstance(detail, (IdentifiabilityDetail, LiftDetail)) or not isinstance(detail.n, int):
         return True
+    n = detail.n
     if n <= 0:
         return False
     level = t.alpha / max(m, 1)
-    if e.test == "identifiability":  # the permutation test against chance and one against each measured null
-        chance = detail["chance"]
-        best = [lift_p_value([n, n], None, float(chance))] if isnum(chance) else []
-        best += [lift_p_value([n, n], [v * n, n], None) for v in detail["measured"].values()]
+    if isinstance(detail, IdentifiabilityDetail):  # the permutation test against chance and one per measured null
+        chance = detail.chance
+        best = [lift_p_value([n, n], None, float(chance))] if chance is not None and isnum(chance) else []
+        best += [lift_p_value([n, n], [v * n, n], None) for v in detail.measured.values()]
         return max(best, default=0.0) <= level
-    return (1.0 - float(e.baseline or 0.0) >= float(detail["medium"]) - 1e-9
-            and lift_p_value([n, n], detail["null_counts"], detail["chance"]) <= level)
+    return (1.0 - float(e.baseline or 0.0) >= float(detail.medium) - 1e-9
+            and lift_p_value([n, n], detail.null_counts, detail.chance) <= level)
 
 
 def _saturated(e: Evidence) -> bool:
@@ -303,8 +304,9 @@ def _lift_evidence(test: str, source: str, found: LiftTest, levels: tuple[float,
     return Evidence(test, source, found.attack, base, NULL_NAMES[name], p,
                     nulls={**found.nulls, **({"twin": found.twin} if found.twin is not None else {})},
                     tier=tier, text=text, effect=lift,
-                    detail={"n": round(attack[1]) if attack else None, "null_counts": list(null_counts) if null_counts else None,
-                            "chance": base if name == "chance" else None, "medium": medium})
+                    detail=LiftDetail(n=round(attack[1]) if attack else None,
+                                      null_counts=list(null_counts) if null_counts else None,
+                                      chance=base if name == "chance" else None, medium=medium))
 
 
 def _record_evidence(source: str, victim: str, entry: ReconstructionEntry, what: str,
@@ -326,13 +328,13 @@ def _record_evidence(source: str, victim: str, entry: ReconstructionEntry, what:
     p = max(p_each.values())
     margin = (ci[0] - base) if ci else None
     tier = HIGH if margin is not None and margin >= t.identifiability_margin_high - 1e-9 else MEDIUM
-    text = identifiability_finding(ident, what, victim, p_each["chance"], p, NULL_NAMES[name], base, margin,
+    text = identifiability_finding(ident, what, victim, ident.attack_p_value, p, NULL_NAMES[name], base, margin,
                                    t.identifiability_margin_high)
     return Evidence("identifiability", source, ident.attack, base, NULL_NAMES[name], p, interval=ci,
                     nulls=dict(ident.nulls), power=entry.power.summary() if entry.power else None, tier=tier,
                     text=text, effect=margin,
-                    detail={"p_against": p_each, "balanced": ident.balanced, "null_q95": ident.null_q95, "n": n,
-                            "chance": ident.chance, "measured": measured, "victim": victim})
+                    detail=IdentifiabilityDetail(p_against=p_each, balanced=ident.balanced, null_q95=ident.null_q95, n=n,
+                                                 chance=ident.chance, measured=measured, victim=victim))
 
 
 def lift_p_value(attack: Any, null: Any, chance: float | None) -> float:

@@ -32,6 +32,7 @@ from typing import Any
 
 from fedaudit.run.audited_run import AuditedRun
 from fedaudit.run.entries import ExactMatches, MembershipEntry, MembershipTest
+from fedaudit.run.evidence_detail import MembershipDetail, MembershipTprDetail, expect
 from fedaudit.statistics.membership_statistics import advantage_null_quantile
 
 from .evidence import (VerdictRow, Detectable, Strongest, ANYONE, ARTIFACT, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LAST_UPLOAD, LOW, MEDIUM, MEMBERSHIP,
@@ -126,8 +127,8 @@ def _evidence(attacks: list[Attack], t: RiskThresholds) -> tuple[list[Evidence],
         if not e.scored:
             skipped.append(Unscored(f"{variant}/{victim}", e.status, e.reason))
             continue
-        detail = {"attack": _attack_name(variant, e), "variant": variant, "target": target, "victim": victim,
-                  "members": e.members or 0, "nonmembers": e.nonmembers or 0, "auc": e.auc}
+        detail = MembershipDetail(attack=_attack_name(variant, e), variant=variant, target=target, victim=victim,
+                                  members=e.members or 0, nonmembers=e.nonmembers or 0, auc=e.auc)
         level = e.at_1pct_fpr
         if level is not None and level.p_value is not None:
             ci = list(level.interval) if level.interval else None
@@ -136,7 +137,8 @@ def _evidence(attacks: list[Attack], t: RiskThresholds) -> tuple[list[Evidence],
                                      "achieved FPR (the chance line TPR = FPR)", level.p_value, interval=ci,
                                      tier=HIGH if clears else MEDIUM if level.resolvable else LOW,
                                      effect=(ci[0] if ci else None),
-                                     detail={**detail, "resolvable": level.resolvable, "warning": level.warning}))
+                                     detail=MembershipTprDetail(**vars(detail), resolvable=level.resolvable,
+                                                                warning=level.warning)))
         if e.advantage is not None and e.advantage_p_value is not None:
             adv = e.advantage
             tier = HIGH if adv >= t.mia_advantage_high else MEDIUM if adv >= t.mia_advantage_medium else LOW
@@ -160,7 +162,7 @@ def _discount_twins(evidence: list[Evidence], artifact_tests: list[tuple[str, Me
     """The holdout twin is the artifact test's null: where it separates members as well (the signal survives swapping
     the members out, e.g. it comes from the weights), that test's finding cannot be credited to the artifact."""
     twin_off = {victim for victim, e in artifact_tests if e.twin is not None and e.twin.significant(t.alpha)}
-    discounted = [e for e in evidence if e.tier in (HIGH, MEDIUM) and e.facts["variant"] == ARTIFACT
+    discounted = [e for e in evidence if e.tier in (HIGH, MEDIUM) and expect(e.detail, MembershipDetail).variant == ARTIFACT
                   and e.victim in twin_off]
     for e in discounted:
         e.tier = LOW
@@ -321,7 +323,7 @@ def _detectable(evidence: list[Evidence], t: RiskThresholds) -> tuple[float, int
     """The smallest advantage the row's tests could have detected after Holm's first step, and their number."""
     advantage = [e for e in evidence if e.test == "mia_advantage"]
     m = len(advantage) or 1
-    sizes = {(e.facts["members"], e.facts["nonmembers"]) for e in advantage}
+    sizes = {(d.members, d.nonmembers) for e in advantage if (d := expect(e.detail, MembershipDetail))}
     return (min(advantage_null_quantile(n1, n0, t.alpha / m) for n1, n0 in sizes) if sizes else float("inf")), m
 
 

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fedaudit.run.audited_run import AuditedRun
 from fedaudit.run.entries import MembershipEntry
+from fedaudit.run.evidence_detail import ParticipationDetail, expect
 
 from .evidence import (VerdictRow, Detectable, Strongest, ANYONE, DOMAIN, GLOBAL, HIGH, INCONCLUSIVE, LOW, MEDIUM, PARTICIPATION, Decision, Evidence,
                        Rule, Significant, Unscored, closest, decide, deciding, first, row)
@@ -87,6 +88,11 @@ def twin_spread(entries: Iterable[MembershipEntry]) -> tuple[float | None, int]:
     return (math.sqrt(squares / df) if df else None), df
 
 
+def twins_of(e: Evidence) -> ParticipationDetail:
+    """A participation test's block (every test of this row is one)."""
+    return expect(e.detail, ParticipationDetail)
+
+
 def participation_evidence(victim: str, entry: MembershipEntry, spread: float | None, df: int,
                            t: RiskThresholds) -> Evidence | None:
     """One source domain's test: the released model's AUC against its twins' mean, by their pooled spread."""
@@ -95,12 +101,13 @@ def participation_evidence(victim: str, entry: MembershipEntry, spread: float | 
     if entry.auc is None:
         return None
     aucs = list(entry.twin_aucs)
-    detail = {"victim": victim, "attack": "domain-level attack", "twin_aucs": aucs, "df": df,
-              "twin_reason": None if aucs else (entry.twin_reason or "no domain twin was trained"),
-              "members": entry.members or 0, "nonmembers": entry.nonmembers or 0, "nonmember_domain": entry.nonmember_domain}
+    detail = ParticipationDetail(victim=victim, attack="domain-level attack", twin_aucs=aucs, df=df,
+                                 twin_reason=None if aucs else (entry.twin_reason or "no domain twin was trained"),
+                                 members=entry.members or 0, nonmembers=entry.nonmembers or 0,
+                                 nonmember_domain=entry.nonmember_domain, twin=False)
     if not aucs or spread is None:  # nothing to compare with: the row says so (rule no_twin)
         e = Evidence("participation_auc", f"domain-level attack on {GLOBAL} / {victim}", entry.auc, None,
-                     "domain twins", 1.0, tier=LOW, detail={**detail, "twin": False})
+                     "domain twins", 1.0, tier=LOW, detail=detail)
         e.text = participation_finding(e)
         return e
     base = sum(aucs) / len(aucs)
@@ -111,7 +118,7 @@ def participation_evidence(victim: str, entry: MembershipEntry, spread: float | 
             MEDIUM if lift >= t.participation_auc_lift_medium - 1e-9 else LOW)
     e = Evidence("participation_auc", f"domain-level attack on {GLOBAL} / {victim}", entry.auc, base,
                  "domain twins", p, nulls={"domain_twins": base}, tier=tier, effect=lift,
-                 detail={**detail, "twin": True, "spread": spread, "se": se})
+                 detail=replace(detail, twin=True, spread=spread, se=se))
     e.text = participation_finding(e)
     return e
 
@@ -144,12 +151,12 @@ class NoTwin(Rule[Untwinned]):
     name = "no_twin"
 
     def decide(self, case: Case) -> Decision[Untwinned] | None:
-        missing = [e for e in case.evidence if not e.facts["twin"]]
+        missing = [e for e in case.evidence if not twins_of(e).twin]
         return self(INCONCLUSIVE, Untwinned(missing)) if missing else None
 
     def reason(self, d: Decision[Untwinned], case: Case) -> str:
         names = ", ".join(str(e.victim) for e in d.facts.missing)
-        why = d.facts.missing[0].facts["twin_reason"] or "one twin per domain: no spread to judge by"
+        why = twins_of(d.facts.missing[0]).twin_reason or "one twin per domain: no spread to judge by"
         seen = ", ".join(f"{fmt(e.value)} on {e.victim}" for e in case.evidence)
         return (f"the domain-level attack: AUC {seen}, but no domain twins for {names} ({why}): a gap between a "
                 "source domain and the unseen one may be that domain's own difficulty, not its participation, and "
@@ -215,7 +222,7 @@ def _detectable(case: Case) -> float:
     one-sided t quantile times the largest standard error)."""
     from scipy.stats import t as student
 
-    ses = [float(e.facts["se"]) for e in case.evidence if e.facts["twin"]]
+    ses = [float(d.se) for e in case.evidence if (d := twins_of(e)).twin and d.se is not None]
     if not ses or case.df < 1:
         return float("inf")
     return float(student.isf(case.t.alpha / len(case.evidence), case.df)) * max(ses)

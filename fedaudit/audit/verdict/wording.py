@@ -10,6 +10,7 @@ from typing import Any
 
 from fedaudit.run.audited_run import DifferentRound
 from fedaudit.run.entries import CanaryAudit, Identifiability, LiftTest
+from fedaudit.run.evidence_detail import MembershipDetail, ParticipationDetail, expect
 from fedaudit.run.results import Evidence
 
 from .evidence import CLIENT_DATA, DOMAIN, INVERSION, MEMBERSHIP, PARTICIPATION, closest, isnum
@@ -242,20 +243,20 @@ def identifiability_finding(ident: Identifiability, what: str, victim: str, p_ch
 
 def membership_finding(e: Evidence) -> str:
     """The sentence after the deciding clause: what the test found, in the reader's words."""
-    d = e.detail or {}
-    counts = f"{d['members']} members vs {d['nonmembers']} non-members"
-    on = SUBJECTS[d["target"]][1] if d["target"] in SUBJECTS else f"the shared {d['target']}"
+    d = expect(e.detail, MembershipDetail)
+    counts = f"{d.members} members vs {d.nonmembers} non-members"
+    on = SUBJECTS[d.target][1] if d.target in SUBJECTS else f"the shared {d.target}"
     if e.test == "mia_tpr":
         ci = e.interval
         span = f"{pct(ci[0])}–{pct(ci[1])}" if ci else "?"
-        if d["variant"] == DOMAIN:
-            return (f"Querying {on}, the domain-level attack tells {d['victim']} records (never trained on) from "
+        if d.variant == DOMAIN:
+            return (f"Querying {on}, the domain-level attack tells {d.victim} records (never trained on) from "
                     f"unseen-domain records: TPR {pct(e.value)} at 1% FPR (95% CI {span}; chance 1%; {counts}) — the "
-                    f"model reveals that {d['victim']} took part.")
-        return (f"The {d['attack']} on {on} flags {pct(e.value)} of {d['victim']}'s training records at 1% false "
+                    f"model reveals that {d.victim} took part.")
+        return (f"The {d.attack} on {on} flags {pct(e.value)} of {d.victim}'s training records at 1% false "
                 f"positives (95% CI {span}; chance 1%; {counts}).")
-    auc = f", AUC {d['auc']:.2f}" if isnum(d["auc"]) else ""
-    return (f"The {d['attack']} on {on} separates {d['victim']}'s members from non-members with advantage "
+    auc = f", AUC {d.auc:.2f}" if d.auc is not None and isnum(d.auc) else ""
+    return (f"The {d.attack} on {on} separates {d.victim}'s members from non-members with advantage "
             f"{e.value:.2f} (max TPR − FPR; no signal gives ≥ {fmt(e.baseline)} only 5% of the time at {counts}{auc}).")
 
 
@@ -264,15 +265,15 @@ def membership_finding(e: Evidence) -> str:
 
 def participation_finding(e: Evidence) -> str:
     """One source domain's test in a sentence: the attack's AUC on the released model, and on its domain twins."""
-    d = e.detail or {}
-    aucs = d["twin_aucs"]
-    twins = (f"on {len(aucs)} domain twin(s) — the federation trained without {d['victim']}, each with its own seed — it "
+    d = expect(e.detail, ParticipationDetail)
+    aucs = d.twin_aucs
+    twins = (f"on {len(aucs)} domain twin(s) — the federation trained without {d.victim}, each with its own seed — it "
              f"reaches {', '.join(fmt(a) for a in aucs)} (mean {fmt(e.baseline)}; pooled spread "
-             f"{fmt(d['spread'])} over {d['df']} degree(s) of freedom)" if d["twin"] else
-             f"no domain twin to compare with ({d['twin_reason'] or 'one twin per domain: no spread to judge by'})")
-    return (f"Querying the released model, the domain-level attack tells {d['victim']}'s records (never trained on "
-            f"themselves) from the unseen {d['nonmember_domain'] or 'domain'}'s with AUC {fmt(e.value)} "
-            f"({d['members']} vs {d['nonmembers']} records); {twins}.")
+             f"{fmt(d.spread)} over {d.df} degree(s) of freedom)" if d.twin else
+             f"no domain twin to compare with ({d.twin_reason or 'one twin per domain: no spread to judge by'})")
+    return (f"Querying the released model, the domain-level attack tells {d.victim}'s records (never trained on "
+            f"themselves) from the unseen {d.nonmember_domain or 'domain'}'s with AUC {fmt(e.value)} "
+            f"({d.members} vs {d.nonmembers} records); {twins}.")
 
 
 # -- the DP audit row --------------------------------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""Each verdict test family's own block beside its numbers (``Evidence.detail``): what the rule that built the test
+counted and against whom, typed per family — the rules and their sentences read attributes, and a stored row's
+block is read back into the same type by its test's name (:data:`DETAILS`).
+
+Field order is the stored key order; a field named in ``optional`` is left out of metrics.json while None (a test
+that never had it, as older runs stored it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar, Self, TypeVar
+
+
+@dataclass
+class Detail:
+    """A test family's block (see the module's doc)."""
+
+    optional: ClassVar[frozenset[str]] = frozenset()
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if not (v is None and k in self.optional)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        """A stored block: the fields it holds (another version's extra keys left out, missing ones None)."""
+        return cls(**{f.name: data.get(f.name) for f in fields(cls)})
+
+
+@dataclass
+class MembershipDetail(Detail):
+    """A membership test (``mia_advantage``): which attack, on which target, against whose records, at what counts."""
+
+    attack: str
+    variant: str
+    target: str
+    victim: str
+    members: int
+    nonmembers: int
+    auc: float | None
+
+
+@dataclass
+class MembershipTprDetail(MembershipDetail):
+    """TPR at 1% FPR (``mia_tpr``): also whether the counts can resolve that rate, and why not."""
+
+    resolvable: bool
+    warning: str | None
+
+
+@dataclass
+class ParticipationDetail(Detail):
+    """The released model's domain-level AUC for one source domain (``participation_auc``) beside its domain twins."""
+
+    optional = frozenset({"spread", "se"})
+
+    victim: str
+    attack: str
+    twin_aucs: list[float]
+    df: int
+    twin_reason: str | None
+    members: int
+    nonmembers: int
+    nonmember_domain: str | None
+    twin: bool
+    spread: float | None = None  # the twins' pooled spread, where there are twins to compare with
+    se: float | None = None
+
+
+@dataclass
+class CanaryDetail(Detail):
+    """One canary audit (``canary_epsilon``): the bound's claim beside it, and the claim's test before and after the
+    row's correction."""
+
+    optional = frozenset({"p_claim_adjusted"})
+
+    attack: str
+    victim: str
+    target: str | None
+    epsilon_spent: float | None
+    epsilon_max_certifiable: float | None
+    p_claim: float
+    variant: str
+    ideal_bound: float | None
+    estimate: float | None
+    p_claim_adjusted: float | None = None  # set by the row, over every audit's claim test
+
+
+@dataclass
+class BroadcastDetail(Detail):
+    """A broadcast whose clients received different content (``broadcast_content``)."""
+
+    groups: list[list[str]]
+    exact: str
+
+
+@dataclass
+class LiftDetail(Detail):
+    """A distribution-level reconstruction test (``domain_attribution``, ``class_fidelity``): its counts, the null's
+    counts or chance level, and the lift MEDIUM needs."""
+
+    n: int | None
+    null_counts: list[float] | None
+    chance: float | None
+    medium: float
+
+
+@dataclass
+class IdentifiabilityDetail(Detail):
+    """A victim's record-level reconstruction test (``identifiability``): its p-value against each null."""
+
+    p_against: dict[str, float]
+    balanced: bool | None
+    null_q95: float | None
+    n: int
+    chance: float | None
+    measured: dict[str, float]
+    victim: str
+
+
+# The family of each test, by the name Evidence.test stores.
+DETAILS: dict[str, type[Detail]] = {
+    "mia_tpr": MembershipTprDetail, "mia_advantage": MembershipDetail, "participation_auc": ParticipationDetail,
+    "canary_epsilon": CanaryDetail, "broadcast_content": BroadcastDetail, "identifiability": IdentifiabilityDetail,
+    "domain_attribution": LiftDetail, "class_fidelity": LiftDetail}
+
+
+D = TypeVar("D", bound=Detail)
+
+
+def expect(detail: Detail | None, family: type[D]) -> D:
+    """``detail`` as the family a rule built it as (a rule's own tests: anything else is a bug, said as one)."""
+    if not isinstance(detail, family):
+        raise TypeError(f"expected a {family.__name__}, got {type(detail).__name__}")
+    return detail
+
+
+def detail_of(test: str, stored: Any) -> Detail | None:
+    """A stored row's block as its test's family (None: not stored, or a test this version does not know)."""
+    family = DETAILS.get(test)
+    return family.from_json(stored) if family is not None and isinstance(stored, Mapping) else None
+
+
+__all__ = ["DETAILS", "BroadcastDetail", "CanaryDetail", "Detail", "IdentifiabilityDetail", "LiftDetail",
+           "MembershipDetail", "MembershipTprDetail", "ParticipationDetail", "detail_of", "expect"]
