@@ -21,7 +21,7 @@ from fedaudit.errors import FedauditError
 from fedaudit.run import run_directory
 from fedaudit.run.blocks import HistoryRow, StoredRun, WireRow
 from fedaudit.run.audited_run import AuditedRun
-from fedaudit.run.results import Leakage, schema_version
+from fedaudit.run.results import Leakage, RunMetrics, schema_version
 
 
 @dataclass
@@ -58,10 +58,15 @@ class Unit:
         return self.metrics["leakage"] if isinstance(self.metrics.get("leakage"), dict) else {}
 
     @cached_property
+    def run(self) -> RunMetrics:
+        """metrics.json as the typed objects the run wrote it from, read once."""
+        return RunMetrics.from_json(self.metrics, self.run_dir / "metrics.json")
+
+    @cached_property
     def audited(self) -> AuditedRun:
         """The attack results as typed entries (fedaudit.run.entries), the same the verdict judges."""
         config = self.config["config"] if isinstance(self.config.get("config"), dict) else {}
-        return AuditedRun.of(self.metrics, config)
+        return AuditedRun.of_run(self.run, str(config.get("attacker") or "server"))
 
     @cached_property
     def history_rows(self) -> list[HistoryRow]:

@@ -40,7 +40,7 @@ from fedaudit.reports.run_tables import (accuracy_table, communication_table, me
 from fedaudit.reports.summary import dpia, first_screen
 from fedaudit.run import run_directory
 from fedaudit.run.audited_run import AuditedRun
-from fedaudit.run.results import SCHEMA_VERSION, RunMetrics, VerdictRow
+from fedaudit.run.results import SCHEMA_VERSION, VerdictRow
 
 log = logging.getLogger("fedaudit")
 
@@ -231,10 +231,9 @@ def verdict_table(shown: Sequence[tuple[list[VerdictRow], bool]], t: RiskThresho
 def verdict_rows(u: Unit, t: RiskThresholds | None) -> tuple[list[VerdictRow], bool]:
     """The unit's verdict rows as the page shows them, and whether they were judged now: the stored rows, or the
     stored evidence re-judged (other thresholds, or a run stored before this schema's rows)."""
-    run = RunMetrics.from_json(u.metrics)
     if t is not None or not isinstance(u.stored.verdict, list) or u.schema < SCHEMA_VERSION:
-        return judge_rows(AuditedRun.of(u.metrics, _config(u)), t), True
-    return run.rows(), False
+        return judge_rows(AuditedRun.of_run(u.run, str(_config(u).get("attacker") or "server")), t), True
+    return u.run.rows(), False
 
 
 def verdict_evidence(row: VerdictRow, limit: int = 4) -> list[str]:
