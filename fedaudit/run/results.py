@@ -5,8 +5,9 @@
 variant, target and victim; reconstruction results by attack, artifact and victim); ``VerdictRow`` one stored
 verdict row. The file's shape is declared in ``metrics.schema.json``, shipped beside this module and versioned by
 ``SCHEMA_VERSION``; ``validate`` holds a file to it (users can gate CI on the same file: ``python -m
-fedaudit.run.results RUN_DIR/metrics.json``). The numeric blocks inside (accuracy, communication, privacy,
-provenance, an attack's entry) stay mappings: the schema names their keys and types, and their writers own them.
+fedaudit.run.results RUN_DIR/metrics.json``). Its blocks are the typed models of :mod:`fedaudit.run.stored`
+(accuracy, communication, privacy, provenance, the auditor's data, secure aggregation); the attack results
+(``leakage``) are still mappings, read by :mod:`fedaudit.run.entries` until their models land (issue 59).
 """
 
 from __future__ import annotations
