@@ -16,7 +16,7 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Unpack
@@ -82,8 +82,9 @@ def evaluate(
         # --pretrained loads into the model (a file that is no state_dict for it is one line, not an orphan run)
         from fedaudit.models import build_model
 
+        norm: dict[str, Any] = {} if is_factory(cfg.model) else {"norm": cfg.norm}  # a factory builds its own
         build_model(cfg.model, len(dataset.classes), cfg.image_size, pretrained=cfg.pretrained,
-                    model_args=cfg.model_args, **({} if is_factory(cfg.model) else {"norm": cfg.norm}))
+                    model_args=cfg.model_args, **norm)
     if auto_note:  # said once the options are known to be good
         log.info(auto_note)
     root = run_directory.new_run_dir(Path(cfg.out).expanduser(), cfg.method, cfg.dataset, "all" if len(targets) > 1 else targets[0])
@@ -100,7 +101,7 @@ def evaluate(
 
 
 def run_config(method: str | None, config: str | Path | None, method_option: list[str] | None,
-               method_flags: list[tuple[str, str]] | None, options: dict[str, Any]) -> tuple[RunConfig, str | None]:
+               method_flags: list[tuple[str, str]] | None, options: Mapping[str, Any]) -> tuple[RunConfig, str | None]:
     """The run's config as ``evaluate`` resolves it, checked, before any data is loaded: explicit options over
     the config file over the method's profile defaults; ``--attack auto`` resolved from what the method shares
     (and the note saying so); under DP-SGD the norm layers Opacus can train."""
@@ -150,7 +151,8 @@ def warn_unused_attack_options(given: dict[str, Any], cfg: RunConfig) -> None:
                     name.replace("_", "-"), cfg.attack)
 
 
-def _resume(path: Path, reporter: Reporter, on_round_end, model: str | None = None) -> RunResult:
+def _resume(path: Path, reporter: Reporter, on_round_end: Callable[[Federation, int], None] | None,
+            model: str | None = None) -> RunResult:
     from fedaudit.attacks import attack_schema
 
     root = run_directory.resolve_resume(path)
@@ -204,17 +206,17 @@ def audit_recording(recording: str | Path, *, command: str = "", unverified: boo
     rec.verification = verify_recording(rec, unverified=unverified)  # whole, before anything is judged
     rec.verification["seconds"] = round(time.perf_counter() - t0, 3)
     check_some_client_answered(rec)
-    explicit = {k: v for k, v in explicit.items() if v is not None}
-    check_audit_options(explicit, set(attack_options()))
-    base = audited_model(rec, recorded_config(rec, records, explicit.get("dataset")), explicit)
+    given: dict[str, Any] = {k: v for k, v in explicit.items() if v is not None}
+    check_audit_options(given, set(attack_options()))
+    base = audited_model(rec, recorded_config(rec, records, given.get("dataset")), given)
     method_cls = get_method(base["method"])
     # First the options without attacks: the data and the architecture say what the recorded records are,
     # and those say what `--attack auto` runs.
-    draft = resolve({**base, **explicit, "attack": "none"}, None, method_cls.profile_defaults, {}, attack_options())
+    draft = resolve({**base, **given, "attack": "none"}, None, method_cls.profile_defaults, {}, attack_options())
     check_names(draft)
     dataset, split = auditor_data(draft, DATA_SEED, rec)
     name_model_records(rec, draft, len(dataset.classes))
-    spec = explicit.get("attack", AUTO)
+    spec = given.get("attack", AUTO)
     by_auto = spec in (AUTO, "all")  # chosen for the user: what cannot run without data is left out, not refused
     if spec == AUTO:
         spec = auto_attacks(recorded_shares(rec), "quick")
@@ -227,11 +229,11 @@ def audit_recording(recording: str | Path, *, command: str = "", unverified: boo
     if draft.dataset == NO_DATA:
         selected, left_out = data_free_attacks(selected, by_auto)
         for name, why in left_out.items():
-            log.warning("--attack %s leaves %s out: %s", explicit.get("attack", AUTO), name, why)
+            log.warning("--attack %s leaves %s out: %s", given.get("attack", AUTO), name, why)
         spec = ",".join(cls.name for cls in selected) or "none"
-    cfg = resolve({**base, **explicit, "attack": spec}, None, method_cls.profile_defaults, attack_schema(spec),
+    cfg = resolve({**base, **given, "attack": spec}, None, method_cls.profile_defaults, attack_schema(spec),
                   attack_options())
-    warn_unused_attack_options(explicit, cfg)
+    warn_unused_attack_options(given, cfg)
     protocol = rec.secure_aggregation()
     if protocol is not None and cfg.attacker == SERVER and not cfg.secure_aggregation and selected:
         log.info("the recording used %s (its stage messages): the server rows are judged under secure aggregation "
@@ -283,7 +285,7 @@ def write_comparison(run_dirs: list[Path], out: Path) -> Path:
     """The compare page of finished runs (``fedaudit compare``)."""
     from fedaudit.reports import write_compare
 
-    return write_compare(run_dirs, out)
+    return Path(write_compare(run_dirs, out))
 
 
 # -- validation helpers --------------------------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 TARGET = Path(__file__).resolve().parent.parent / "fedaudit" / "run" / "option_types.py"
+NAMED = {"method"}  # evaluate's own parameters, not keywords of **options
 PLAIN = {"split": "tuple[float, float, float]", "method_options": "dict[str, Any]", "model_args": "dict[str, Any]",
          "attack_options": "dict[str, dict[str, Any]]"}  # RunConfig fields that are not single options
 
@@ -35,6 +36,8 @@ def fields() -> tuple[list[tuple[str, str, str]], set[str]]:
     run = declared(RunConfig)
     out = []
     for f in dataclasses.fields(RunConfig):
+        if f.name in NAMED:
+            continue
         if f.name in run:
             out.append((f.name, type_of(run[f.name]), run[f.name].help))
         elif f.name in PLAIN:

@@ -13,8 +13,6 @@ from typing import Any, Literal, TypedDict
 class EvaluateOptions(TypedDict, total=False):
     """``fedaudit.evaluate(method, **options)``: every run option and every attack's option."""
 
-    #: FedDG method (see `fedaudit list methods`).
-    method: str
     #: Attack(s): auto (what applies to the method's shares: deepinversion and mia-artifact for statistics and banks,
     #: mia-loss always, mia-lira and mia-rmia on the paper profile), none (training only), deepinversion, gradinv,
     #: mia (or mia-loss, mia-lira, mia-rmia, mia-domain, mia-artifact), canary (one-run ε audit; not in all), all, or
