@@ -125,8 +125,9 @@ def gradient_canary_count(cfg: RunConfig) -> int:
         if m < 2:
             raise FedauditError(f"--gradient-canaries {m}: the audit needs at least 2 (or 0: chosen for the claimed ε)")
         return m
+    target = float(cfg.dp_epsilon) if cfg.dp_epsilon is not None else math.inf  # no target: the largest count
     for m in GRADIENT_COUNTS:
-        if ceiling(m, float(cfg.dp_delta), CONFIDENCE, GRADIENT_K_FRACTIONS) > float(cfg.dp_epsilon):
+        if ceiling(m, float(cfg.dp_delta), CONFIDENCE, GRADIENT_K_FRACTIONS) > target:
             return m
     return GRADIENT_COUNTS[-1]
 
@@ -191,11 +192,11 @@ def claims(fed: Federation) -> dict[str, tuple[float, dict[str, Any]]]:
 def _judge_claim(entry: dict[str, Any], claim: tuple[float, dict[str, Any]] | None, confidence: float) -> None:
     """Put the claim beside an audit's entry: ε spent, the claimed curve, the f-DP test of that curve over the k grid
     (``p_claim``; Bonferroni) and whether this audit alone rejects it (the verdict corrects across audits)."""
-    eps, curve = claim if claim is not None else (None, None)
-    entry["epsilon_spent"] = eps
-    if eps is None:
-        entry["can_refute_claim"], entry["exceeds_claimed"] = None, False
+    if claim is None:
+        entry["epsilon_spent"], entry["can_refute_claim"], entry["exceeds_claimed"] = None, None, False
         return
+    eps, curve = claim
+    entry["epsilon_spent"] = eps
     entry["claim"] = curve
     entry["p_claim"] = p_value_of_curve(int(entry["canaries"]), entry["per_k"], curve)
     gdp = entry["gdp"]
@@ -255,6 +256,8 @@ def audit_canaries(attack: Attack, cfg: RunConfig, method: Method, fed: Federati
 def _canary_steps(fed: Federation, domain: str) -> int:
     """How many (canary, step) pairs went into the victim's noised sums in this process (a resumed run counts
     from the resume)."""
+    if fed.dp is None:  # no DP-SGD: no gradient canaries went into any sum
+        return 0
     injector = fed.dp.injectors.get(next(c.index for c in fed.clients if c.domain == domain))
     return injector.added if injector is not None else 0
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from fedaudit.errors import unknown_choice
@@ -38,7 +38,7 @@ class RichReporter:
     def __init__(self, quiet: bool):
         self.quiet = quiet
         self.progress: Progress | None = None
-        self.task = None
+        self.task: TaskID | None = None
 
     def start_target(self, target: str, rounds: int, done: int) -> None:
         if self.quiet:
@@ -54,7 +54,7 @@ class RichReporter:
             return "—" if x is None else f"{x:.3f}"
 
         status = f"val {acc(row['val_mean'])}  unseen {acc(row['target'])}  loss {row['train_loss']:.3f}"
-        if self.progress is not None:
+        if self.progress is not None and self.task is not None:
             self.progress.update(self.task, advance=1, status=status)
         else:
             log.info("target %s round %d: %s", target, row["round"], status)

@@ -58,9 +58,10 @@ def check_dp(dp: Mapping[str, Any], where: str) -> dict[str, Any]:
     delta = out.setdefault("delta", DEFAULT_DELTA)
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
         raise FedauditError(f"{where} dp.delta must lie strictly between 0 and 1, got {delta!r}")
-    key = out.setdefault("weighted_by_key", None)
-    if key is not None and not isinstance(key, str):
-        raise FedauditError(f"{where} dp.weighted_by_key must be the name of the metric the aggregate weights by, got {key!r}")
+    weighted_by = out.setdefault("weighted_by_key", None)
+    if weighted_by is not None and not isinstance(weighted_by, str):
+        raise FedauditError(f"{where} dp.weighted_by_key must be the name of the metric the aggregate weights by, got "
+                            f"{weighted_by!r}")
     return out
 
 
@@ -114,10 +115,11 @@ def effective_noise(rec: Recording, z: float, m: int, weighted_by: str | None) -
     out = []
     for rnd, senders in sorted(senders_of.items()):
         weights = {s: _weight(rec, scalars.get((rnd, s)), weighted_by) for s in senders}
-        known = all(w is not None and w > 0 for w in weights.values())
-        share = max(weights.values()) / sum(weights.values()) if known else 1 / len(senders)
+        known = [w for w in weights.values() if w is not None and w > 0]
+        recorded = len(known) == len(weights)
+        share = max(known) / sum(known) if recorded else 1 / len(senders)
         out.append({"round": rnd, "replies": len(senders), "largest_share": share,
-                    "weights": "recorded" if known else "equal (none recorded)",
+                    "weights": "recorded" if recorded else "equal (none recorded)",
                     "noise_multiplier": z / (m * share)})
     return out
 
@@ -159,7 +161,7 @@ def clipping_check(rec: Recording, clipping_norm: float) -> ClippingCheck:
             skipped += 1  # no broadcast this upload started from, or arrays the broadcast did not carry
             continue
         squares = {k: float((new[k].double() - old[k].double()).square().sum()) for k in new}
-        norms.append((math.sqrt(sum(squares.values())), row["sender"], row["round"], max(squares, key=squares.get)))
+        norms.append((math.sqrt(sum(squares.values())), row["sender"], row["round"], max(squares, key=lambda k: squares[k])))
     if not norms:
         return ClippingCheck(status="not measured", skipped=skipped,
                              why=f"none of the {skipped} recorded uploads came with the broadcast it started from")
