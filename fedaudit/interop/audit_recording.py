@@ -258,11 +258,12 @@ def recorded_disaggregation(rec: Recording, device: torch.device | str = "cpu") 
             pair = disaggregation_rounds(client, rounds)
             if pair is None:
                 continue
-            for r in pair:
-                if r not in sums:
-                    sums[r] = _round_sum(rec, [u for u in uploads if u["round"] == r], device)
-            if sums[pair[0]] is not None and sums[pair[1]] is not None:
-                out[(kind, client)] = (disaggregate(sums[pair[0]], sums[pair[1]]), *pair)
+            for rnd in pair:
+                if rnd not in sums:
+                    sums[rnd] = _round_sum(rec, [u for u in uploads if u["round"] == rnd], device)
+            first, second = sums[pair[0]], sums[pair[1]]
+            if first is not None and second is not None:
+                out[(kind, client)] = (disaggregate(first, second), *pair)
     return out
 
 
