@@ -19,7 +19,7 @@ from typing import Any
 
 from fedaudit.errors import FedauditError
 from fedaudit.run import run_directory
-from fedaudit.run.blocks import HistoryRow, StoredRun, WireRow
+from fedaudit.run.blocks import HistoryRow, WireRow
 from fedaudit.run.audited_run import AuditedRun
 from fedaudit.run.results import Leakage, RunMetrics, schema_version
 
@@ -37,9 +37,9 @@ class Unit:
     images: dict[str, bytes] = field(default_factory=dict)  # path relative to run_dir -> PNG bytes
 
     @cached_property
-    def stored(self) -> StoredRun:
-        """metrics.json's blocks by name, read once."""
-        return StoredRun.of(self.metrics)
+    def stored(self) -> RunMetrics:
+        """metrics.json as the typed objects the run wrote it from (its blocks by name), read once."""
+        return RunMetrics.from_json(self.metrics, self.run_dir / "metrics.json")
 
     @property
     def method(self) -> str:
@@ -58,15 +58,10 @@ class Unit:
         return self.metrics["leakage"] if isinstance(self.metrics.get("leakage"), dict) else {}
 
     @cached_property
-    def run(self) -> RunMetrics:
-        """metrics.json as the typed objects the run wrote it from, read once."""
-        return RunMetrics.from_json(self.metrics, self.run_dir / "metrics.json")
-
-    @cached_property
     def audited(self) -> AuditedRun:
         """The attack results as typed entries (fedaudit.run.entries), the same the verdict judges."""
         config = self.config["config"] if isinstance(self.config.get("config"), dict) else {}
-        return AuditedRun.of_run(self.run, str(config.get("attacker") or "server"))
+        return AuditedRun.of_run(self.stored, str(config.get("attacker") or "server"))
 
     @cached_property
     def history_rows(self) -> list[HistoryRow]:
@@ -101,9 +96,9 @@ class Run:
         return self.stored.target_domain == "all"
 
     @cached_property
-    def stored(self) -> StoredRun:
-        """The root's metrics.json blocks by name (a ``--target-domain all`` run: the means)."""
-        return StoredRun.of(self.metrics)
+    def stored(self) -> RunMetrics:
+        """The root's metrics.json, typed (a ``--target-domain all`` run: the means)."""
+        return RunMetrics.from_json(self.metrics, self.run_dir / "metrics.json")
 
 
 def load_run(path: str | Path) -> Run:

@@ -231,9 +231,10 @@ def verdict_table(shown: Sequence[tuple[list[VerdictRow], bool]], t: RiskThresho
 def verdict_rows(u: Unit, t: RiskThresholds | None) -> tuple[list[VerdictRow], bool]:
     """The unit's verdict rows as the page shows them, and whether they were judged now: the stored rows, or the
     stored evidence re-judged (other thresholds, or a run stored before this schema's rows)."""
-    if t is not None or not isinstance(u.stored.verdict, list) or u.schema < SCHEMA_VERSION:
-        return judge_rows(AuditedRun.of_run(u.run, str(_config(u).get("attacker") or "server")), t), True
-    return u.run.rows(), False
+    # re-judged: other thresholds, a run stored before this schema's rows, or one that stored no rows
+    if t is not None or not isinstance(u.metrics.get("verdict"), list) or u.schema < SCHEMA_VERSION:
+        return judge_rows(AuditedRun.of_run(u.stored, str(_config(u).get("attacker") or "server")), t), True
+    return u.stored.rows(), False
 
 
 def verdict_evidence(row: VerdictRow, limit: int = 4) -> list[str]:

@@ -60,7 +60,7 @@ def level_groups(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def first_screen(u: Unit, rows: list[VerdictRow]) -> dict[str, Any]:
     """The summary block of one unit (one trained federation and target), from the verdict rows the page shows."""
-    run = u.run
+    run = u.stored
     findings = [{"tier": r.tier, "title": r.title, "observer": r.observer, "cause": cause(r), "level": r.level,
                  "mitigation": mitigation(r, u)} for r in _by_tier(rows, ("high", "medium"))]
     return {
@@ -252,7 +252,7 @@ def _attacks_run(run: RunMetrics) -> list[str]:
 
 def dpia(u: Unit, rows: list[VerdictRow]) -> dict[str, Any]:
     """The impact-assessment facts of one unit, each from the stored files (and the verdict rows the page shows)."""
-    run = u.run
+    run = u.stored
     rounds = u.stored.communication.rounds or max((int(r.round or 0) for r in u.wire_rows), default=0)
     flows: dict[tuple[str, str], dict[str, Any]] = {}
     for r in u.wire_rows:

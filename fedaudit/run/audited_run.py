@@ -12,7 +12,7 @@ from fedaudit.run.blocks import Judges
 from fedaudit.run.entries import (CanaryAudit, MembershipEntry, MembershipTest, ReconstructionTable, block,
                                   canary_audits)
 from fedaudit.run.results import MIA, RunMetrics, result_tables
-from fedaudit.run.stored import Broadcasts, Provenance
+from fedaudit.run.stored import Broadcasts
 
 
 @dataclass(frozen=True)
@@ -104,18 +104,13 @@ class AuditedRun:
                                   for key, by_victim in result_tables(sec)),
             judges={name: Judges.of(sec.get("auditor")) for name, sec in leakage.reconstruction_sections().items()},
             canary_ran=bool(canaries),
-            canaries=tuple(canary_audits({"leakage": leakage.sections})),
+            canaries=tuple(canary_audits(leakage)),
             broadcasts=BroadcastCheck.of(same) if same is not None else None,
             secure_aggregation=_secure_aggregation(run, attacker))
 
     @property
     def reconstruction_ran(self) -> bool:
         return bool(self.reconstructions)
-
-
-def made_by(metrics: Mapping[str, Any]) -> str:
-    """Which command made the run: ``audit`` (a recording's) or ``evaluate``."""
-    return "audit" if Provenance.read(metrics.get("provenance")).recording is not None else "evaluate"
 
 
 def _secure_aggregation(run: RunMetrics, attacker: str) -> SecureAggregationView | None:

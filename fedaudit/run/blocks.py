@@ -1,10 +1,10 @@
 """The attack results' score blocks as the report shows them, and the rows of history.csv and wire.jsonl — read once,
-here, for the report and the terminal; :class:`StoredRun` gathers one target's metrics.json, each block that has its
-typed model (:mod:`fedaudit.run.stored`: every block but the attack results) read by that model.
+here, for the report and the terminal (every other block of metrics.json has its typed model: :mod:`fedaudit.run.stored`,
+gathered by :class:`fedaudit.run.results.RunMetrics`).
 
 A :class:`Block` is a frozen dataclass whose fields name the stored keys. ``Block.of(mapping)`` reads each field from
-the key of its name (a legacy key through the field's ``alias`` metadata), a nested block, a list of blocks or a
-mapping of blocks the same way, and anything absent (or of the wrong shape for a block) as the field's default.
+the key of its name, a nested block, a list of blocks or a mapping of blocks the same way, and anything absent (or of
+the wrong shape for a block) as the field's default.
 Values keep their stored form: the report prints what the run stored, and says so where it is missing. The attack
 results have their own typed entries (:mod:`fedaudit.run.entries`).
 """
@@ -19,14 +19,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, TypeVar
 
-from fedaudit.run.stored import Accuracy, AuditorData, Communication, Privacy, Provenance, SecureAggregation, Stored
 
 B = TypeVar("B", bound="Block")
-
-
-def alias(name: str, default: Any = None) -> Any:
-    """A field read from another stored key (a legacy name)."""
-    return field(default=default, metadata={"alias": name})
 
 
 class Block:
@@ -39,9 +33,8 @@ class Block:
         data = data if isinstance(data, Mapping) else {}
         values = {}
         for f, read in _readers(cls):  # type: ignore[arg-type]  # a class is hashable; typeshed's type[B] is not
-            key = f.metadata.get("alias", f.name)
-            if key in data:
-                values[f.name] = read(data[key])
+            if f.name in data:
+                values[f.name] = read(data[f.name])
         block = cls(**values)
         object.__setattr__(block, "_stored", frozenset(values))
         return block
@@ -67,22 +60,12 @@ def _reader(hint: Any) -> Any:
     union = _is_union(hint)
     options = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
     for o in options:
-        if isinstance(o, type) and issubclass(o, Stored):  # a block that has its typed model (fedaudit.run.stored)
-            return _maybe(o) if union and type(None) in typing.get_args(hint) else o.read
         if _is_block(o):
             return o.maybe if union and type(None) in typing.get_args(hint) else o.of
         if typing.get_origin(o) in (list, dict):
             args = typing.get_args(o)
             return _container(typing.get_origin(o), args[-1] if args and _is_block(args[-1]) else None)
     return _kept
-
-
-def _maybe(model: type[Stored]) -> Any:
-    """An optional typed block: None where the file stores none (an empty mapping, or not a mapping)."""
-    def read(value: Any) -> Stored | None:
-        return model.read(value) if isinstance(value, Mapping) and value else None
-
-    return read
 
 
 def _kept(value: Any) -> Any:
@@ -271,23 +254,3 @@ class WireRow(Block):
     bytes: Any = 0
     sender: Any = None
     receiver: Any = None
-
-
-@dataclass(frozen=True)
-class StoredRun(Block):
-    """One target's metrics.json, its blocks by name (the attack results: :class:`fedaudit.run.results.Leakage` and
-    :mod:`fedaudit.run.entries`)."""
-
-    method: Any = "?"
-    dataset: Any = "?"
-    target_domain: Any = "?"
-    source_domains: list[str] = field(default_factory=list)
-    accuracy: Accuracy = field(default_factory=lambda: Accuracy.read({}))
-    communication: Communication = field(default_factory=lambda: Communication.read({}))
-    privacy: Privacy | None = None  # None: a run from before fedaudit recorded defenses
-    provenance: Provenance = field(default_factory=lambda: Provenance.read({}))
-    auditor_data: AuditorData | None = None
-    secure_aggregation: SecureAggregation | None = None
-    verdict: Any = None  # the stored rows (fedaudit.run.results.VerdictRow); None: the run stored none
-    verdict_thresholds: Any = None
-    schema_version: Any = None

@@ -437,9 +437,9 @@ class CanaryAudit:
         return self.stored_per_k or [{"guesses": self.guesses, "correct": self.correct}] * self.k_grid
 
 
-def canary_audits(metrics: Mapping[str, Any]) -> list[CanaryAudit]:
+def canary_audits(leakage: Leakage) -> list[CanaryAudit]:
     """Every stored canary audit: the input canaries' (``leakage.canary``), then the gradient canaries'."""
-    sections = Leakage.of(metrics).canary_sections()
+    sections = leakage.canary_sections()
     return [CanaryAudit.of(variant, victim, e) for variant, key in (("input", CANARY), ("gradient", CANARY_GRADIENT))
             for victim, e in block(sections.get(key)).items() if isinstance(e, Mapping)]
 

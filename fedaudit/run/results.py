@@ -226,7 +226,7 @@ class RunMetrics:
         """A stored metrics.json; one written by a newer fedaudit is a one-line error naming the version it needs."""
         version = schema_version(data, where)
         fields = [f for f in cls.__dataclass_fields__ if f != "schema_version"]
-        blank: dict[str, Any] = {"leakage": {}}
+        blank: dict[str, Any] = {"leakage": {}, "method": "?", "dataset": "?", "target_domain": "?"}  # a damaged file
         read = {f: data.get(f, blank.get(f)) for f in fields}
         stored, seen = data.get("auditor_data"), data.get("secure_aggregation")
         return cls(**{**read, "accuracy": Accuracy.read(data.get("accuracy")),

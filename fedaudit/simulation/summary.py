@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import platform
 from dataclasses import replace
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -44,14 +43,19 @@ def communication(fed: Federation, shares: Shares | None = None) -> Communicatio
 
 
 def summarise_targets(cfg: RunConfig, per_target: dict[str, dict[str, Any]]) -> RunMetrics:
-    """Mean over targets of the headline numbers, with every target's own."""
+    """Mean over targets of the headline numbers, with every target's own (each target's metrics.json as written,
+    or as a resumed run reads it back: read once here)."""
     def mean(values: list[float | None]) -> float | None:
         """None where a target scored no model (the mean would hide it)."""
         known = [v for v in values if v is not None]
         return sum(known) / len(known) if known and len(known) == len(values) else None
 
-    accs = {t: Accuracy.read(m["accuracy"]) for t, m in per_target.items()}
-    first = next(iter(per_target.values()))
+    def total(values: list[int | None]) -> int | None:
+        """None where a target's file lost its count (a sum would hide it)."""
+        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+    runs = {t: RunMetrics.from_json(m) for t, m in per_target.items()}
+    accs = {t: r.accuracy for t, r in runs.items()}
     return RunMetrics(
         method=cfg.method, dataset=cfg.dataset, target_domain="all",
         accuracy=Accuracy(
@@ -61,20 +65,16 @@ def summarise_targets(cfg: RunConfig, per_target: dict[str, dict[str, Any]]) -> 
                                           selected_round=a.selected_round) for t, a in accs.items()},
         ),
         communication=Communication(
-            bytes_up=sum(m["communication"]["bytes_up"] for m in per_target.values()),
-            bytes_down=sum(m["communication"]["bytes_down"] for m in per_target.values()),
-            per_target={t: Communication.read(m["communication"]) for t, m in per_target.items()},
+            bytes_up=total([r.communication.bytes_up for r in runs.values()]),
+            bytes_down=total([r.communication.bytes_down for r in runs.values()]),
+            per_target={t: r.communication for t, r in runs.items()},
         ),
-        leakage={t: m["leakage"] for t, m in per_target.items()},
-        privacy={t: _privacy_of(m.get("privacy")) for t, m in per_target.items()},
-        verdict=[replace(row, target=t) for t, m in per_target.items() for row in RunMetrics.from_json(m).verdict],
-        provenance=Provenance.read(first["provenance"]).with_(
-            seconds={t: Provenance.read(m["provenance"]).seconds for t, m in per_target.items()}),
+        leakage={t: r.leakage for t, r in runs.items()},
+        privacy={t: r.privacy if isinstance(r.privacy, Privacy) else None for t, r in runs.items()},
+        verdict=[replace(row, target=t) for t, r in runs.items() for row in r.verdict],
+        provenance=next(iter(runs.values())).provenance.with_(
+            seconds={t: r.provenance.seconds for t, r in runs.items()}),
     )
-
-
-def _privacy_of(stored: Any) -> Privacy | None:
-    return Privacy.read(stored) if isinstance(stored, Mapping) else None
 
 
 NO_DP = "no DP: trained without a privacy mechanism"

@@ -101,7 +101,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fedaudit.run.audited_run import AuditedRun, SecureAggregationView, made_by
+from fedaudit.run.audited_run import AuditedRun, SecureAggregationView
 from fedaudit.run.entries import mia_level
 from fedaudit.run.results import (BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_RECONSTRUCTIONS, Evidence, RunMetrics,
                                   VerdictRow)
@@ -201,4 +201,4 @@ __all__ = ["ADVICE", "ARTIFACT", "advice_of", "BOOKKEEPING", "CANARY", "CANARY_G
            "Evidence", "HIGH", "Headline", "INCONCLUSIVE", "LEVELS", "LEVEL_OF", "PARTICIPATION", "RECORDS", "LOW", "MEDIUM", "MIA",
            "NOT_ASSESSED", "NOT_RECONSTRUCTIONS", "NULL_NAMES", "POWER_ALPHA", "RULES", "RiskThresholds",
            "SECURE_AGGREGATION_ROW", "TIER_ORDER", "VerdictRow", "judge", "judge_rows", "judge_run", "load_thresholds",
-           "made_by", "membership_row_of", "mia_level", "pct", "share_title", "to_conclude"]
+           "membership_row_of", "mia_level", "pct", "share_title", "to_conclude"]

@@ -18,7 +18,6 @@ data row's is its distribution-level finding (it revealed their domain or class)
 from __future__ import annotations
 
 from collections.abc import Sequence
-
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,21 +186,21 @@ class Powered(Rule[Control]):
 
 
 @dataclass(frozen=True)
-class NoControl:
+class Unmeasured:
     """Why no positive control ran (empty: one ran, and did not reach)."""
 
     why: list[str]
 
 
-class Unpowered(Rule[NoControl]):
+class Unpowered(Rule[Unmeasured]):
     name = "unpowered"
 
-    def decide(self, case: Case) -> Decision[NoControl]:
+    def decide(self, case: Case) -> Decision[Unmeasured]:
         ran = any(p is not None and p.status == "measured" for _, p in case.powers)
         why = sorted({p.reason for _, p in case.powers if p is not None and p.status == "not available" and p.reason})
-        return self(INCONCLUSIVE, NoControl([] if ran else why))
+        return self(INCONCLUSIVE, Unmeasured([] if ran else why))
 
-    def reason(self, d: Decision[NoControl], case: Case) -> str:
+    def reason(self, d: Decision[Unmeasured], case: Case) -> str:
         if d.facts.why:
             budget = f"no positive control ran ({'; '.join(d.facts.why)})"
         elif case.records:
@@ -213,7 +212,7 @@ class Unpowered(Rule[NoControl]):
         return (f"no test beat its strongest null ({inversion_notes(case.evidence)}), but {budget}: a low reading "
                 f"cannot be told from a weak attack. {advice_of(case.made_by, 'stronger_inversion')}")
 
-    def short(self, d: Decision[NoControl], case: Case) -> str:
+    def short(self, d: Decision[Unmeasured], case: Case) -> str:
         return f"{short(closest(case.evidence))}; no power"
 
     def to_conclude(self, made_by: str) -> str:

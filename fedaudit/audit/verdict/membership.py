@@ -23,10 +23,9 @@ Rules, in order (each a small function returning a :class:`Decision` or None):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -323,7 +322,7 @@ def _detectable(evidence: list[Evidence], t: RiskThresholds) -> tuple[float, int
     """The smallest advantage the row's tests could have detected after Holm's first step, and their number."""
     advantage = [e for e in evidence if e.test == "mia_advantage"]
     m = len(advantage) or 1
-    sizes = {(d.members, d.nonmembers) for e in advantage if (d := expect(e.detail, MembershipDetail))}
+    sizes = {(d.members, d.nonmembers) for d in (expect(e.detail, MembershipDetail) for e in advantage)}
     return (min(advantage_null_quantile(n1, n0, t.alpha / m) for n1, n0 in sizes) if sizes else float("inf")), m
 
 
