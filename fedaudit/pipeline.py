@@ -19,7 +19,7 @@ import torch
 
 from fedaudit.attack import Attack, attack_setup
 from fedaudit.audit.canary import accuracy_without_canaries, canary_split, plant_gradient_canaries
-from fedaudit.audit.session import SECURE_AGGREGATION, attack_role_and_victims, run_attacks
+from fedaudit.audit.session import attack_role_and_victims, run_attacks
 from fedaudit.audit.verdict import RiskThresholds, judge_run
 from fedaudit.data import MultiDomainDataset, lodo_split
 from fedaudit.data.split import thin_splits
@@ -152,7 +152,7 @@ def _run_one(run_dir: Path, plan: RunPlan, target: str, unpinned: list[str]) -> 
         accuracy = accuracy.with_(without_canaries=accuracy_without_canaries(cfg, method, fed, clean_split))
         fed.timings["train_without_canaries"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    leakage = run_attacks(plan.attacks, run_dir, cfg, method, fed, dataset, device)
+    leakage, secure_aggregation = run_attacks(plan.attacks, run_dir, cfg, method, fed, dataset, device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     attack_seconds = time.perf_counter() - t0
@@ -160,7 +160,7 @@ def _run_one(run_dir: Path, plan: RunPlan, target: str, unpinned: list[str]) -> 
     stages = {"data": data_seconds, **fed.timings, "attacks": attack_seconds, "wall": time.perf_counter() - wall0}
     metrics = RunMetrics(
         method=cfg.method, dataset=cfg.dataset, target_domain=target, source_domains=[c.domain for c in fed.clients],
-        accuracy=accuracy, communication=communication(fed), secure_aggregation=leakage.pop(SECURE_AGGREGATION, None),
+        accuracy=accuracy, communication=communication(fed), secure_aggregation=secure_aggregation,
         leakage=leakage, privacy=privacy(fed),
         provenance=provenance(cfg, dataset, device, command, stages, unpinned, fed.model, data_warnings=thin))
     # The verdict is computed once, here, from the evidence just stored; the report renders it.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -53,10 +54,6 @@ class Unit:
     def target(self) -> str:
         return str(self.stored.target_domain)
 
-    @property
-    def leakage(self) -> dict[str, Any]:
-        return self.metrics["leakage"] if isinstance(self.metrics.get("leakage"), dict) else {}
-
     @cached_property
     def audited(self) -> AuditedRun:
         """The attack results as typed entries (fedaudit.run.entries), the same the verdict judges."""
@@ -78,8 +75,8 @@ class Unit:
 
     @property
     def results(self) -> Leakage:
-        """The leakage sections, walked once (:class:`fedaudit.run.results.Leakage`)."""
-        return Leakage.of(self.metrics)
+        """The attack results (:class:`fedaudit.run.results.Leakage`)."""
+        return self.stored.results
 
 
 @dataclass
@@ -128,7 +125,7 @@ def load_run(path: str | Path) -> Run:
 
 def _load_unit(run_dir: Path, config: dict[str, Any], metrics: dict[str, Any]) -> Unit:
     unit = Unit(run_dir, config, metrics, _read_history(run_dir / "history.csv"), _read_jsonl(run_dir / "wire.jsonl"))
-    for rel in _image_paths(unit.leakage):
+    for rel in _image_paths(unit.results):
         path = (run_dir / rel).resolve()
         # only files inside the run directory: metrics.json is data, not a licence to read the disk
         if path.is_file() and run_dir.resolve() in path.parents:
@@ -136,18 +133,12 @@ def _load_unit(run_dir: Path, config: dict[str, Any], metrics: dict[str, Any]) -
     return unit
 
 
-def _image_paths(leakage: dict[str, Any]) -> list[str]:
-    found = []
-    for attack in leakage.values():
-        if not isinstance(attack, dict):
-            continue
-        for artifact in attack.values():
-            if not isinstance(artifact, dict):
-                continue
-            for entry in artifact.values():
-                if isinstance(entry, dict) and isinstance(entry.get("image_grid"), str):
-                    found.append(entry["image_grid"])
-    return found
+def _image_paths(leakage: Leakage) -> list[str]:
+    """The image grids the reconstruction entries name (paths as stored: confined to the run directory by the
+    caller)."""
+    return [grid for section in leakage.reconstructions.values() for by_victim in section.values()
+            if isinstance(by_victim, Mapping) for entry in by_victim.values()
+            if isinstance(entry, Mapping) and isinstance(grid := entry.get("image_grid"), str)]
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -246,7 +246,7 @@ def _config_file(u: Unit) -> dict[str, Any]:
 def _attacks_run(run: RunMetrics) -> list[str]:
     found = list(run.results.reconstruction_sections())
     found += sorted({f"mia-{r.variant}" for r in run.results.membership()})
-    found += [f"canary ({k})" for k in run.results.canary_sections()]
+    found += [f"canary ({k})" for k in ("canary", "canary_gradient") if run.results.has(k)]
     return found
 
 

@@ -38,30 +38,30 @@ def run(out: Path, options: dict[str, Any]) -> dict:
 
 def input_rows(label: str, metrics: dict) -> list[str]:
     spent = ((metrics.get("privacy") or {}).get("dp") or {}).get("clients") or {}
-    section = Leakage.of(metrics).canary_sections().get("canary", {})
     out = []
-    for victim, e in section.items():
-        if not isinstance(e, dict) or "correct" not in e:
+    for victim, e in Leakage.of(metrics).canary.items():
+        if e.correct is None:
             continue
         eps = spent.get(victim, {}).get("epsilon_spent")
-        out.append(f"| {label} | {victim} | {e['correct']} / {e['guesses']} | {e['epsilon_lower_bound']:.2f} | "
-                   f"{e['epsilon_max_certifiable']:.2f} | {'–' if eps is None else f'{eps:.2f}'} | "
+        out.append(f"| {label} | {victim} | {e.correct} / {e.guesses} | {e.epsilon_lower_bound:.2f} | "
+                   f"{e.epsilon_max_certifiable:.2f} | {'–' if eps is None else f'{eps:.2f}'} | "
                    f"{metrics['accuracy']['unseen_domain']:.3f} |")
     return out
 
 
 def gradient_rows(metrics: dict) -> list[str]:
-    section = Leakage.of(metrics).canary_sections().get("canary_gradient", {})
     out = []
-    for victim, e in section.items():
-        if not isinstance(e, dict) or "correct" not in e:
+    nan = float("nan")
+    for victim, e in Leakage.of(metrics).canary_gradient.items():
+        if e.correct is None or e.gdp is None or e.estimate is None:
             continue
-        g = e["gdp"]
-        out.append(f"| {victim} | {e['correct']} / {e['guesses']} | {e['epsilon_lower_bound']:.2f} | "
-                   f"{g['mu_lower_bound']:.3f} ({g['epsilon_if_gaussian']:.2f}) | "
-                   f"{e.get('ideal_bound', float('nan')):.2f}, {e.get('ideal_gdp_mu', float('nan')):.3f} | "
-                   f"{e['epsilon_max_certifiable']:.2f}, {g['mu_max_certifiable']:.2f} | {e['estimate']['epsilon']:.2f} | "
-                   f"{e['p_claim']:.2g} |")
+        g = e.gdp
+        out.append(f"| {victim} | {e.correct} / {e.guesses} | {e.epsilon_lower_bound:.2f} | "
+                   f"{g.mu_lower_bound:.3f} ({g.epsilon_if_gaussian:.2f}) | "
+                   f"{nan if e.ideal_bound is None else e.ideal_bound:.2f}, "
+                   f"{nan if e.ideal_gdp_mu is None else e.ideal_gdp_mu:.3f} | "
+                   f"{e.epsilon_max_certifiable:.2f}, {g.mu_max_certifiable:.2f} | {e.estimate.epsilon:.2f} | "
+                   f"{e.p_claim:.2g} |")
     return out
 
 

@@ -40,8 +40,8 @@ def row(metrics: dict) -> str:
     row_of = membership_row_of(metrics, config)
     aucs: dict[str, list[float]] = {}
     for r in Leakage.of(metrics).membership():
-        if r.target == "global_model" and "auc" in r.entry:
-            aucs.setdefault(r.variant, []).append(r.entry["auc"])
+        if r.target == "global_model" and r.entry.auc is not None:
+            aucs.setdefault(r.variant, []).append(r.entry.auc)
 
     def best(variant: str) -> str:
         return f"{max(aucs[variant]):.3f}" if aucs.get(variant) else "–"

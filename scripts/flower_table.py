@@ -42,11 +42,11 @@ def membership_rows(run_dir: Path, label: str) -> list[str]:
     metrics = json.loads((run_dir / "metrics.json").read_text())
     run = RunMetrics.from_json(metrics, run_dir / "metrics.json")
     verdict = {r.row: r.tier for r in run.rows()}
-    row_of = membership_row_of(metrics, run.provenance["config"])
+    row_of = membership_row_of(metrics, run.provenance.config)
     by_target: dict[str, list[dict]] = {}
     for r in run.results.membership():
-        if r.variant == "loss" and "auc" in r.entry:
-            by_target.setdefault(r.target, []).append(dict(r.entry))
+        if r.variant == "loss" and r.entry.has("auc"):
+            by_target.setdefault(r.target, []).append(r.entry.dump())  # as the file stores it
     out = []
     for target, entries in by_target.items():
         aucs = [e["auc"] for e in entries]

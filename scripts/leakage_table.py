@@ -74,7 +74,7 @@ def rows(run_dir: Path, method: str, attacker: str) -> list[str]:
     """One row per attacked artifact: the stored verdict row's tier, then each headline metric beside its
     nulls (untrained; prior-only; twin; chance), identifiability pooled over victims, and the power."""
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    summary = (Leakage.of(metrics).sections.get("deepinversion") or {}).get("summary", {})
+    summary = (Leakage.of(metrics).reconstructions.get("deepinversion") or {}).get("summary", {})
     # The verdict is a pure function of the stored evidence: judged here with the current rules, it is what a
     # run made now stores (runs made before a rule changed are not re-run for it).
     verdict = {r["row"]: r["tier"] for r in judge(metrics, metrics["provenance"]["config"])}

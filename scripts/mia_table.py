@@ -71,7 +71,7 @@ def artifact_rows(run_dir: Path, label: str) -> list[str]:
     verdict = {r["row"]: r["tier"] for r in judge(metrics, metrics["provenance"]["config"])}
     row_of = membership_row_of(metrics, metrics["provenance"]["config"])
     found = Leakage.of(metrics).membership()
-    loss = [r.entry["auc"] for r in found if (r.variant, r.target) == ("loss", "global_model") and "auc" in r.entry]
+    loss = [r.entry.auc for r in found if (r.variant, r.target) == ("loss", "global_model") and r.entry.auc is not None]
     beside = f"{sum(loss) / len(loss):.3f}" if loss else "–"
 
     def mean(values: list[float]) -> str:
@@ -102,7 +102,7 @@ def _tables(found: list[MembershipResult], variant: str) -> dict[str, dict[str, 
     out: dict[str, dict[str, dict]] = {}
     for r in found:
         if r.variant == variant:
-            out.setdefault(r.target, {})[r.victim] = dict(r.entry)
+            out.setdefault(r.target, {})[r.victim] = r.entry.dump()  # as the file stores it
     return out
 
 

@@ -246,9 +246,11 @@ def test_a_bound_above_the_accountants_epsilon_is_flagged_loudly(monkeypatch, ca
     prior = SimpleNamespace(label_free=False)
     with caplog.at_level(logging.WARNING, logger="fedaudit"):
         out = canary_audit.audit_canaries(canary_attack.CanaryAudit(), cfg, None, fed, prior, role="client:x",
-                                           victims=["clean"])["clean"]
-    assert out["epsilon_lower_bound"] > 0.5 and out["exceeds_claimed"] is True and out["can_refute_claim"] is True
-    assert out["p_claim"] < 0.05 and "rejects the accountant's claim for clean" in out["warning"]
+                                           victims=["clean"]).input["clean"]
+    assert out.epsilon_lower_bound is not None and out.epsilon_lower_bound > 0.5
+    assert out.exceeds_claimed is True and out.can_refute_claim is True
+    assert out.p_claim is not None and out.p_claim < 0.05
+    assert "rejects the accountant's claim for clean" in (out.warning or "")
     assert any("rejects the accountant's claim" in r.message for r in caplog.records)
 
 

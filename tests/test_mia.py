@@ -18,11 +18,18 @@ from fedaudit.attacks.mia.scorers import consistency
 from fedaudit.audit.membership import audit_membership, make_challenge
 from fedaudit.audit.session import attacker_prior
 from fedaudit.errors import FedauditError
+from fedaudit.run.stored.leakage import MembershipSection
 from fedaudit.simulation.wire import SERVER, client_role
 
 TINY = dict(attack="none", dataset="digits", image_size=16, rounds=1, local_epochs=2, batch_size=32, device="cpu")
 RESULT_KEYS = ("loss", "lira_online", "lira_offline", "rmia", "domain")
 
+
+
+def as_stored(section: MembershipSection) -> dict:
+    """The membership section as metrics.json stores it (what these tests check)."""
+    return {variant: {target: {victim: test.dump() for victim, test in by_victim.items()}
+                      for target, by_victim in by_target.items()} for variant, by_target in section.items()}
 
 def _train(tmp_path_factory, method: str, **overrides):
     """Train a tiny federation through the public API and keep the Federation the run ended with."""
@@ -87,8 +94,8 @@ def _check_metrics(entry: dict, members: int, nonmembers: int) -> None:
 def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_cached(fedavg_run, spy_training):
     run_dir, fed, prior = fedavg_run
     victims = [c.domain for c in fed.clients]
-    first = audit_membership(MembershipInference(4, seed=fed.cfg.seed, domain_twins=0), run_dir, fed.cfg, fed.method,
-                             fed, prior, role=SERVER, victims=victims)  # twins: tests/test_participation.py
+    first = as_stored(audit_membership(MembershipInference(4, seed=fed.cfg.seed, domain_twins=0), run_dir, fed.cfg,
+                                       fed.method, fed, prior, role=SERVER, victims=victims))  # twins: test_participation
     json.dumps(first)  # stored as is in metrics.json
     assert set(first) == {*RESULT_KEYS, "artifact"}  # mia runs the artifact test too (tests/test_artifact_mia.py)
     assert set(first["artifact"]["full_model"]) == set(victims)
@@ -126,8 +133,8 @@ def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_
         assert rmia["out_gap"] == pytest.approx(lira["out_gap"]) and rmia["raw_out_gap"] == pytest.approx(lira["raw_out_gap"])
         assert lira["raw_out_gap"] - lira["out_gap"] == pytest.approx(lira["shift"])
 
-    second = audit_membership(MembershipInference(4, seed=fed.cfg.seed, domain_twins=0), run_dir, fed.cfg, fed.method,
-                              fed, prior, role=SERVER, victims=victims)
+    second = as_stored(audit_membership(MembershipInference(4, seed=fed.cfg.seed, domain_twins=0), run_dir, fed.cfg,
+                                        fed.method, fed, prior, role=SERVER, victims=victims))
     assert len(spy_training) == len(victims)  # nothing retrained
     for key_ in RESULT_KEYS[1:4]:
         for target in ("global_model", "last_upload"):
@@ -139,8 +146,8 @@ def test_server_gets_every_variant_on_both_targets_and_the_reference_logits_are_
                      prior, role=SERVER, victims=victims[:1])
     assert len(spy_training) == len(victims) + 1 and tuple(spy_training[-1])[0] == 2
     # From scratch: one set for both targets, the target's exposure in epochs, its own cache
-    scratch = audit_membership(MembershipInference(2, seed=fed.cfg.seed, variants=["lira"], training="scratch"),
-                               run_dir, fed.cfg, fed.method, fed, prior, role=SERVER, victims=victims[:1])
+    scratch = as_stored(audit_membership(MembershipInference(2, seed=fed.cfg.seed, variants=["lira"], training="scratch"),
+                                         run_dir, fed.cfg, fed.method, fed, prior, role=SERVER, victims=victims[:1]))
     assert len(spy_training) == len(victims) + 2
     key = json.loads((run_dir / "mia" / f"{victims[0]}-reference-logits.json").read_text())["key"]
     assert "SGDRecipe(epochs=2" in key["recipe"]  # rounds x local epochs = 1 x 2
@@ -156,7 +163,7 @@ def test_a_curious_client_gets_only_the_global_model_target(fedavg_run):
     role = client_role(attacker)
     assert not [a for a in fed.wire.view(role) if a.sender == client_role(victim)]  # the premise: no victim uploads
     attack = MembershipInference(2, seed=fed.cfg.seed, variants=["loss", "lira"])
-    out = audit_membership(attack, run_dir, fed.cfg, fed.method, fed, prior, role=role, victims=[victim])
+    out = as_stored(audit_membership(attack, run_dir, fed.cfg, fed.method, fed, prior, role=role, victims=[victim]))
     assert set(out) == {"loss", "lira_online", "lira_offline"}
     for _key, by_target in out.items():
         assert "auc" in by_target["global_model"][victim]
@@ -171,7 +178,7 @@ def test_label_free_fedgala_uses_augmentation_consistency_and_rmia_is_not_applic
     assert fed.method.label_free and fed.method.reference_recipe(fed, fed.clients[0]).epochs == 1
     victim = fed.clients[0].domain
     attack = MembershipInference(2, seed=fed.cfg.seed, variants=["loss", "lira", "rmia", "domain"], domain_twins=0)
-    out = audit_membership(attack, run_dir, fed.cfg, fed.method, fed, prior, role=SERVER, victims=[victim])
+    out = as_stored(audit_membership(attack, run_dir, fed.cfg, fed.method, fed, prior, role=SERVER, victims=[victim]))
     for key in ("loss", "lira_online", "lira_offline"):
         for target in ("global_model", "last_upload"):
             entry = out[key][target][victim]

@@ -49,8 +49,9 @@ def test_a_model_whose_outputs_overflow_is_not_scored_and_the_rows_say_why():
     rows = _domain_rows(AttackOutput("mia", "server", "all", "global_model", scores=scores,
                                      info={"signal": "loss", "result": "domain"}),
                         ["a", "a", None, None], ["a"], "unseen")
-    assert rows["a"]["status"] == "not applicable" and "2 of 4 scores are not finite" in rows["a"]["reason"]
-    metrics = {"communication": {"declared": []}, "leakage": {"mia": {"domain": {"global_model": rows}}}}
+    assert rows["a"].status == "not applicable" and "2 of 4 scores are not finite" in (rows["a"].reason or "")
+    metrics = {"communication": {"declared": []},
+               "leakage": {"mia": {"domain": {"global_model": {v: e.dump() for v, e in rows.items()}}}}}
     row = next(r for r in judge(metrics, SERVER) if r["row"] == "participation:global_model")
     assert row["tier"] == "not_assessed" and "not finite" in row["reason"]
 

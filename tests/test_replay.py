@@ -164,12 +164,17 @@ def test_the_report_says_how_each_reference_set_was_made():
 
     from fedaudit.reports.attack_sections import _references
     from fedaudit.run.entries import MembershipEntry
+    from fedaudit.run.stored.leakage import MembershipTestResult
 
     calibration = {"status": "calibrated", "out_gap": 0.04, "in_gap": -0.02}
-    replayed = MembershipEntry.of({"reference_models": 8, "calibration": calibration, "reference": {
-        "kind": "replay", "round": 20, "released_as": "the sample counts-weighted mean of round 20's uploads"}})
-    scratch = MembershipEntry.of({"reference_models": 8, "calibration": calibration, "reference": {
-        "kind": "scratch", "no_replay": "only the server holds what a client's rounds started from"}})
+    replayed = MembershipEntry.of(MembershipTestResult.read({"reference_models": 8, "calibration": calibration,
+                                                             "reference": {"kind": "replay", "round": 20, "released_as":
+                                                                           "the sample counts-weighted mean of round "
+                                                                           "20's uploads"}}))
+    scratch = MembershipEntry.of(MembershipTestResult.read({"reference_models": 8, "calibration": calibration,
+                                                            "reference": {"kind": "scratch", "no_replay": "only the "
+                                                                          "server holds what a client's rounds started "
+                                                                          "from"}}))
     unit = SimpleNamespace(audited=SimpleNamespace(made_by="evaluate"))
     warnings: list[str] = []
     assert _references(unit, replayed, "global_model · clean", warnings) == (

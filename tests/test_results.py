@@ -69,9 +69,9 @@ def test_a_fresh_run_holds_the_schema_and_reads_back_typed(fresh, capsys):
     assert judge(data, json.loads((fresh / "config.json").read_text())["config"]) == data["verdict"]
     rows = run.rows()
     assert rows and {r.row for r in rows} >= {"membership:global_model"} and all(r.short for r in rows)
-    found = Leakage(data["leakage"]).membership()
+    found = Leakage.read(data["leakage"]).membership()
     assert {(r.variant, r.target) for r in found} >= {("loss", "global_model"), ("loss", "last_upload")}
-    assert [r[:3] for r in Leakage(data["leakage"]).membership(ordered=True)] == sorted(r[:3] for r in found)
+    assert [r[:3] for r in Leakage.read(data["leakage"]).membership(ordered=True)] == sorted(r[:3] for r in found)
 
 
 @pytest.mark.parametrize("breach", ["new top-level key", "new key in a verdict row", "new key in a membership entry",

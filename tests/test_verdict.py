@@ -13,6 +13,7 @@ import re
 import numpy as np
 import pytest
 
+from fedaudit.run.stored.leakage import MembershipTestResult
 from fedaudit.audit.verdict import (HIGH, INCONCLUSIVE, LOW, MEDIUM, NOT_ASSESSED, RiskThresholds, judge,
                                     load_thresholds, mia_level)
 from fedaudit.statistics.membership_statistics import membership_metrics
@@ -293,7 +294,8 @@ def test_a_large_significant_membership_advantage_is_high_whatever_the_low_fpr_f
     # every member scores above 0.55 and none above the non-members' top 1.5%: advantage ≈ 0.55, TPR at 1% FPR ≈ 0
     members, nonmembers = rng.uniform(0.55, 0.985, 1000), rng.uniform(0, 1, 6000)
     entry = membership_metrics(members, nonmembers)
-    assert entry["advantage"] >= 0.5 and mia_level(entry, 0.01)["tpr"] < 0.2
+    point = mia_level(MembershipTestResult.read(entry), 0.01)
+    assert entry["advantage"] >= 0.5 and point is not None and point.tpr is not None and point.tpr < 0.2
     metrics = {"communication": {"declared": []}, "leakage": {"mia": {"loss": {"last_upload": {"a": entry}}}}}
     row = _assessed(metrics, SERVER)
     assert row["tier"] == HIGH and "advantage rule" in row["reason"]

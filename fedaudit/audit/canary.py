@@ -64,7 +64,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -78,6 +78,7 @@ from fedaudit.audit.input_canaries import KIND, plant_canaries
 from fedaudit.audit.membership import black_box
 from fedaudit.errors import FedauditError
 from fedaudit.run.stored import CanaryChange, WithoutCanaries
+from fedaudit.run.stored.leakage import OneRunAudit
 from fedaudit.statistics.gaussian_dp import gaussian_epsilon
 from fedaudit.simulation.gradient_canaries import GRADIENT_KIND, draw_gradient_canaries, parameter_space
 from fedaudit.simulation.wire import client_role
@@ -92,7 +93,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("fedaudit")
 
 CONFIDENCE = 0.95
-GRADIENT_SECTION = "gradient"  # audit_canaries' key for the white-box entries (stored as leakage.canary_gradient)
+
+
+class CanaryAudits(NamedTuple):
+    """Per victim, the audit of its input canaries (stored as ``leakage.canary``) and of its gradient canaries
+    (``leakage.canary_gradient``; only where the auditor planted them)."""
+
+    input: dict[str, OneRunAudit]
+    gradient: dict[str, OneRunAudit]
+
 
 
 def canary_split(cfg: RunConfig, split: LODOSplit, num_classes: int,
@@ -206,9 +215,9 @@ def _judge_claim(entry: dict[str, Any], claim: tuple[float, dict[str, Any]] | No
 
 
 def audit_canaries(attack: Attack, cfg: RunConfig, method: Method, fed: Federation, prior: AttackerPrior, *,
-                   role: str, victims: Sequence[str], confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """The one-run audit of every victim's canaries by ``attack`` (``--attack canary``): ``{victim: entry}``
-    (JSON-able; see the module docstring)."""
+                   role: str, victims: Sequence[str], confidence: float = CONFIDENCE) -> CanaryAudits:
+    """The one-run audit of every victim's canaries by ``attack`` (``--attack canary``): the input canaries' and
+    the gradient canaries' audit per victim (see the module docstring)."""
     planted = {v: fed.split.canaries[v] for v in victims if v in fed.split.canaries}
     gradient = {} if fed.dp is None else {c.domain: fed.dp.canaries[c.index] for c in fed.clients
                                            if c.index in fed.dp.canaries and c.domain in victims}
@@ -220,16 +229,15 @@ def audit_canaries(attack: Attack, cfg: RunConfig, method: Method, fed: Federati
     answers = attack.run_batch(view, prior, list(victims), fed.device, access)
     outputs = {o.victim: o for o in answers if o.info.get("variant", INPUT) == INPUT}
     claimed = claims(fed)
-    out: dict[str, Any] = {}
+    out = CanaryAudits({}, {})
     for answer in answers:
         if answer.info.get("variant") == GRADIENT:
-            gradients = out.setdefault(GRADIENT_SECTION, {})
-            gradients[answer.victim] = _gradient_entry(answer, gradient[answer.victim], cfg, claimed.get(answer.victim),
+            out.gradient[answer.victim] = _gradient_entry(answer, gradient[answer.victim], cfg, claimed.get(answer.victim),
                                                        confidence, _canary_steps(fed, answer.victim))
     for victim in victims:
         answer = outputs[victim]
         if answer.scores is None:
-            out[victim] = dict(answer.info)
+            out.input[victim] = OneRunAudit(**answer.info)
             continue
         scores = answer.scores.numpy()
         included = planted[victim].included.cpu().numpy()
@@ -245,7 +253,7 @@ def audit_canaries(attack: Attack, cfg: RunConfig, method: Method, fed: Federati
                 f"{confidence:.0%} confidence for this audit alone: the DP-SGD implementation or its accounting is "
                 "broken, or the audit is (or the target carries something ε does not cover: see privacy.coverage)")
             log.warning("canary audit: %s", entry["warning"])
-        out[victim] = entry
+        out.input[victim] = OneRunAudit(**entry)
         log.info("canary audit, %s (%s): ε ≥ %.3f at %.0f%% (δ %g; %d/%d correct at k=%d; at most %.3f certifiable)%s",
                  victim, entry["target"], entry["epsilon_lower_bound"], 100 * confidence, entry["delta"],
                  entry["correct"], entry["guesses"], entry["k"], entry["epsilon_max_certifiable"],
@@ -263,12 +271,12 @@ def _canary_steps(fed: Federation, domain: str) -> int:
 
 
 def _gradient_entry(answer: Any, canaries: Any, cfg: RunConfig, claim: tuple[float, dict[str, Any]] | None,
-                    confidence: float, canary_steps: int) -> dict[str, Any]:
+                    confidence: float, canary_steps: int) -> OneRunAudit:
     """One victim's gradient-canary audit: the one-run bound over the fine k grid, the p-value of the claimed ε,
     the audit's ceiling, the bound a mechanism spending exactly the claimed ε would give these canaries, and the
     one-shot Gaussian estimate (an estimate, not a bound)."""
     if answer.scores is None:
-        return dict(answer.info)
+        return OneRunAudit(**answer.info)
     scores, included = answer.scores.numpy(), canaries.included.cpu().numpy()
     delta = float(cfg.dp_delta)
     m = int(scores.size)
@@ -303,7 +311,7 @@ def _gradient_entry(answer: Any, canaries: Any, cfg: RunConfig, claim: tuple[flo
                     "curve %.2g, ε ≥ %.3f, μ ≥ %.3f) at %.0f%% for this audit alone (the verdict corrects across "
                     "audits)", answer.victim, eps, entry["p_claim"], entry["epsilon_lower_bound"], gdp["mu_lower_bound"],
                     100 * confidence)
-    return entry
+    return OneRunAudit(**entry)
 
 
 def _auc(scores: np.ndarray, included: np.ndarray) -> float | None:

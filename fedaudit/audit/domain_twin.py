@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fedaudit.run.seeds import derive_seed, stable_int
+from fedaudit.run.stored.leakage import DomainTwin
 from fedaudit.statistics.membership_statistics import auc, roc
 
 if TYPE_CHECKING:
@@ -75,39 +76,39 @@ def train_domain_twin(cfg: RunConfig, method: Method, fed: Federation, domain: s
 
 def domain_twins(score: Callable[[Any], Tensor], truth: Sequence[str | None], cfg: RunConfig, method: Method,
                  fed: Federation, victims: Sequence[str], count: int,
-                 query_of: Callable[[Method, Federation], Any]) -> dict[str, dict[str, Any]]:
+                 query_of: Callable[[Method, Federation], Any]) -> dict[str, DomainTwin]:
     """Per source domain in ``victims``: ``count`` twins' AUCs on the domain-level challenge (``truth``: each record's
     domain, None for the unseen one). ``score(query)`` runs the attack's domain-level scoring against a model's query
     access; ``query_of`` builds that access for a twin."""
     if count < 1:
-        return {d: {"status": "not available", "reason": "no domain twin was asked for (--domain-twins 0)"}
+        return {d: DomainTwin(status="not available", reason="no domain twin was asked for (--domain-twins 0)")
                 for d in victims}
     unseen = torch.tensor([t is None for t in truth])
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, DomainTwin] = {}
     for domain in victims:
         mine = torch.tensor([t == domain for t in truth])
         t0, aucs, seeds, accuracy = time.perf_counter(), [], [], []
         for index in range(count):
             twin = train_domain_twin(cfg, method, fed, domain, index)
             if isinstance(twin, str):
-                out[domain] = {"status": "not available", "reason": twin}
+                out[domain] = DomainTwin(status="not available", reason=twin)
                 break
             query = query_of(twin.method, twin)
             if query is None:
-                out[domain] = {"status": "not available", "reason": "a twin deploys no global model to query"}
+                out[domain] = DomainTwin(status="not available", reason="a twin deploys no global model to query")
                 break
             scores = score(query).cpu().double()
             if not bool(torch.isfinite(scores).all()):
-                out[domain] = {"status": "not available", "reason": "a twin's outputs are not finite (its weights "
-                                                                    "destroyed by noise, or diverged): nothing to rank"}
+                out[domain] = DomainTwin(status="not available", reason="a twin's outputs are not finite (its weights "
+                                                                        "destroyed by noise, or diverged): nothing to rank")
                 break
             aucs.append(auc(*roc(scores[mine].numpy(), scores[unseen].numpy())[:2]))
             seeds.append(twin.cfg.seed)
             accuracy.append(twin.results().unseen_domain)
         else:
-            out[domain] = {"status": "measured", "aucs": aucs, "seeds": seeds,
-                           "clients": [c.domain for c in fed.split.sources if c.domain != domain],
-                           "unseen_domain_accuracy": accuracy}
+            out[domain] = DomainTwin(status="measured", aucs=aucs, seeds=seeds,
+                                     clients=[c.domain for c in fed.split.sources if c.domain != domain],
+                                     unseen_domain_accuracy=accuracy)
             log.info("mia: %d domain twin(s) of %s (trained without it) in %.1fs: AUC %s", count, domain,
                      time.perf_counter() - t0, ", ".join(f"{a:.3f}" for a in aucs))
     return out

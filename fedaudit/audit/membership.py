@@ -40,9 +40,10 @@ from fedaudit.audit.counterfactual import (
     power_case,
     pseudo_name,
 )
-from fedaudit.errors import unknown_choice
+from fedaudit.errors import FedauditError, unknown_choice
 from fedaudit.run.config import target_exposure
 from fedaudit.run.seeds import derive_seed, stable_int
+from fedaudit.run.stored.leakage import Control, DomainTwin, ExactMatches, MembershipSection, MembershipTestResult
 from fedaudit.simulation.wire import SERVER, ArtifactKind, WireView, client_role
 from fedaudit.statistics.membership_statistics import lira_calibration, membership_metrics
 
@@ -109,7 +110,7 @@ def black_box(method: Method, fed: Federation) -> Query | None:
 
 def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Method, fed: Federation,
                      prior: AttackerPrior, *, role: str, victims: Sequence[str], retrain: bool = True,
-                     observe: Callable[[WireView], WireView] | None = None) -> dict[str, Any]:
+                     observe: Callable[[WireView], WireView] | None = None) -> MembershipSection:
     """Grant ``attack`` (``fedaudit.attacks.mia``) its access as ``role`` against ``victims``, run it, and
     score its answers by the truth kept here. Reference logits are cached under ``run_dir/mia/``. The domain-level
     answers get their domain twins (:mod:`fedaudit.audit.domain_twin`) when ``retrain``: the federation is fedaudit's
@@ -130,7 +131,7 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
                     cache_dir=Path(run_dir) / "mia", history=history)
     t0 = time.perf_counter()
     outputs = attack.run_batch(observe(view) if observe else view, prior, list(victims), fed.device, access)
-    result: dict[str, Any] = {}
+    result: MembershipSection = {}
     # how many passes each victim's training made over a member (DP plans may add passes)
     plans = fed.dp.plans if fed.dp is not None else {}
     exposure = {c.domain: target_exposure(cfg, plans[c.index].step_factor if c.index in plans else 1)
@@ -139,16 +140,17 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
         key = out.info["result"]
         if key == "domain":
             rows = _domain_rows(out, domain_truth, victims, fed.split.target)
-            scorable = [v for v in victims if "auc" in rows[v]]
+            scorable = [v for v in victims if rows[v].has("auc")]
             for domain, twin in _twins(attack, domain_challenge, domain_truth, cfg, method, fed, prior, scorable,
                                        retrain).items():
-                rows[domain]["domain_twin"] = twin
+                rows[domain] = rows[domain].with_(domain_twin=twin)
             result["domain"] = {out.artifact: rows}
         else:
             result.setdefault(key, {}).setdefault(out.artifact, {})[out.victim] = _victim_entry(
                 out, truths[out.victim], exposure[out.victim])
     if ARTIFACT in variants and ARTIFACT in result:
-        _artifact_controls(attack, result[ARTIFACT], view, prior, fed, cfg, challenges, truths, observe)
+        result[ARTIFACT] = _artifact_controls(attack, result[ARTIFACT], view, prior, fed, cfg, challenges, truths,
+                                              observe)
     trained = (f" ({getattr(attack, 'trained', 0)} reference-model set(s) trained, the rest from the cache)"
                if getattr(attack, "references_needed", 0) else "")
     log.info("mia: %s as %s against %s in %.1fs%s", ", ".join(variants), role, ", ".join(victims),
@@ -162,10 +164,10 @@ NO_TWIN_RECORDING = ("a recording: fedaudit cannot train the deployment again wi
 
 def _twins(attack: Attack, challenge: DomainChallenge | None, truth: list[str | None], cfg: RunConfig,
            method: Method, fed: Federation, prior: AttackerPrior, victims: Sequence[str],
-           retrain: bool) -> dict[str, dict[str, Any]]:
+           retrain: bool) -> dict[str, DomainTwin]:
     """Each source domain's domain twin (its entry), or why there is none."""
     if not retrain:
-        return {d: {"status": NOT_APPLICABLE, "reason": NO_TWIN_RECORDING} for d in victims}
+        return {d: DomainTwin(status=NOT_APPLICABLE, reason=NO_TWIN_RECORDING) for d in victims}
     from fedaudit.audit.domain_twin import domain_twins
 
     t0 = time.perf_counter()
@@ -193,10 +195,12 @@ def power_records(fed: Federation, victim: str, per_class: int, seed: int) -> Te
     return x[torch.tensor(sorted(picked), device=x.device)]
 
 
-def _artifact_controls(attack: Attack, section: dict[str, dict[str, Any]], view: WireView, prior: AttackerPrior,
-                       fed: Federation, cfg: RunConfig, challenges: dict[str, MembershipChallenge],
-                       truths: dict[str, Tensor], observe: Callable[[WireView], WireView] | None = None) -> None:
-    """The artifact test re-run on two counterfactuals of every victim's artifacts, stored beside each entry:
+def _artifact_controls(attack: Attack, section: dict[str, dict[str, MembershipTestResult]], view: WireView,
+                       prior: AttackerPrior, fed: Federation, cfg: RunConfig, challenges: dict[str, MembershipChallenge],
+                       truths: dict[str, Tensor], observe: Callable[[WireView], WireView] | None = None
+                       ) -> dict[str, dict[str, MembershipTestResult]]:
+    """The section with the artifact test re-run on two counterfactuals of every victim's artifacts, stored beside
+    each entry:
 
     * ``twin`` — the artifact with the victim's members swapped for its ``val`` records (same domain, never
       trained on, in neither half of the challenge), scored on the same challenge: it must sit in the null band;
@@ -205,14 +209,16 @@ def _artifact_controls(attack: Attack, section: dict[str, dict[str, Any]], view:
 
     Counterfactual artifacts are built for the server's view only (:mod:`fedaudit.audit.counterfactual`)."""
     entries = [(artifact, victim, e) for artifact, by_victim in section.items() for victim, e in by_victim.items()
-               if isinstance(e, dict) and "advantage" in e]
+               if e.scored]
+    done = {artifact: dict(by_victim) for artifact, by_victim in section.items()}
     if not entries:
-        return
+        return done
     if view.role != SERVER:
-        for _, _, e in entries:
-            e["controls"] = ("not available: counterfactual artifacts are built for the server's view only; a client "
-                             "sees aggregates whose counterfactual would need the server's aggregation rule")
-        return
+        for artifact, victim, e in entries:
+            done[artifact][victim] = e.with_(controls=(
+                "not available: counterfactual artifacts are built for the server's view only; a client sees "
+                "aggregates whose counterfactual would need the server's aggregation rule"))
+        return done
     cases, pseudo_challenges, pseudo_truths, trimmed = _control_cases(sorted({v for _, v, _ in entries}), view, fed,
                                                                        cfg, challenges, truths)
     recipe = TrainingRecipe(fed.preprocess, cfg.augment, cfg.batch_size)
@@ -223,13 +229,17 @@ def _artifact_controls(attack: Attack, section: dict[str, dict[str, Any]], view:
     outs = controls.run_batch(cf_view, prior, list(pseudo_challenges), fed.device, Access(challenges=pseudo_challenges))
     by_key = {(o.victim, o.artifact): o for o in outs}
     for artifact, victim, e in entries:
+        found = {}
         for case, name in (("twin", pseudo_name(victim, TWIN)),
                            ("power", pseudo_name(victim, power_case(ARTIFACT_POWER_PER_CLASS)))):
             why = (skipped.get(name) or {}).get(artifact.split(":")[0])
-            e[case] = _control_entry(case, name in pseudo_challenges, why, by_key.get((name, artifact)),
+            control = _control_entry(case, name in pseudo_challenges, why, by_key.get((name, artifact)),
                                      pseudo_truths.get(name))
-            if case == "power" and "records" in e[case] and victim not in trimmed:
-                e[case]["per_class"] = ARTIFACT_POWER_PER_CLASS
+            if case == "power" and control.has("records") and victim not in trimmed:
+                control = control.with_(per_class=ARTIFACT_POWER_PER_CLASS)
+            found[case] = control
+        done[artifact][victim] = e.with_(**found)
+    return done
 
 
 def _control_cases(victims: list[str], view: WireView, fed: Federation, cfg: RunConfig,
@@ -281,19 +291,18 @@ def _power_case(victim: str, client: Any, real: MembershipChallenge, view: WireV
 
 
 def _control_entry(case: str, built: bool, why: str | None, out: AttackOutput | None, truth: Tensor | None
-                   ) -> dict[str, Any]:
+                   ) -> Control:
     """One control's entry beside the artifact test's: its scores split by the kept truth, or why there are none."""
     if not built:
-        return {"status": NOT_APPLICABLE, "reason": "the victim has no val records to build the twin from"}
+        return Control(status=NOT_APPLICABLE, reason="the victim has no val records to build the twin from")
     if why is not None:
-        return {"status": NOT_APPLICABLE, "reason": f"not a counterfactual: {why}"}
-    if out is None or out.scores is None:
-        return {"status": (out.info.get("status") if out else None) or NOT_APPLICABLE,
-                "reason": (out.info.get("reason") if out else None) or "the control produced no scores"}
+        return Control(status=NOT_APPLICABLE, reason=f"not a counterfactual: {why}")
+    if out is None or out.scores is None or truth is None:
+        return Control(status=str((out.info.get("status") if out else None) or NOT_APPLICABLE),
+                       reason=str((out.info.get("reason") if out else None) or "the control produced no scores"))
     scores = out.scores.double().cpu()
-    entry = scored(scores[truth], scores[~truth], out.info.get("signal", ""), 0)
-    entry["records"] = int(truth.sum()) if case == "power" else "val"
-    return entry
+    return Control(**scored(scores[truth], scores[~truth], str(out.info.get("signal", "")), 0),
+                   records=int(truth.sum()) if case == "power" else "val")
 
 
 def _bank_rows(view: WireView, victim: str) -> int | None:
@@ -305,65 +314,71 @@ def _bank_rows(view: WireView, victim: str) -> int | None:
     return min(rows) if rows else None
 
 
-def _victim_entry(out: AttackOutput, is_member: Tensor, exposure: int) -> dict[str, Any]:
-    info = {k: v for k, v in out.info.items() if k not in ("result", "status", "signal", "reference", "population")}
+def _victim_entry(out: AttackOutput, is_member: Tensor, exposure: int) -> MembershipTestResult:
     if out.scores is None:
-        return {k: v for k, v in out.info.items() if k in ("status", "reason")}
+        return MembershipTestResult.model_validate({k: str(out.info[k]) for k in ("status", "reason") if k in out.info})
     scores = out.scores.double().cpu()
     unscorable = not_finite(scores)
     if unscorable:
-        return unscorable
+        return MembershipTestResult(status=NOT_APPLICABLE, reason=unscorable)
+    info = {k: v for k, v in out.info.items() if k not in ("result", "status", "signal", "reference", "population")}
+    undeclared = sorted(set(info) - set(MembershipTestResult.model_fields))
+    if undeclared:
+        raise FedauditError(f"attack {out.attack} reported {', '.join(undeclared)} beside its membership scores; a "
+                            "stored membership test holds only the fields of fedaudit.run.stored.leakage."
+                            "MembershipTestResult: declare the field there, or leave it out of AttackOutput.info")
     reference = out.info.get("reference")
-    entry = scored(scores[is_member], scores[~is_member], out.info["signal"],
-                   reference.get("reference_models", 0) if reference is not None else 0)
-    entry.update(info)
+    found: dict[str, Any] = {**scored(scores[is_member], scores[~is_member], str(out.info["signal"]),
+                                      reference.get("reference_models", 0) if reference is not None else 0), **info}
     if reference is not None:
         if reference and reference.get("kind") != "replay":
             # how much a from-scratch reference saw of a record (epochs), beside how much the target did
             reference = {**reference, "target_exposure_epochs": exposure}
-        entry["reference"] = reference
+        found["reference"] = reference
         if out.signals:  # did the reference models stand in for this target? (the auditor knows who is a member)
             # the signal the attack scored: less the references' shift where it took one (LiRA, RMIA), else as is
             shift = float(reference["shift"]) if "shift" in reference else None
-            entry["calibration"] = lira_calibration(out.signals["phi"], out.signals["reference_phi"],
+            found["calibration"] = lira_calibration(out.signals["phi"], out.signals["reference_phi"],
                                                     out.signals["reference_masks"], is_member, shift)
     if "population" in out.info:
-        entry["population"] = out.info["population"]
+        found["population"] = out.info["population"]
     if "exact_tolerance" in out.info:  # per-record banks: candidates whose own entry is in the bank, verbatim
         exact = scores >= -float(out.info["exact_tolerance"])
-        entry["exact_matches"] = {"members": int(exact[is_member].sum()), "nonmembers": int(exact[~is_member].sum())}
-    return entry
+        found["exact_matches"] = ExactMatches(members=int(exact[is_member].sum()), nonmembers=int(exact[~is_member].sum()))
+    return MembershipTestResult(**found)
 
 
-def _domain_rows(out: AttackOutput, truth: list[str | None], victims: Sequence[str], unseen_domain: str) -> dict[str, Any]:
+def _domain_rows(out: AttackOutput, truth: list[str | None], victims: Sequence[str],
+                 unseen_domain: str) -> dict[str, MembershipTestResult]:
     """Per source domain and pooled (``all``): its holdout records against the unseen domain's records."""
     assert out.scores is not None
     scores = out.scores.cpu()
     unscorable = not_finite(scores)
     if unscorable:
-        return {victim: dict(unscorable) for victim in [*victims, ALL_DOMAINS]}
+        return {victim: MembershipTestResult(status=NOT_APPLICABLE, reason=unscorable)
+                for victim in [*victims, ALL_DOMAINS]}
     unseen = scores[torch.tensor([t is None for t in truth])]
-    rows: dict[str, Any] = {}
+    rows: dict[str, MembershipTestResult] = {}
     for victim in [*victims, ALL_DOMAINS]:
         member = torch.tensor([t is not None and victim in (t, ALL_DOMAINS) for t in truth])
-        rows[victim] = scored(scores[member], unseen, out.info["signal"], 0)
-        rows[victim]["nonmember_domain"] = unseen_domain
+        rows[victim] = MembershipTestResult(**scored(scores[member], unseen, str(out.info["signal"]), 0),
+                                            nonmember_domain=unseen_domain)
     return rows
 
 
-def not_finite(scores: Tensor) -> dict[str, Any] | None:
+def not_finite(scores: Tensor) -> str | None:
     """Why scores that are not all finite cannot be ranked (the attacked model's outputs overflowed: weights that
-    noise or divergence destroyed), as the entry that stands in for a score; None when they can."""
+    noise or divergence destroyed), the reason that stands in for a score; None when they can."""
     bad = int((~torch.isfinite(scores)).sum())
     if not bad:
         return None
-    return {"status": NOT_APPLICABLE, "reason": f"{bad} of {scores.numel()} scores are not finite: the attacked model's "
-                                                "outputs overflow (its weights destroyed by noise, or diverged), so "
-                                                "there is nothing to rank"}
+    return (f"{bad} of {scores.numel()} scores are not finite: the attacked model's outputs overflow (its weights "
+            "destroyed by noise, or diverged), so there is nothing to rank")
 
 
 def scored(members: Tensor, nonmembers: Tensor, signal: str, n_reference: int) -> dict[str, Any]:
-    """membership_metrics with the fields every entry carries."""
+    """membership_metrics with the fields every entry carries: the scorer's half of a
+    :class:`~fedaudit.run.stored.leakage.Separation`."""
     out = membership_metrics(members, nonmembers)
     out.update(members=int(members.numel()), nonmembers=int(nonmembers.numel()), reference_models=int(n_reference),
                signal=signal)

@@ -14,23 +14,23 @@ up no plug-in.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fedaudit.attack import Attack, AttackerPrior, attack_setup
-from fedaudit.audit.canary import GRADIENT_SECTION, audit_canaries
+from fedaudit.audit.canary import audit_canaries
 from fedaudit.audit.counterfactual import TrainingRecipe, latent_encoders
 from fedaudit.audit.leakage import Auditor, DomainRecords
 from fedaudit.audit.membership import audit_membership
 from fedaudit.audit.reconstruction import audit_reconstruction, unscored_section
-from fedaudit.audit.verdict import CANARY_GRADIENT
 from fedaudit.errors import unknown_choice
-from fedaudit.run.results import MIA
 from fedaudit.run.seeds import derive_seed
 from fedaudit.run.stored import AggregateSeen, Disaggregation, LeftInClear, SecureAggregation, SolvedUpdate
+from fedaudit.run.stored.leakage import Leakage, MembershipSection, OneRunAudit
 from fedaudit.simulation.method import Method
 from fedaudit.simulation.secure_aggregation import (MASKED, Disaggregated, left_in_view, participation_varies,
                                                      secure_aggregation_view)
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fedaudit")
 
-SECURE_AGGREGATION = "secure_aggregation"  # metrics.json's section for that observer (run_attacks returns it within)
 SECURE_AGGREGATION_OBSERVER = "server (secure aggregation)"
 RELEASED_ONLY = ("domain",)  # membership variants of the released model alone: the same with or without the mask
 PRIOR_SEED_STREAM = 7_001  # the attacker's fresh model: a fixed initialisation, independent of the run's own
@@ -107,10 +106,10 @@ def reconstruction_outcome(attack: str, section: dict[str, Any]) -> str:
 
 def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig, method: Method, fed: Federation,
                 dataset: MultiDomainDataset, device: torch.device, *, retrain: bool = True,
-                disaggregated: Disaggregated | None = None) -> dict[str, Any]:
-    """Every ``selected`` attack class against the attacker's wire view, scored by the auditor. ``retrain``: the
-    federation is fedaudit's own, so counterfactual federations (the domain twins) can be trained; a recording's
-    cannot.
+                disaggregated: Disaggregated | None = None) -> tuple[Leakage, SecureAggregation | None]:
+    """Every ``selected`` attack class against the attacker's wire view, scored by the auditor, and (under
+    ``--secure-aggregation``) the same against what that server sees. ``retrain``: the federation is fedaudit's own,
+    so counterfactual federations (the domain twins) can be trained; a recording's cannot.
 
     An attack gets the view, the prior and the access its threat model grants
     (``Attack.needs``); the auditor's procedure for it follows from that grant:
@@ -118,45 +117,63 @@ def run_attacks(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig,
     the private records. One instance per attack family, membership first.
     """
     if not selected:
-        return {}
+        return Leakage(), None
     prior = attacker_prior(cfg, method, fed, dataset)
     role, victims = attack_role_and_victims(cfg, [c.domain for c in fed.clients])
     attacks = one_per_family(selected, cfg, prior)
     attacks.sort(key=lambda a: 0 if "challenges" in a.needs else 1 if "canaries" in a.needs else 2)
-    leakage: dict[str, Any] = {}
+    found = _Sections()
     auditor = None
     for attack in attacks:
         against = f"as {role} against {', '.join(victims)}"
         if "challenges" in attack.needs:
             refs = getattr(attack, "references_needed", 0)
             log.info("attack %s %s%s", attack.name, against, f" ({refs} reference models per victim)" if refs else "")
-            leakage[attack.name] = audit_membership(attack, run_dir, cfg, method, fed, prior, role=role, victims=victims,
-                                                    retrain=retrain)
+            found.mia.update(audit_membership(attack, run_dir, cfg, method, fed, prior, role=role, victims=victims,
+                                              retrain=retrain))
+            found.ran.add("mia")
         elif "canaries" in attack.needs:  # the one-run audit: the auditor scores the canaries it planted
             log.info("canary audit %s", against)
-            found = audit_canaries(attack, cfg, method, fed, prior, role=role, victims=victims)
-            gradient = found.pop(GRADIENT_SECTION, None)
-            leakage[attack.name] = found
-            if gradient:
-                leakage[CANARY_GRADIENT] = gradient
+            audits = audit_canaries(attack, cfg, method, fed, prior, role=role, victims=victims)
+            found.canary.update(audits.input)
+            found.canary_gradient.update(audits.gradient)
+            found.ran.add("canary")
         else:
             log.info("attack %s %s", attack.name, against)
             auditor = auditor or build_auditor(cfg, fed, dataset, device)  # trains the judges: only when needed
-            leakage[attack.name] = audit_reconstruction(attack, fed.wire.view(role), prior, victims, auditor, run_dir,
-                                                        device)
-            log.info("%s", reconstruction_outcome(attack.name, leakage[attack.name]))
-            settings = getattr(attack, "settings", None)
-            if settings is not None:
-                leakage[attack.name]["settings"] = settings.to_json()
-    if cfg.secure_aggregation:
-        auditor = auditor or (build_auditor(cfg, fed, dataset, device)
-                              if any(not a.needs for a in attacks) else None)
-        leakage[SECURE_AGGREGATION] = secure_aggregation_pass(selected, leakage, run_dir, cfg, method, fed, prior,
-                                                              victims, auditor, device, disaggregated or {})
-    return leakage
+            section = audit_reconstruction(attack, fed.wire.view(role), prior, victims, auditor, run_dir, device)
+            log.info("%s", reconstruction_outcome(attack.name, section))
+            found.reconstructions[attack.name] = with_settings(section, attack)
+    leakage = found.leakage()
+    if not cfg.secure_aggregation:
+        return leakage, None
+    auditor = auditor or (build_auditor(cfg, fed, dataset, device) if any(not a.needs for a in attacks) else None)
+    return leakage, secure_aggregation_pass(selected, leakage, run_dir, cfg, method, fed, prior, victims, auditor,
+                                            device, disaggregated or {})
 
 
-def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str, Any], run_dir: Path, cfg: RunConfig,
+@dataclass
+class _Sections:
+    """The attack results as the attacks finish, until they are one :class:`Leakage`."""
+
+    mia: MembershipSection = field(default_factory=dict)
+    canary: dict[str, OneRunAudit] = field(default_factory=dict)
+    canary_gradient: dict[str, OneRunAudit] = field(default_factory=dict)
+    reconstructions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ran: set[str] = field(default_factory=set)  # the sections of the families that ran (each stored, if empty)
+
+    def leakage(self) -> Leakage:
+        return Leakage(**{name: getattr(self, name) for name in ("mia", "canary", "canary_gradient", "reconstructions")
+                          if name in self.ran or getattr(self, name)})
+
+
+def with_settings(section: dict[str, Any], attack: Attack) -> dict[str, Any]:
+    """A reconstruction attack's section with the attack's settings as run, where it declares them."""
+    settings = getattr(attack, "settings", None)
+    return section if settings is None else {**section, "settings": settings.to_json()}
+
+
+def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: Leakage, run_dir: Path, cfg: RunConfig,
                             method: Method, fed: Federation, prior: AttackerPrior, victims: list[str],
                             auditor: Auditor | None, device: torch.device,
                             disaggregated: Disaggregated) -> SecureAggregation:
@@ -170,7 +187,7 @@ def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str,
     def observe(view: WireView) -> WireView:
         return masked_only(secure_aggregation_view(view, disaggregated))
 
-    seen: dict[str, Any] = {}
+    seen = _Sections()
     for attack in one_per_family(selected, cfg, prior):
         if "canaries" in attack.needs:  # the canary audit tests a DP claim, not an observer
             continue
@@ -178,17 +195,15 @@ def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str,
             variants = tuple(v for v in getattr(attack, "selected", ()) if v not in RELEASED_ONLY)
             if not variants:
                 continue
-            attack.selected = variants
+            attack.selected = variants  # type: ignore[attr-defined]  # the membership family's variant choice
             log.info("attack %s as the server under secure aggregation against %s", attack.name, ", ".join(victims))
-            seen[attack.name] = audit_membership(attack, run_dir, cfg, method, fed, prior, role=SERVER,
-                                                 victims=victims, retrain=False, observe=observe)
+            seen.mia.update(audit_membership(attack, run_dir, cfg, method, fed, prior, role=SERVER, victims=victims,
+                                             retrain=False, observe=observe))
         elif auditor is not None:
             log.info("attack %s as the server under secure aggregation against %s", attack.name, ", ".join(victims))
-            seen[attack.name] = audit_reconstruction(attack, clear, prior, victims, auditor, run_dir, device,
-                                                     observe=observe, grid_suffix="-secure-aggregation")
-            settings = getattr(attack, "settings", None)
-            if settings is not None:
-                seen[attack.name]["settings"] = settings.to_json()
+            section = audit_reconstruction(attack, clear, prior, victims, auditor, run_dir, device, observe=observe,
+                                           grid_suffix="-secure-aggregation")
+            seen.reconstructions[attack.name] = with_settings(section, attack)
     whole = secure_aggregation_view(clear, disaggregated)
     aggregate = next((a.meta["secure_aggregate"] for a in whole if "secure_aggregate" in a.meta
                       and "disaggregated_from" not in a.meta["secure_aggregate"]), None)
@@ -197,7 +212,7 @@ def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: dict[str,
         leaves=[LeftInClear(**row) for row in left_in_view(whole)],
         aggregate=None if aggregate is None else AggregateSeen(**aggregate),
         disaggregation=disaggregation_status(fed.wire.ledger, disaggregated),
-        leakage=merge_secure_aggregation(leakage, seen))
+        leakage=merge_secure_aggregation(leakage, seen.leakage()))
 
 
 def disaggregation_status(ledger: list[Any], disaggregated: Disaggregated) -> Disaggregation:
@@ -227,29 +242,34 @@ def masked_only(view: WireView) -> WireView:
     return WireView(view.role, [a for a in view if a.sender == SERVER or "secure_aggregate" in a.meta])
 
 
-def merge_secure_aggregation(clear: dict[str, Any], seen: dict[str, Any]) -> dict[str, Any]:
+def merge_secure_aggregation(clear: Leakage, seen: Leakage) -> Leakage:
     """The whole secure-aggregation view's leakage: the re-run attacks' entries for what the mask covers, the clear
     view's for everything else (the same messages, the same results)."""
-    return {name: (_merge_membership if name == MIA else _merge_by_artifact)(section, seen.get(name) or {})
-            for name, section in clear.items() if isinstance(section, dict) and name != SECURE_AGGREGATION}
+    merged = _Sections(mia=_merge_membership(clear.mia, seen.mia), canary=dict(clear.canary),
+                       canary_gradient=dict(clear.canary_gradient),
+                       reconstructions={name: _merge_by_artifact(section, seen.reconstructions.get(name) or {})
+                                        for name, section in clear.reconstructions.items()})
+    merged.ran = {name for name in ("mia", "canary") if clear.has(name)}
+    return merged.leakage()
 
 
 def _is_masked(artifact: str) -> bool:
     return artifact.split(":")[0] in {k.value for k in MASKED}
 
 
-def _merge_by_artifact(clear: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
-    """A reconstruction section (``{artifact: {victim: entry}, "summary": {artifact: ...}}``) merged."""
+def _merge_by_artifact(clear: Mapping[str, Any], again: Mapping[str, Any]) -> dict[str, Any]:
+    """A reconstruction section (``{artifact: {victim: entry}, "summary": {artifact: ...}}``), or the artifact
+    membership test's targets, merged."""
     merged = {a: (again.get(a) if _is_masked(a) else v) for a, v in clear.items()}
     if "summary" in clear:
         merged["summary"] = _merge_by_artifact(clear["summary"], again.get("summary") or {})
     return {a: v for a, v in merged.items() if v is not None}
 
 
-def _merge_membership(clear: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
-    """The membership section (``{variant: {target: {victim: entry}}}``): the artifact test of a masked artifact and
+def _merge_membership(clear: MembershipSection, again: MembershipSection) -> MembershipSection:
+    """The membership section (``{variant: {target: {victim: test}}}``): the artifact test of a masked artifact and
     every attack on a victim's upload (now the aggregate) from the re-run; the released model's as it was."""
-    merged = {}
+    merged: MembershipSection = {}
     for variant, targets in clear.items():
         fresh = again.get(variant) or {}
         if variant == "artifact":
@@ -270,21 +290,19 @@ def one_per_family(selected: Sequence[type[Attack]], cfg: RunConfig, prior: Atta
 
 
 def run_unscored(selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig, method: Method, fed: Federation,
-                 dataset: MultiDomainDataset, device: torch.device, why: str) -> dict[str, Any]:
+                 dataset: MultiDomainDataset, device: torch.device, why: str) -> Leakage:
     """Every ``selected`` attack against the attacker's wire view, with nothing to score it against (an
     auditor without the clients' records): each keeps its reconstructions and nulls, and says ``why`` it is
     unscored. Attacks that need the records (challenges, canaries) are refused before this."""
     prior = attacker_prior(cfg, method, fed, dataset)
     role, victims = attack_role_and_victims(cfg, [c.domain for c in fed.clients])
-    leakage: dict[str, Any] = {}
+    found = _Sections()
     for attack in one_per_family(selected, cfg, prior):
         log.info("attack %s as %s against %s, unscored: %s", attack.name, role, ", ".join(victims), why)
         outputs = attack.run_batch(fed.wire.view(role), prior, victims, device)
-        leakage[attack.name] = unscored_section(attack.name, outputs, prior, run_dir, why)
-        settings = getattr(attack, "settings", None)
-        if settings is not None:
-            leakage[attack.name]["settings"] = settings.to_json()
-    return leakage
+        found.reconstructions[attack.name] = with_settings(unscored_section(attack.name, outputs, prior, run_dir, why),
+                                                           attack)
+    return found.leakage()
 
 
 def build_auditor(cfg: RunConfig, fed: Federation, dataset: MultiDomainDataset, device: torch.device) -> Auditor:

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from fedaudit.attack import Attack, attack_setup
-from fedaudit.audit.session import SECURE_AGGREGATION, attack_role_and_victims, run_attacks, run_unscored
+from fedaudit.audit.session import attack_role_and_victims, run_attacks, run_unscored
 from fedaudit.audit.verdict import RiskThresholds, judge_run
 from fedaudit.data import MultiDomainDataset
 from fedaudit.data.base import ClientData, LODOSplit
@@ -42,7 +42,8 @@ from fedaudit.interop.recording_reader import Recording
 from fedaudit.models import build_model, is_factory
 from fedaudit.run import run_directory
 from fedaudit.run.results import RunMetrics, write_metrics
-from fedaudit.run.stored import Accuracy, AuditedRecording, AuditorData, SourceVal
+from fedaudit.run.stored import Accuracy, AuditedRecording, AuditorData, SecureAggregation, SourceVal
+from fedaudit.run.stored.leakage import Leakage
 from fedaudit.run.config import RunConfig
 from fedaudit.simulation.summary import communication, privacy, provenance
 from fedaudit.tensor_ops.aggregation import clone_state
@@ -338,11 +339,12 @@ def data_free_attacks(selected: Sequence[type[Attack]], chosen_by_auto: bool) ->
 
 
 def attack_recording(rec: Recording, selected: Sequence[type[Attack]], run_dir: Path, cfg: RunConfig, method: Method,
-                     fed: Federation, dataset: MultiDomainDataset, device: torch.device, scored: bool) -> dict[str, Any]:
+                     fed: Federation, dataset: MultiDomainDataset, device: torch.device, scored: bool
+                     ) -> tuple[Leakage, SecureAggregation | None]:
     """The attacks on the recorded wire: scored by the auditor's records (with secure aggregation, the single updates
     the recorded participation lets a server solve for), or unscored without them."""
     if not scored:
-        return run_unscored(selected, run_dir, cfg, method, fed, dataset, device, UNSCORED)
+        return run_unscored(selected, run_dir, cfg, method, fed, dataset, device, UNSCORED), None
     solved = recorded_disaggregation(rec, device) if cfg.secure_aggregation else None
     return run_attacks(selected, run_dir, cfg, method, fed, dataset, device, retrain=False, disaggregated=solved)
 
@@ -403,7 +405,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         run_directory.write_json(run_dir / "config.json", {"config": cfg.to_json(), "config_hash": cfg.hash(), "command": command,
                                                   "targets": [target], "recording": str(rec.root.resolve())})
         t0 = time.perf_counter()
-        leakage = attack_recording(rec, selected, run_dir, cfg, method, fed, dataset, device, scored)
+        leakage, secure_aggregation = attack_recording(rec, selected, run_dir, cfg, method, fed, dataset, device, scored)
         attack_seconds = time.perf_counter() - t0
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: an audit is rerun whole
@@ -420,7 +422,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
                                               "membership inference", "accuracy of the deployed model"])),
         accuracy=accuracy,
         communication=communication(fed, shares),
-        secure_aggregation=leakage.pop(SECURE_AGGREGATION, None),
+        secure_aggregation=secure_aggregation,
         leakage=leakage,
         privacy=recorded_privacy(rec, shares) or privacy(
             fed, shares, no_dp="no DP mechanism in the recording's manifest: whether the clients trained with one is "

@@ -11,7 +11,7 @@ from typing import Any
 from fedaudit.run.blocks import Judges
 from fedaudit.run.entries import (CanaryAudit, MembershipEntry, MembershipTest, ReconstructionTable, block,
                                   canary_audits)
-from fedaudit.run.results import MIA, RunMetrics, result_tables
+from fedaudit.run.results import RunMetrics, result_tables
 from fedaudit.run.stored import Broadcasts
 
 
@@ -89,21 +89,20 @@ class AuditedRun:
         recording = run.provenance.recording
         verification = recording.verification if recording is not None else None
         same = verification.broadcasts if verification is not None else None
-        canaries = leakage.canary_sections()
         return cls(
             declared=tuple(run.communication.declared),
             attacker=attacker,
             made_by="audit" if recording is not None else "evaluate",
             no_records=((data.why or "the auditor holds none of the clients' records")
                         if data is not None and data.status == "none" else None),
-            membership_ran=bool(leakage.sections.get(MIA)),
+            membership_ran=bool(leakage.mia),
             membership=tuple(MembershipTest(r.variant, r.target, r.victim, MembershipEntry.of(r.entry))
                              for r in leakage.membership()),
             reconstructions=tuple(ReconstructionTable.of(name, key, by_victim, block(sec.get("summary")).get(key))
                                   for name, sec in leakage.reconstruction_sections().items()
                                   for key, by_victim in result_tables(sec)),
             judges={name: Judges.of(sec.get("auditor")) for name, sec in leakage.reconstruction_sections().items()},
-            canary_ran=bool(canaries),
+            canary_ran=leakage.has("canary") or leakage.has("canary_gradient"),
             canaries=tuple(canary_audits(leakage)),
             broadcasts=BroadcastCheck.of(same) if same is not None else None,
             secure_aggregation=_secure_aggregation(run, attacker))

@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedaudit.run.blocks import (Calibration, Identified, PowerShown, ReferenceTraining, Roc, Score, Status,
-                                  VictimScores)
-from fedaudit.run.results import CANARY, CANARY_GRADIENT, Leakage
+from fedaudit.run.blocks import Identified, PowerShown, ReferenceTraining, Score, Status, VictimScores
+from fedaudit.run.stored.leakage import (Calibration, Control, GdpBound, Leakage, MembershipTestResult, OneRunAudit,
+                                         RocCurve, Separation)
+from fedaudit.run.stored.leakage import OperatingPoint as StoredPoint
 
 EMPTY: Mapping[str, Any] = {}
 
@@ -58,29 +59,27 @@ def text(x: Any) -> str | None:
 # -- membership ------------------------------------------------------------------------------------------
 
 
-def stored_points(entry: Mapping[str, Any]) -> list[tuple[float, Mapping[str, Any]]]:
-    """Every stored operating point (``levels``, or before ``tpr_at_fpr``; FPR keys as strings), once each: the
-    first one stored at an FPR wins."""
-    found: list[tuple[float, Mapping[str, Any]]] = []
-    for name in ("levels", "tpr_at_fpr"):
-        for key, value in block(entry.get(name)).items():
-            try:
-                fpr = float(key)
-            except ValueError:
-                continue
-            if isinstance(value, Mapping) and not any(math.isclose(fpr, f) for f, _ in found):
-                found.append((fpr, value))
+def stored_points(entry: Separation) -> list[tuple[float, StoredPoint]]:
+    """Every stored operating point (FPR keys as strings), once each: the first one stored at an FPR wins."""
+    found: list[tuple[float, StoredPoint]] = []
+    for key, value in entry.tpr_at_fpr.items():
+        try:
+            fpr = float(key)
+        except ValueError:
+            continue
+        if not any(math.isclose(fpr, f) for f, _ in found):
+            found.append((fpr, value))
     return found
 
 
-def mia_level(entry: Mapping[str, Any], level: float) -> Mapping[str, Any] | None:
-    """The stored operating point at FPR ``level`` as its mapping, or None."""
+def mia_level(entry: Separation, level: float) -> StoredPoint | None:
+    """The stored operating point at FPR ``level``, or None."""
     return next((value for fpr, value in stored_points(entry) if math.isclose(fpr, level)), None)
 
 
 @dataclass(frozen=True)
 class OperatingPoint:
-    """A membership test's stored TPR at one target FPR (``levels`` or, before, ``tpr_at_fpr``)."""
+    """A membership test's stored TPR at one target FPR."""
 
     tpr: float | None
     fpr_achieved: float
@@ -90,10 +89,10 @@ class OperatingPoint:
     warning: str | None
 
     @classmethod
-    def of(cls, value: Mapping[str, Any]) -> OperatingPoint:
-        return cls(number(value.get("tpr")), float(value.get("fpr_achieved", 0.01)), number(value.get("p_value")),
-                   finite_pair(value.get("tpr_interval", value.get("tpr_ci95"))), bool(value.get("resolvable", True)),
-                   value.get("warning") or None)
+    def of(cls, value: StoredPoint) -> OperatingPoint:
+        return cls(number(value.tpr), 0.01 if value.fpr_achieved is None else value.fpr_achieved,
+                   number(value.p_value), finite_pair(value.tpr_interval),
+                   True if value.resolvable is None else value.resolvable, value.warning or None)
 
 
 @dataclass(frozen=True)
@@ -102,18 +101,18 @@ class SeparationTest:
 
     stored: bool  # whether the test ran and stored its advantage
     scored: bool  # whether it stored an AUC
-    auc: Any
+    auc: float | None  # as stored
     advantage_p_value: float | None
-    records: Any
+    records: int | str
     status: str | None
     reason: str | None
 
     @classmethod
-    def of(cls, data: Any) -> SeparationTest | None:
-        if not isinstance(data, Mapping):
+    def of(cls, data: Control | None) -> SeparationTest | None:
+        if data is None:
             return None
-        return cls("advantage" in data, "auc" in data, data.get("auc"), number(data.get("advantage_p_value")),
-                   data.get("records", "?"), text(data.get("status")), text(data.get("reason")))
+        return cls(data.has("advantage"), data.has("auc"), data.auc, number(data.advantage_p_value),
+                   "?" if data.records is None else data.records, data.status, data.reason)
 
     def significant(self, alpha: float) -> bool:
         return self.advantage_p_value is not None and self.advantage_p_value <= alpha
@@ -154,13 +153,13 @@ class MembershipEntry:
     nonmember_domain: str | None
     # what the report shows beside the scores
     stored_keys: frozenset[str]
-    stored_auc: Any  # as stored (the page prints it)
-    stored_advantage: Any
-    auc_chance_interval: Any
-    roc: Roc | None
+    stored_auc: float | None  # as stored (the page prints it)
+    stored_advantage: float | None
+    auc_chance_interval: list[float] | None
+    roc: RocCurve | None
     calibration: Calibration | None
     reference: ReferenceTraining
-    reference_models: Any
+    reference_models: int | None
 
     def at_fpr(self, level: float) -> OperatingPoint | None:
         return next((p for fpr, p in self.operating_points if math.isclose(fpr, level)), None)
@@ -171,30 +170,30 @@ class MembershipEntry:
         return self.at_fpr(0.01)
 
     @classmethod
-    def of(cls, e: Mapping[str, Any]) -> MembershipEntry:
-        exact = e.get("exact_matches")
-        twin = block(e.get("domain_twin"))
-        aucs = twin.get("aucs") if twin.get("status") == "measured" else None
+    def of(cls, e: MembershipTestResult) -> MembershipEntry:
+        twin = e.domain_twin
+        aucs = twin.aucs if twin is not None and twin.status == "measured" else []
         return cls(
-            status=str(e.get("status", "not run")), reason=str(e.get("reason", "no reason stored")),
-            scored="advantage" in e, advantage=number(e.get("advantage")),
-            advantage_p_value=number(e.get("advantage_p_value")), advantage_null_95=e.get("advantage_null_95"),
-            members=_count(e.get("n_members", e.get("members"))),
-            nonmembers=_count(e.get("n_nonmembers", e.get("nonmembers"))),
-            auc=number(e.get("auc")),
+            status=e.status or "not run", reason=e.reason or "no reason stored",
+            scored=e.scored, advantage=number(e.advantage),
+            advantage_p_value=number(e.advantage_p_value), advantage_null_95=e.advantage_null_95,
+            members=_count(e.n_members if e.has("n_members") else e.members),
+            nonmembers=_count(e.n_nonmembers if e.has("n_nonmembers") else e.nonmembers),
+            auc=number(e.auc),
             operating_points=tuple((fpr, OperatingPoint.of(value)) for fpr, value in stored_points(e)),
-            signal=str(e.get("signal") or ""),
-            exact=(ExactMatches(whole(exact.get("members")), whole(exact.get("nonmembers")),
-                                number(e.get("exact_tolerance"))) if isinstance(exact, Mapping) else None),
-            control=SeparationTest.of(e.get("power")), controls=text(e.get("controls")),
-            twin=SeparationTest.of(e.get("twin")), weights_from=tuple(str(s) for s in block(e.get("weights_from"))),
-            miscalibrated=block(e.get("calibration")).get("status") == "miscalibrated",
-            twin_aucs=tuple(float(a) for a in aucs if number(a) is not None) if isinstance(aucs, list) else (),
-            twin_reason=text(twin.get("reason")), nonmember_domain=text(e.get("nonmember_domain")),
-            stored_keys=frozenset(e), stored_auc=e.get("auc"), stored_advantage=e.get("advantage"),
-            auc_chance_interval=e.get("auc_chance_interval"), roc=Roc.maybe(e.get("roc")),
-            calibration=Calibration.maybe(e.get("calibration")), reference=ReferenceTraining.of(e.get("reference")),
-            reference_models=e.get("reference_models"))
+            signal=e.signal or "",
+            exact=(None if e.exact_matches is None else
+                   ExactMatches(whole(e.exact_matches.members), whole(e.exact_matches.nonmembers),
+                                number(e.exact_tolerance))),
+            control=SeparationTest.of(e.power), controls=e.controls, twin=SeparationTest.of(e.twin),
+            weights_from=tuple(e.weights_from) if isinstance(e.weights_from, dict) else (),
+            miscalibrated=e.calibration is not None and e.calibration.status == "miscalibrated",
+            twin_aucs=tuple(a for a in aucs if number(a) is not None),
+            twin_reason=None if twin is None else twin.reason, nonmember_domain=e.nonmember_domain,
+            stored_keys=frozenset(e.model_fields_set), stored_auc=e.auc, stored_advantage=e.advantage,
+            auc_chance_interval=e.auc_chance_interval, roc=e.roc if e.roc is not None and e.roc.model_fields_set else None,
+            calibration=e.calibration if e.calibration is not None and e.calibration.model_fields_set else None,
+            reference=ReferenceTraining.of(e.reference), reference_models=e.reference_models)
 
 
 @dataclass(frozen=True)
@@ -392,20 +391,20 @@ class CanaryAudit:
     guesses: int | None
     correct: int | None
     delta: float  # for the tests: the stored δ, else 1e-5
-    stored_delta: Any  # as stored, for the page
+    stored_delta: float | None  # as stored, for the page
     k_grid: int  # how many k the audit searched (its Bonferroni factor)
-    stored_per_k: list[Any] | None
+    stored_per_k: list[dict[str, int | None]] | None
     epsilon_spent: float | None  # the accountant's claim
-    claim: Mapping[str, Any] | None  # the claimed privacy curve, where recorded (as the tests take it)
+    claim: Mapping[str, str | float] | None  # the claimed privacy curve, where recorded (as the tests take it)
     curve: ClaimedCurve | None
     p_claim: float | None  # the claim's test, before the correction across audits
     ceiling: float | None  # the largest ε these canaries could certify
     target: str | None
-    confidence: Any
-    rounds: Any  # gradient canaries: over how many rounds of updates
+    confidence: float | None
+    rounds: int | None  # gradient canaries: over how many rounds of updates
     exceeds_claimed: bool
-    can_refute_claim: Any  # False: too few canaries to test the claim
-    warning: Any
+    can_refute_claim: bool | None  # False: too few canaries to test the claim
+    warning: str | None
     ideal_bound: float | None
     ideal_gdp_mu: float | None
     estimate: float | None
@@ -414,22 +413,20 @@ class CanaryAudit:
     mu_ceiling: float | None
 
     @classmethod
-    def of(cls, variant: str, victim: str, e: Any) -> CanaryAudit:
-        e = block(e)
-        gdp = block(e.get("gdp"))
-        claim = e.get("claim")
-        per_k = e.get("per_k")
-        return cls(variant, victim, text(e.get("status")), text(e.get("reason")), "epsilon_lower_bound" in e, number(e.get("epsilon_lower_bound")), _count(e.get("canaries")),
-                   _count(e.get("guesses")), _count(e.get("correct")), float(e.get("delta", 1e-5)), e.get("delta"),
-                   len(e.get("k_grid") or [1]), per_k if per_k else None, number(e.get("epsilon_spent")),
-                   claim if isinstance(claim, Mapping) else None,
-                   (ClaimedCurve(text(claim.get("curve")), number(claim.get("mu")), number(claim.get("epsilon")),
-                                 claim.get("delta")) if isinstance(claim, Mapping) else None),
-                   number(e.get("p_claim")), number(e.get("epsilon_max_certifiable")), text(e.get("target")),
-                   e.get("confidence"), e.get("rounds"), bool(e.get("exceeds_claimed")), e.get("can_refute_claim"),
-                   e.get("warning"), number(e.get("ideal_bound")), number(e.get("ideal_gdp_mu")),
-                   number(block(e.get("estimate")).get("epsilon")), number(gdp.get("mu_lower_bound")),
-                   number(gdp.get("epsilon_if_gaussian")), number(gdp.get("mu_max_certifiable")))
+    def of(cls, variant: str, victim: str, e: OneRunAudit) -> CanaryAudit:
+        gdp, claim = e.gdp or GdpBound(), e.claim
+        return cls(variant, victim, e.status, e.reason, e.has("epsilon_lower_bound"), number(e.epsilon_lower_bound),
+                   _count(e.canaries), _count(e.guesses), _count(e.correct),
+                   1e-5 if e.delta is None else e.delta, e.delta, len(e.k_grid or [1]),
+                   [{"guesses": row.guesses, "correct": row.correct} for row in e.per_k] or None,
+                   number(e.epsilon_spent), claim,
+                   (None if claim is None else
+                    ClaimedCurve(text(claim.get("curve")), number(claim.get("mu")), number(claim.get("epsilon")),
+                                 claim.get("delta"))),
+                   number(e.p_claim), number(e.epsilon_max_certifiable), e.target, e.confidence, e.rounds,
+                   bool(e.exceeds_claimed), e.can_refute_claim, e.warning, number(e.ideal_bound),
+                   number(e.ideal_gdp_mu), number(None if e.estimate is None else e.estimate.epsilon),
+                   number(gdp.mu_lower_bound), number(gdp.epsilon_if_gaussian), number(gdp.mu_max_certifiable))
 
     @property
     def per_k(self) -> list[Any]:
@@ -439,9 +436,7 @@ class CanaryAudit:
 
 def canary_audits(leakage: Leakage) -> list[CanaryAudit]:
     """Every stored canary audit: the input canaries' (``leakage.canary``), then the gradient canaries'."""
-    sections = leakage.canary_sections()
-    return [CanaryAudit.of(variant, victim, e) for variant, key in (("input", CANARY), ("gradient", CANARY_GRADIENT))
-            for victim, e in block(sections.get(key)).items() if isinstance(e, Mapping)]
+    return [CanaryAudit.of(variant, victim, e) for variant, victim, e in leakage.canary_audits()]
 
 
 def _count(x: Any) -> int | None:

@@ -6,8 +6,8 @@ variant, target and victim; reconstruction results by attack, artifact and victi
 verdict row. The file's shape is declared in ``metrics.schema.json``, shipped beside this module and versioned by
 ``SCHEMA_VERSION``; ``validate`` holds a file to it (users can gate CI on the same file: ``python -m
 fedaudit.run.results RUN_DIR/metrics.json``). Its blocks are the typed models of :mod:`fedaudit.run.stored`
-(accuracy, communication, privacy, provenance, the auditor's data, secure aggregation); the attack results
-(``leakage``) are still mappings, read by :mod:`fedaudit.run.entries` until their models land (issue 59).
+(accuracy, communication, privacy, provenance, the auditor's data, secure aggregation, and the attack results:
+:class:`~fedaudit.run.stored.leakage.Leakage`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from fedaudit.errors import FedauditError
 from fedaudit.run.evidence_detail import Detail, detail_of
 from fedaudit.run.stored import Accuracy, AuditorData, Communication, Privacy, Provenance, SecureAggregation
+from fedaudit.run.stored.leakage import (BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_RECONSTRUCTIONS, Leakage,
+                                         MembershipResult, ReconstructionResult, result_tables)
 
 log = logging.getLogger("fedaudit")
 
@@ -33,80 +35,6 @@ log = logging.getLogger("fedaudit")
 SCHEMA_VERSION = 3
 SCHEMA_FILE = Path(__file__).with_name("metrics.schema.json")
 STRICT_ENV = "FEDAUDIT_STRICT_SCHEMA"  # set (tests do): a metrics.json that breaks the schema is an error, not a warning
-
-MIA = "mia"
-CANARY = "canary"  # the one-run ε audit: a bound per victim, not a reconstruction section
-CANARY_GRADIENT = "canary_gradient"  # its white-box variant: gradient canaries inside the victim's DP-SGD
-NOT_RECONSTRUCTIONS = (MIA, CANARY, CANARY_GRADIENT)  # leakage sections that are not {artifact: {victim: scores}}
-BOOKKEEPING = ("summary", "auditor", "settings")  # keys of an attack's section that are not results
-
-
-class MembershipResult(NamedTuple):
-    """One stored membership test: ``leakage.mia.<variant>.<target>.<victim>``."""
-
-    variant: str  # loss, lira_online, lira_offline, rmia, domain, artifact
-    target: str  # global_model, last_upload, or the artifact kind a shared-artifact test read
-    victim: str  # a source domain, or "all"
-    entry: Mapping[str, Any]
-
-
-class ReconstructionResult(NamedTuple):
-    """One stored reconstruction: ``leakage.<attack>.<artifact>.<victim>``."""
-
-    attack: str  # deepinversion, gradinv
-    artifact: str  # the attacked share: "full_model", "head", "head:<client>", ...
-    victim: str
-    entry: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Leakage:
-    """``metrics.json → leakage``: one section per attack that ran."""
-
-    sections: Mapping[str, Any]
-
-    @classmethod
-    def of(cls, metrics: Mapping[str, Any]) -> Leakage:
-        leakage = metrics.get("leakage")
-        return cls(leakage if isinstance(leakage, Mapping) else {})
-
-    def membership(self, *, ordered: bool = False) -> list[MembershipResult]:
-        """Every stored membership result, in the order the attack wrote them or, ``ordered``, sorted by
-        (variant, target, victim) (a verdict judged from a reloaded metrics.json must equal the one judged before it
-        was written); bookkeeping keys and non-tables skipped."""
-        mia = self.sections.get(MIA)
-        if not isinstance(mia, Mapping):
-            return []
-        out = [MembershipResult(variant, target, victim, entry)
-               for variant, by_target in mia.items() if variant not in BOOKKEEPING and isinstance(by_target, Mapping)
-               for target, by_victim in by_target.items() if isinstance(by_victim, Mapping)
-               for victim, entry in by_victim.items() if isinstance(entry, Mapping)]
-        return sorted(out, key=lambda r: r[:3]) if ordered else out
-
-    def reconstruction_sections(self) -> dict[str, Mapping[str, Any]]:
-        """attack → its section, for every reconstruction attack that ran (in the order they ran)."""
-        return {name: sec for name, sec in self.sections.items()
-                if name not in NOT_RECONSTRUCTIONS and isinstance(sec, Mapping)}
-
-    def attacked_artifacts(self) -> list[tuple[str, str, Mapping[str, Any]]]:
-        """(attack, artifact, {victim: entry}) of every reconstruction attack's result table."""
-        return [(name, key, by_victim) for name, sec in self.reconstruction_sections().items()
-                for key, by_victim in result_tables(sec)]
-
-    def reconstructions(self) -> list[ReconstructionResult]:
-        """Every stored reconstruction entry, in the order the attacks wrote them."""
-        return [ReconstructionResult(name, key, victim, entry) for name, key, by_victim in self.attacked_artifacts()
-                for victim, entry in by_victim.items() if isinstance(entry, Mapping)]
-
-    def canary_sections(self) -> dict[str, Mapping[str, Any]]:
-        return {k: self.sections[k] for k in (CANARY, CANARY_GRADIENT) if isinstance(self.sections.get(k), Mapping)}
-
-
-def result_tables(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """(artifact, {victim: entry}) of one reconstruction attack's section, its bookkeeping keys skipped."""
-    return [(key, by_victim) for key, by_victim in section.items()
-            if key not in BOOKKEEPING and isinstance(by_victim, Mapping)]
-
 
 @dataclass
 class Evidence:
@@ -198,7 +126,7 @@ class RunMetrics:
     target_domain: str  # "all" for the mean over targets
     accuracy: Accuracy
     communication: Communication
-    leakage: dict[str, Any]
+    leakage: Leakage | dict[str, Leakage]  # a --target-domain all run: each target's
     privacy: Privacy | dict[str, Privacy | None] | None  # a --target-domain all run: each target's
     provenance: Provenance
     source_domains: list[str] | None = None  # None in the mean over targets
@@ -215,7 +143,7 @@ class RunMetrics:
         out = {"schema_version": self.schema_version, "method": self.method, "dataset": self.dataset,
                "target_domain": self.target_domain, "source_domains": self.source_domains,
                "auditor_data": auditor_data, "accuracy": self.accuracy.dump(), "communication": self.communication.dump(),
-               "leakage": self.leakage, "privacy": _dumped(self.privacy), "provenance": self.provenance.dump(),
+               "leakage": _dumped_leakage(self.leakage), "privacy": _dumped(self.privacy), "provenance": self.provenance.dump(),
                "secure_aggregation": None if self.secure_aggregation is None else self.secure_aggregation.dump(),
                "verdict": [row.to_json() for row in self.verdict], "verdict_thresholds": self.verdict_thresholds}
         optional = ("source_domains", "auditor_data", "verdict_thresholds", "secure_aggregation")
@@ -226,7 +154,7 @@ class RunMetrics:
         """A stored metrics.json; one written by a newer fedaudit is a one-line error naming the version it needs."""
         version = schema_version(data, where)
         fields = [f for f in cls.__dataclass_fields__ if f != "schema_version"]
-        blank: dict[str, Any] = {"leakage": {}, "method": "?", "dataset": "?", "target_domain": "?"}  # a damaged file
+        blank: dict[str, Any] = {"method": "?", "dataset": "?", "target_domain": "?"}  # a damaged file
         read = {f: data.get(f, blank.get(f)) for f in fields}
         stored, seen = data.get("auditor_data"), data.get("secure_aggregation")
         return cls(**{**read, "accuracy": Accuracy.read(data.get("accuracy")),
@@ -234,6 +162,7 @@ class RunMetrics:
                       "communication": Communication.read(data.get("communication")),
                       "auditor_data": AuditorData.read(stored) if isinstance(stored, Mapping) else None,
                       "secure_aggregation": SecureAggregation.read(seen) if isinstance(seen, Mapping) else None,
+                      "leakage": _read_leakage(data.get("leakage"), all_targets=data.get("target_domain") == "all"),
                       "privacy": _read_privacy(data.get("privacy"), all_targets=data.get("target_domain") == "all"),
                       "verdict": [VerdictRow.from_json(r) for r in data.get("verdict") or []
                                   if isinstance(r, Mapping) and "row" in r]},
@@ -241,7 +170,8 @@ class RunMetrics:
 
     @property
     def results(self) -> Leakage:
-        return Leakage(self.leakage)
+        """The attack results (empty for the mean over targets: each target's are its own run's)."""
+        return self.leakage if isinstance(self.leakage, Leakage) else Leakage()
 
     def rows(self) -> list[VerdictRow]:
         return list(self.verdict)
@@ -251,6 +181,18 @@ def _dumped(privacy: Privacy | dict[str, Privacy | None] | None) -> dict[str, An
     if isinstance(privacy, Privacy):
         return privacy.dump()
     return None if privacy is None else {t: None if p is None else p.dump() for t, p in privacy.items()}
+
+
+def _dumped_leakage(leakage: Leakage | dict[str, Leakage]) -> dict[str, Any]:
+    if isinstance(leakage, Leakage):
+        return leakage.dump()
+    return {t: block.dump() for t, block in leakage.items()}
+
+
+def _read_leakage(stored: Any, all_targets: bool) -> Leakage | dict[str, Leakage]:
+    if all_targets and isinstance(stored, Mapping):
+        return {str(t): Leakage.read(block) for t, block in stored.items()}
+    return Leakage.read(stored)
 
 
 def _read_privacy(stored: Any, all_targets: bool) -> Privacy | dict[str, Privacy | None] | None:
@@ -340,5 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+__all__ = ["BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "MIA", "NOT_RECONSTRUCTIONS", "SCHEMA_VERSION", "Evidence",
+           "Leakage", "MembershipResult", "ReconstructionResult", "RunMetrics", "VerdictRow", "problems",
+           "result_tables", "schema", "schema_version", "validate", "write_metrics"]
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
+

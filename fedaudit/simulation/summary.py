@@ -69,7 +69,7 @@ def summarise_targets(cfg: RunConfig, per_target: dict[str, dict[str, Any]]) -> 
             bytes_down=total([r.communication.bytes_down for r in runs.values()]),
             per_target={t: r.communication for t, r in runs.items()},
         ),
-        leakage={t: r.leakage for t, r in runs.items()},
+        leakage={t: r.results for t, r in runs.items()},
         privacy={t: r.privacy if isinstance(r.privacy, Privacy) else None for t, r in runs.items()},
         verdict=[replace(row, target=t) for t, r in runs.items() for row in r.verdict],
         provenance=next(iter(runs.values())).provenance.with_(

@@ -7,9 +7,9 @@ import types
 import typing
 from collections.abc import Mapping
 from functools import cache
-from typing import Annotated, Any, ClassVar, Self
+from typing import Any, ClassVar, Self
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, TypeAdapter, ValidationError, WithJsonSchema
+from pydantic import AliasChoices, BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 
@@ -72,10 +72,11 @@ def _read_value(annotation: Any, value: Any) -> Any:
     if _is_block(inner):
         return inner.read(value) if isinstance(value, Mapping) else _INVALID
     origin, inner_args = typing.get_origin(inner), typing.get_args(inner)
-    if origin is dict and _is_block(inner_args[1]):
+    if origin is dict and _holds_blocks(inner_args[1]):  # a mapping of blocks, or of mappings of blocks
         if not isinstance(value, Mapping):
             return _INVALID
-        return {str(k): inner_args[1].read(v) for k, v in value.items() if isinstance(v, Mapping)}
+        read = {str(k): _read_value(inner_args[1], v) for k, v in value.items() if isinstance(v, Mapping)}
+        return {k: v for k, v in read.items() if v is not _INVALID}
     if origin is list and _is_block(inner_args[0]):
         return [inner_args[0].read(v) for v in value if isinstance(v, Mapping)] if isinstance(value, list) else _INVALID
     try:
@@ -88,13 +89,16 @@ def _is_block(hint: Any) -> bool:
     return isinstance(hint, type) and issubclass(hint, Stored)
 
 
+def _holds_blocks(hint: Any) -> bool:
+    """A block, or a mapping whose values hold blocks (at any depth)."""
+    return _is_block(hint) or (typing.get_origin(hint) is dict and _holds_blocks(typing.get_args(hint)[1]))
+
+
 @cache
 def _strict(annotation: Any) -> TypeAdapter[Any]:
     return TypeAdapter(annotation, config=ConfigDict(strict=True))
 
 
 HAND_KEPT = "x-hand-kept"  # a marker schema_defs() turns into a reference (pydantic resolves a real one itself)
-# A block whose model is still to come (issue 59): kept as stored, its schema the hand-kept definition it names.
-LeakageSections = Annotated[dict[str, Any], WithJsonSchema({HAND_KEPT: "leakage"})]
 
-__all__ = ["HAND_KEPT", "LeakageSections", "Stored"]
+__all__ = ["HAND_KEPT", "Stored"]

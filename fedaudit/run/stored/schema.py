@@ -10,6 +10,8 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from fedaudit.run.stored.accuracy import Accuracy, CanaryChange, FinalRound, SourceVal, TargetAccuracy, WithoutCanaries
 from fedaudit.run.stored.communication import Communication, KindBytes
 from fedaudit.run.stored.core import HAND_KEPT, Stored
+from fedaudit.run.stored.leakage import (Calibration, CanaryEstimate, Control, DomainTwin, ExactMatches, GdpBound, KRow,
+                                         Leakage, MembershipTestResult, OneRunAudit, OperatingPoint, RocCurve)
 from fedaudit.run.stored.privacy import DP, ClientDP, ClippingCheck, CoverageRow, DPClient, Privacy, RoundNoise
 from fedaudit.run.stored.provenance import (AuditorData, Broadcasts, DeployedModel, Device, DifferentBroadcast,
                                             Framework, ModelInfo, NonFinite, Participation, Provenance, AuditedRecording,
@@ -29,7 +31,10 @@ SCHEMA_DEFS: dict[str, type[Stored]] = {
     "provenance": Provenance, "device": Device, "model_info": ModelInfo, "recording": AuditedRecording,
     "verification": Verification, "non_finite": NonFinite, "broadcasts": Broadcasts,
     "different_broadcast": DifferentBroadcast, "framework": Framework, "deployed_model": DeployedModel,
-    "participation": Participation}
+    "participation": Participation, "leakage": Leakage, "membership_entry": MembershipTestResult,
+    "membership_control": Control, "operating_point": OperatingPoint, "roc_curve": RocCurve, "calibration": Calibration,
+    "exact_matches": ExactMatches, "domain_twin": DomainTwin, "canary_entry": OneRunAudit, "k_row": KRow,
+    "gdp_bound": GdpBound, "canary_estimate": CanaryEstimate}
 
 
 class _Untitled(GenerateJsonSchema):
@@ -53,6 +58,8 @@ def schema_defs() -> dict[str, Any]:
     def renamed(node: Any) -> Any:
         if isinstance(node, dict) and HAND_KEPT in node:
             return {"$ref": f"#/$defs/{node[HAND_KEPT]}"}
+        if isinstance(node, dict) and node.get("$ref", "").endswith("/JsonValue"):
+            return {}  # any JSON value: an attack's own account
         if isinstance(node, dict):
             return {k: (f"#/$defs/{names[v.rsplit('/', 1)[1]]}" if k == "$ref" else renamed(v)) for k, v in node.items()}
         return [renamed(x) for x in node] if isinstance(node, list) else node

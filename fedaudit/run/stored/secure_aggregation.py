@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from fedaudit.run.stored.core import LeakageSections, Stored
+from fedaudit.run.stored.core import Stored
+from fedaudit.run.stored.leakage import Leakage
 
 
 
@@ -59,7 +60,7 @@ class SecureAggregation(Stored):
     leaves: list[LeftInClear] = Field(default_factory=list)
     aggregate: AggregateSeen | None = None  # null: no upload was masked
     disaggregation: Disaggregation = Field(default_factory=lambda: Disaggregation.read({}))
-    leakage: LeakageSections = Field(default_factory=dict)
+    leakage: Leakage = Field(default_factory=Leakage)
 
 
 __all__ = ["AggregateSeen", "Disaggregation", "LeftInClear", "SecureAggregation", "SolvedUpdate"]
