@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedaudit.reports.load import Unit
-from fedaudit.run.blocks import Score
+from fedaudit.run.stored.reconstruction import Score
 
 
 MISSING = "—"

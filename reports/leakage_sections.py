@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fedaudit.audit.verdict.wording import fdp_bound
-from fedaudit.run.blocks import POWER_SINGLE, Identified, Judges, PowerShown, Score
+from fedaudit.run.stored.reconstruction import POWER_SINGLE, Identified, Judges, Power, Score
 from fedaudit.run.stored import DP
 from fedaudit.run.entries import CanaryAudit, ClaimedCurve, ReconstructionEntry, ReconstructionTable
 from fedaudit.reports import plots
@@ -214,7 +214,7 @@ def victim_metrics(e: ReconstructionEntry) -> list[tuple[str, str]]:
         for key, label in (("psnr_mean", "PSNR to its Hungarian-matched member, mean (dB)"),
                            ("ssim_mean", "SSIM to its Hungarian-matched member, mean"),
                            ("psnr_best", "PSNR to its Hungarian-matched member, best (dB)")):
-            out.append((label, with_control(Score.of({"attack": getattr(matched.attack, key),
+            out.append((label, with_control(Score.read({"attack": getattr(matched.attack, key),
                                                       "control": getattr(matched.control, key)}))))
     if e.power_shown is not None:
         out.append(("power (positive control)", _power_text(e.power_shown)))
@@ -233,7 +233,7 @@ def _identifiability_line(ident: Identified | None) -> list[tuple[str, str]]:
              f"n {as_text(ident.n)}")]
 
 
-def _power_text(power: PowerShown) -> str:
+def _power_text(power: Power) -> str:
     """The positive control: reached or not, record-level or not, and what it recovered at each size."""
     if power.status != "measured":
         return f"{power.status}: {power.reason}"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -136,9 +135,8 @@ def _load_unit(run_dir: Path, config: dict[str, Any], metrics: dict[str, Any]) -
 def _image_paths(leakage: Leakage) -> list[str]:
     """The image grids the reconstruction entries name (paths as stored: confined to the run directory by the
     caller)."""
-    return [grid for section in leakage.reconstructions.values() for by_victim in section.values()
-            if isinstance(by_victim, Mapping) for entry in by_victim.values()
-            if isinstance(entry, Mapping) and isinstance(grid := entry.get("image_grid"), str)]
+    return [entry.image_grid for _, _, by_victim in leakage.attacked_artifacts() for entry in by_victim.values()
+            if entry.image_grid is not None]
 
 
 def _read_json(path: Path) -> dict[str, Any]:

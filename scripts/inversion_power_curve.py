@@ -40,7 +40,7 @@ from fedaudit.audit.verdict.inversion import reaching
 from fedaudit.data import load_dataset, lodo_split
 from fedaudit.methods import get_method
 from fedaudit.run import run_directory
-from fedaudit.run.blocks import POWER_SINGLE
+from fedaudit.run.stored.reconstruction import POWER_SINGLE
 from fedaudit.simulation.federation import Federation
 from fedaudit.simulation.wire import Wire
 from fedaudit.tensor_ops.aggregation import load_state_

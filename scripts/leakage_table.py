@@ -23,7 +23,7 @@ from pathlib import Path
 
 from fedaudit.api import evaluate
 from fedaudit.audit.verdict import judge
-from fedaudit.run.results import Leakage
+from fedaudit.run.results import BOOKKEEPING
 from fedaudit.statistics.intervals import clopper_pearson
 import results_page  # scripts/ is on sys.path when run as python scripts/leakage_table.py
 from method_table import finished
@@ -74,14 +74,15 @@ def rows(run_dir: Path, method: str, attacker: str) -> list[str]:
     """One row per attacked artifact: the stored verdict row's tier, then each headline metric beside its
     nulls (untrained; prior-only; twin; chance), identifiability pooled over victims, and the power."""
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    summary = (Leakage.of(metrics).reconstructions.get("deepinversion") or {}).get("summary", {})
+    section = metrics["leakage"].get("deepinversion") or {}  # as the file stores it
+    summary = section.get("summary", {})
     # The verdict is a pure function of the stored evidence: judged here with the current rules, it is what a
     # run made now stores (runs made before a rule changed are not re-run for it).
     verdict = {r["row"]: r["tier"] for r in judge(metrics, metrics["provenance"]["config"])}
     arrow = "↑" if attacker == "server" else "↓"
     out = []
-    for attack, artifact, victims in Leakage.of(metrics).attacked_artifacts():
-        if attack != "deepinversion" or artifact not in summary:
+    for artifact, victims in section.items():
+        if artifact in BOOKKEEPING or artifact not in summary:
             continue
         entries = [e for e in victims.values() if "metrics" in e and "identifiability" in e["metrics"]]
         idents = [e["metrics"]["identifiability"] for e in entries]

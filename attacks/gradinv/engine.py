@@ -85,7 +85,8 @@ class GradInvSettings:
     std: tuple[float, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """As metrics.json stores the settings (a tuple as a JSON list)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
 def split_state(model: nn.Module, state: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

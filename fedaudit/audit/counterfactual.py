@@ -77,7 +77,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.attack import AttackerPrior
-from fedaudit.run.blocks import POWER_SINGLE
+from fedaudit.run.stored.reconstruction import POWER_SINGLE
 from fedaudit.simulation.training import Preprocess
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, WireView, client_role
 from fedaudit.simulation.wire_views import latest_weights, overlay_state, style_encoder_in_view

@@ -40,7 +40,7 @@ from fedaudit.audit.counterfactual import (
     power_case,
     pseudo_name,
 )
-from fedaudit.errors import FedauditError, unknown_choice
+from fedaudit.errors import unknown_choice
 from fedaudit.run.config import target_exposure
 from fedaudit.run.seeds import derive_seed, stable_int
 from fedaudit.run.stored.leakage import Control, DomainTwin, ExactMatches, MembershipSection, MembershipTestResult
@@ -322,11 +322,6 @@ def _victim_entry(out: AttackOutput, is_member: Tensor, exposure: int) -> Member
     if unscorable:
         return MembershipTestResult(status=NOT_APPLICABLE, reason=unscorable)
     info = {k: v for k, v in out.info.items() if k not in ("result", "status", "signal", "reference", "population")}
-    undeclared = sorted(set(info) - set(MembershipTestResult.model_fields))
-    if undeclared:
-        raise FedauditError(f"attack {out.attack} reported {', '.join(undeclared)} beside its membership scores; a "
-                            "stored membership test holds only the fields of fedaudit.run.stored.leakage."
-                            "MembershipTestResult: declare the field there, or leave it out of AttackOutput.info")
     reference = out.info.get("reference")
     found: dict[str, Any] = {**scored(scores[is_member], scores[~is_member], str(out.info["signal"]),
                                       reference.get("reference_models", 0) if reference is not None else 0), **info}
@@ -345,7 +340,7 @@ def _victim_entry(out: AttackOutput, is_member: Tensor, exposure: int) -> Member
     if "exact_tolerance" in out.info:  # per-record banks: candidates whose own entry is in the bank, verbatim
         exact = scores >= -float(out.info["exact_tolerance"])
         found["exact_matches"] = ExactMatches(members=int(exact[is_member].sum()), nonmembers=int(exact[~is_member].sum()))
-    return MembershipTestResult(**found)
+    return MembershipTestResult.reported(out.attack, found)
 
 
 def _domain_rows(out: AttackOutput, truth: list[str | None], victims: Sequence[str],

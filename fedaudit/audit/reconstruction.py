@@ -49,6 +49,8 @@ from fedaudit.audit.counterfactual import (
 )
 from fedaudit.audit.leakage import MATCHED_METRICS, Auditor, domain_matrix, image_grid, macro_diagonal, with_nulls
 from fedaudit.audit.verdict import POWER_ALPHA
+from fedaudit.run.stored.reconstruction import (DomainAttribution, Judge, Judges, Power, PowerSize, ReconstructionEntry,
+                                                ReconstructionSection, ReconstructionSummary, Score, Twin, VictimScores)
 from fedaudit.simulation.wire import SERVER, WireView
 
 POWER_RULE = ("reached when, for one member image alone (its class not told to the attack) or one or two member "
@@ -62,7 +64,7 @@ Key = tuple[str, str, str]  # (victim, artifact, case)
 
 def audit_reconstruction(attack: Attack, view: WireView, prior: AttackerPrior, victims: list[str], auditor: Auditor,
                          run_dir: Path, device: torch.device, *, observe: Callable[[WireView], WireView] | None = None,
-                         grid_suffix: str = "") -> dict[str, Any]:
+                         grid_suffix: str = "") -> ReconstructionSection:
     """Run ``attack`` (with its nulls) and its counterfactuals; return its metrics.json section. ``observe`` turns
     ``view`` into another observer's (secure aggregation's): the counterfactuals are built from ``view``'s clear
     uploads and then seen through it, as the attack is; ``grid_suffix`` keeps that observer's image grids apart."""
@@ -128,57 +130,59 @@ def _why_absent(absent: dict[Key, str], victim: str, artifact: str, case: str) -
 
 
 def score_section(attack: str, outputs: list[AttackOutput], counter: dict[Key, AttackOutput], absent: dict[Key, str],
-                  auditor: Auditor, run_dir: Path) -> dict[str, Any]:
-    """``{artifact: {victim: entry}, "summary": {artifact: ...}, "auditor": ...}``: every metric beside its nulls."""
-    section: dict[str, Any] = {}
+                  auditor: Auditor, run_dir: Path) -> ReconstructionSection:
+    """Every attacked artifact's entry per victim, each metric beside its nulls, with the summary over the victims
+    and the auditor's judges."""
+    tables: dict[str, dict[str, ReconstructionEntry]] = {}
     scored: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}  # artifact -> victim -> case -> raw scores
     for out in outputs:
         entry, raw = score_output(attack, out, counter, absent, auditor, run_dir)
         if raw is not None:
             scored.setdefault(out.artifact, {})[out.victim] = raw
-        section.setdefault(out.artifact, {})[out.victim] = entry
+        tables.setdefault(out.artifact, {})[out.victim] = entry
     summary = {artifact: summarise_artifact(rows, auditor) for artifact, rows in scored.items()}
-    if summary:
-        section["summary"] = summary
-        section["auditor"] = {**auditor.judges, "lpips": auditor.lpips_status}
-    return section
+    if not summary:
+        return ReconstructionSection(artifacts=tables)
+    return ReconstructionSection(artifacts=tables, summary=summary,
+                                 auditor=Judges(**auditor.judges, lpips=Judge(**auditor.lpips_status)))
 
 
 def score_output(attack: str, out: AttackOutput, counter: dict[Key, AttackOutput], absent: dict[Key, str],
-                 auditor: Auditor, run_dir: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]] | None]:
+                 auditor: Auditor, run_dir: Path) -> tuple[ReconstructionEntry, dict[str, dict[str, Any]] | None]:
     """One attacked artifact of one victim: its metrics.json entry, and the raw scores of the attack and
     each null (None when nothing was scored: a status, or a head without its encoder)."""
     entry: dict[str, Any] = {k: v for k, v in out.info.items() if not k.endswith("losses")}
     latent = out.latents is not None
     control = out.control_latents if latent else out.control_images
     if (out.latents if latent else out.images) is None or control is None:
-        return entry, None
+        return ReconstructionEntry.reported(out.attack, entry), None
     score = _scorer(auditor, out)
     if score is None:
-        entry["metrics"] = {"status": "unavailable",
-                            "reason": "the method keeps no record of the encoder this head was trained on"}
-        return entry, None
+        entry["metrics"] = VictimScores(status="unavailable",
+                                        reason="the method keeps no record of the encoder this head was trained on")
+        return ReconstructionEntry.reported(out.attack, entry), None
     twin = counter.get((out.victim, out.artifact, TWIN))
     cases = {"attack": out.latents if latent else out.images, "control": control,
              "prior_only": out.nulls.get("prior_only"),
              "twin": None if twin is None else (twin.latents if latent else twin.images)}
     raw = {name: score(x) for name, x in cases.items() if x is not None}
-    entry["metrics"] = with_nulls(raw["attack"], {k: raw.get(k) for k in ("control", "prior_only", "twin")})
-    entry["twin"] = ({"status": "scored", "records": int(auditor.twin_records(out.victim).shape[0]),
-                      "source": "half of the victim's holdout (never trained on)"} if twin is not None else
-                     {"status": "not available", "reason": _why_absent(absent, out.victim, out.artifact, TWIN)})
+    metrics = with_nulls(raw["attack"], {k: raw.get(k) for k in ("control", "prior_only", "twin")})
+    entry["twin"] = (Twin(status="scored", records=int(auditor.twin_records(out.victim).shape[0]),
+                          source="half of the victim's holdout (never trained on)") if twin is not None else
+                     Twin(status="not available", reason=_why_absent(absent, out.victim, out.artifact, TWIN)))
     entry["power"] = _power(auditor, out, counter, absent, latent, raw.get("prior_only"))
-    _add_details(entry, attack, out, cases, raw, auditor, run_dir)
-    return entry, raw
+    _add_details(entry, metrics, attack, out, cases, raw, auditor, run_dir)
+    entry["metrics"] = VictimScores(**metrics)
+    return ReconstructionEntry.reported(out.attack, entry), raw
 
 
-def _add_details(entry: dict[str, Any], attack: str, out: AttackOutput, cases: dict[str, Any],
-                 raw: dict[str, dict[str, Any]], auditor: Auditor, run_dir: Path) -> None:
+def _add_details(entry: dict[str, Any], metrics: dict[str, Any], attack: str, out: AttackOutput,
+                 cases: dict[str, Any], raw: dict[str, dict[str, Any]], auditor: Auditor, run_dir: Path) -> None:
     """Matched scores of unordered batch reconstructions, each set's predicted domains, the optimisation's final
     losses (attack and nulls) and, for images, the grid beside the nearest members."""
     if out.info.get("batch_matching") and out.images is not None:
         # Unordered batch reconstructions: each is matched to a distinct member (Hungarian).
-        entry["metrics"]["matched"] = {
+        metrics["matched"] = {
             side: {k: v for k, v in auditor.score_matched(out.victim, imgs).items() if k in MATCHED_METRICS}
             for side, imgs in (("attack", out.images), ("control", out.control_images))}
     entry["predicted_domain"] = {
@@ -190,7 +194,7 @@ def _add_details(entry: dict[str, Any], attack: str, out: AttackOutput, cases: d
         entry["final_loss"] = losses
     if out.images is not None:
         if auditor.lpips is None:
-            entry["metrics"]["lpips_mean"] = auditor.lpips_status
+            metrics["lpips_mean"] = auditor.lpips_status
         entry["image_grid"] = save_reconstruction_grid(run_dir, attack, out, cases, auditor, raw["attack"])
         entry["grid_columns"] = ["real nearest member", *(GRID_NAMES[c] for c in GRID_COLUMNS if cases.get(c) is not None)]
 
@@ -206,30 +210,30 @@ def _scorer(auditor: Auditor, out: AttackOutput) -> Callable[..., dict[str, Any]
 
 
 def _power(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput], absent: dict[Key, str],
-           latent: bool, prior_only: dict[str, Any] | None) -> dict[str, Any]:
+           latent: bool, prior_only: dict[str, Any] | None) -> Power:
     """The positive control of one attacked artifact, per size (one member image alone, or member images per
     class): whether its
     reconstructions reveal what the verdict's tests look for better than the prior-only control's do —
     the victim's domain or the intended class (``reached``), or the records themselves (``record_level``)."""
-    sizes: dict[str, Any] = {}
+    sizes: dict[str, PowerSize] = {}
     score = _scorer(auditor, out)
     for k in (POWER_SINGLE, *POWER_PER_CLASS):
         found = _power_reconstructions(auditor, out, counter, absent, k, latent)
         if isinstance(found, str) or prior_only is None or score is None:
             why = found if isinstance(found, str) else "no prior-only control ran" if prior_only is None else "not scored"
-            sizes[str(k)] = {"status": "not available", "reason": why}
+            sizes[str(k)] = PowerSize(status="not available", reason=why)
             continue
         sizes[str(k)] = _power_size(auditor, out, *found, k, score, latent, prior_only)
-    ran = [r for r in sizes.values() if "p_reveals" in r]
+    ran = [(r.p_reveals, r.p_record_level) for r in sizes.values() if r.p_reveals is not None]
     if not ran:
-        reasons = sorted({r["reason"] for r in sizes.values()})
-        return {"status": "not available", "reason": "; ".join(reasons), "sizes": sizes}
+        reasons = sorted({r.reason or "" for r in sizes.values()})
+        return Power(status="not available", reason="; ".join(reasons), sizes=sizes)
     # Bonferroni over the sizes tried: the victim's power p-values.
-    p_reveals = min(1.0, len(ran) * min(r["p_reveals"] for r in ran))
-    p_record = min(1.0, len(ran) * min(r["p_record_level"] for r in ran))
-    return {"status": "measured", "p_value": min(p_reveals, p_record), "p_reveals": p_reveals, "p_record_level": p_record,
-            "reached": p_reveals <= POWER_ALPHA or p_record <= POWER_ALPHA, "record_level": p_record <= POWER_ALPHA,
-            "sizes": sizes, "rule": POWER_RULE}
+    p_reveals = min(1.0, len(ran) * min(reveals for reveals, _ in ran))
+    p_record = min(1.0, len(ran) * min(record if record is not None else 1.0 for _, record in ran))
+    return Power(status="measured", p_value=min(p_reveals, p_record), p_reveals=p_reveals, p_record_level=p_record,
+                 reached=p_reveals <= POWER_ALPHA or p_record <= POWER_ALPHA, record_level=p_record <= POWER_ALPHA,
+                 sizes=sizes, rule=POWER_RULE)
 
 
 def _power_reconstructions(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput],
@@ -251,7 +255,7 @@ def _power_reconstructions(auditor: Auditor, out: AttackOutput, counter: dict[Ke
 
 
 def _power_size(auditor: Auditor, out: AttackOutput, recon: Any, targets: Any, k: int | str,
-                score: Callable[..., dict[str, Any]], latent: bool, prior_only: dict[str, Any]) -> dict[str, Any]:
+                score: Callable[..., dict[str, Any]], latent: bool, prior_only: dict[str, Any]) -> PowerSize:
     """One size of the positive control (k member images per class, or one image alone): what its reconstructions
     reveal against the prior-only control's, with one p-value per question."""
     per_class = 1 if k == POWER_SINGLE else int(k)
@@ -278,7 +282,7 @@ def _power_size(auditor: Auditor, out: AttackOutput, recon: Any, targets: Any, k
     # row's victims are corrected where power is summed up (in _power, and in the verdict).
     row["p_reveals"] = min(1.0, len(lifts) * min(lifts)) if lifts else 1.0
     row["p_record_level"] = ident["p_value"] if ident["value"] > row["prior_only"] else 1.0
-    return row
+    return PowerSize(**row)
 
 
 def fisher_greater(a: float, n_a: int, b: float, n_b: int) -> float:
@@ -289,7 +293,7 @@ def fisher_greater(a: float, n_a: int, b: float, n_b: int) -> float:
     return float(fisher_exact([[ka, n_a - ka], [kb, n_b - kb]], alternative="greater")[1])
 
 
-def summarise_artifact(rows: dict[str, dict[str, dict[str, Any]]], auditor: Auditor) -> dict[str, Any]:
+def summarise_artifact(rows: dict[str, dict[str, dict[str, Any]]], auditor: Auditor) -> ReconstructionSummary:
     """The headline over victims: the victim × predicted-domain matrix and its macro diagonal, and the mean
     class fidelity (absent for inversions with no target class), for the attack and each null, with the
     counts behind them (for the verdict's tests) and the computed chance levels."""
@@ -309,30 +313,30 @@ def summarise_artifact(rows: dict[str, dict[str, dict[str, Any]]], auditor: Audi
         macro["chance"] = 1.0 / len(auditor.domains)
         macro["chance_name"] = (f"a uniform guess over {len(auditor.domains)} domains (one victim: the controls show "
                                 "where the judge sends images that carry no data)")
-    out: dict[str, Any] = {"domain_attribution": {"victims": victims, "domains": auditor.domains, "matrix": mats,
-                                                  "macro": macro, "counts": counts}}
-    if all("class_fidelity" in rows[v]["attack"] for v in victims):
-        fidelity: dict[str, Any] = {c: sum(rows[v][c]["class_fidelity"] for v in victims) / len(victims) for c in cases}
-        fidelity["chance"] = sum(rows[v]["attack"]["class_fidelity_chance"] for v in victims) / len(victims)
-        fidelity["chance_name"] = "the best constant guess on the targets"
-        fidelity["counts"] = {c: [round(sum(rows[v][c]["class_fidelity"] * rows[v][c]["n"] for v in victims)),
-                                  sum(rows[v][c]["n"] for v in victims)] for c in cases}
-        out["class_fidelity"] = fidelity
-    return out
+    attribution = DomainAttribution(victims=victims, domains=list(auditor.domains), matrix=mats, macro=Score(**macro),
+                                    counts=counts)
+    if not all("class_fidelity" in rows[v]["attack"] for v in victims):
+        return ReconstructionSummary(domain_attribution=attribution)
+    fidelity: dict[str, Any] = {c: sum(rows[v][c]["class_fidelity"] for v in victims) / len(victims) for c in cases}
+    fidelity["chance"] = sum(rows[v]["attack"]["class_fidelity_chance"] for v in victims) / len(victims)
+    fidelity["chance_name"] = "the best constant guess on the targets"
+    fidelity["counts"] = {c: [round(sum(rows[v][c]["class_fidelity"] * rows[v][c]["n"] for v in victims)),
+                              sum(rows[v][c]["n"] for v in victims)] for c in cases}
+    return ReconstructionSummary(domain_attribution=attribution, class_fidelity=Score(**fidelity))
 
 
 def unscored_section(attack: str, outputs: list[AttackOutput], prior: AttackerPrior, run_dir: Path,
-                     why: str) -> dict[str, Any]:
-    """``{artifact: {victim: entry}}`` of an attack run with no records to score it against: each attacked
+                     why: str) -> ReconstructionSection:
+    """Every artifact's entry per victim of an attack run with no records to score it against: each attacked
     entry keeps its losses and image grid (reconstruction and the nulls that ran, no real member beside
     them) and says ``why`` its metrics are absent, which the verdict reads as NOT ASSESSED."""
     mean = torch.tensor(prior.mean).view(1, -1, 1, 1)
     std = torch.tensor(prior.std).view(1, -1, 1, 1)
-    section: dict[str, Any] = {}
+    tables: dict[str, dict[str, ReconstructionEntry]] = {}
     for out in outputs:
         entry: dict[str, Any] = {k: v for k, v in out.info.items() if not k.endswith("losses")}
         if out.info.get("status") == "attacked":
-            entry["metrics"] = {"status": "unscored", "reason": why}
+            entry["metrics"] = VictimScores(status="unscored", reason=why)
             if out.images is not None:
                 cases = {"attack": out.images, "prior_only": out.nulls.get("prior_only"), "control": out.control_images}
                 shown = [c for c in GRID_COLUMNS if cases.get(c) is not None]
@@ -340,8 +344,8 @@ def unscored_section(attack: str, outputs: list[AttackOutput], prior: AttackerPr
                 columns = [(cases[c][idx].float().cpu() * std + mean).clamp(0, 1) for c in shown]
                 entry["image_grid"] = _save_grid(run_dir, attack, out, columns)
                 entry["grid_columns"] = [GRID_NAMES[c] for c in shown]
-        section.setdefault(out.artifact, {})[out.victim] = entry
-    return section
+        tables.setdefault(out.artifact, {})[out.victim] = ReconstructionEntry.reported(out.attack, entry)
+    return ReconstructionSection(artifacts=tables)
 
 
 def save_reconstruction_grid(run_dir: Path, attack: str, out: AttackOutput, cases: dict[str, torch.Tensor | None],

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -31,6 +31,7 @@ from fedaudit.errors import unknown_choice
 from fedaudit.run.seeds import derive_seed
 from fedaudit.run.stored import AggregateSeen, Disaggregation, LeftInClear, SecureAggregation, SolvedUpdate
 from fedaudit.run.stored.leakage import Leakage, MembershipSection, OneRunAudit
+from fedaudit.run.stored.reconstruction import ReconstructionSection
 from fedaudit.simulation.method import Method
 from fedaudit.simulation.secure_aggregation import (MASKED, Disaggregated, left_in_view, participation_varies,
                                                      secure_aggregation_view)
@@ -91,16 +92,15 @@ def attack_role_and_victims(cfg: RunConfig, sources: list[str]) -> tuple[str, li
     return role, [cfg.victim]
 
 
-def reconstruction_outcome(attack: str, section: dict[str, Any]) -> str:
+def reconstruction_outcome(attack: str, section: ReconstructionSection) -> str:
     """What a reconstruction attack did, in one log line: scored against its controls, or on nothing at all
     (every artifact not applicable, each reason named) — never a promise of controls that did not run."""
-    entries = [e for artifact, victims in section.items() if artifact not in ("summary", "auditor", "settings")
-               and isinstance(victims, dict) for e in victims.values() if isinstance(e, dict)]
-    scored = [e for e in entries if "metrics" in e]
+    entries = [e for _, victims in section.tables() for e in victims.values()]
+    scored = [e for e in entries if e.metrics is not None]
     if scored:
         return (f"{attack}: {len(scored)} artifact(s) scored with their nulls, holdout twin and positive control"
                 + (f"; {len(entries) - len(scored)} not scored" if len(entries) > len(scored) else ""))
-    reasons = sorted({f"{e.get('status')}: {e.get('reason')}" for e in entries if e.get("status")})
+    reasons = sorted({f"{e.status}: {e.reason}" for e in entries if e.status})
     return f"{attack}: nothing scored ({'; '.join(reasons) or 'no artifact to attack'})"
 
 
@@ -159,7 +159,7 @@ class _Sections:
     mia: MembershipSection = field(default_factory=dict)
     canary: dict[str, OneRunAudit] = field(default_factory=dict)
     canary_gradient: dict[str, OneRunAudit] = field(default_factory=dict)
-    reconstructions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reconstructions: dict[str, ReconstructionSection] = field(default_factory=dict)
     ran: set[str] = field(default_factory=set)  # the sections of the families that ran (each stored, if empty)
 
     def leakage(self) -> Leakage:
@@ -167,10 +167,10 @@ class _Sections:
                           if name in self.ran or getattr(self, name)})
 
 
-def with_settings(section: dict[str, Any], attack: Attack) -> dict[str, Any]:
+def with_settings(section: ReconstructionSection, attack: Attack) -> ReconstructionSection:
     """A reconstruction attack's section with the attack's settings as run, where it declares them."""
     settings = getattr(attack, "settings", None)
-    return section if settings is None else {**section, "settings": settings.to_json()}
+    return section if settings is None else section.with_(settings=settings.to_json())
 
 
 def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: Leakage, run_dir: Path, cfg: RunConfig,
@@ -247,23 +247,31 @@ def merge_secure_aggregation(clear: Leakage, seen: Leakage) -> Leakage:
     view's for everything else (the same messages, the same results)."""
     merged = _Sections(mia=_merge_membership(clear.mia, seen.mia), canary=dict(clear.canary),
                        canary_gradient=dict(clear.canary_gradient),
-                       reconstructions={name: _merge_by_artifact(section, seen.reconstructions.get(name) or {})
+                       reconstructions={name: _merge_section(section, seen.reconstructions.get(name))
                                         for name, section in clear.reconstructions.items()})
     merged.ran = {name for name in ("mia", "canary") if clear.has(name)}
     return merged.leakage()
+
+
+Merged = TypeVar("Merged")
 
 
 def _is_masked(artifact: str) -> bool:
     return artifact.split(":")[0] in {k.value for k in MASKED}
 
 
-def _merge_by_artifact(clear: Mapping[str, Any], again: Mapping[str, Any]) -> dict[str, Any]:
-    """A reconstruction section (``{artifact: {victim: entry}, "summary": {artifact: ...}}``), or the artifact
-    membership test's targets, merged."""
+def _merge_by_artifact(clear: Mapping[str, Merged], again: Mapping[str, Merged]) -> dict[str, Merged]:
+    """Per artifact: the re-run's result for a masked artifact (none where it has none), the clear view's for the
+    rest."""
     merged = {a: (again.get(a) if _is_masked(a) else v) for a, v in clear.items()}
-    if "summary" in clear:
-        merged["summary"] = _merge_by_artifact(clear["summary"], again.get("summary") or {})
     return {a: v for a, v in merged.items() if v is not None}
+
+
+def _merge_section(clear: ReconstructionSection, again: ReconstructionSection | None) -> ReconstructionSection:
+    """A reconstruction section merged, its summary too; the auditor's judges and the settings as the clear run's."""
+    again = again or ReconstructionSection()
+    merged = clear.with_(artifacts=_merge_by_artifact(clear.artifacts, again.artifacts))
+    return merged.with_(summary=_merge_by_artifact(clear.summary, again.summary)) if clear.has("summary") else merged
 
 
 def _merge_membership(clear: MembershipSection, again: MembershipSection) -> MembershipSection:

@@ -8,11 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fedaudit.run.blocks import Judges
-from fedaudit.run.entries import (CanaryAudit, MembershipEntry, MembershipTest, ReconstructionTable, block,
-                                  canary_audits)
-from fedaudit.run.results import RunMetrics, result_tables
+from fedaudit.run.entries import (CanaryAudit, MembershipEntry, MembershipTest, ReconstructionTable, canary_audits)
+from fedaudit.run.results import RunMetrics
 from fedaudit.run.stored import Broadcasts
+from fedaudit.run.stored.reconstruction import Judges
 
 
 @dataclass(frozen=True)
@@ -98,10 +97,10 @@ class AuditedRun:
             membership_ran=bool(leakage.mia),
             membership=tuple(MembershipTest(r.variant, r.target, r.victim, MembershipEntry.of(r.entry))
                              for r in leakage.membership()),
-            reconstructions=tuple(ReconstructionTable.of(name, key, by_victim, block(sec.get("summary")).get(key))
-                                  for name, sec in leakage.reconstruction_sections().items()
-                                  for key, by_victim in result_tables(sec)),
-            judges={name: Judges.of(sec.get("auditor")) for name, sec in leakage.reconstruction_sections().items()},
+            reconstructions=tuple(ReconstructionTable.of(name, key, by_victim, section.summary.get(key))
+                                  for name, section in leakage.reconstructions.items()
+                                  for key, by_victim in section.tables()),
+            judges={name: section.auditor or Judges() for name, section in leakage.reconstructions.items()},
             canary_ran=leakage.has("canary") or leakage.has("canary_gradient"),
             canaries=tuple(canary_audits(leakage)),
             broadcasts=BroadcastCheck.of(same) if same is not None else None,

@@ -1,12 +1,11 @@
-"""The attack results' score blocks as the report shows them, and the rows of history.csv and wire.jsonl — read once,
-here, for the report and the terminal (every other block of metrics.json has its typed model: :mod:`fedaudit.run.stored`,
-gathered by :class:`fedaudit.run.results.RunMetrics`).
+"""The fields fedaudit reads of an attack's own account of its reference models, and the rows of history.csv and
+wire.jsonl — read once, here, for the verdict, the report and the terminal (every block of metrics.json has its typed
+model: :mod:`fedaudit.run.stored`, gathered by :class:`fedaudit.run.results.RunMetrics`).
 
 A :class:`Block` is a frozen dataclass whose fields name the stored keys. ``Block.of(mapping)`` reads each field from
 the key of its name, a nested block, a list of blocks or a mapping of blocks the same way, and anything absent (or of
 the wrong shape for a block) as the field's default.
-Values keep their stored form: the report prints what the run stored, and says so where it is missing. The attack
-results have their own typed entries (:mod:`fedaudit.run.entries`).
+Values keep their stored form: the report prints what the run stored, and says so where it is missing.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
@@ -95,132 +94,7 @@ def _is_union(hint: Any) -> bool:
     return typing.get_origin(hint) in (typing.Union, types.UnionType)
 
 
-# -- scores, as the report shows them ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Score(Block):
-    """An attack's rate beside its nulls (a reconstruction's domain attribution, PSNR, …), as stored."""
-
-    attack: Any = None
-    chance: Any = None
-    control: Any = None
-    prior_only: Any = None
-    twin: Any = None
-    status: Any = "unavailable"
-    p_value: Any = None
-
-
-@dataclass(frozen=True)
-class MatchedScores(Block):
-    psnr_mean: Any = None
-    ssim_mean: Any = None
-    psnr_best: Any = None
-
-
-@dataclass(frozen=True)
-class Matched(Block):
-    """Batch inversions (gradinv): each reconstruction paired with a distinct member, and the control's."""
-
-    attack: MatchedScores = field(default_factory=MatchedScores)
-    control: MatchedScores = field(default_factory=MatchedScores)
-
-
-@dataclass(frozen=True)
-class Identified(Block):
-    """The record-level test as stored (the verdict judges its finite numbers: fedaudit.run.entries)."""
-
-    attack: Any = None
-    attack_ci95: Any = None
-    attack_p_value: Any = None
-    chance: Any = None
-    control: Any = None
-    prior_only: Any = None
-    twin: Any = None
-    n: Any = None
-    attack_k: Any = None
-    balanced: Any = None
-    null_q95: Any = None
-
-
-@dataclass(frozen=True)
-class VictimScores(Block):
-    """A victim's reconstruction scores (``entry.metrics``)."""
-
-    status: Any = None
-    reason: Any = None
-    identifiability: Identified | None = None
-    domain_attribution: Score | None = None
-    class_fidelity: Score | None = None
-    psnr_mean: Score | None = None
-    ssim_mean: Score | None = None
-    lpips_mean: Score | None = None
-    matched: Matched | None = None
-
-
-@dataclass(frozen=True)
-class PowerSize(Block):
-    """The positive control at one size (images per class)."""
-
-    p_reveals: Any = None
-    domain_attribution: Score | None = None
-    class_fidelity: Score | None = None
-    identifiability: Any = None
-    p_value: Any = None
-    images: Any = None
-
-
-POWER_SINGLE = "single"  # a positive control's size key: the artifact of one member image alone (else per class)
-
-
-@dataclass(frozen=True)
-class PowerShown(Block):
-    status: Any = "?"
-    reason: Any = ""
-    reached: Any = None
-    record_level: Any = None
-    p_value: Any = None
-    sizes: dict[str, PowerSize] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Status(Block):
-    status: Any = "?"
-    reason: Any = ""
-
-
-@dataclass(frozen=True)
-class Judge(Block):
-    """One of the auditor's judges (a classifier, LPIPS) and its status."""
-
-    status: Any = "?"
-    looked_for: Any = "?"
-    fix: Any = ""
-    accuracy_on_members: Any = None
-    trained_on: Any = "?"
-
-
-@dataclass(frozen=True)
-class Judges(Block):
-    lpips: Judge | None = None
-    domain_classifier: Judge | None = None
-    class_classifier: dict[str, Judge] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Roc(Block):
-    fpr: Any = None
-    tpr: Any = None
-
-
-@dataclass(frozen=True)
-class Calibration(Block):
-    status: Any = None
-    out_gap: Any = None  # σ, of the signal the attack scored (after the attacker's shift)
-    in_gap: Any = None
-    raw_out_gap: Any = None  # σ, before the shift (absent: stored before the attacks shifted)
-    raw_in_gap: Any = None
-    shift: Any = None  # σ
+# -- what an attack says of its reference models -------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedaudit.run.blocks import Identified, PowerShown, ReferenceTraining, Score, Status, VictimScores
+from fedaudit.run.blocks import ReferenceTraining
 from fedaudit.run.stored.leakage import (Calibration, Control, GdpBound, Leakage, MembershipTestResult, OneRunAudit,
                                          RocCurve, Separation)
 from fedaudit.run.stored.leakage import OperatingPoint as StoredPoint
+from fedaudit.run.stored.reconstruction import (Balanced, DomainAttribution, Identified, Power, ReconstructionSummary, Score, Twin,
+                                                VictimScores)
+from fedaudit.run.stored.reconstruction import ReconstructionEntry as StoredReconstruction
 
 EMPTY: Mapping[str, Any] = {}
 
@@ -219,8 +222,8 @@ class Identifiability:
     nulls: dict[str, float]  # chance, control, prior_only, twin: those stored as finite numbers
     ci95: tuple[float, float] | None
     n: int
-    balanced: Any
-    null_q95: Any
+    balanced: Balanced | None
+    null_q95: float | None
 
     @classmethod
     def of(cls, stored: Identified) -> Identifiability:
@@ -246,19 +249,19 @@ class ReconstructionPower:
     p_value: float | None
     p_reveals: float | None  # revealed their domain or class (issue 47; before, p_value was the smaller of both)
     p_record_level: float  # singled them out
-    sizes: dict[str, Any]  # per control size: its tests, as the row's evidence shows them
+    sizes: dict[str, dict[str, Any]]  # per control size: its tests, as the row's evidence shows them
 
     @classmethod
-    def of(cls, p: Any) -> ReconstructionPower | None:
-        if not isinstance(p, Mapping):
+    def of(cls, p: Power | None) -> ReconstructionPower | None:
+        if p is None:
             return None
-        sizes = {k: {**{m: v[m] for m in ("domain_attribution", "class_fidelity") if m in v},
-                     "identifiability": v.get("identifiability"), "identifiability_p_value": v.get("p_value")}
-                 for k, v in block(p.get("sizes")).items() if isinstance(v, Mapping) and "p_reveals" in v}
-        p_value = number(p.get("p_value"))
-        return cls(text(p.get("status")), text(p.get("reason")), bool(p.get("reached")), bool(p.get("record_level")),
-                   p_value, number(p.get("p_reveals")) if "p_reveals" in p else p_value,
-                   number_or(p.get("p_record_level"), 1.0), sizes)
+        sizes = {k: {**{m: lift.dump() for m, lift in (("domain_attribution", v.domain_attribution),
+                                                        ("class_fidelity", v.class_fidelity)) if lift is not None},
+                     "identifiability": v.identifiability, "identifiability_p_value": v.p_value}
+                 for k, v in p.sizes.items() if v.has("p_reveals")}
+        p_value = number(p.p_value)
+        return cls(p.status, p.reason, bool(p.reached), bool(p.record_level), p_value,
+                   number(p.p_reveals) if p.has("p_reveals") else p_value, number_or(p.p_record_level, 1.0), sizes)
 
     @property
     def measured(self) -> bool:
@@ -267,9 +270,9 @@ class ReconstructionPower:
     @property
     def record_size(self) -> str | None:
         """The control size whose reconstructions singled out their members most clearly (smallest p), if any."""
-        p = {k: v.get("identifiability_p_value") for k, v in self.sizes.items()}
-        found = [k for k, x in p.items() if isinstance(x, (int, float))]
-        return min(found, key=lambda k: float(p[k])) if found else None
+        found = {k: float(x) for k, v in self.sizes.items()
+                 if isinstance(x := v.get("identifiability_p_value"), (int, float))}
+        return min(found, key=found.__getitem__) if found else None
 
     def summary(self) -> dict[str, Any]:
         """What the verdict's evidence stores of it."""
@@ -294,24 +297,20 @@ class ReconstructionEntry:
     stored_reason: str | None
     scored: bool  # the victim was attacked and its scores stored (``metrics``)
     scores: VictimScores
-    image_grid: Any
-    grid_columns: Any
-    power_shown: PowerShown | None
-    twin: Status | None
+    image_grid: str | None
+    grid_columns: list[str]
+    power_shown: Power | None
+    twin: Twin | None
 
     @classmethod
-    def of(cls, e: Mapping[str, Any]) -> ReconstructionEntry:
-        scores = block(e.get("metrics"))
-        shown = VictimScores.of(scores)
-        record_test = "identifiability" in scores
-        ident = shown.identifiability if record_test and e.get("status") == "attacked" else None
-        return cls(str(e.get("status", "unknown")), str(e.get("reason") or scores.get("reason") or "no reason stored"),
+    def of(cls, e: StoredReconstruction) -> ReconstructionEntry:
+        scores = e.metrics if e.metrics is not None else VictimScores()
+        record_test = scores.has("identifiability")
+        ident = scores.identifiability if record_test and e.status == "attacked" else None
+        return cls(e.status or "unknown", e.reason or scores.reason or "no reason stored",
                    record_test, Identifiability.of(ident) if ident is not None else None,
-                   ReconstructionPower.of(e.get("power")), "image_grid" in e, text(e.get("status")),
-                   text(e.get("reason")), isinstance(e.get("metrics"), Mapping), shown,
-                   e.get("image_grid"), e.get("grid_columns"),
-                   PowerShown.of(e["power"]) if isinstance(e.get("power"), Mapping) else None,
-                   Status.of(e["twin"]) if isinstance(e.get("twin"), Mapping) else None)
+                   ReconstructionPower.of(e.power), e.has("image_grid"), e.status, e.reason, e.metrics is not None,
+                   scores, e.image_grid, e.grid_columns, e.power, e.twin)
 
 
 @dataclass(frozen=True)
@@ -322,14 +321,14 @@ class LiftTest:
     attack: float | None
     nulls: dict[str, float]  # chance, control, prior_only: those stored as finite numbers
     twin: float | None
-    counts: Mapping[str, Any]  # "attack" / a null's name → (hits, total)
+    counts: Mapping[str, list[int]]  # "attack" / a null's name → (hits, total)
 
     @classmethod
-    def of(cls, metric: Any, counts: Any) -> LiftTest:
-        metric = block(metric)
-        return cls(number(metric.get("attack")),
-                   {k: float(metric[k]) for k in ("chance", "control", "prior_only") if number(metric.get(k)) is not None},
-                   number(metric.get("twin")), block(counts))
+    def of(cls, metric: Score | None, counts: Mapping[str, list[int]]) -> LiftTest:
+        metric = metric if metric is not None else Score()
+        nulls = {k: number(getattr(metric, k)) for k in ("chance", "control", "prior_only")}
+        return cls(number(metric.attack), {k: v for k, v in nulls.items() if v is not None}, number(metric.twin),
+                   counts)
 
     def count(self, name: str) -> tuple[float, float] | None:
         """The (hits, total) behind the attack's rate or a null's."""
@@ -354,14 +353,21 @@ class ReconstructionTable:
     shown_fidelity: Score | None
 
     @classmethod
-    def of(cls, attack: str, artifact: str, by_victim: Mapping[str, Any], summary: Any) -> ReconstructionTable:
-        entries = {v: ReconstructionEntry.of(e) for v, e in by_victim.items() if isinstance(e, Mapping)}
-        attribution, fidelity = block(block(summary).get("domain_attribution")), block(block(summary).get("class_fidelity"))
-        return cls(attack, artifact, entries, summary is not None,
-                   tuple(attribution.get("victims") or ()),
-                   LiftTest.of(attribution.get("macro"), attribution.get("counts")) if summary is not None else None,
-                   LiftTest.of(fidelity, fidelity.get("counts")) if summary is not None else None,
-                   Score.maybe(attribution.get("macro")), Score.maybe(block(summary).get("class_fidelity")))
+    def of(cls, attack: str, artifact: str, by_victim: Mapping[str, StoredReconstruction],
+           summary: ReconstructionSummary | None) -> ReconstructionTable:
+        entries = {v: ReconstructionEntry.of(e) for v, e in by_victim.items()}
+        attribution = summary.domain_attribution if summary is not None else None
+        attribution = attribution if attribution is not None else DomainAttribution()
+        fidelity = summary.class_fidelity if summary is not None else None
+        return cls(attack, artifact, entries, summary is not None, tuple(attribution.victims),
+                   LiftTest.of(attribution.macro, attribution.counts) if summary is not None else None,
+                   LiftTest.of(fidelity, fidelity.counts if fidelity is not None else {}) if summary is not None else None,
+                   _shown(attribution.macro), _shown(fidelity))
+
+
+def _shown(score: Score | None) -> Score | None:
+    """A stored score, or None where the file stores none (an empty block)."""
+    return score if score is not None and score.model_fields_set else None
 
 
 # -- the canary audit ------------------------------------------------------------------------------------

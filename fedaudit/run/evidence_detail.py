@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Self, TypeVar
 
+from pydantic import JsonValue
+
 
 @dataclass
 class Detail:
@@ -111,7 +113,7 @@ class IdentifiabilityDetail(Detail):
     """A victim's record-level reconstruction test (``identifiability``): its p-value against each null."""
 
     p_against: dict[str, float]
-    balanced: bool | None
+    balanced: dict[str, JsonValue] | None  # how the test balanced members and non-members, as stored
     null_q95: float | None
     n: int
     chance: float | None

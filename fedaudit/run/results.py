@@ -26,7 +26,7 @@ from fedaudit.errors import FedauditError
 from fedaudit.run.evidence_detail import Detail, detail_of
 from fedaudit.run.stored import Accuracy, AuditorData, Communication, Privacy, Provenance, SecureAggregation
 from fedaudit.run.stored.leakage import (BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_RECONSTRUCTIONS, Leakage,
-                                         MembershipResult, ReconstructionResult, result_tables)
+                                         MembershipResult)
 
 log = logging.getLogger("fedaudit")
 
@@ -283,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "MIA", "NOT_RECONSTRUCTIONS", "SCHEMA_VERSION", "Evidence",
-           "Leakage", "MembershipResult", "ReconstructionResult", "RunMetrics", "VerdictRow", "problems",
-           "result_tables", "schema", "schema_version", "validate", "write_metrics"]
+           "Leakage", "MembershipResult", "RunMetrics", "VerdictRow", "problems",
+           "schema", "schema_version", "validate", "write_metrics"]
 
 
 if __name__ == "__main__":

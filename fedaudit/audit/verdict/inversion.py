@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fedaudit.run.blocks import POWER_SINGLE
+from fedaudit.run.stored.reconstruction import POWER_SINGLE
 from fedaudit.run.audited_run import AuditedRun
 from fedaudit.run.evidence_detail import IdentifiabilityDetail, LiftDetail
 from fedaudit.run.entries import finite_pair, LiftTest, ReconstructionEntry, ReconstructionPower, ReconstructionTable
@@ -332,7 +332,8 @@ def _record_evidence(source: str, victim: str, entry: ReconstructionEntry, what:
     return Evidence("identifiability", source, ident.attack, base, NULL_NAMES[name], p, interval=ci,
                     nulls=dict(ident.nulls), power=entry.power.summary() if entry.power else None, tier=tier,
                     text=text, effect=margin,
-                    detail=IdentifiabilityDetail(p_against=p_each, balanced=ident.balanced, null_q95=ident.null_q95, n=n,
+                    detail=IdentifiabilityDetail(p_against=p_each, null_q95=ident.null_q95, n=n,
+                                                 balanced=None if ident.balanced is None else ident.balanced.dump(),
                                                  chance=ident.chance, measured=measured, victim=victim))
 
 

@@ -12,6 +12,8 @@ from typing import Any, ClassVar, Self
 from pydantic import AliasChoices, BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
+from fedaudit.errors import FedauditError
+
 
 class Stored(BaseModel):
     """A block of metrics.json (see the module's doc)."""
@@ -36,6 +38,18 @@ class Stored(BaseModel):
                 values[name] = value
         block: Self = cls.model_construct(_fields_set=set(values), **values)  # type: ignore[assignment]
         return block
+
+    @classmethod
+    def reported(cls, attack: str, values: Mapping[str, Any]) -> Self:
+        """The block built from what an attack reported (``AttackOutput.info``) with what the auditor adds: a key the
+        model does not declare is a one-line error naming the attack and the model to declare it in (a plug-in's
+        own key would otherwise vanish from metrics.json, or break its schema)."""
+        undeclared = sorted(set(values) - set(cls.model_fields))
+        if undeclared:
+            raise FedauditError(f"attack {attack} reported {', '.join(undeclared)}, which a stored {cls.__name__} does "
+                                f"not hold: declare the field in {cls.__module__}.{cls.__name__}, or leave it out of "
+                                "AttackOutput.info")
+        return cls(**values)
 
     def with_(self, **changes: Any) -> Self:
         """A copy with ``changes`` set, validated as strictly as a block being built (pydantic's ``model_copy``
@@ -99,6 +113,4 @@ def _strict(annotation: Any) -> TypeAdapter[Any]:
     return TypeAdapter(annotation, config=ConfigDict(strict=True))
 
 
-HAND_KEPT = "x-hand-kept"  # a marker schema_defs() turns into a reference (pydantic resolves a real one itself)
-
-__all__ = ["HAND_KEPT", "Stored"]
+__all__ = ["Stored"]

@@ -12,22 +12,17 @@ their models land (issue 59).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, NamedTuple, Self
+from typing import Any, NamedTuple, Self
 
-from pydantic import (AliasChoices, ConfigDict, Field, JsonValue, SerializerFunctionWrapHandler, WithJsonSchema,
-                      model_serializer)
+from pydantic import AliasChoices, ConfigDict, Field, JsonValue, SerializerFunctionWrapHandler, model_serializer
 
-from fedaudit.run.stored.core import HAND_KEPT, Stored
+from fedaudit.run.stored.core import Stored
+from fedaudit.run.stored.reconstruction import BOOKKEEPING, ReconstructionEntry, ReconstructionSection
 
 MIA = "mia"
 CANARY = "canary"  # the one-run ε audit: a bound per victim, not a reconstruction section
 CANARY_GRADIENT = "canary_gradient"  # its white-box variant: gradient canaries inside the victim's DP-SGD
 NOT_RECONSTRUCTIONS = (MIA, CANARY, CANARY_GRADIENT)  # leakage sections that are not {artifact: {victim: scores}}
-BOOKKEEPING = ("summary", "auditor", "settings")  # keys of an attack's section that are not results
-
-# A reconstruction attack's section ({artifact: {victim: entry}} beside summary, auditor, settings), as stored until
-# its model lands; its schema the hand-kept definition.
-ReconstructionSection = Annotated[dict[str, Any], WithJsonSchema({HAND_KEPT: "reconstruction_section"})]
 
 
 # -- membership ------------------------------------------------------------------------------------------
@@ -285,10 +280,6 @@ class Leakage(Stored):
         """A metrics.json's leakage block, read (for scripts holding the file's dict)."""
         return cls.read(metrics.get("leakage"))
 
-    @property
-    def empty(self) -> bool:
-        return not (self.mia or self.canary or self.canary_gradient or self.reconstructions)
-
     def membership(self, *, ordered: bool = False) -> list[MembershipResult]:
         """Every membership test, in the order the attack wrote them or, ``ordered``, sorted by (variant, target,
         victim) (a verdict judged from a reloaded metrics.json must equal the one judged before it was written)."""
@@ -296,14 +287,14 @@ class Leakage(Stored):
                for target, by_victim in by_target.items() for victim, test in by_victim.items()]
         return sorted(out, key=lambda r: r[:3]) if ordered else out
 
-    def reconstruction_sections(self) -> dict[str, Mapping[str, Any]]:
+    def reconstruction_sections(self) -> dict[str, ReconstructionSection]:
         """attack → its section, for every reconstruction attack that ran (in the order they ran)."""
         return dict(self.reconstructions)
 
-    def attacked_artifacts(self) -> list[tuple[str, str, Mapping[str, Any]]]:
+    def attacked_artifacts(self) -> list[tuple[str, str, dict[str, ReconstructionEntry]]]:
         """(attack, artifact, {victim: entry}) of every reconstruction attack's result table."""
         return [(name, key, by_victim) for name, section in self.reconstructions.items()
-                for key, by_victim in result_tables(section)]
+                for key, by_victim in section.tables()]
 
     def canary_audits(self) -> list[tuple[str, str, OneRunAudit]]:
         """(variant, victim, audit) of every canary audit: the input canaries' (``canary``), then the gradient
@@ -321,28 +312,11 @@ class MembershipResult(NamedTuple):
     entry: MembershipTestResult
 
 
-class ReconstructionResult(NamedTuple):
-    """One stored reconstruction: ``leakage.<attack>.<artifact>.<victim>``."""
-
-    attack: str  # deepinversion, gradinv
-    artifact: str  # the attacked share: "full_model", "head", "head:<client>", ...
-    victim: str
-    entry: Mapping[str, Any]
-
-
-def result_tables(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """(artifact, {victim: entry}) of one reconstruction attack's section, its bookkeeping keys skipped."""
-    return [(key, by_victim) for key, by_victim in section.items()
-            if key not in BOOKKEEPING and isinstance(by_victim, Mapping)]
-
-
 def _reconstructions_by_name(schema: dict[str, Any]) -> None:
     """The stored file keeps each reconstruction section under its attack's name, not under ``reconstructions``."""
-    schema["properties"].pop("reconstructions", None)
-    schema["additionalProperties"] = {HAND_KEPT: "reconstruction_section"}
+    schema["additionalProperties"] = schema["properties"].pop("reconstructions")["additionalProperties"]
 
 
-__all__ = ["BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "MIA", "NOT_RECONSTRUCTIONS", "MembershipResult",
-           "ReconstructionResult", "result_tables", "Calibration", "CanaryEstimate",
+__all__ = ["BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "MIA", "NOT_RECONSTRUCTIONS", "MembershipResult", "Calibration", "CanaryEstimate",
            "Control", "DomainTwin", "ExactMatches", "GdpBound", "KRow", "Leakage", "MembershipSection",
            "MembershipTestResult", "OneRunAudit", "OperatingPoint", "RocCurve", "Separation"]

@@ -9,10 +9,13 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 
 from fedaudit.run.stored.accuracy import Accuracy, CanaryChange, FinalRound, SourceVal, TargetAccuracy, WithoutCanaries
 from fedaudit.run.stored.communication import Communication, KindBytes
-from fedaudit.run.stored.core import HAND_KEPT, Stored
+from fedaudit.run.stored.core import Stored
 from fedaudit.run.stored.leakage import (Calibration, CanaryEstimate, Control, DomainTwin, ExactMatches, GdpBound, KRow,
                                          Leakage, MembershipTestResult, OneRunAudit, OperatingPoint, RocCurve)
 from fedaudit.run.stored.privacy import DP, ClientDP, ClippingCheck, CoverageRow, DPClient, Privacy, RoundNoise
+from fedaudit.run.stored.reconstruction import (Balanced, DomainAttribution, Identified, Judge, Judges, Lift, Matched,
+                                                MatchedScores, Power, PowerSize, PsnrToSources, ReconstructionEntry,
+                                                ReconstructionSection, ReconstructionSummary, Score, Twin, VictimScores)
 from fedaudit.run.stored.provenance import (AuditorData, Broadcasts, DeployedModel, Device, DifferentBroadcast,
                                             Framework, ModelInfo, NonFinite, Participation, Provenance, AuditedRecording,
                                             Verification)
@@ -34,7 +37,12 @@ SCHEMA_DEFS: dict[str, type[Stored]] = {
     "participation": Participation, "leakage": Leakage, "membership_entry": MembershipTestResult,
     "membership_control": Control, "operating_point": OperatingPoint, "roc_curve": RocCurve, "calibration": Calibration,
     "exact_matches": ExactMatches, "domain_twin": DomainTwin, "canary_entry": OneRunAudit, "k_row": KRow,
-    "gdp_bound": GdpBound, "canary_estimate": CanaryEstimate}
+    "gdp_bound": GdpBound, "canary_estimate": CanaryEstimate, "reconstruction_section": ReconstructionSection,
+    "reconstruction_entry": ReconstructionEntry, "reconstruction_summary": ReconstructionSummary,
+    "reconstruction_scores": VictimScores, "score": Score, "identifiability": Identified, "balanced": Balanced,
+    "matched": Matched, "matched_scores": MatchedScores, "power": Power, "power_size": PowerSize, "lift": Lift,
+    "psnr_to_sources": PsnrToSources, "reconstruction_twin": Twin, "domain_attribution": DomainAttribution,
+    "judges": Judges, "judge": Judge}
 
 
 class _Untitled(GenerateJsonSchema):
@@ -56,8 +64,6 @@ def schema_defs() -> dict[str, Any]:
     names = {cls.__name__: name for name, cls in SCHEMA_DEFS.items()}
 
     def renamed(node: Any) -> Any:
-        if isinstance(node, dict) and HAND_KEPT in node:
-            return {"$ref": f"#/$defs/{node[HAND_KEPT]}"}
         if isinstance(node, dict) and node.get("$ref", "").endswith("/JsonValue"):
             return {}  # any JSON value: an attack's own account
         if isinstance(node, dict):
