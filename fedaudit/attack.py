@@ -284,6 +284,12 @@ class Attack:
         None when the attack cannot be re-run that way."""
         return None
 
+    def attack_domain(self, challenge: DomainChallenge, query: Query, prior: AttackerPrior,
+                      device: torch.device) -> Tensor:
+        """The domain-level membership test (granted ``domain_challenge``): one score per record of ``challenge``,
+        higher = from a source domain, by ``query`` — the auditor re-runs it on its domain twins."""
+        raise NotImplementedError(f"{self.name} has no domain-level membership test")
+
     def run_batch(self, view: WireView, prior: AttackerPrior, victims: list[str], device: torch.device,
                   access: Access = NO_ACCESS) -> list[AttackOutput]:
         """Attack several victims; attacks that batch victims together override this."""

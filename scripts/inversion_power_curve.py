@@ -145,11 +145,11 @@ def converge(cfg, view, prior, mismatch: Mismatch, victims, auditor, device, ite
             if out.images is None:
                 continue
             v, _ = split_pseudo(out.victim)
-            ident = auditor.score_power(v, k, out.images, out.targets)["identifiability"]
+            ident = auditor.score_power(v, k, out.images, out.targets).identifiability
             fit = mismatch.of(v, out.images) if k == 1 else float("nan")
             own = mismatch.members(v) if k == 1 else float("nan")
             shown = f"{fit:.2f} ({own:.2f})" if k == 1 else "–"
-            rows.append(f"| {k} per class | {v} | {shown} | {ident['value']:.2f} | {ident['p_value']:.3f} |")
+            rows.append(f"| {k} per class | {v} | {shown} | {ident.value:.2f} | {ident.p_value:.3f} |")
     return rows
 
 

@@ -15,7 +15,7 @@ from fedaudit.attacks import get_attacks
 from fedaudit.attacks.gradinv import GradInv
 from fedaudit.attacks.gradinv.engine import GradInvSettings, LocalRecipe, recover_labels, simulate_update, split_state
 from fedaudit.audit.judges import psnr, ssim
-from fedaudit.audit.leakage import matched_fidelity
+from fedaudit.audit.scoring import matched_fidelity
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, Wire, client_role
 
 SIZE, CLASSES = 16, 10
@@ -200,11 +200,11 @@ def test_matched_fidelity_pairs_each_reconstruction_with_a_distinct_record():
     order = torch.tensor([5, 0, 9, 3])
     recon = (records[order] + 0.01 * torch.randn(4, 3, 8, 8, generator=g)).clamp(0, 1)
     m = matched_fidelity(recon, records)  # rectangular: 4 reconstructions, 12 records
-    assert m["n"] == 4 and [j for _, j in m["assignment"]] == order.tolist()
-    assert m["psnr_mean"] > 35 and m["ssim_best"] > 0.9
+    assert m.n == 4 and [j for _, j in m.assignment] == order.tolist()
+    assert m.psnr_mean > 35 and m.ssim_best > 0.9
     # Two copies of one record: the second must take another record, so its match is poor.
     twice = matched_fidelity(recon[[0, 0]], records)
-    assert len({j for _, j in twice["assignment"]}) == 2 and twice["psnr_best"] > 35 > twice["psnr_mean"]
+    assert len({j for _, j in twice.assignment}) == 2 and twice.psnr_best > 35 > twice.psnr_mean
 
 
 # -- the attack on the wire ------------------------------------------------------------

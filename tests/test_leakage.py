@@ -7,7 +7,7 @@ import torch
 
 from fedaudit.audit.identifiability import identifiability_test
 from fedaudit.audit.judges import PSNR_CAP_DB, load_lpips, nearest_in_class, psnr, ssim
-from fedaudit.audit.leakage import domain_matrix, macro_diagonal
+from fedaudit.audit.scoring import domain_matrix, macro_diagonal
 from fedaudit.statistics.intervals import clopper_pearson
 
 
@@ -49,8 +49,8 @@ def test_identifiability_chance_is_measured_and_a_half_with_unequal_sets():
     members, my = torch.rand(225, 3, 8, 8, generator=g), torch.arange(225) % 10
     holdout, hy = torch.rand(90, 3, 8, 8, generator=g), torch.arange(90) % 10
     out = identifiability_test(recon, y, members, my, holdout, hy)
-    assert out["chance"] == pytest.approx(0.5, abs=0.03) and out["per_class"]["3"] == 9
-    assert out["p_value"] > 0.05 and out["members"] == 225 and out["nonmembers"] == 90
+    assert out.chance == pytest.approx(0.5, abs=0.03) and out.per_class["3"] == 9
+    assert out.p_value > 0.05 and out.members == 225 and out.nonmembers == 90
     naive = (torch.cdist(recon.flatten(1), members.flatten(1)).min(1).values <
              torch.cdist(recon.flatten(1), holdout.flatten(1)).min(1).values).float().mean()
     assert naive > 0.6  # what balancing fixes
@@ -64,7 +64,7 @@ def test_identifiability_p_values_are_calibrated_under_no_signal():
         recon = torch.rand(20, 3, 6, 6, generator=g)
         out = identifiability_test(recon, None, torch.rand(60, 3, 6, 6, generator=g), None,
                                    torch.rand(30, 3, 6, 6, generator=g), None, seed=seed, permutations=200)
-        hits += out["p_value"] <= 0.05
+        hits += out.p_value <= 0.05
     assert hits <= 5  # 2 expected; 5 or more has probability < 5%
 
 
@@ -72,16 +72,16 @@ def test_identifiability_finds_copies_of_members_and_not_of_holdouts():
     members, holdout = _images(40, seed=2), _images(40, seed=3)
     y = torch.arange(40) % 4
     hit = identifiability_test(members[:20], y[:20], members, y, holdout, y)
-    assert hit["value"] > 0.7 and hit["p_value"] < 0.01
+    assert hit.value > 0.7 and hit.p_value < 0.01
     miss = identifiability_test(holdout[:20], y[:20], members, y, holdout, y)
-    assert miss["value"] < 0.3 and miss["p_value"] > 0.5
+    assert miss.value < 0.3 and miss.p_value > 0.5
 
 
 def test_identifiability_leaves_out_reconstructions_that_cannot_be_judged():
     members, holdout = _images(6, seed=4), _images(6, seed=5)
     out = identifiability_test(_images(3, seed=6), torch.tensor([0, 1, 7]), members, torch.tensor([0, 0, 0, 1, 1, 1]),
                                holdout, torch.tensor([0, 0, 0, 1, 1, 1]))
-    assert out["n"] == 2 and out["excluded"] == 1
+    assert out.n == 2 and out.excluded == 1
 
 
 def test_clopper_pearson_matches_known_values():
@@ -104,7 +104,7 @@ def test_domain_matrix_rows_and_macro_diagonal():
 def test_lpips_is_unavailable_without_its_backbone_file_and_names_the_path(tmp_path):
     missing = tmp_path / "alexnet.pth"
     scorer, status = load_lpips(str(missing), torch.device("cpu"))
-    assert scorer is None and status["status"] == "unavailable" and status["looked_for"] == str(missing)
+    assert scorer is None and status.status == "unavailable" and status.looked_for == str(missing)
 
 
 def test_lpips_loads_a_local_backbone_file(tmp_path):
@@ -114,7 +114,7 @@ def test_lpips_loads_a_local_backbone_file(tmp_path):
     path = tmp_path / "alexnet.pth"
     torch.save(torchvision.models.alexnet(weights=None).state_dict(), path)
     scorer, status = load_lpips(str(path), torch.device("cpu"))
-    assert status["status"] == "available"
+    assert status.status == "available"
     a, b = _images(2, seed=4), _images(2, seed=5)
     assert scorer(a, a) == pytest.approx(torch.zeros(2), abs=1e-6)
     assert torch.all(scorer(a, b) > 0)

@@ -73,12 +73,12 @@ from scipy.optimize import brentq
 
 from fedaudit.attack import GRADIENT_CANARIES as GRADIENT
 from fedaudit.attack import INPUT_CANARIES as INPUT
-from fedaudit.attack import Access, Attack, AttackerPrior, CanaryChallenge, GradientCanaryChallenge
+from fedaudit.attack import Access, Attack, AttackerPrior, AttackOutput, CanaryChallenge, GradientCanaryChallenge
 from fedaudit.audit.input_canaries import KIND, plant_canaries
 from fedaudit.audit.membership import black_box
 from fedaudit.errors import FedauditError
 from fedaudit.run.stored import CanaryChange, WithoutCanaries
-from fedaudit.run.stored.leakage import OneRunAudit
+from fedaudit.run.stored.leakage import CanaryEstimate, GdpBound, OneRunAudit
 from fedaudit.statistics.gaussian_dp import gaussian_epsilon
 from fedaudit.simulation.gradient_canaries import GRADIENT_KIND, draw_gradient_canaries, parameter_space
 from fedaudit.simulation.wire import client_role
@@ -189,7 +189,10 @@ def _minus(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def claims(fed: Federation) -> dict[str, tuple[float, dict[str, Any]]]:
+Claim = tuple[float, dict[str, str | float]]  # the accountant's ε and its claimed privacy curve (curve_of's form)
+
+
+def claims(fed: Federation) -> dict[str, Claim]:
     """The accountant's ε and claimed privacy curve per client domain (empty without DP)."""
     if fed.dp is None:
         return {}
@@ -198,20 +201,18 @@ def claims(fed: Federation) -> dict[str, tuple[float, dict[str, Any]]]:
             for d, c in clients.items()}
 
 
-def _judge_claim(entry: dict[str, Any], claim: tuple[float, dict[str, Any]] | None, confidence: float) -> None:
-    """Put the claim beside an audit's entry: ε spent, the claimed curve, the f-DP test of that curve over the k grid
+def _judge_claim(found: OneRunAudit, claim: Claim | None, confidence: float) -> OneRunAudit:
+    """The audit with the claim beside it: ε spent, the claimed curve, the f-DP test of that curve over the k grid
     (``p_claim``; Bonferroni) and whether this audit alone rejects it (the verdict corrects across audits)."""
     if claim is None:
-        entry["epsilon_spent"], entry["can_refute_claim"], entry["exceeds_claimed"] = None, None, False
-        return
+        return found.with_(epsilon_spent=None, can_refute_claim=None, exceeds_claimed=False)
     eps, curve = claim
-    entry["epsilon_spent"] = eps
-    entry["claim"] = curve
-    entry["p_claim"] = p_value_of_curve(int(entry["canaries"]), entry["per_k"], curve)
-    gdp = entry["gdp"]
-    ceiling_eps = max(entry["epsilon_max_certifiable"], gdp["epsilon_max_if_gaussian"] if curve["curve"] == "gaussian" else 0.0)
-    entry["can_refute_claim"] = ceiling_eps > eps
-    entry["exceeds_claimed"] = entry["epsilon_lower_bound"] > eps or entry["p_claim"] <= 1.0 - confidence
+    assert found.canaries is not None and found.gdp is not None and found.epsilon_lower_bound is not None
+    p_claim = p_value_of_curve(found.canaries, [row.dump() for row in found.per_k], curve)
+    gaussian = found.gdp.epsilon_max_if_gaussian if curve["curve"] == "gaussian" else None
+    ceiling_eps = max(found.epsilon_max_certifiable or 0.0, gaussian or 0.0)
+    return found.with_(epsilon_spent=eps, claim=curve, p_claim=p_claim, can_refute_claim=ceiling_eps > eps,
+                       exceeds_claimed=found.epsilon_lower_bound > eps or p_claim <= 1.0 - confidence)
 
 
 def audit_canaries(attack: Attack, cfg: RunConfig, method: Method, fed: Federation, prior: AttackerPrior, *,
@@ -237,26 +238,27 @@ def audit_canaries(attack: Attack, cfg: RunConfig, method: Method, fed: Federati
     for victim in victims:
         answer = outputs[victim]
         if answer.scores is None:
-            out.input[victim] = OneRunAudit(**answer.info)
+            out.input[victim] = OneRunAudit.reported(answer.attack, answer.info)
             continue
         scores = answer.scores.numpy()
         included = planted[victim].included.cpu().numpy()
         entry = audit(scores, included, float(cfg.dp_delta), confidence)
         target = {k: v for k, v in answer.info.items() if k != "status"}
-        entry.update(signal=getattr(attack, "signal", ""), **target, canary_kind=KIND, auc=_auc(scores, included))
-        _judge_claim(entry, claimed.get(victim), confidence)
-        eps = entry["epsilon_spent"]
-        if entry["exceeds_claimed"]:
-            entry["warning"] = (
+        found = _judge_claim(OneRunAudit.reported(attack.name, {
+            **entry, "signal": getattr(attack, "signal", ""), **target, "canary_kind": KIND,
+            "auc": _auc(scores, included)}), claimed.get(victim), confidence)
+        eps = found.epsilon_spent
+        if found.exceeds_claimed:
+            found = found.with_(warning=(
                 f"the canary audit rejects the accountant's claim for {victim} (ε {eps:.3f}; ε lower bound "
-                f"{entry['epsilon_lower_bound']:.3f}, p of the claimed curve {entry['p_claim']:.2g}) at "
+                f"{found.epsilon_lower_bound:.3f}, p of the claimed curve {found.p_claim:.2g}) at "
                 f"{confidence:.0%} confidence for this audit alone: the DP-SGD implementation or its accounting is "
-                "broken, or the audit is (or the target carries something ε does not cover: see privacy.coverage)")
-            log.warning("canary audit: %s", entry["warning"])
-        out.input[victim] = OneRunAudit(**entry)
+                "broken, or the audit is (or the target carries something ε does not cover: see privacy.coverage)"))
+            log.warning("canary audit: %s", found.warning)
+        out.input[victim] = found
         log.info("canary audit, %s (%s): ε ≥ %.3f at %.0f%% (δ %g; %d/%d correct at k=%d; at most %.3f certifiable)%s",
-                 victim, entry["target"], entry["epsilon_lower_bound"], 100 * confidence, entry["delta"],
-                 entry["correct"], entry["guesses"], entry["k"], entry["epsilon_max_certifiable"],
+                 victim, found.target, found.epsilon_lower_bound, 100 * confidence, found.delta,
+                 found.correct, found.guesses, found.k, found.epsilon_max_certifiable,
                  "" if eps is None else f"; accountant's ε {eps:.3f}")
     return out
 
@@ -270,48 +272,49 @@ def _canary_steps(fed: Federation, domain: str) -> int:
     return injector.added if injector is not None else 0
 
 
-def _gradient_entry(answer: Any, canaries: Any, cfg: RunConfig, claim: tuple[float, dict[str, Any]] | None,
+def _gradient_entry(answer: AttackOutput, canaries: Any, cfg: RunConfig, claim: Claim | None,
                     confidence: float, canary_steps: int) -> OneRunAudit:
     """One victim's gradient-canary audit: the one-run bound over the fine k grid, the p-value of the claimed ε,
     the audit's ceiling, the bound a mechanism spending exactly the claimed ε would give these canaries, and the
     one-shot Gaussian estimate (an estimate, not a bound)."""
     if answer.scores is None:
-        return OneRunAudit(**answer.info)
+        return OneRunAudit.reported(answer.attack, answer.info)
     scores, included = answer.scores.numpy(), canaries.included.cpu().numpy()
     delta = float(cfg.dp_delta)
     m = int(scores.size)
     grid = k_grid(m, GRADIENT_K_FRACTIONS)
-    entry = audit(scores, included, delta, confidence, grid)
     fit = gaussian_fit(scores, included)
-    entry.update(variant=GRADIENT, canary_kind=GRADIENT_KIND, signal=answer.info.get("signal", ""),
-                 target=answer.info.get("target"), rounds=answer.info.get("rounds"), auc=_auc(scores, included),
-                 canary_steps=canary_steps, directions_seed=canaries.seed, space_dim=canaries.dim,
-                 k_fractions=[round(f, 6) for f in GRADIENT_K_FRACTIONS],
-                 estimate={"epsilon": gaussian_epsilon(max(fit["mu"], 0.0), delta) if math.isfinite(fit["mu"]) else math.inf,
-                           "kind": "estimate (Gaussian fit of the scores, Andrew et al. 2024), not a bound", **fit})
-    _judge_claim(entry, claim, confidence)
-    eps = entry["epsilon_spent"]
-    if eps is not None:
-        curve = entry["claim"]
+    estimate = CanaryEstimate(epsilon=gaussian_epsilon(max(fit["mu"], 0.0), delta) if math.isfinite(fit["mu"]) else
+                              math.inf, kind="estimate (Gaussian fit of the scores, Andrew et al. 2024), not a bound",
+                              **fit)
+    found = _judge_claim(OneRunAudit.reported(answer.attack, {
+        **audit(scores, included, delta, confidence, grid), "variant": GRADIENT, "canary_kind": GRADIENT_KIND,
+        "signal": answer.info.get("signal", ""), "target": answer.info.get("target"),
+        "rounds": answer.info.get("rounds"), "auc": _auc(scores, included), "canary_steps": canary_steps,
+        "directions_seed": canaries.seed, "space_dim": canaries.dim,
+        "k_fractions": [round(f, 6) for f in GRADIENT_K_FRACTIONS], "estimate": estimate}), claim, confidence)
+    eps = found.epsilon_spent
+    if eps is not None and found.claim is not None:
+        curve = found.claim
         claimed_mu = (float(curve["mu"]) if curve["curve"] == "gaussian" else
                       brentq(lambda mu: gaussian_epsilon(mu, delta) - eps, 1e-6, 100.0) if eps > 0 else 0.0)
         ideal = ideal_bounds(included, claimed_mu, delta, confidence, GRADIENT_K_FRACTIONS)
-        entry["ideal_bound"], entry["ideal_gdp_mu"], entry["ideal_mu"] = (ideal["epsilon_lower_bound"],
-                                                                         ideal["mu_lower_bound"], claimed_mu)
-    gdp = entry["gdp"]
+        found = found.with_(ideal_bound=ideal["epsilon_lower_bound"], ideal_gdp_mu=ideal["mu_lower_bound"],
+                            ideal_mu=claimed_mu)
+    gdp = found.gdp or GdpBound()
     log.info("canary audit, %s (gradient canaries, %d): ε ≥ %.3f at %.0f%% (%d/%d right at k=%d; ceiling %.3f); f-DP: "
-             "μ ≥ %.3f (ε %.3f if Gaussian)%s; estimate ε ≈ %.2f", answer.victim, m, entry["epsilon_lower_bound"],
-             100 * confidence, entry["correct"], entry["guesses"], entry["k"], entry["epsilon_max_certifiable"],
-             gdp["mu_lower_bound"], gdp["epsilon_if_gaussian"],
-             "" if eps is None else (f"; accountant's ε {eps:.3f} (μ {entry['ideal_mu']:.3f}), a mechanism spending it "
-                                     f"exactly: ε ≥ {entry['ideal_bound']:.3f}, μ ≥ {entry['ideal_gdp_mu']:.3f}"),
-             entry["estimate"]["epsilon"])
-    if entry["exceeds_claimed"]:
+             "μ ≥ %.3f (ε %.3f if Gaussian)%s; estimate ε ≈ %.2f", answer.victim, m, found.epsilon_lower_bound,
+             100 * confidence, found.correct, found.guesses, found.k, found.epsilon_max_certifiable,
+             gdp.mu_lower_bound, gdp.epsilon_if_gaussian,
+             "" if eps is None else (f"; accountant's ε {eps:.3f} (μ {found.ideal_mu:.3f}), a mechanism spending it "
+                                     f"exactly: ε ≥ {found.ideal_bound:.3f}, μ ≥ {found.ideal_gdp_mu:.3f}"),
+             estimate.epsilon)
+    if found.exceeds_claimed:
         log.warning("canary audit: gradient canaries reject the accountant's claim for %s (ε %.3f; p of the claimed "
                     "curve %.2g, ε ≥ %.3f, μ ≥ %.3f) at %.0f%% for this audit alone (the verdict corrects across "
-                    "audits)", answer.victim, eps, entry["p_claim"], entry["epsilon_lower_bound"], gdp["mu_lower_bound"],
+                    "audits)", answer.victim, eps, found.p_claim, found.epsilon_lower_bound, gdp.mu_lower_bound,
                     100 * confidence)
-    return OneRunAudit(**entry)
+    return found
 
 
 def _auc(scores: np.ndarray, included: np.ndarray) -> float | None:

@@ -42,7 +42,7 @@ and are counted in ``excluded``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -76,16 +76,32 @@ def _balanced_closer(labels: Tensor, first: Tensor, clear: Tensor) -> Tensor:
     return (member * first[rank] * clear[before]).sum(-1)
 
 
+@dataclass(frozen=True)
+class IdentifiabilityTest:
+    """The balanced identifiability of a set of reconstructions, with its permutation null."""
+
+    value: float  # P(the nearest of a balanced member/non-member pair is a member), mean over judged reconstructions
+    k: float  # the expected count behind it (value × n)
+    n: int  # reconstructions judged
+    ci95: list[float]
+    chance: float  # the permutation null's mean
+    null_q95: float
+    p_value: float
+    excluded: int  # reconstructions of a class with no member or no non-member to compare with
+    per_class: dict[str, int]  # balanced size per class
+    permutations: int
+    members: int
+    nonmembers: int
+
+
 def identifiability_test(recon: Tensor, targets: Tensor | None, members: Tensor, member_y: Tensor | None,
                          nonmembers: Tensor, nonmember_y: Tensor | None, *, seed: int = 0,
-                         permutations: int = PERMUTATIONS) -> dict[str, Any]:
+                         permutations: int = PERMUTATIONS) -> IdentifiabilityTest:
     """Balanced identifiability of ``recon`` against ``members`` vs ``nonmembers``, with its permutation null.
 
     ``targets=None`` (or no labels) compares with the nearest record of any
     class. All tensors are on one device; images are compared flattened.
-    Returns ``value``, ``k`` (expected count), ``n``, ``ci95``, ``chance``,
-    ``null_q95``, ``p_value``, ``excluded``, ``per_class`` (balanced size per
-    class), ``permutations`` and the reference set sizes.
+    Returns the test with the reference set sizes (:class:`IdentifiabilityTest`).
     """
     g = torch.Generator().manual_seed(seed)
     r = recon.flatten(1).float().cpu()
@@ -120,16 +136,16 @@ def identifiability_test(recon: Tensor, targets: Tensor | None, members: Tensor,
     sizes = {"members": int(mem.shape[0]), "nonmembers": int(non.shape[0])}
     if n == 0:
         nan = float("nan")
-        return {"value": nan, "k": 0, "n": 0, "ci95": [0.0, 1.0], "chance": nan, "null_q95": nan, "p_value": 1.0,
-                "excluded": excluded, "per_class": per_class, "permutations": permutations, **sizes}
+        return IdentifiabilityTest(value=nan, k=0, n=0, ci95=[0.0, 1.0], chance=nan, null_q95=nan, p_value=1.0,
+                                   excluded=excluded, per_class=per_class, permutations=permutations, **sizes)
     value = float(observed[judged].mean())
     null_values = null[:, judged].mean(1)
     k = value * n
     lo, hi = clopper_pearson(int(round(k)), n)
     p = (1 + int((null_values >= value - 1e-12).sum())) / (1 + permutations)
-    return {"value": value, "k": k, "n": n, "ci95": [lo, hi], "chance": float(null_values.mean()),
-            "null_q95": float(torch.quantile(null_values, NULL_QUANTILE)), "p_value": p, "excluded": excluded,
-            "per_class": per_class, "permutations": permutations, **sizes}
+    return IdentifiabilityTest(value=value, k=k, n=n, ci95=[lo, hi], chance=float(null_values.mean()),
+                               null_q95=float(torch.quantile(null_values, NULL_QUANTILE)), p_value=p,
+                               excluded=excluded, per_class=per_class, permutations=permutations, **sizes)
 
 
 def min_p_value(permutations: int = PERMUTATIONS) -> float:
@@ -137,5 +153,5 @@ def min_p_value(permutations: int = PERMUTATIONS) -> float:
     return 1.0 / (1 + permutations)
 
 
-__all__ = ["PERMUTATIONS", "identifiability_test", "min_p_value"]
+__all__ = ["PERMUTATIONS", "IdentifiabilityTest", "identifiability_test", "min_p_value"]
 

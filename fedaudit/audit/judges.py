@@ -8,12 +8,12 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedaudit.run.stored.reconstruction import Judge
 from fedaudit.simulation.training import Preprocess, forward_chunks, index_batches
 
 PSNR_CAP_DB = 100.0  # identical images: PSNR is infinite; a cap keeps metrics.json valid JSON
@@ -178,12 +178,12 @@ class LPIPS:
         return self.net(a, b, normalize=True).flatten()
 
 
-def load_lpips(override: str | None, device: torch.device) -> tuple[LPIPS | None, dict[str, Any]]:
-    """The LPIPS scorer if its backbone file exists, and a status record for metrics.json."""
+def load_lpips(override: str | None, device: torch.device) -> tuple[LPIPS | None, Judge]:
+    """The LPIPS scorer if its backbone file exists, and its status for metrics.json."""
     path = lpips_backbone_path(override)
     if not path.is_file():
-        return None, {"status": "unavailable", "looked_for": str(path),
-                      "fix": "put torchvision's AlexNet weights there or pass --lpips-weights PATH"}
-    return LPIPS(path, device), {"status": "available", "weights": str(path)}
+        return None, Judge(status="unavailable", looked_for=str(path),
+                           fix="put torchvision's AlexNet weights there or pass --lpips-weights PATH")
+    return LPIPS(path, device), Judge(status="available", weights=str(path))
 
 

@@ -1,4 +1,5 @@
-"""Leakage scorers: the auditor compares attack outputs with the private data.
+"""The auditor: it holds the private records and the judges, and compares attack outputs with the records (the
+scores themselves: :mod:`fedaudit.audit.scoring`).
 
 The *auditor* (not the attacker) holds every client's records. For each
 reconstruction ``r`` optimised for class ``c`` it finds ``NN_in``, the nearest
@@ -43,206 +44,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaudit.audit.identifiability import identifiability_test
-from fedaudit.audit.judges import (LPIPS, AuditorClassifier, load_lpips, nearest_in_class, psnr, ssim,
-                                   train_auditor_classifier)
+from fedaudit.audit.judges import AuditorClassifier, load_lpips, nearest_in_class, psnr, train_auditor_classifier
+from fedaudit.audit.scoring import (MatchedFidelity, PowerScores, RawScores, VictimRecords, matched_fidelity,
+                                    score_latents, score_reconstructions)
+from fedaudit.run.stored.reconstruction import Judge, Judges
 from fedaudit.simulation.linear_probe import LinearProbe, fit_linear_probe
 
 if TYPE_CHECKING:
     from fedaudit.audit.counterfactual import TrainingRecipe
-
-
-# -- scoring --------------------------------------------------------------------
-
-
-@dataclass
-class VictimRecords:
-    """The auditor's reference sets for one victim, as [0, 1] images (or latents).
-
-    ``holdout`` are the non-members identifiability compares against; the
-    other half of the victim's holdout (``twin``) is what its holdout-twin
-    artifact is computed from, so no record is both.
-    """
-
-    domain_index: int
-    members: Tensor
-    member_y: Tensor
-    holdout: Tensor
-    holdout_y: Tensor
-
-
-def score_reconstructions(recon01: Tensor, targets: Tensor | None, ref: VictimRecords, class_clf: AuditorClassifier | None,
-                          domain_clf: AuditorClassifier, lpips_fn: LPIPS | None = None, seed: int = 0) -> dict[str, Any]:
-    """Raw scores of one set of reconstructions against one victim's records.
-
-    ``targets=None`` (an inversion with no target class: styles, spectra)
-    compares with the nearest record of any class and has no class fidelity.
-
-    Returns the metric values plus ``nn_member_index`` (for image grids) and
-    ``predicted_domains`` (for the victim × domain matrix).
-    """
-    recon01 = recon01.float().clamp(0, 1)
-    classless = targets is None
-    if classless:  # reconstructions with no target class (style, amplitude): nearest over every class
-        targets = torch.zeros(recon01.shape[0], dtype=torch.long, device=recon01.device)
-        member_y = torch.zeros_like(ref.member_y)
-        class_clf = None
-    else:
-        member_y = ref.member_y
-    d_in, i_in = nearest_in_class(recon01, targets, ref.members, member_y)
-    has_nn = torch.isfinite(d_in)
-    nn_in = ref.members[i_in]
-    p = psnr(recon01, nn_in)[has_nn]
-    s = ssim(recon01, nn_in)[has_nn]
-    domains = domain_clf.predict(recon01)
-    out: dict[str, Any] = {
-        "n": int(recon01.shape[0]),
-        "psnr_mean": float(p.mean()) if p.numel() else float("nan"),
-        "psnr_best": float(p.max()) if p.numel() else float("nan"),
-        "ssim_mean": float(s.mean()) if s.numel() else float("nan"),
-        "ssim_best": float(s.max()) if s.numel() else float("nan"),
-        "l2_to_member_mean": float(d_in[has_nn].mean()) if has_nn.any() else float("nan"),
-        "identifiability": identifiability_test(recon01, None if classless else targets, ref.members, ref.member_y,
-                                                ref.holdout, ref.holdout_y, seed=seed),
-        "domain_attribution": float((domains == ref.domain_index).float().mean()),
-        "predicted_domains": domains,
-        "nn_member_index": i_in,
-    }
-    if class_clf is not None:
-        hits = class_clf.predict(recon01) == targets
-        out["class_fidelity"] = float(hits.float().mean())
-        out["class_fidelity_chance"] = best_constant_guess(targets)
-    if lpips_fn is not None:
-        lp = lpips_fn(recon01[has_nn], nn_in[has_nn])
-        out["lpips_mean"] = float(lp.mean()) if lp.numel() else float("nan")
-    return out
-
-
-def best_constant_guess(targets: Tensor) -> float:
-    """Accuracy of the best guess that ignores the image: the most frequent target class's share."""
-    return float(torch.bincount(targets.cpu()).max() / targets.numel()) if targets.numel() else float("nan")
-
-
-MATCHED_METRICS = ("psnr_mean", "ssim_mean", "psnr_best", "ssim_best")
-
-
-def matched_fidelity(recon01: Tensor, records01: Tensor) -> dict[str, Any]:
-    """PSNR/SSIM of reconstructions matched one-to-one to distinct real records.
-
-    A batch inversion (gradient inversion) returns the batch's images in no
-    particular order and with no trustworthy class, so each reconstruction is
-    paired with a *distinct* record by the Hungarian algorithm
-    (``scipy.optimize.linear_sum_assignment``) on pixel MSE; with more records
-    than reconstructions the assignment is rectangular (every reconstruction
-    gets a record), with fewer only ``len(records01)`` reconstructions are
-    matched. Returns mean and best PSNR/SSIM over the matched pairs, their
-    count ``n`` and ``assignment`` ([reconstruction, record] index pairs).
-    """
-    from scipy.optimize import linear_sum_assignment
-
-    r, m = recon01.float().clamp(0, 1), records01.float()
-    if r.shape[0] == 0 or m.shape[0] == 0:
-        nan = float("nan")
-        return {"n": 0, "psnr_mean": nan, "psnr_best": nan, "ssim_mean": nan, "ssim_best": nan, "assignment": []}
-    mse = torch.cdist(r.flatten(1), m.flatten(1).to(r.device)).pow(2) / r[0].numel()
-    rows, cols = linear_sum_assignment(mse.cpu().double().numpy())
-    ri = torch.as_tensor(rows, dtype=torch.long, device=r.device)
-    ci = torch.as_tensor(cols, dtype=torch.long, device=m.device)
-    a, b = r[ri], m[ci].to(r.device)
-    p, s = psnr(a, b), ssim(a, b)
-    return {"n": int(ri.numel()), "psnr_mean": float(p.mean()), "psnr_best": float(p.max()),
-            "ssim_mean": float(s.mean()), "ssim_best": float(s.max()),
-            "assignment": [[int(i), int(j)] for i, j in zip(rows, cols)]}
-
-
-def score_latents(latents: Tensor, targets: Tensor, ref: VictimRecords, class_probe: LinearProbe,
-                  domain_probe: LinearProbe, head: nn.Module, seed: int = 0) -> dict[str, Any]:
-    """Raw scores of synthesised latents against one victim's real latents.
-
-    ``ref`` holds latents (the victim's encoder applied to its members and
-    holdouts) instead of images; the probes were fitted on real latents of
-    records that are not scored as members. ``head_agreement`` is how often
-    the victim's own head assigns a synthesised latent its target class;
-    ``moment_gap`` how far the synthesised latents' mean lies from the
-    members' latent mean, relative to the members' spread (0 = exact).
-    """
-    z = latents.float()
-    d_in, _ = nearest_in_class(z, targets, ref.members, ref.member_y)
-    has_nn = torch.isfinite(d_in)
-    domains = domain_probe.logits(z).argmax(1)
-    with torch.no_grad():
-        head_pred = head.eval()(z).argmax(1)
-    spread = ref.members.float().std(0).norm().clamp_min(1e-12)
-    return {
-        "n": int(z.shape[0]),
-        "l2_to_member_mean": float(d_in[has_nn].mean()) if has_nn.any() else float("nan"),
-        "identifiability": identifiability_test(z, targets, ref.members, ref.member_y, ref.holdout, ref.holdout_y,
-                                                seed=seed),
-        "domain_attribution": float((domains == ref.domain_index).float().mean()),
-        "class_fidelity": float((class_probe.logits(z).argmax(1) == targets).float().mean()),
-        "class_fidelity_chance": best_constant_guess(targets),
-        "head_agreement": float((head_pred == targets).float().mean()),
-        "moment_gap": float((z.mean(0) - ref.members.float().mean(0)).norm() / spread),
-        "predicted_domains": domains,
-    }
-
-
-SCALAR_METRICS = ("psnr_mean", "psnr_best", "ssim_mean", "ssim_best", "l2_to_member_mean", "lpips_mean",
-                  "domain_attribution", "class_fidelity", "head_agreement", "moment_gap")
-
-
-NULLS = ("control", "prior_only", "twin")  # the untrained control keeps its historical key, "control"
-IDENTIFIABILITY_KEYS = ("value", "ci95", "p_value", "k")
-
-
-def with_nulls(attack: dict[str, Any], nulls: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
-    """Every metric as ``{"attack": a, "control": c, "prior_only": p, "twin": t, "chance": ...}``.
-
-    ``nulls`` maps a null's name (:data:`NULLS`) to its raw scores, or None
-    when that null did not run (its key is then absent). Chance levels are
-    the computed ones: class fidelity's best constant guess on the targets,
-    identifiability's permutation mean (with its 95% quantile and the
-    attack's p-value beside it).
-    """
-    ran = {k: v for k, v in nulls.items() if v is not None}
-    out: dict[str, Any] = {}
-    for key in SCALAR_METRICS:
-        if key in attack:
-            out[key] = {"attack": attack[key], **{k: v.get(key, float("nan")) for k, v in ran.items()}}
-    if "class_fidelity" in out:
-        out["class_fidelity"]["chance"] = attack["class_fidelity_chance"]
-    ia = attack["identifiability"]
-    ident = {"attack": ia["value"], "attack_ci95": ia["ci95"], "attack_k": ia["k"], "attack_p_value": ia["p_value"],
-             "n": ia["n"], "excluded": ia["excluded"], "chance": ia["chance"], "null_q95": ia["null_q95"],
-             "balanced": {"per_class": ia["per_class"], "permutations": ia["permutations"],
-                          "members": ia["members"], "nonmembers": ia["nonmembers"]}}
-    for name, scores in ran.items():
-        other = scores["identifiability"]
-        ident.update({name: other["value"], f"{name}_ci95": other["ci95"], f"{name}_p_value": other["p_value"]})
-    out["identifiability"] = ident
-    return out
-
-
-def domain_matrix(rows: dict[str, Tensor], domains: list[str]) -> list[list[float]]:
-    """Victim × predicted-domain matrix: row v = distribution of the predicted domain of v's reconstructions."""
-    out = []
-    for pred in rows.values():
-        counts = torch.bincount(pred.cpu(), minlength=len(domains)).float()
-        out.append((counts / counts.sum().clamp_min(1)).tolist())
-    return out
-
-
-def macro_diagonal(matrix: list[list[float]], victim_domain_index: list[int]) -> float:
-    """Mean over victims of the fraction of their reconstructions attributed to their own domain."""
-    if not matrix:
-        return float("nan")
-    return sum(row[i] for row, i in zip(matrix, victim_domain_index)) / len(matrix)
 
 
 # -- the auditor -------------------------------------------------------------------
@@ -315,7 +131,8 @@ class Auditor:
         self.lpips, self.lpips_status = load_lpips(lpips_weights, device)
         self._domain_clf: AuditorClassifier | None = None
         self._class_clf: dict[str, AuditorClassifier] = {}
-        self.judges: dict[str, Any] = {}
+        self._judged: dict[str, Judge] = {}  # the domain classifier's accuracy, once trained
+        self._judged_per_victim: dict[str, dict[str, Judge]] = {}  # class classifiers and latent probes
         # victim -> uint8 images -> latents of the encoder its CLASSIFIER_HEAD was trained on
         self.latent_encoders = latent_encoders or {}
         self._latent: dict[str, tuple[VictimRecords, LinearProbe, LinearProbe]] = {}
@@ -360,8 +177,8 @@ class Auditor:
             held = [(r.members_x, i) for i, r in enumerate(self.records.values()) if r.members_x is not None]
             hx = torch.cat([m for m, _ in held]).float() / 255.0
             hy = torch.cat([torch.full((m.shape[0],), i, dtype=torch.long, device=m.device) for m, i in held])
-            self.judges["domain_classifier"] = {"trained_on": "val+holdout of sources, all of the target",
-                                                "accuracy_on_members": self._domain_clf.accuracy(hx, hy)}
+            self._judged["domain_classifier"] = Judge(trained_on="val+holdout of sources, all of the target",
+                                                      accuracy_on_members=self._domain_clf.accuracy(hx, hy))
         return self._domain_clf
 
     def class_classifier(self, victim: str) -> AuditorClassifier:
@@ -371,23 +188,28 @@ class Auditor:
                                            hflip=self.hflip, seed=self.seed + 1 + self.domains.index(victim),
                                            steps=self.judge_steps)
             self._class_clf[victim] = clf
-            self.judges.setdefault("class_classifier", {})[victim] = {
-                "trained_on": "val+holdout of the victim", "accuracy_on_members": clf.accuracy(r.members_x.float() / 255.0, r.members_y)}
+            self._judged_per_victim.setdefault("class_classifier", {})[victim] = Judge(
+                trained_on="val+holdout of the victim",
+                accuracy_on_members=clf.accuracy(r.members_x.float() / 255.0, r.members_y))
         return self._class_clf[victim]
+
+    def judges(self) -> Judges:
+        """The judges trained so far, with their accuracy on the members they never saw, and LPIPS's status."""
+        return Judges.model_validate({**self._judged, **self._judged_per_victim, "lpips": self.lpips_status})
 
     def victim_records(self, victim: str) -> VictimRecords:
         r, half = self.records[victim], self.halves[victim]
         return VictimRecords(self.domains.index(victim), r.members_x.float() / 255.0, r.members_y,
                              half.reference_x.float() / 255.0, half.reference_y)
 
-    def score(self, victim: str, images: Tensor, targets: Tensor | None) -> dict[str, Any]:
+    def score(self, victim: str, images: Tensor, targets: Tensor | None) -> RawScores:
         """Raw scores of normalised-space ``images`` optimised for ``targets`` (None: no class) against ``victim``'s records."""
         class_clf = self.class_classifier(victim) if targets is not None else None
         return score_reconstructions(self.to_unit(images), targets, self.victim_records(victim),
                                      class_clf, self.domain_classifier(), self.lpips, seed=self.seed)
 
     def score_power(self, victim: str, per_class: int, recon: Tensor, targets: Tensor | None,
-                    latent: bool = False) -> dict[str, Any]:
+                    latent: bool = False) -> PowerScores:
         """Reconstructions (normalised images, or latents with ``latent``) against the members a positive
         control's artifact was computed from (``per_class`` of each class): identifiability against as many
         of the victim's reference non-members of the same class (classless when ``targets`` is None), with
@@ -401,16 +223,15 @@ class Auditor:
         else:
             ref = self.victim_records(victim)
             x, src = self.to_unit(recon), sources.float() / 255.0
-        out: dict[str, Any] = {"identifiability": identifiability_test(x, targets, src, source_y, ref.holdout,
-                                                                       ref.holdout_y, seed=self.seed)}
-        if not latent:
-            t = targets if targets is not None else torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
-            dist, nearest = nearest_in_class(x, t, src, source_y if targets is not None else torch.zeros_like(source_y))
-            ok = torch.isfinite(dist)
-            out["psnr"] = psnr(x[ok], src[nearest[ok]]).cpu()
-        return out
+        ident = identifiability_test(x, targets, src, source_y, ref.holdout, ref.holdout_y, seed=self.seed)
+        if latent:
+            return PowerScores(ident)
+        t = targets if targets is not None else torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        dist, nearest = nearest_in_class(x, t, src, source_y if targets is not None else torch.zeros_like(source_y))
+        ok = torch.isfinite(dist)
+        return PowerScores(ident, psnr(x[ok], src[nearest[ok]]).cpu())
 
-    def score_matched(self, victim: str, images: Tensor) -> dict[str, Any]:
+    def score_matched(self, victim: str, images: Tensor) -> MatchedFidelity:
         """:func:`matched_fidelity` of normalised-space ``images`` against ``victim``'s members
         (every member was in its local training of the attacked round)."""
         return matched_fidelity(self.to_unit(images), self.victim_records(victim).members)
@@ -433,14 +254,14 @@ class Auditor:
             ref = VictimRecords(self.domains.index(victim), members, r.members_y, encode(half.reference_x),
                                 half.reference_y)
             self._latent[victim] = (ref, class_probe, domain_probe)
-            self.judges.setdefault("latent_probes", {})[victim] = {
-                "trained_on": "latents of val+holdout records (class: the victim's; domain: every domain's)",
-                "class_accuracy_on_members": class_probe.accuracy(members, r.members_y),
-                "domain_accuracy_on_members": domain_probe.accuracy(
-                    members, torch.full_like(r.members_y, self.domains.index(victim)))}
+            self._judged_per_victim.setdefault("latent_probes", {})[victim] = Judge(
+                trained_on="latents of val+holdout records (class: the victim's; domain: every domain's)",
+                class_accuracy_on_members=class_probe.accuracy(members, r.members_y),
+                domain_accuracy_on_members=domain_probe.accuracy(
+                    members, torch.full_like(r.members_y, self.domains.index(victim))))
         return self._latent[victim]
 
-    def score_latents(self, victim: str, latents: Tensor, targets: Tensor, head: nn.Module) -> dict[str, Any] | None:
+    def score_latents(self, victim: str, latents: Tensor, targets: Tensor, head: nn.Module) -> RawScores | None:
         """Raw latent-space scores against ``victim``'s real latents; None without its encoder."""
         judges = self.latent_judges(victim)
         if judges is None:

@@ -82,7 +82,8 @@ def make_challenge(fed: Federation, victim: str, seed: int) -> tuple[MembershipC
 
 def make_domain_challenge(fed: Federation, domains: Sequence[str], seed: int) -> tuple[DomainChallenge, list[str | None]]:
     """Holdouts of ``domains`` and the unseen target domain's records, shuffled; the truth (domain, None = target)."""
-    parts = [(c.domain, c.data.holdout_x, c.data.holdout_y) for c in fed.clients if c.domain in domains]
+    parts: list[tuple[str | None, Tensor, Tensor]] = [(c.domain, c.data.holdout_x, c.data.holdout_y)
+                                                      for c in fed.clients if c.domain in domains]
     parts.append((None, fed.target_x, fed.target_y))
     images = torch.cat([p[1] for p in parts])
     labels = torch.cat([p[2] for p in parts])
@@ -171,6 +172,7 @@ def _twins(attack: Attack, challenge: DomainChallenge | None, truth: list[str | 
     from fedaudit.audit.domain_twin import domain_twins
 
     t0 = time.perf_counter()
+    assert challenge is not None  # the domain-level test ran on it
     twins = domain_twins(lambda query: attack.attack_domain(challenge, query, prior, fed.device), truth, cfg, method,
                          fed, victims, getattr(attack, "domain_twins", 0), black_box)
     fed.timings["train_domain_twins"] = time.perf_counter() - t0

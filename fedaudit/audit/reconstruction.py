@@ -47,10 +47,12 @@ from fedaudit.audit.counterfactual import (
     single_case,
     split_pseudo,
 )
-from fedaudit.audit.leakage import MATCHED_METRICS, Auditor, domain_matrix, image_grid, macro_diagonal, with_nulls
+from fedaudit.audit.leakage import Auditor, image_grid
+from fedaudit.audit.scoring import RawScores, domain_matrix, macro_diagonal, with_nulls
 from fedaudit.audit.verdict import POWER_ALPHA
-from fedaudit.run.stored.reconstruction import (DomainAttribution, Judge, Judges, Power, PowerSize, ReconstructionEntry,
-                                                ReconstructionSection, ReconstructionSummary, Score, Twin, VictimScores)
+from fedaudit.run.stored.reconstruction import (DomainAttribution, Lift, Matched, Power, PowerSize, PsnrToSources,
+                                                ReconstructionEntry, ReconstructionSection, ReconstructionSummary, Score,
+                                                Twin, VictimScores)
 from fedaudit.simulation.wire import SERVER, WireView
 
 POWER_RULE = ("reached when, for one member image alone (its class not told to the attack) or one or two member "
@@ -92,13 +94,15 @@ def run_counterfactuals(attack: Attack, view: WireView, prior: AttackerPrior, vi
         if bare is None:
             absent.update({(v, "*", case): f"{attack.name} cannot be re-run on this counterfactual" for v in victims})
             continue
+        assert auditor.recipe is not None  # build_auditor gives every auditor the clients' training recipe
         cf_view, skipped = counterfactual_view(view, prior, records, device, auditor.recipe, auditor.seed,
                                                auditor.latent_encoders)
         cf_view = observe(cf_view) if observe else cf_view
         # One batch per case: cases differ in artifact shape (a bank of 10 spectra vs of 90).
         for o in bare.run_batch(cf_view, prior, [pseudo_name(r.victim, r.case) for r in records], device):
-            victim, sub = split_pseudo(o.victim)
-            key = (victim, o.artifact, sub)
+            pseudo = split_pseudo(o.victim)
+            assert pseudo is not None  # the counterfactual run attacks its pseudo-clients only
+            key = (pseudo[0], o.artifact, pseudo[1])
             why = skipped.get(o.victim, {}).get(o.artifact.split(":")[0])
             if why is not None:
                 absent[key] = why
@@ -134,7 +138,7 @@ def score_section(attack: str, outputs: list[AttackOutput], counter: dict[Key, A
     """Every attacked artifact's entry per victim, each metric beside its nulls, with the summary over the victims
     and the auditor's judges."""
     tables: dict[str, dict[str, ReconstructionEntry]] = {}
-    scored: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}  # artifact -> victim -> case -> raw scores
+    scored: dict[str, dict[str, dict[str, RawScores]]] = {}  # artifact -> victim -> case -> raw scores
     for out in outputs:
         entry, raw = score_output(attack, out, counter, absent, auditor, run_dir)
         if raw is not None:
@@ -143,12 +147,11 @@ def score_section(attack: str, outputs: list[AttackOutput], counter: dict[Key, A
     summary = {artifact: summarise_artifact(rows, auditor) for artifact, rows in scored.items()}
     if not summary:
         return ReconstructionSection(artifacts=tables)
-    return ReconstructionSection(artifacts=tables, summary=summary,
-                                 auditor=Judges(**auditor.judges, lpips=Judge(**auditor.lpips_status)))
+    return ReconstructionSection(artifacts=tables, summary=summary, auditor=auditor.judges())
 
 
 def score_output(attack: str, out: AttackOutput, counter: dict[Key, AttackOutput], absent: dict[Key, str],
-                 auditor: Auditor, run_dir: Path) -> tuple[ReconstructionEntry, dict[str, dict[str, Any]] | None]:
+                 auditor: Auditor, run_dir: Path) -> tuple[ReconstructionEntry, dict[str, RawScores] | None]:
     """One attacked artifact of one victim: its metrics.json entry, and the raw scores of the attack and
     each null (None when nothing was scored: a status, or a head without its encoder)."""
     entry: dict[str, Any] = {k: v for k, v in out.info.items() if not k.endswith("losses")}
@@ -167,26 +170,27 @@ def score_output(attack: str, out: AttackOutput, counter: dict[Key, AttackOutput
              "twin": None if twin is None else (twin.latents if latent else twin.images)}
     raw = {name: score(x) for name, x in cases.items() if x is not None}
     metrics = with_nulls(raw["attack"], {k: raw.get(k) for k in ("control", "prior_only", "twin")})
+    metrics = metrics.with_(**_details(entry, attack, out, cases, raw, auditor, run_dir))
     entry["twin"] = (Twin(status="scored", records=int(auditor.twin_records(out.victim).shape[0]),
                           source="half of the victim's holdout (never trained on)") if twin is not None else
                      Twin(status="not available", reason=_why_absent(absent, out.victim, out.artifact, TWIN)))
     entry["power"] = _power(auditor, out, counter, absent, latent, raw.get("prior_only"))
-    _add_details(entry, metrics, attack, out, cases, raw, auditor, run_dir)
-    entry["metrics"] = VictimScores(**metrics)
+    entry["metrics"] = metrics
     return ReconstructionEntry.reported(out.attack, entry), raw
 
 
-def _add_details(entry: dict[str, Any], metrics: dict[str, Any], attack: str, out: AttackOutput,
-                 cases: dict[str, Any], raw: dict[str, dict[str, Any]], auditor: Auditor, run_dir: Path) -> None:
-    """Matched scores of unordered batch reconstructions, each set's predicted domains, the optimisation's final
-    losses (attack and nulls) and, for images, the grid beside the nearest members."""
-    if out.info.get("batch_matching") and out.images is not None:
+def _details(entry: dict[str, Any], attack: str, out: AttackOutput, cases: dict[str, Any],
+             raw: dict[str, RawScores], auditor: Auditor, run_dir: Path) -> dict[str, Matched | Score]:
+    """Into the entry: each set's predicted domains, the optimisation's final losses (attack and nulls) and, for
+    images, the grid beside the nearest members; returned, the scores they add: matched scores of unordered batch
+    reconstructions, and LPIPS's status where it could not score."""
+    added: dict[str, Matched | Score] = {}
+    if out.info.get("batch_matching") and out.images is not None and out.control_images is not None:
         # Unordered batch reconstructions: each is matched to a distinct member (Hungarian).
-        metrics["matched"] = {
-            side: {k: v for k, v in auditor.score_matched(out.victim, imgs).items() if k in MATCHED_METRICS}
-            for side, imgs in (("attack", out.images), ("control", out.control_images))}
+        added["matched"] = Matched(attack=auditor.score_matched(out.victim, out.images).scores(),
+                                   control=auditor.score_matched(out.victim, out.control_images).scores())
     entry["predicted_domain"] = {
-        name: dict(zip(auditor.domains, domain_matrix({out.victim: s["predicted_domains"]}, auditor.domains)[0]))
+        name: dict(zip(auditor.domains, domain_matrix({out.victim: s.predicted_domains}, auditor.domains)[0]))
         for name, s in raw.items()}
     losses = {name: out.info[f"{prefix}losses"] for name, prefix in
               (("attack", ""), ("control", "control_"), ("prior_only", "prior_only_")) if f"{prefix}losses" in out.info}
@@ -194,23 +198,32 @@ def _add_details(entry: dict[str, Any], metrics: dict[str, Any], attack: str, ou
         entry["final_loss"] = losses
     if out.images is not None:
         if auditor.lpips is None:
-            metrics["lpips_mean"] = auditor.lpips_status
+            status = auditor.lpips_status
+            added["lpips_mean"] = Score(**{k: getattr(status, k) for k in status.model_fields_set})
         entry["image_grid"] = save_reconstruction_grid(run_dir, attack, out, cases, auditor, raw["attack"])
         entry["grid_columns"] = ["real nearest member", *(GRID_NAMES[c] for c in GRID_COLUMNS if cases.get(c) is not None)]
+    return added
 
 
-def _scorer(auditor: Auditor, out: AttackOutput) -> Callable[..., dict[str, Any]] | None:
+def _scorer(auditor: Auditor, out: AttackOutput) -> Callable[..., RawScores] | None:
     """Raw scores of a reconstruction set of ``out``'s kind (images or latents) against its victim, for
-    ``out``'s targets unless others are given."""
-    if out.latents is not None:
-        if auditor.latent_judges(out.victim) is None:
-            return None
-        return lambda z, targets=out.targets: auditor.score_latents(out.victim, z, targets, out.head)
-    return lambda x, targets=out.targets: auditor.score(out.victim, x, targets)
+    ``out``'s targets unless others are given; None for latents whose encoder the auditor does not hold."""
+    if out.latents is None:
+        return lambda x, targets=out.targets: auditor.score(out.victim, x, targets)
+    if auditor.latent_judges(out.victim) is None:
+        return None
+
+    def latents(z: torch.Tensor, targets: torch.Tensor | None = out.targets) -> RawScores:
+        assert out.head is not None and targets is not None  # a latent inversion returns its head and classes
+        found = auditor.score_latents(out.victim, z, targets, out.head)
+        assert found is not None  # its judges were found above
+        return found
+
+    return latents
 
 
 def _power(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput], absent: dict[Key, str],
-           latent: bool, prior_only: dict[str, Any] | None) -> Power:
+           latent: bool, prior_only: RawScores | None) -> Power:
     """The positive control of one attacked artifact, per size (one member image alone, or member images per
     class): whether its
     reconstructions reveal what the verdict's tests look for better than the prior-only control's do —
@@ -251,38 +264,40 @@ def _power_reconstructions(auditor: Auditor, out: AttackOutput, counter: dict[Ke
     if any(cf is None or cf.images is None for cf in singles):
         i = next(i for i, cf in enumerate(singles) if cf is None or cf.images is None)
         return _why_absent(absent, out.victim, out.artifact, single_case(i))
-    return torch.cat([cf.images for cf in singles]), auditor.power_labels(out.victim, 1)
+    return (torch.cat([cf.images for cf in singles if cf is not None and cf.images is not None]),
+            auditor.power_labels(out.victim, 1))
 
 
 def _power_size(auditor: Auditor, out: AttackOutput, recon: Any, targets: Any, k: int | str,
-                score: Callable[..., dict[str, Any]], latent: bool, prior_only: dict[str, Any]) -> PowerSize:
+                score: Callable[..., RawScores], latent: bool, prior_only: RawScores) -> PowerSize:
     """One size of the positive control (k member images per class, or one image alone): what its reconstructions
     reveal against the prior-only control's, with one p-value per question."""
     per_class = 1 if k == POWER_SINGLE else int(k)
     mine = score(recon, targets)
     sources = auditor.score_power(out.victim, per_class, recon, targets, latent)
     null = auditor.score_power(out.victim, per_class, out.nulls["prior_only"], out.targets, latent)
-    ident = sources["identifiability"]
-    images = int(auditor.power_records(out.victim, per_class).shape[0])
-    row: dict[str, Any] = {"per_class": per_class, "images": images}
-    if k == POWER_SINGLE:
-        row["records_per_artifact"] = 1  # ``images`` artifacts of one image each
-    lifts = []
+    ident = sources.identifiability
+    lifts, found = [], {}
     for metric in ("domain_attribution", "class_fidelity"):
-        if metric in mine and metric in prior_only:
-            p = fisher_greater(mine[metric], mine["n"], prior_only[metric], prior_only["n"])
-            row[metric] = {"attack": mine[metric], "prior_only": prior_only[metric], "p_value": p}
-            lifts.append(p if mine[metric] > prior_only[metric] else 1.0)
-    row.update(identifiability=ident["value"], ci95=ident["ci95"], p_value=ident["p_value"], chance=ident["chance"],
-               prior_only=null["identifiability"]["value"])
-    if "psnr" in sources:
-        row["psnr_to_sources"] = {"attack_mean": float(sources["psnr"].mean()), "attack_best": float(sources["psnr"].max()),
-                                  "prior_only_mean": float(null["psnr"].mean())}
+        rate, rate_null = mine.metric(metric), prior_only.metric(metric)
+        if rate is not None and rate_null is not None:
+            p = fisher_greater(rate, mine.n, rate_null, prior_only.n)
+            found[metric] = Lift(attack=rate, prior_only=rate_null, p_value=p)
+            lifts.append(p if rate > rate_null else 1.0)
+    null_value = null.identifiability.value
+    psnr = (None if sources.psnr is None or null.psnr is None else
+            PsnrToSources(attack_mean=float(sources.psnr.mean()), attack_best=float(sources.psnr.max()),
+                          prior_only_mean=float(null.psnr.mean())))
     # One p-value per question, Bonferroni over the metrics that answer it; the victim's sizes and the
     # row's victims are corrected where power is summed up (in _power, and in the verdict).
-    row["p_reveals"] = min(1.0, len(lifts) * min(lifts)) if lifts else 1.0
-    row["p_record_level"] = ident["p_value"] if ident["value"] > row["prior_only"] else 1.0
-    return PowerSize(**row)
+    size = PowerSize(per_class=per_class, images=int(auditor.power_records(out.victim, per_class).shape[0]),
+                     identifiability=ident.value, ci95=ident.ci95, p_value=ident.p_value, chance=ident.chance,
+                     prior_only=null_value, p_reveals=min(1.0, len(lifts) * min(lifts)) if lifts else 1.0,
+                     p_record_level=ident.p_value if ident.value > null_value else 1.0)
+    if k == POWER_SINGLE:
+        size = size.with_(records_per_artifact=1)  # ``images`` artifacts of one image each
+    size = size.with_(**found)
+    return size if psnr is None else size.with_(psnr_to_sources=psnr)
 
 
 def fisher_greater(a: float, n_a: int, b: float, n_b: int) -> float:
@@ -293,36 +308,45 @@ def fisher_greater(a: float, n_a: int, b: float, n_b: int) -> float:
     return float(fisher_exact([[ka, n_a - ka], [kb, n_b - kb]], alternative="greater")[1])
 
 
-def summarise_artifact(rows: dict[str, dict[str, dict[str, Any]]], auditor: Auditor) -> ReconstructionSummary:
+def summarise_artifact(rows: dict[str, dict[str, RawScores]], auditor: Auditor) -> ReconstructionSummary:
     """The headline over victims: the victim × predicted-domain matrix and its macro diagonal, and the mean
     class fidelity (absent for inversions with no target class), for the attack and each null, with the
     counts behind them (for the verdict's tests) and the computed chance levels."""
+    cases = [c for c in ("attack", "control", "prior_only", "twin") if all(c in by_case for by_case in rows.values())]
+    attribution = _attribution(rows, cases, auditor.domains)
+    if any(by_case["attack"].class_fidelity is None for by_case in rows.values()):
+        return ReconstructionSummary(domain_attribution=attribution)
+    return ReconstructionSummary(domain_attribution=attribution, class_fidelity=_fidelity(rows, cases))
+
+
+def _attribution(rows: dict[str, dict[str, RawScores]], cases: list[str], domains: list[str]) -> DomainAttribution:
+    """The victim × predicted-domain matrix of every set, its macro diagonal and the counts behind it."""
     victims = list(rows)
-    index = [auditor.domains.index(v) for v in victims]
-    cases = [c for c in ("attack", "control", "prior_only", "twin") if all(c in rows[v] for v in victims)]
-    mats = {c: domain_matrix({v: rows[v][c]["predicted_domains"] for v in victims}, auditor.domains) for c in cases}
-    counts = {c: [sum(int((rows[v][c]["predicted_domains"] == i).sum()) for v, i in zip(victims, index)),
-                  sum(int(rows[v][c]["predicted_domains"].numel()) for v in victims)] for c in cases}
-    macro: dict[str, Any] = {c: macro_diagonal(mats[c], index) for c in cases}
+    index = [domains.index(v) for v in victims]
+    mats = {c: domain_matrix({v: rows[v][c].predicted_domains for v in victims}, domains) for c in cases}
+    counts = {c: [sum(int((rows[v][c].predicted_domains == i).sum()) for v, i in zip(victims, index)),
+                  sum(int(rows[v][c].predicted_domains.numel()) for v in victims)] for c in cases}
+    macro = {c: macro_diagonal(mats[c], index) for c in cases}
     # A guess that ignores the victim puts share p(v) on each victim: its macro diagonal is at most 1/#victims.
     # One victim has no such guard (always naming it scores 1): there the controls show the judge's default.
     if len(victims) > 1:
-        macro["chance"] = 1.0 / len(victims)
-        macro["chance_name"] = f"the best guess that ignores the victim (1/{len(victims)} victims)"
+        chance, chance_name = 1.0 / len(victims), f"the best guess that ignores the victim (1/{len(victims)} victims)"
     else:
-        macro["chance"] = 1.0 / len(auditor.domains)
-        macro["chance_name"] = (f"a uniform guess over {len(auditor.domains)} domains (one victim: the controls show "
-                                "where the judge sends images that carry no data)")
-    attribution = DomainAttribution(victims=victims, domains=list(auditor.domains), matrix=mats, macro=Score(**macro),
-                                    counts=counts)
-    if not all("class_fidelity" in rows[v]["attack"] for v in victims):
-        return ReconstructionSummary(domain_attribution=attribution)
-    fidelity: dict[str, Any] = {c: sum(rows[v][c]["class_fidelity"] for v in victims) / len(victims) for c in cases}
-    fidelity["chance"] = sum(rows[v]["attack"]["class_fidelity_chance"] for v in victims) / len(victims)
-    fidelity["chance_name"] = "the best constant guess on the targets"
-    fidelity["counts"] = {c: [round(sum(rows[v][c]["class_fidelity"] * rows[v][c]["n"] for v in victims)),
-                              sum(rows[v][c]["n"] for v in victims)] for c in cases}
-    return ReconstructionSummary(domain_attribution=attribution, class_fidelity=Score(**fidelity))
+        chance, chance_name = 1.0 / len(domains), (
+            f"a uniform guess over {len(domains)} domains (one victim: the controls show where the judge sends "
+            "images that carry no data)")
+    return DomainAttribution(victims=victims, domains=list(domains), matrix=mats,
+                             macro=Score(chance=chance, chance_name=chance_name).with_(**macro), counts=counts)
+
+
+def _fidelity(rows: dict[str, dict[str, RawScores]], cases: list[str]) -> Score:
+    """The mean class fidelity over victims of every set, with the best constant guess and the counts behind it."""
+    victims = list(rows)
+    fidelity = {c: sum(rows[v][c].class_fidelity or 0.0 for v in victims) / len(victims) for c in cases}
+    counted = {c: [round(sum((rows[v][c].class_fidelity or 0.0) * rows[v][c].n for v in victims)),
+                   sum(rows[v][c].n for v in victims)] for c in cases}
+    chance = sum(rows[v]["attack"].class_fidelity_chance or 0.0 for v in victims) / len(victims)
+    return Score(chance=chance, chance_name="the best constant guess on the targets", counts=counted).with_(**fidelity)
 
 
 def unscored_section(attack: str, outputs: list[AttackOutput], prior: AttackerPrior, run_dir: Path,
@@ -341,7 +365,7 @@ def unscored_section(attack: str, outputs: list[AttackOutput], prior: AttackerPr
                 cases = {"attack": out.images, "prior_only": out.nulls.get("prior_only"), "control": out.control_images}
                 shown = [c for c in GRID_COLUMNS if cases.get(c) is not None]
                 idx = _grid_rows(out)
-                columns = [(cases[c][idx].float().cpu() * std + mean).clamp(0, 1) for c in shown]
+                columns = [(x[idx].float().cpu() * std + mean).clamp(0, 1) for c in shown if (x := cases[c]) is not None]
                 entry["image_grid"] = _save_grid(run_dir, attack, out, columns)
                 entry["grid_columns"] = [GRID_NAMES[c] for c in shown]
         tables.setdefault(out.artifact, {})[out.victim] = ReconstructionEntry.reported(out.attack, entry)
@@ -349,18 +373,20 @@ def unscored_section(attack: str, outputs: list[AttackOutput], prior: AttackerPr
 
 
 def save_reconstruction_grid(run_dir: Path, attack: str, out: AttackOutput, cases: dict[str, torch.Tensor | None],
-                             auditor: Auditor, scores: dict[str, Any]) -> str:
+                             auditor: Auditor, scores: RawScores) -> str:
     """PNG: per class (or the first ten, without classes), real nearest member | reconstruction | prior-only |
     untrained control | holdout twin (the nulls that ran). Returns its path relative to the run."""
     idx = _grid_rows(out)
     members = auditor.victim_records(out.victim).members
-    columns = [members[scores["nn_member_index"][idx.to(members.device)]]]
-    columns += [auditor.to_unit(cases[c][idx]) for c in GRID_COLUMNS if cases.get(c) is not None]
+    assert scores.nn_member_index is not None  # images: each has its nearest member
+    columns = [members[scores.nn_member_index[idx.to(members.device)]]]
+    columns += [auditor.to_unit(x[idx]) for c in GRID_COLUMNS if (x := cases.get(c)) is not None]
     return _save_grid(run_dir, attack, out, columns)
 
 
 def _grid_rows(out: AttackOutput) -> torch.Tensor:
     """The reconstructions a grid shows: the first of each class (the first ten without classes)."""
+    assert out.images is not None  # a grid is of images
     if out.targets is None:
         return torch.arange(min(10, out.images.shape[0]), device=out.images.device)
     first = [int(torch.nonzero(out.targets == c)[0]) for c in torch.unique(out.targets).tolist()][:10]
@@ -370,6 +396,7 @@ def _grid_rows(out: AttackOutput) -> torch.Tensor:
 def _save_grid(run_dir: Path, attack: str, out: AttackOutput, columns: list[torch.Tensor]) -> str:
     from PIL import Image
 
+    assert out.images is not None  # a grid is of images
     grid = image_grid(columns, scale=max(1, 64 // out.images.shape[-1]))
     rel = f"images/{run_directory.safe_name(f'{attack}-{out.artifact}-{out.victim}')}.png"
     with run_directory.atomic_path(run_dir / rel) as tmp:
