@@ -248,6 +248,9 @@ class Attack:
     # is read from them when the class is made.
     Options: ClassVar[type] = NoOptions
     options: ClassVar[dict[str, Option]] = {}
+    # The variants of its family this instance runs (membership: loss, lira_online, …, domain, artifact); the auditor
+    # reads it to build what each needs and narrows it for an observer that sees less (secure aggregation).
+    selected: tuple[str, ...] = ()
 
     def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -10,14 +10,14 @@ from typing import Any
 from fedaudit.audit.verdict import ARTIFACT, advice_of
 from fedaudit.run.entries import MembershipEntry, MembershipTest
 from fedaudit.reports import plots
-from fedaudit.reports.cells import LEVELS, RESOLVE_PER_LEVEL, Table, as_text, ci_text, f3, f4, is_interval, p_fmt
+from fedaudit.reports.cells import Context, LEVELS, RESOLVE_PER_LEVEL, Table, as_text, ci_text, f3, f4, is_interval, p_fmt
 from fedaudit.reports.leakage_sections import victim_metrics
 from fedaudit.reports.load import Unit
 
 
 MAX_IMAGE_SIDE = 900  # px; the stored grids are ~200×660, this only bounds a larger --image-size
 REDACT_BLUR = 0.06  # Gaussian radius as a fraction of the grid's short side: a 64-px digit cell becomes a smudge
-def reconstructions(u: Unit, redact: bool) -> dict[str, Any]:
+def reconstructions(u: Unit, redact: bool) -> Context:
     items, notes = [], []
     for table in u.audited.reconstructions:
         for victim, e in table.entries.items():
@@ -60,7 +60,7 @@ def image_uri(png: bytes, redact: bool) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def membership(u: Unit) -> dict[str, Any]:
+def membership(u: Unit) -> Context:
     """Per variant: a log-log ROC plot and the TPR@FPR table with intervals; gaps and warnings spelled out."""
     if not u.audited.membership_ran:
         return {"blocks": [], "notes": [], "why": "no membership attack in this run; run with --attack mia"}
@@ -73,7 +73,7 @@ def membership(u: Unit) -> dict[str, Any]:
     return {"blocks": blocks, "notes": notes, "why": why}
 
 
-def _membership_block(u: Unit, variant: str, tests: list[MembershipTest], notes: list[str]) -> dict[str, Any] | None:
+def _membership_block(u: Unit, variant: str, tests: list[MembershipTest], notes: list[str]) -> Context | None:
     """One variant's table (a row per target and victim), its ROC plot, and what is missing or unresolved."""
     curves, missing, warnings, nonmembers = [], [], [], []
     table = Table(["AUC (chance band)", "advantage (KS p)", *(f"TPR @ {lv:g} FPR [95% CI]" for lv in LEVELS),

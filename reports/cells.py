@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ from fedaudit.run.stored.reconstruction import Score
 
 
 MISSING = "—"
+Context = dict[str, object]  # what a section hands its Jinja template: names to what the template renders
 LEVELS = (0.001, 0.01, 0.1)
 RESOLVE_PER_LEVEL = 10  # non-members per unit of FPR needed to resolve a level (docs/attacks.md: 10/FPR)
 @dataclass
@@ -93,7 +94,7 @@ def as_text(x: Any) -> str:
     return MISSING if x is None else str(x)
 
 
-def config_rows(config: dict[str, Any]) -> list[tuple[str, str]]:
+def config_rows(config: Mapping[str, object]) -> list[tuple[str, str]]:
     """The resolved config, one row per option: an attack's block as ``deepinversion.inversion_iters``."""
     rows = []
     for key, value in config.items():

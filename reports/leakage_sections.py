@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from fedaudit.audit.verdict.wording import fdp_bound
 from fedaudit.run.stored.reconstruction import POWER_SINGLE, Identified, Judges, Power, Score
 from fedaudit.run.stored import DP
 from fedaudit.run.entries import CanaryAudit, ClaimedCurve, ReconstructionEntry, ReconstructionTable
 from fedaudit.reports import plots
-from fedaudit.reports.cells import (MISSING, NULL_LABELS, Table, aligned, as_text, ci_text, f3, is_finite,
+from fedaudit.reports.cells import (Context, MISSING, NULL_LABELS, Table, aligned, as_text, ci_text, f3, is_finite,
                                     p_fmt, with_control)
 from fedaudit.reports.load import Unit
 
@@ -21,7 +20,7 @@ def dp_of(u: Unit) -> DP | None:
     return u.stored.privacy.dp if u.stored.privacy else None
 
 
-def dp_curve_section(units: Sequence[Unit]) -> dict[str, Any] | None:
+def dp_curve_section(units: Sequence[Unit]) -> Context | None:
     """Privacy–utility curve over the DP ε of runs that differ only in it (``--dp-sweep``): accuracy and every
     leakage metric measured in all of them, against ε (∞ = no DP, at the right); and a table with one row
     per point: the ε claimed and spent beside the canary audit's lower bound (when the run has one)."""
@@ -254,7 +253,7 @@ def _power_text(power: Power) -> str:
     return f"{verdict} — " + "; ".join(sizes)
 
 
-def scatter_section(units: Sequence[Unit]) -> dict[str, Any]:
+def scatter_section(units: Sequence[Unit]) -> Context:
     """One plot per leakage metric every unit has: x = the metric (and its control), y = unseen accuracy.
 
     Reconstruction metrics are per artifact and methods share different

@@ -15,7 +15,8 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+
+from pydantic import JsonValue
 
 from fedaudit.errors import FedauditError
 from fedaudit.run import run_directory
@@ -24,15 +25,18 @@ from fedaudit.run.audited_run import AuditedRun
 from fedaudit.run.results import Leakage, RunMetrics, schema_version
 
 
+JsonObject = dict[str, JsonValue]  # a JSON object a run wrote (checked where it is read)
+
+
 @dataclass
 class Unit:
     """One trained federation with one unseen target: the rows and columns of every table."""
 
     run_dir: Path
-    config: dict[str, Any]
-    metrics: dict[str, Any]
-    history: list[dict[str, Any]]
-    wire: list[dict[str, Any]]
+    config: JsonObject  # config.json, as stored
+    metrics: JsonObject  # metrics.json, as stored (read once into ``stored``)
+    history: list[HistoryRow]  # history.csv, a row per round
+    wire: list[WireRow]  # wire.jsonl, a row per message
     label: str = ""
     images: dict[str, bytes] = field(default_factory=dict)  # path relative to run_dir -> PNG bytes
 
@@ -56,16 +60,7 @@ class Unit:
     @cached_property
     def audited(self) -> AuditedRun:
         """The attack results as typed entries (fedaudit.run.entries), the same the verdict judges."""
-        config = self.config["config"] if isinstance(self.config.get("config"), dict) else {}
-        return AuditedRun.of_run(self.stored, str(config.get("attacker") or "server"))
-
-    @cached_property
-    def history_rows(self) -> list[HistoryRow]:
-        return [HistoryRow.of(r) for r in self.history]
-
-    @cached_property
-    def wire_rows(self) -> list[WireRow]:
-        return [WireRow.of(r) for r in self.wire]
+        return AuditedRun.of_run(self.stored, str(run_config(self.config).get("attacker") or "server"))
 
     @property
     def schema(self) -> int:
@@ -83,8 +78,8 @@ class Run:
     """A run directory: its units (one per target) and, for ``target_domain=all``, the root's averages."""
 
     run_dir: Path
-    config: dict[str, Any]
-    metrics: dict[str, Any]
+    config: JsonObject
+    metrics: JsonObject
     units: list[Unit]
 
     @property
@@ -113,7 +108,10 @@ def load_run(path: str | Path) -> Run:
         return Run(root, config, metrics, [_load_unit(root, config, metrics)])
 
     units = []
-    for target in config.get("targets") or list((metrics.get("accuracy") or {}).get("per_target") or {}):
+    listed = config.get("targets")
+    targets = ([str(t) for t in listed] if isinstance(listed, list) and listed else
+               list(RunMetrics.from_json(metrics, root / "metrics.json").accuracy.per_target or {}))
+    for target in targets:
         sub = root / run_directory.target_dirname(target)
         if not run_directory.is_complete(sub) or not (sub / "metrics.json").is_file():
             raise FedauditError(f"{root} is an incomplete run: target {target} has no finished {sub.name}/; "
@@ -122,8 +120,9 @@ def load_run(path: str | Path) -> Run:
     return Run(root, config, metrics, units)
 
 
-def _load_unit(run_dir: Path, config: dict[str, Any], metrics: dict[str, Any]) -> Unit:
-    unit = Unit(run_dir, config, metrics, _read_history(run_dir / "history.csv"), _read_jsonl(run_dir / "wire.jsonl"))
+def _load_unit(run_dir: Path, config: JsonObject, metrics: JsonObject) -> Unit:
+    unit = Unit(run_dir, config, metrics, [HistoryRow.of(r) for r in _read_history(run_dir / "history.csv")],
+                [WireRow.of(r) for r in _read_jsonl(run_dir / "wire.jsonl")])
     for rel in _image_paths(unit.results):
         path = (run_dir / rel).resolve()
         # only files inside the run directory: metrics.json is data, not a licence to read the disk
@@ -139,14 +138,20 @@ def _image_paths(leakage: Leakage) -> list[str]:
             if entry.image_grid is not None]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def run_config(config: JsonObject) -> JsonObject:
+    """config.json's resolved configuration (its ``config`` block; empty where the file has none)."""
+    found = config.get("config")
+    return found if isinstance(found, dict) else {}
+
+
+def _read_json(path: Path) -> JsonObject:
     try:
         return run_directory.read_json(path)
     except (OSError, ValueError) as exc:
         raise FedauditError(f"cannot read {path}: {exc}; the run directory is damaged — re-run it") from None
 
 
-def _read_history(path: Path) -> list[dict[str, Any]]:
+def _read_history(path: Path) -> list[dict[str, int | float | str | None]]:
     if not path.is_file():
         return []
     rows = []
@@ -156,13 +161,13 @@ def _read_history(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def _read_jsonl(path: Path) -> list[JsonObject]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def _number(text: str | None) -> Any:
+def _number(text: str | None) -> int | float | str | None:
     if text is None or text == "":
         return None
     try:

@@ -24,7 +24,7 @@ the page never carries the sharp bytes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
@@ -32,9 +32,9 @@ from typing import Any
 from fedaudit.audit.verdict import NOT_ASSESSED, RiskThresholds, judge_rows, load_thresholds
 from fedaudit.errors import FedauditError
 from fedaudit.reports.attack_sections import image_uri, membership, reconstructions
-from fedaudit.reports.cells import (Table, aligned, ci_text, config_rows, f3, is_finite, p_fmt)
+from fedaudit.reports.cells import (Context, Table, aligned, ci_text, config_rows, f3, is_finite, p_fmt)
 from fedaudit.reports.leakage_sections import dp_curve_section, dp_of, leakage_table, scatter_section
-from fedaudit.reports.load import Run, Unit, load_run
+from fedaudit.reports.load import Run, Unit, load_run, run_config
 from fedaudit.reports.run_tables import (accuracy_table, communication_table, mean_note, privacy_table,
                                          provenance_table, rounds_section, wire_table)
 from fedaudit.reports.summary import dpia, first_screen
@@ -88,13 +88,13 @@ def comparability(loaded: Sequence[Run]) -> dict[str, list[str]]:
     """What the runs differ in among dataset, unseen target and profile: {field: the distinct values}."""
     out = {}
     for key, label in (("dataset", "dataset"), ("target_domain", "unseen target"), ("profile", "profile")):
-        values = list(dict.fromkeys(str(_run_config(r).get(key, r.metrics.get(key, "?"))) for r in loaded))
+        values = list(dict.fromkeys(str(run_config(r.config).get(key, r.metrics.get(key, "?"))) for r in loaded))
         if len(values) > 1:
             out[label] = values
     return out
 
 
-def unscored_notes(units: Sequence[Unit]) -> list[dict[str, Any]]:
+def unscored_notes(units: Sequence[Unit]) -> list[Context]:
     """Units audited without the clients' records: why nothing is scored, what needs the data, what was left out."""
     out = []
     for u in units:
@@ -245,8 +245,7 @@ def verdict_evidence(row: VerdictRow, limit: int = 4) -> list[str]:
     for e in items[:limit]:
         base = f" vs {e.baseline_name or '?'} {f3(e.baseline)}" if is_finite(e.baseline) else ""
         ci = f" {ci_text(e.interval)}" if e.interval else ""
-        pw = "" if not isinstance(e.power, dict) else (" · power reached" if e.power.get("reached") else
-                                                       " · power not reached")
+        pw = "" if e.power is None else " · power reached" if e.power.reached else " · power not reached"
         out.append(f"{e.test} ({e.source}): {f3(e.value)}{ci}{base}; p {p_fmt(e.p_value)}, "
                    f"adjusted {p_fmt(e.p_adjusted)}{pw}")
     if len(items) > limit:
@@ -258,14 +257,9 @@ def tier_label(tier: Any) -> str:
     return str(tier or NOT_ASSESSED).replace("_", " ")
 
 
-def _config(u: Unit) -> dict[str, Any]:
-    return _run_config(u) or u.stored.provenance.config or {}
-
-
-def _run_config(r: Run | Unit) -> dict[str, Any]:
-    """config.json's resolved configuration (empty where the run directory has none)."""
-    found = r.config["config"] if "config" in r.config else None
-    return found if isinstance(found, dict) else {}
+def _config(u: Unit) -> Mapping[str, object]:
+    """The run's resolved configuration: config.json's, else the one metrics.json's provenance recorded."""
+    return run_config(u.config) or u.stored.provenance.config or {}
 
 
 # -- formatting ---------------------------------------------------------------------------

@@ -6,10 +6,9 @@ recording's declared DP), the ledger, the rounds and provenance — each read fr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from fedaudit.reports import plots
-from fedaudit.reports.cells import (MISSING, Table, aligned, as_text, f3, is_finite, mb, num_text,
+from fedaudit.reports.cells import (Context, MISSING, Table, aligned, as_text, f3, is_finite, mb, num_text,
                                     rounds_text, signed, size_text, to_float, value_text)
 from fedaudit.reports.load import Run, Unit
 from fedaudit.reports.summary import verification_text
@@ -156,7 +155,7 @@ def wire_table(u: Unit) -> Table | str:
         return "wire.jsonl is empty or missing: this run recorded no messages"
     cols: list[tuple[str, str]] = []
     cells: dict[tuple[int, str, str], list[int]] = {}
-    for row in u.wire_rows:
+    for row in u.wire:
         key = (str(row.kind), str(row.direction))
         if key not in cols:
             cols.append(key)
@@ -185,20 +184,20 @@ def wire_table(u: Unit) -> Table | str:
 # -- 6. over rounds -----------------------------------------------------------------------
 
 
-def rounds_section(units: Sequence[Unit]) -> dict[str, Any]:
+def rounds_section(units: Sequence[Unit]) -> Context:
     with_history = [u for u in units if u.history]
     if not with_history:
         return {"acc": None, "bytes": None, "table": None, "why": "history.csv is empty or missing in every run"}
     acc, traffic = [], []
     for u in with_history:
-        xs = [r.round for r in u.history_rows]
-        acc.append((f"{u.label}: source validation", xs, [to_float(r.val_mean) for r in u.history_rows]))
-        acc.append((f"{u.label}: unseen domain", xs, [to_float(r.target) for r in u.history_rows]))
-        traffic.append((f"{u.label}: MB up", xs, [mb(r.bytes_up) for r in u.history_rows]))
-        traffic.append((f"{u.label}: MB down", xs, [mb(r.bytes_down) for r in u.history_rows]))
+        xs = [r.round for r in u.history]
+        acc.append((f"{u.label}: source validation", xs, [to_float(r.val_mean) for r in u.history]))
+        acc.append((f"{u.label}: unseen domain", xs, [to_float(r.target) for r in u.history]))
+        traffic.append((f"{u.label}: MB up", xs, [mb(r.bytes_up) for r in u.history]))
+        traffic.append((f"{u.label}: MB down", xs, [mb(r.bytes_down) for r in u.history]))
     table = aligned(with_history, lambda u: [(f"round {r.round}", (
         f"val {f3(r.val_mean)} · unseen {f3(r.target)} · "
-        f"{size_text(r.bytes_up)} ↑ / {size_text(r.bytes_down)} ↓")) for r in u.history_rows])
+        f"{size_text(r.bytes_up)} ↑ / {size_text(r.bytes_down)} ↓")) for r in u.history])
     return {"acc": plots.rounds_plot(acc, "accuracy", "Accuracy per round", percent=True),
             "bytes": plots.rounds_plot(traffic, "MB", "Traffic per round"), "table": table,
             "why": None if len(with_history) == len(units) else

@@ -16,7 +16,8 @@ from fedaudit.audit.verdict import to_conclude
 from fedaudit.audit.verdict.wording import different_models
 from fedaudit.run.stored import DP, AuditedRecording, ClientDP, CoverageRow, ModelInfo, Privacy, Verification
 from fedaudit.run.audited_run import BroadcastCheck
-from fedaudit.reports.load import Unit
+from fedaudit.reports.cells import Context
+from fedaudit.reports.load import Unit, run_config
 from fedaudit.simulation.secure_aggregation import MASKED
 from fedaudit.run.results import RunMetrics, VerdictRow
 
@@ -52,13 +53,13 @@ MASKED_KINDS = tuple(k.value for k in MASKED)  # what secure aggregation sums (f
 NOT_RECORD_DP = "Record-level DP (DP-SGD) bounds what one record does, not what a whole client's data is like"
 
 
-def level_groups(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def level_groups(items: list[Context]) -> list[Context]:
     """``items`` (each with a ``level``) grouped under their level's heading, records first; empty levels left out."""
     return [{"level": level, "heading": LEVEL_HEADINGS[level], "items": [i for i in items if i["level"] == level]}
             for level in LEVELS if any(i["level"] == level for i in items)]
 
 
-def first_screen(u: Unit, rows: list[VerdictRow]) -> dict[str, Any]:
+def first_screen(u: Unit, rows: list[VerdictRow]) -> Context:
     """The summary block of one unit (one trained federation and target), from the verdict rows the page shows."""
     run = u.stored
     findings = [{"tier": r.tier, "title": r.title, "observer": r.observer, "cause": cause(r), "level": r.level,
@@ -84,7 +85,7 @@ SECURE_AGGREGATION_ASSUMES = (
     "not stopped by it (the consistency check of a recording asks that).")
 
 
-def secure_aggregation_block(run: RunMetrics, rows: list[VerdictRow]) -> dict[str, Any] | None:
+def secure_aggregation_block(run: RunMetrics, rows: list[VerdictRow]) -> Context | None:
     """Each server row beside its twin judged from the server under secure aggregation (``--secure-aggregation``), what
     the mask leaves, and whether disaggregation was possible; None where the run did not ask."""
     section = run.secure_aggregation
@@ -104,7 +105,7 @@ def secure_aggregation_block(run: RunMetrics, rows: list[VerdictRow]) -> dict[st
             "disaggregation": f"{dis.status}: {dis.reason}".rstrip(": ")}
 
 
-def not_assessed_groups(rows: list[VerdictRow]) -> list[dict[str, Any]]:
+def not_assessed_groups(rows: list[VerdictRow]) -> list[Context]:
     """NOT ASSESSED rows grouped by why (one line for every row a run's choice of attacker or attacks left out)."""
     groups: dict[str, list[VerdictRow]] = {}
     for r in rows:
@@ -214,7 +215,7 @@ def _record_mitigation(kind: str, row: VerdictRow, method: str, u: Unit) -> str:
 def deployment(u: Unit, run: RunMetrics) -> list[tuple[str, str]]:
     """(what, value) lines naming the federation audited and the threat model."""
     provenance = u.stored.provenance
-    cfg = provenance.config or _config_file(u)
+    cfg = provenance.config or run_config(u.config)
     model = provenance.model or ModelInfo()
     built = model.factory or model.architecture or (cfg["model"] if "model" in cfg else "?")
     recording = provenance.recording
@@ -238,11 +239,6 @@ def deployment(u: Unit, run: RunMetrics) -> list[tuple[str, str]]:
     ]
 
 
-def _config_file(u: Unit) -> dict[str, Any]:
-    found = u.config["config"] if "config" in u.config else None
-    return found if isinstance(found, dict) else {}
-
-
 def _attacks_run(run: RunMetrics) -> list[str]:
     found = list(run.results.reconstruction_sections())
     found += sorted({f"mia-{r.variant}" for r in run.results.membership()})
@@ -250,12 +246,12 @@ def _attacks_run(run: RunMetrics) -> list[str]:
     return found
 
 
-def dpia(u: Unit, rows: list[VerdictRow]) -> dict[str, Any]:
+def dpia(u: Unit, rows: list[VerdictRow]) -> Context:
     """The impact-assessment facts of one unit, each from the stored files (and the verdict rows the page shows)."""
     run = u.stored
-    rounds = u.stored.communication.rounds or max((int(r.round or 0) for r in u.wire_rows), default=0)
-    flows: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in u.wire_rows:
+    rounds = u.stored.communication.rounds or max((int(r.round or 0) for r in u.wire), default=0)
+    flows: dict[tuple[str, str], Context] = {}
+    for r in u.wire:
         key = (str(r.kind), "up" if str(r.receiver) == "server" else "down")
         flow = flows.setdefault(key, {"bytes": 0, "rounds": set(), "clients": set()})
         flow["bytes"] += int(r.bytes or 0)

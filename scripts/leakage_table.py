@@ -23,7 +23,7 @@ from pathlib import Path
 
 from fedaudit.api import evaluate
 from fedaudit.audit.verdict import judge
-from fedaudit.run.results import BOOKKEEPING
+from fedaudit.run.stored.reconstruction import BOOKKEEPING
 from fedaudit.statistics.intervals import clopper_pearson
 import results_page  # scripts/ is on sys.path when run as python scripts/leakage_table.py
 from method_table import finished

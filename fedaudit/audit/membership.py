@@ -117,7 +117,7 @@ def audit_membership(attack: Attack, run_dir: Path, cfg: RunConfig, method: Meth
     answers get their domain twins (:mod:`fedaudit.audit.domain_twin`) when ``retrain``: the federation is fedaudit's
     own and can be trained again without a domain (a recording's cannot). ``observe`` turns the role's view into
     another observer's (secure aggregation's): the attack and its counterfactual controls see it through that."""
-    variants: tuple[str, ...] = getattr(attack, "selected", ())
+    variants = attack.selected
     truths: dict[str, Tensor] = {}
     challenges: dict[str, MembershipChallenge] = {}
     for victim in victims if any(v != "domain" for v in variants) else ():
@@ -303,8 +303,8 @@ def _control_entry(case: str, built: bool, why: str | None, out: AttackOutput | 
         return Control(status=str((out.info.get("status") if out else None) or NOT_APPLICABLE),
                        reason=str((out.info.get("reason") if out else None) or "the control produced no scores"))
     scores = out.scores.double().cpu()
-    return Control(**scored(scores[truth], scores[~truth], str(out.info.get("signal", "")), 0),
-                   records=int(truth.sum()) if case == "power" else "val")
+    return Control.reported(out.attack, {**scored(scores[truth], scores[~truth], str(out.info.get("signal", "")), 0),
+                                         "records": int(truth.sum()) if case == "power" else "val"})
 
 
 def _bank_rows(view: WireView, victim: str) -> int | None:
@@ -325,7 +325,7 @@ def _victim_entry(out: AttackOutput, is_member: Tensor, exposure: int) -> Member
         return MembershipTestResult(status=NOT_APPLICABLE, reason=unscorable)
     info = {k: v for k, v in out.info.items() if k not in ("result", "status", "signal", "reference", "population")}
     reference = out.info.get("reference")
-    found: dict[str, Any] = {**scored(scores[is_member], scores[~is_member], str(out.info["signal"]),
+    found: dict[str, object] = {**scored(scores[is_member], scores[~is_member], str(out.info["signal"]),
                                       reference.get("reference_models", 0) if reference is not None else 0), **info}
     if reference is not None:
         if reference and reference.get("kind") != "replay":
@@ -358,8 +358,8 @@ def _domain_rows(out: AttackOutput, truth: list[str | None], victims: Sequence[s
     rows: dict[str, MembershipTestResult] = {}
     for victim in [*victims, ALL_DOMAINS]:
         member = torch.tensor([t is not None and victim in (t, ALL_DOMAINS) for t in truth])
-        rows[victim] = MembershipTestResult(**scored(scores[member], unseen, str(out.info["signal"]), 0),
-                                            nonmember_domain=unseen_domain)
+        found = scored(scores[member], unseen, str(out.info["signal"]), 0)
+        rows[victim] = MembershipTestResult.reported(out.attack, {**found, "nonmember_domain": unseen_domain})
     return rows
 
 
@@ -373,7 +373,7 @@ def not_finite(scores: Tensor) -> str | None:
             "destroyed by noise, or diverged), so there is nothing to rank")
 
 
-def scored(members: Tensor, nonmembers: Tensor, signal: str, n_reference: int) -> dict[str, Any]:
+def scored(members: Tensor, nonmembers: Tensor, signal: str, n_reference: int) -> dict[str, object]:
     """membership_metrics with the fields every entry carries: the scorer's half of a
     :class:`~fedaudit.run.stored.leakage.Separation`."""
     out = membership_metrics(members, nonmembers)

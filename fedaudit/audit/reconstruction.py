@@ -154,7 +154,7 @@ def score_output(attack: str, out: AttackOutput, counter: dict[Key, AttackOutput
                  auditor: Auditor, run_dir: Path) -> tuple[ReconstructionEntry, dict[str, RawScores] | None]:
     """One attacked artifact of one victim: its metrics.json entry, and the raw scores of the attack and
     each null (None when nothing was scored: a status, or a head without its encoder)."""
-    entry: dict[str, Any] = {k: v for k, v in out.info.items() if not k.endswith("losses")}
+    entry: dict[str, object] = {k: v for k, v in out.info.items() if not k.endswith("losses")}
     latent = out.latents is not None
     control = out.control_latents if latent else out.control_images
     if (out.latents if latent else out.images) is None or control is None:
@@ -179,7 +179,7 @@ def score_output(attack: str, out: AttackOutput, counter: dict[Key, AttackOutput
     return ReconstructionEntry.reported(out.attack, entry), raw
 
 
-def _details(entry: dict[str, Any], attack: str, out: AttackOutput, cases: dict[str, Any],
+def _details(entry: dict[str, object], attack: str, out: AttackOutput, cases: dict[str, torch.Tensor | None],
              raw: dict[str, RawScores], auditor: Auditor, run_dir: Path) -> dict[str, Matched | Score]:
     """Into the entry: each set's predicted domains, the optimisation's final losses (attack and nulls) and, for
     images, the grid beside the nearest members; returned, the scores they add: matched scores of unordered batch
@@ -358,7 +358,7 @@ def unscored_section(attack: str, outputs: list[AttackOutput], prior: AttackerPr
     std = torch.tensor(prior.std).view(1, -1, 1, 1)
     tables: dict[str, dict[str, ReconstructionEntry]] = {}
     for out in outputs:
-        entry: dict[str, Any] = {k: v for k, v in out.info.items() if not k.endswith("losses")}
+        entry: dict[str, object] = {k: v for k, v in out.info.items() if not k.endswith("losses")}
         if out.info.get("status") == "attacked":
             entry["metrics"] = VictimScores(status="unscored", reason=why)
             if out.images is not None:

@@ -192,10 +192,10 @@ def secure_aggregation_pass(selected: Sequence[type[Attack]], leakage: Leakage, 
         if "canaries" in attack.needs:  # the canary audit tests a DP claim, not an observer
             continue
         if "challenges" in attack.needs:
-            variants = tuple(v for v in getattr(attack, "selected", ()) if v not in RELEASED_ONLY)
+            variants = tuple(v for v in attack.selected if v not in RELEASED_ONLY)
             if not variants:
                 continue
-            attack.selected = variants  # type: ignore[attr-defined]  # the membership family's variant choice
+            attack.selected = variants
             log.info("attack %s as the server under secure aggregation against %s", attack.name, ", ".join(victims))
             seen.mia.update(audit_membership(attack, run_dir, cfg, method, fed, prior, role=SERVER, victims=victims,
                                              retrain=False, observe=observe))

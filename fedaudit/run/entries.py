@@ -15,7 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import JsonValue
+
 from fedaudit.run.blocks import ReferenceTraining
+from fedaudit.run.evidence_detail import PowerMeasured, PowerSummary, PowerUnmeasured
 from fedaudit.run.stored.leakage import (Calibration, Control, GdpBound, Leakage, MembershipTestResult, OneRunAudit,
                                          RocCurve, Separation)
 from fedaudit.run.stored.leakage import OperatingPoint as StoredPoint
@@ -249,16 +252,17 @@ class ReconstructionPower:
     p_value: float | None
     p_reveals: float | None  # revealed their domain or class (issue 47; before, p_value was the smaller of both)
     p_record_level: float  # singled them out
-    sizes: dict[str, dict[str, Any]]  # per control size: its tests, as the row's evidence shows them
+    sizes: dict[str, dict[str, JsonValue]]  # per control size: its tests, as the row's evidence shows them
 
     @classmethod
     def of(cls, p: Power | None) -> ReconstructionPower | None:
         if p is None:
             return None
-        sizes = {k: {**{m: lift.dump() for m, lift in (("domain_attribution", v.domain_attribution),
-                                                        ("class_fidelity", v.class_fidelity)) if lift is not None},
-                     "identifiability": v.identifiability, "identifiability_p_value": v.p_value}
-                 for k, v in p.sizes.items() if v.has("p_reveals")}
+        sizes: dict[str, dict[str, JsonValue]] = {
+            k: {**{m: lift.dump() for m, lift in (("domain_attribution", v.domain_attribution),
+                                                  ("class_fidelity", v.class_fidelity)) if lift is not None},
+                "identifiability": v.identifiability, "identifiability_p_value": v.p_value}
+            for k, v in p.sizes.items() if v.has("p_reveals")}
         p_value = number(p.p_value)
         return cls(p.status, p.reason, bool(p.reached), bool(p.record_level), p_value,
                    number(p.p_reveals) if p.has("p_reveals") else p_value, number_or(p.p_record_level, 1.0), sizes)
@@ -274,12 +278,11 @@ class ReconstructionPower:
                  if isinstance(x := v.get("identifiability_p_value"), (int, float))}
         return min(found, key=found.__getitem__) if found else None
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> PowerSummary:
         """What the verdict's evidence stores of it."""
         if self.status != "measured":
-            return {"reached": False, "status": self.status, "reason": self.reason}
-        return {"reached": self.reached, "record_level": self.record_level, "p_value": self.p_value,
-                "sizes": self.sizes}
+            return PowerUnmeasured(self.status, self.reason)
+        return PowerMeasured(self.reached, self.record_level, self.p_value, self.sizes)
 
 
 @dataclass(frozen=True)

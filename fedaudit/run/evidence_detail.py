@@ -138,6 +138,51 @@ def expect(detail: Detail | None, family: type[D]) -> D:
     return detail
 
 
+@dataclass(frozen=True)
+class PowerMeasured:
+    """A victim's positive control as its row's evidence keeps it: whether the control's reconstructions revealed
+    what the tests look for (``reached``) or singled out their records (``record_level``), and each size's tests."""
+
+    reached: bool
+    record_level: bool
+    p_value: float | None  # stored as null where the control's p was not finite
+    sizes: dict[str, dict[str, JsonValue]]
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"reached": self.reached, "record_level": self.record_level, "p_value": self.p_value,
+                "sizes": dict(self.sizes)}
+
+
+@dataclass(frozen=True)
+class PowerUnmeasured:
+    """A positive control that did not run, and why."""
+
+    status: str | None
+    reason: str | None
+    reached: ClassVar[bool] = False
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"reached": False, "status": self.status, "reason": self.reason}
+
+
+PowerSummary = PowerMeasured | PowerUnmeasured
+
+
+def power_of(stored: Any) -> PowerSummary | None:
+    """A stored evidence's positive control, in the shape it was stored (None: none stored)."""
+    if not isinstance(stored, Mapping):
+        return None
+    if "sizes" not in stored:
+        status, reason = stored.get("status"), stored.get("reason")
+        return PowerUnmeasured(None if status is None else str(status), None if reason is None else str(reason))
+    sizes = stored.get("sizes")
+    p = stored.get("p_value")
+    return PowerMeasured(bool(stored.get("reached")), bool(stored.get("record_level")),
+                         float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else None,
+                         {str(k): dict(v) for k, v in sizes.items() if isinstance(v, Mapping)}
+                         if isinstance(sizes, Mapping) else {})
+
+
 def detail_of(test: str, stored: Any) -> Detail | None:
     """A stored row's block as its test's family (None: not stored, or a test this version does not know)."""
     family = DETAILS.get(test)
@@ -145,4 +190,5 @@ def detail_of(test: str, stored: Any) -> Detail | None:
 
 
 __all__ = ["DETAILS", "BroadcastDetail", "CanaryDetail", "Detail", "IdentifiabilityDetail", "LiftDetail",
-           "MembershipDetail", "MembershipTprDetail", "ParticipationDetail", "detail_of", "expect"]
+           "MembershipDetail", "MembershipTprDetail", "ParticipationDetail", "PowerMeasured", "PowerSummary",
+           "PowerUnmeasured", "detail_of", "expect", "power_of"]

@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from fedaudit.errors import FedauditError
-from fedaudit.run.evidence_detail import Detail, detail_of
+from fedaudit.run.evidence_detail import Detail, PowerSummary, detail_of, power_of
 from fedaudit.run.stored import Accuracy, AuditorData, Communication, Privacy, Provenance, SecureAggregation
-from fedaudit.run.stored.leakage import (BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_RECONSTRUCTIONS, Leakage,
-                                         MembershipResult)
+from fedaudit.run.stored.leakage import CANARY, CANARY_GRADIENT, MIA, Leakage, MembershipResult
 
 log = logging.getLogger("fedaudit")
 
@@ -50,7 +49,7 @@ class Evidence:
     p_value: float
     interval: list[float] | None = None
     nulls: dict[str, float] | None = None
-    power: dict[str, Any] | None = None
+    power: PowerSummary | None = None  # an inversion test's positive control
     p_adjusted: float = 1.0
     tier: str = "low"
     text: str = ""  # the plain-language sentence if this test decides the row (not stored)
@@ -69,6 +68,8 @@ class Evidence:
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if v is not None and k != "text"}
+        if self.power is not None:
+            out["power"] = self.power.to_json()
         if self.detail is not None:
             out["detail"] = self.detail.to_json()
         return out
@@ -79,6 +80,7 @@ class Evidence:
         read = cls(**{"test": "", "source": "", "value": float("nan"), "baseline": None, "baseline_name": "",
                       "p_value": 1.0, **known})
         read.detail = detail_of(read.test, data.get("detail"))
+        read.power = power_of(data.get("power"))
         return read
 
 
@@ -282,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-__all__ = ["BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "MIA", "NOT_RECONSTRUCTIONS", "SCHEMA_VERSION", "Evidence",
+__all__ = ["CANARY", "CANARY_GRADIENT", "MIA", "SCHEMA_VERSION", "Evidence",
            "Leakage", "MembershipResult", "RunMetrics", "VerdictRow", "problems",
            "schema", "schema_version", "validate", "write_metrics"]
 

@@ -103,8 +103,7 @@ from typing import Any
 
 from fedaudit.run.audited_run import AuditedRun, SecureAggregationView
 from fedaudit.run.entries import mia_level
-from fedaudit.run.results import (BOOKKEEPING, CANARY, CANARY_GRADIENT, MIA, NOT_RECONSTRUCTIONS, Evidence, RunMetrics,
-                                  VerdictRow)
+from fedaudit.run.results import CANARY, CANARY_GRADIENT, MIA, Evidence, RunMetrics, VerdictRow
 
 from . import canary, consistency, inversion, membership, participation, unassessed
 from .evidence import (ARTIFACT, CLIENT_DATA, CONSISTENCY, DOMAIN, DP_AUDIT, GLOBAL, HIGH, INCONCLUSIVE, INVERSION,
@@ -197,8 +196,8 @@ def membership_row_of(metrics: dict[str, Any], config: dict[str, Any]) -> dict[t
             (DOMAIN, GLOBAL): participation.KEY}
 
 
-__all__ = ["ADVICE", "ARTIFACT", "advice_of", "BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "CLIENT_DATA", "CORRECTION", "DOMAIN",
+__all__ = ["ADVICE", "ARTIFACT", "advice_of", "CANARY", "CANARY_GRADIENT", "CLIENT_DATA", "CORRECTION", "DOMAIN",
            "Evidence", "HIGH", "Headline", "INCONCLUSIVE", "LEVELS", "LEVEL_OF", "PARTICIPATION", "RECORDS", "LOW", "MEDIUM", "MIA",
-           "NOT_ASSESSED", "NOT_RECONSTRUCTIONS", "NULL_NAMES", "POWER_ALPHA", "RULES", "RiskThresholds",
+           "NOT_ASSESSED", "NULL_NAMES", "POWER_ALPHA", "RULES", "RiskThresholds",
            "SECURE_AGGREGATION_ROW", "TIER_ORDER", "VerdictRow", "judge", "judge_rows", "judge_run", "load_thresholds",
            "membership_row_of", "mia_level", "pct", "share_title", "to_conclude"]

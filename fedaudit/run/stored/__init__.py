@@ -10,9 +10,9 @@ that is absent or invalid takes its default; a legacy key is a ``validation_alia
 ``read(...).model_fields_set`` says which fields the file stored.
 
 One module per family: :mod:`~fedaudit.run.stored.core` (the base), accuracy, communication, privacy, provenance
-(with a recording's, and the auditor's data), secure_aggregation, and :mod:`~fedaudit.run.stored.schema` (the
-generated definitions). The attack results (``leakage``) are still read by :mod:`fedaudit.run.entries` and
-:mod:`fedaudit.run.blocks`, and kept by hand in the schema, until their models land (issue 59).
+(with a recording's, and the auditor's data), secure_aggregation, leakage (the attack results: membership tests,
+one-run ε audits) with reconstruction (a reconstruction attack's section), and :mod:`~fedaudit.run.stored.schema`
+(the generated definitions).
 """
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, ClassVar, Self
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import (AliasChoices, BaseModel, ConfigDict, SerializerFunctionWrapHandler, TypeAdapter, ValidationError,
+                      model_serializer)
 from pydantic.fields import FieldInfo
 
 from fedaudit.errors import FedauditError
@@ -65,6 +66,32 @@ class Stored(BaseModel):
         return self.model_dump(mode="json", exclude_unset=True, by_alias=True)
 
 
+class Keyed(Stored):
+    """A block that stores the entries of one mapping field (``keyed``) under their own keys, beside its named fields:
+    metrics.json's leakage holds each reconstruction attack's section under the attack's name, a section each
+    artifact's table under the artifact's name."""
+
+    model_config = ConfigDict(json_schema_extra=lambda schema, cls: _keyed_schema(schema, cls))
+    keyed: ClassVar[str]
+
+    @classmethod
+    def read(cls, data: object) -> Self:
+        found = data if isinstance(data, Mapping) else {}
+        named = {k: v for k, v in found.items() if k in cls.model_fields and k != cls.keyed}
+        rest = {str(k): v for k, v in found.items() if k not in named and isinstance(v, Mapping)}
+        return super().read({**named, **({cls.keyed: rest} if rest else {})})
+
+    @model_serializer(mode="wrap")
+    def _by_key(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # no return type: the schema stays the model's
+        out = handler(self)
+        return {**{k: v for k, v in out.items() if k != self.keyed}, **out.get(self.keyed, {})}
+
+
+def _keyed_schema(schema: dict[str, Any], cls: type[Any]) -> None:
+    """The file holds the keyed field's entries under their own keys, not under the field's name."""
+    schema["additionalProperties"] = schema["properties"].pop(cls.keyed)["additionalProperties"]
+
+
 _INVALID = object()  # a stored value of the wrong type: the field reads as absent
 
 
@@ -113,4 +140,4 @@ def _strict(annotation: Any) -> TypeAdapter[Any]:
     return TypeAdapter(annotation, config=ConfigDict(strict=True))
 
 
-__all__ = ["Stored"]
+__all__ = ["Keyed", "Stored"]

@@ -12,17 +12,16 @@ their models land (issue 59).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple, Self
+from typing import Any, NamedTuple
 
-from pydantic import AliasChoices, ConfigDict, Field, JsonValue, SerializerFunctionWrapHandler, model_serializer
+from pydantic import AliasChoices, ConfigDict, Field, JsonValue
 
-from fedaudit.run.stored.core import Stored
-from fedaudit.run.stored.reconstruction import BOOKKEEPING, ReconstructionEntry, ReconstructionSection
+from fedaudit.run.stored.core import Keyed, Stored
+from fedaudit.run.stored.reconstruction import ReconstructionEntry, ReconstructionSection
 
 MIA = "mia"
 CANARY = "canary"  # the one-run ε audit: a bound per victim, not a reconstruction section
 CANARY_GRADIENT = "canary_gradient"  # its white-box variant: gradient canaries inside the victim's DP-SGD
-NOT_RECONSTRUCTIONS = (MIA, CANARY, CANARY_GRADIENT)  # leakage sections that are not {artifact: {victim: scores}}
 
 
 # -- membership ------------------------------------------------------------------------------------------
@@ -251,29 +250,16 @@ class OneRunAudit(Stored):
 # -- the whole block -------------------------------------------------------------------------------------
 
 
-class Leakage(Stored):
+class Leakage(Keyed):
     """One section per attack that ran: ``mia``, ``canary``, ``canary_gradient``, and one per reconstruction attack
     (``deepinversion``, ``gradinv``), stored under the attack's name."""
 
-    model_config = ConfigDict(json_schema_extra=lambda schema: _reconstructions_by_name(schema))
+    keyed = "reconstructions"
 
     mia: MembershipSection = Field(default_factory=dict)
     canary: dict[str, OneRunAudit] = Field(default_factory=dict)
     canary_gradient: dict[str, OneRunAudit] = Field(default_factory=dict)
     reconstructions: dict[str, ReconstructionSection] = Field(default_factory=dict)
-
-    @classmethod
-    def read(cls, data: object) -> Self:
-        found = data if isinstance(data, Mapping) else {}
-        named = {k: v for k, v in found.items() if k in NOT_RECONSTRUCTIONS}
-        rest = {str(k): v for k, v in found.items() if k not in NOT_RECONSTRUCTIONS and isinstance(v, Mapping)}
-        return super().read({**named, **({"reconstructions": rest} if rest else {})})
-
-    @model_serializer(mode="wrap")
-    def _by_name(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # no return type: the schema stays the model's
-        """Each reconstruction section under its attack's name, as the file stores it (also inside another block)."""
-        out = handler(self)
-        return {**{k: v for k, v in out.items() if k != "reconstructions"}, **out.get("reconstructions", {})}
 
     @classmethod
     def of(cls, metrics: Mapping[str, Any]) -> Leakage:
@@ -312,11 +298,6 @@ class MembershipResult(NamedTuple):
     entry: MembershipTestResult
 
 
-def _reconstructions_by_name(schema: dict[str, Any]) -> None:
-    """The stored file keeps each reconstruction section under its attack's name, not under ``reconstructions``."""
-    schema["additionalProperties"] = schema["properties"].pop("reconstructions")["additionalProperties"]
-
-
-__all__ = ["BOOKKEEPING", "CANARY", "CANARY_GRADIENT", "MIA", "NOT_RECONSTRUCTIONS", "MembershipResult", "Calibration", "CanaryEstimate",
+__all__ = ["CANARY", "CANARY_GRADIENT", "MIA", "MembershipResult", "Calibration", "CanaryEstimate",
            "Control", "DomainTwin", "ExactMatches", "GdpBound", "KRow", "Leakage", "MembershipSection",
            "MembershipTestResult", "OneRunAudit", "OperatingPoint", "RocCurve", "Separation"]

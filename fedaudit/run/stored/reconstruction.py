@@ -9,12 +9,10 @@ timing, which uploads it inverted) is declared here too, field by field, where f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Self
 
-from pydantic import ConfigDict, Field, JsonValue, SerializerFunctionWrapHandler, model_serializer
+from pydantic import ConfigDict, Field, JsonValue
 
-from fedaudit.run.stored.core import Stored
+from fedaudit.run.stored.core import Keyed, Stored
 
 BOOKKEEPING = ("summary", "auditor", "settings")  # keys of an attack's section that are not results
 
@@ -259,39 +257,20 @@ class Judges(Stored):
     latent_probes: dict[str, Judge] = Field(default_factory=dict)
 
 
-class ReconstructionSection(Stored):
+class ReconstructionSection(Keyed):
     """artifact → victim → entry, beside summary (macro over victims), auditor and settings; each artifact's table
     is stored under the artifact's name."""
 
-    model_config = ConfigDict(json_schema_extra=lambda schema: _tables_by_name(schema))
+    keyed = "artifacts"
 
     artifacts: dict[str, dict[str, ReconstructionEntry]] = Field(default_factory=dict)
     summary: dict[str, ReconstructionSummary] = Field(default_factory=dict)
     auditor: Judges | None = Field(None, description="the auditor's judges (classifiers, LPIPS) and their status")
     settings: dict[str, JsonValue] | None = Field(None, description="the attack's settings as run")
 
-    @classmethod
-    def read(cls, data: object) -> Self:
-        found = data if isinstance(data, Mapping) else {}
-        named = {k: v for k, v in found.items() if k in BOOKKEEPING}
-        tables = {str(k): v for k, v in found.items() if k not in BOOKKEEPING and isinstance(v, Mapping)}
-        return super().read({**named, **({"artifacts": tables} if tables else {})})
-
-    @model_serializer(mode="wrap")
-    def _by_name(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # no return type: the schema stays the model's
-        """Each artifact's table under the artifact's name, as the file stores it."""
-        out = handler(self)
-        return {**out.pop("artifacts", {}), **out}
-
     def tables(self) -> list[tuple[str, dict[str, ReconstructionEntry]]]:
         """(artifact, {victim: entry}) of every attacked artifact, in the order the attack wrote them."""
         return list(self.artifacts.items())
-
-
-def _tables_by_name(schema: dict[str, Any]) -> None:
-    """The stored file keeps each artifact's table under the artifact's name, not under ``artifacts``."""
-    table = schema["properties"].pop("artifacts")
-    schema["additionalProperties"] = table["additionalProperties"]
 
 
 __all__ = ["BOOKKEEPING", "POWER_SINGLE", "Balanced", "DomainAttribution", "Identified", "Judge", "Judges", "Lift",
