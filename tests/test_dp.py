@@ -197,6 +197,7 @@ def lira_on_overfit_mlp(recipe: SGDRecipe) -> dict:
     return membership_metrics(scores[member], scores[~member])
 
 
+@pytest.mark.slow  # suite budget (16 s): a measured effect; the default suite keeps DP-SGD's end-to-end canary checks
 def test_dp_at_epsilon_1_lowers_liras_tpr_at_low_fpr():
     """Measured (8 reference models): without DP LiRA's TPR at 1% FPR is 0.09 (AUC 0.76); at ε = 1
     (clipping 1) it falls to the FPR itself (0.0075, AUC 0.49). The test asks for a strictly lower
