@@ -30,6 +30,13 @@ def test_weighted_mean_matches_the_formula(weights):
     assert abs(out["n"].item() - expected) <= 0.5 + 1e-9
 
 
+def test_the_aggregate_is_the_uploads_mean_whatever_the_server_held():
+    """A diverged global model (NaN, inf in its tensors) does not poison the next round's aggregate of finite uploads."""
+    out = {"w": torch.tensor([float("nan"), float("inf"), -1.0])}
+    weighted_average_(out, [{"w": torch.zeros(3)}, {"w": torch.ones(3)}], [1.0, 3.0])
+    assert torch.equal(out["w"], torch.full((3,), 0.75))
+
+
 def test_load_state_copies_in_place():
     model = build_model("cnn", 5, 16)
     before = {k: v.data_ptr() for k, v in model.state_dict().items()}

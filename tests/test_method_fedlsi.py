@@ -142,7 +142,7 @@ def test_importance_weighting_with_equal_importances_is_the_plain_mean():
 
 def test_importance_weighting_follows_the_more_important_client_element_by_element():
     a, b = {"w": torch.zeros(2)}, {"w": torch.ones(2)}
-    out = {"w": torch.empty(2)}
+    out = {"w": torch.tensor([float("nan"), float("inf")])}  # what it held (a diverged model) must not survive
     importance_weighted_average_(out, [a, b], [{"w": torch.tensor([9.0, 1.0])}, {"w": torch.tensor([1.0, 3.0])}])
     assert torch.allclose(out["w"], torch.tensor([0.1, 0.75]))
 

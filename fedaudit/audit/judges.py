@@ -85,7 +85,8 @@ class AuditorNet(nn.Module):
         self.fc = nn.Linear(128, num_classes)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc(self.features(x).mean(dim=(2, 3)))
+        logits: Tensor = self.fc(self.features(x).mean(dim=(2, 3)))
+        return logits
 
 
 @dataclass
@@ -131,7 +132,7 @@ def train_auditor_classifier(images: Tensor, labels: Tensor, num_classes: int, m
     for idx in index_batches(images.shape[0], batch_size, g, device, steps=steps):
         loss = F.cross_entropy(model(pre(images[idx], g)), labels[idx])
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch's stubs leave it untyped
         opt.step()
         sched.step()
     return AuditorClassifier(model.eval(), pre.mean, pre.std)
@@ -175,7 +176,8 @@ class LPIPS:
     def __call__(self, a01: Tensor, b01: Tensor) -> Tensor:
         a = F.interpolate(a01.float(), size=LPIPS_SIZE, mode="bilinear", align_corners=False)
         b = F.interpolate(b01.float(), size=LPIPS_SIZE, mode="bilinear", align_corners=False)
-        return self.net(a, b, normalize=True).flatten()
+        distance: Tensor = self.net(a, b, normalize=True).flatten()
+        return distance
 
 
 def load_lpips(override: str | None, device: torch.device) -> tuple[LPIPS | None, Judge]:

@@ -85,6 +85,23 @@ class DomainRecords:
 
 
 @dataclass
+class SourceRecords:
+    """A source domain's records as a victim: what its client trained on and its holdout (the unseen target, a
+    reference for the domain judge only, has neither)."""
+
+    members_x: Tensor
+    members_y: Tensor
+    holdout_x: Tensor
+    holdout_y: Tensor
+
+    @classmethod
+    def of(cls, r: DomainRecords) -> SourceRecords | None:
+        if r.members_x is None or r.members_y is None or r.holdout_x is None or r.holdout_y is None:
+            return None
+        return cls(r.members_x, r.members_y, r.holdout_x, r.holdout_y)
+
+
+@dataclass
 class HoldoutHalves:
     """A victim's holdout, halved: ``reference`` for identifiability, ``twin`` for the holdout twin."""
 
@@ -136,8 +153,10 @@ class Auditor:
         # victim -> uint8 images -> latents of the encoder its CLASSIFIER_HEAD was trained on
         self.latent_encoders = latent_encoders or {}
         self._latent: dict[str, tuple[VictimRecords, LinearProbe, LinearProbe]] = {}
-        self.halves = {r.domain: halve_holdout(r.holdout_x, r.holdout_y, seed + i)
-                       for i, r in enumerate(records) if r.holdout_x is not None}
+        # the victims' records (a source domain's), apart from the references every domain lends the judges
+        self.sources = {r.domain: found for r in records if (found := SourceRecords.of(r)) is not None}
+        self.halves = {r.domain: halve_holdout(found.holdout_x, found.holdout_y, seed + i)
+                       for i, r in enumerate(records) if (found := self.sources.get(r.domain)) is not None}
 
     def twin_records(self, victim: str) -> Tensor:
         """uint8 records the victim's holdout twin is computed from (never a reference for identifiability)."""
@@ -145,19 +164,19 @@ class Auditor:
 
     def members(self, victim: str) -> Tensor:
         """uint8: the victim's members (what its artifacts summarise)."""
-        return self.records[victim].members_x
+        return self.sources[victim].members_x
 
     def power_records(self, victim: str, per_class: int) -> Tensor:
         """uint8: ``per_class`` of the victim's members of every class (a seeded draw, the same for every
         attack and ordered by class) — the records behind a positive control."""
-        return self.records[victim].members_x[self._power_index(victim, per_class)]
+        return self.sources[victim].members_x[self._power_index(victim, per_class)]
 
     def power_labels(self, victim: str, per_class: int) -> Tensor:
         """The classes of :meth:`power_records`, in their order."""
-        return self.records[victim].members_y[self._power_index(victim, per_class)]
+        return self.sources[victim].members_y[self._power_index(victim, per_class)]
 
     def _power_index(self, victim: str, per_class: int) -> Tensor:
-        y = self.records[victim].members_y
+        y = self.sources[victim].members_y
         g = torch.Generator().manual_seed(self.seed + 17 * (1 + self.domains.index(victim)))
         order = torch.randperm(y.shape[0], generator=g).to(y.device)
         picks = [order[y[order] == c][:per_class] for c in range(self.num_classes)]
@@ -174,7 +193,8 @@ class Auditor:
                            for i, r in enumerate(self.records.values())])
             self._domain_clf = train_auditor_classifier(x, y, len(self.domains), *self._norm, hflip=self.hflip,
                                                         seed=self.seed, steps=self.judge_steps)
-            held = [(r.members_x, i) for i, r in enumerate(self.records.values()) if r.members_x is not None]
+            held = [(found.members_x, i) for i, r in enumerate(self.records.values())
+                    if (found := self.sources.get(r.domain)) is not None]
             hx = torch.cat([m for m, _ in held]).float() / 255.0
             hy = torch.cat([torch.full((m.shape[0],), i, dtype=torch.long, device=m.device) for m, i in held])
             self._judged["domain_classifier"] = Judge(trained_on="val+holdout of sources, all of the target",
@@ -183,14 +203,14 @@ class Auditor:
 
     def class_classifier(self, victim: str) -> AuditorClassifier:
         if victim not in self._class_clf:
-            r = self.records[victim]
+            r, mine = self.records[victim], self.sources[victim]
             clf = train_auditor_classifier(r.reference_x, r.reference_y, self.num_classes, *self._norm,
                                            hflip=self.hflip, seed=self.seed + 1 + self.domains.index(victim),
                                            steps=self.judge_steps)
             self._class_clf[victim] = clf
             self._judged_per_victim.setdefault("class_classifier", {})[victim] = Judge(
                 trained_on="val+holdout of the victim",
-                accuracy_on_members=clf.accuracy(r.members_x.float() / 255.0, r.members_y))
+                accuracy_on_members=clf.accuracy(mine.members_x.float() / 255.0, mine.members_y))
         return self._class_clf[victim]
 
     def judges(self) -> Judges:
@@ -198,7 +218,7 @@ class Auditor:
         return Judges.model_validate({**self._judged, **self._judged_per_victim, "lpips": self.lpips_status})
 
     def victim_records(self, victim: str) -> VictimRecords:
-        r, half = self.records[victim], self.halves[victim]
+        r, half = self.sources[victim], self.halves[victim]
         return VictimRecords(self.domains.index(victim), r.members_x.float() / 255.0, r.members_y,
                              half.reference_x.float() / 255.0, half.reference_y)
 
@@ -215,10 +235,12 @@ class Auditor:
         of the victim's reference non-members of the same class (classless when ``targets`` is None), with
         its permutation null; and, for images, the PSNR to the nearest of those members."""
         idx = self._power_index(victim, per_class)
-        r = self.records[victim]
+        r = self.sources[victim]
         sources, source_y = r.members_x[idx], r.members_y[idx]
         if latent:
-            ref, _, _ = self.latent_judges(victim)
+            judges = self.latent_judges(victim)
+            assert judges is not None  # a latent control is run only for a victim whose encoder the auditor holds
+            ref = judges[0]
             x, src = recon.float(), self.latent_encoders[victim](sources).float()
         else:
             ref = self.victim_records(victim)
@@ -244,21 +266,21 @@ class Auditor:
             return None
         if victim not in self._latent:
             encode = self.latent_encoders[victim]
-            r = self.records[victim]
+            r, mine = self.records[victim], self.sources[victim]
             refs = [encode(d.reference_x) for d in self.records.values()]
             domain_y = torch.cat([torch.full((f.shape[0],), i, dtype=torch.long, device=f.device) for i, f in enumerate(refs)])
             domain_probe = fit_linear_probe(torch.cat(refs), domain_y, len(self.domains))
             class_probe = fit_linear_probe(refs[self.domains.index(victim)], r.reference_y, self.num_classes)
-            members = encode(r.members_x)
+            members = encode(mine.members_x)
             half = self.halves[victim]
-            ref = VictimRecords(self.domains.index(victim), members, r.members_y, encode(half.reference_x),
+            ref = VictimRecords(self.domains.index(victim), members, mine.members_y, encode(half.reference_x),
                                 half.reference_y)
             self._latent[victim] = (ref, class_probe, domain_probe)
             self._judged_per_victim.setdefault("latent_probes", {})[victim] = Judge(
                 trained_on="latents of val+holdout records (class: the victim's; domain: every domain's)",
-                class_accuracy_on_members=class_probe.accuracy(members, r.members_y),
+                class_accuracy_on_members=class_probe.accuracy(members, mine.members_y),
                 domain_accuracy_on_members=domain_probe.accuracy(
-                    members, torch.full_like(r.members_y, self.domains.index(victim))))
+                    members, torch.full_like(mine.members_y, self.domains.index(victim))))
         return self._latent[victim]
 
     def score_latents(self, victim: str, latents: Tensor, targets: Tensor, head: nn.Module) -> RawScores | None:

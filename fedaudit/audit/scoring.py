@@ -70,14 +70,13 @@ def score_reconstructions(recon01: Tensor, targets: Tensor | None, ref: VictimRe
     compares with the nearest record of any class and has no class fidelity.
     """
     recon01 = recon01.float().clamp(0, 1)
-    classless = targets is None
-    if classless:  # reconstructions with no target class (style, amplitude): nearest over every class
-        targets = torch.zeros(recon01.shape[0], dtype=torch.long, device=recon01.device)
+    if targets is None:  # reconstructions with no target class (style, amplitude): nearest over every class
+        classes = torch.zeros(recon01.shape[0], dtype=torch.long, device=recon01.device)
         member_y = torch.zeros_like(ref.member_y)
         class_clf = None
     else:
-        member_y = ref.member_y
-    d_in, i_in = nearest_in_class(recon01, targets, ref.members, member_y)
+        classes, member_y = targets, ref.member_y
+    d_in, i_in = nearest_in_class(recon01, classes, ref.members, member_y)
     has_nn = torch.isfinite(d_in)
     nn_in = ref.members[i_in]
     p = psnr(recon01, nn_in)[has_nn]
@@ -90,16 +89,16 @@ def score_reconstructions(recon01: Tensor, targets: Tensor | None, ref: VictimRe
         ssim_mean=float(s.mean()) if s.numel() else float("nan"),
         ssim_best=float(s.max()) if s.numel() else float("nan"),
         l2_to_member_mean=float(d_in[has_nn].mean()) if has_nn.any() else float("nan"),
-        identifiability=identifiability_test(recon01, None if classless else targets, ref.members, ref.member_y,
-                                             ref.holdout, ref.holdout_y, seed=seed),
+        identifiability=identifiability_test(recon01, targets, ref.members, ref.member_y, ref.holdout, ref.holdout_y,
+                                             seed=seed),
         domain_attribution=float((domains == ref.domain_index).float().mean()),
         predicted_domains=domains,
         nn_member_index=i_in,
     )
     if class_clf is not None:
-        hits = class_clf.predict(recon01) == targets
+        hits = class_clf.predict(recon01) == classes
         out.class_fidelity = float(hits.float().mean())
-        out.class_fidelity_chance = best_constant_guess(targets)
+        out.class_fidelity_chance = best_constant_guess(classes)
     if lpips_fn is not None:
         lp = lpips_fn(recon01[has_nn], nn_in[has_nn])
         out.lpips_mean = float(lp.mean()) if lp.numel() else float("nan")
@@ -213,13 +212,13 @@ def with_nulls(attack: RawScores, nulls: dict[str, RawScores | None]) -> VictimS
     attack's p-value beside it).
     """
     ran = {k: v for k, v in nulls.items() if v is not None}
-    scores = {}
+    scores: dict[str, Score] = {}
     for key in SCALAR_METRICS:
         value = attack.metric(key)
         if value is not None:
-            beside = {k: float("nan") if (other := v.metric(key)) is None else other for k, v in ran.items()}
+            beside = {k: float("nan") if (found := v.metric(key)) is None else found for k, v in ran.items()}
             chance = {"chance": attack.class_fidelity_chance} if key == "class_fidelity" else {}
-            scores[key] = Score(attack=value, **beside, **chance)
+            scores[key] = Score(attack=value).with_(**beside, **chance)
     ia = attack.identifiability
     ident = Identified(attack=ia.value, attack_ci95=ia.ci95, attack_k=ia.k, attack_p_value=ia.p_value, n=ia.n,
                        excluded=ia.excluded, chance=ia.chance, null_q95=ia.null_q95,
@@ -228,7 +227,7 @@ def with_nulls(attack: RawScores, nulls: dict[str, RawScores | None]) -> VictimS
     for name, other in ran.items():
         test = other.identifiability
         ident = ident.with_(**{name: test.value, f"{name}_ci95": test.ci95, f"{name}_p_value": test.p_value})
-    return VictimScores(**scores, identifiability=ident)
+    return VictimScores(identifiability=ident).with_(**scores)
 
 
 def domain_matrix(rows: dict[str, Tensor], domains: list[str]) -> list[list[float]]:

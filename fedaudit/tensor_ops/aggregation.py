@@ -66,7 +66,7 @@ def weighted_average_(out: StateDict, states: list[Mapping[str, Tensor]], weight
     ikeys = [k for k in keys if not out[k].is_floating_point()]
     if fkeys:
         dst = [out[k] for k in fkeys]
-        torch._foreach_mul_(dst, 0.0)
+        torch._foreach_zero_(dst)  # not × 0: a NaN or inf already there (uninitialised memory, a diverged model) would stay
         for wi, st in zip(w, states):
             torch._foreach_add_(dst, [st[k] for k in fkeys], alpha=wi)
     for k in ikeys:
@@ -101,7 +101,7 @@ def importance_weighted_average_(out: StateDict, states: list[Mapping[str, Tenso
         raise ValueError("importance weighting applies to floating-point tensors only; average integer buffers by count")
     dst = [out[k] for k in keys]
     total = [torch.zeros_like(t) for t in dst]
-    torch._foreach_mul_(dst, 0.0)
+    torch._foreach_zero_(dst)  # not × 0: a NaN or inf already there (uninitialised memory, a diverged model) would stay
     for state, omega in zip(states, importances):
         w = torch._foreach_add([omega[k] for k in keys], eps)
         torch._foreach_add_(total, w)
