@@ -240,7 +240,7 @@ def deployment(u: Unit, run: RunMetrics) -> list[tuple[str, str]]:
 
 
 def _attacks_run(run: RunMetrics) -> list[str]:
-    found = list(run.results.reconstruction_sections())
+    found = list(run.results.reconstructions)
     found += sorted({f"mia-{r.variant}" for r in run.results.membership()})
     found += [f"canary ({k})" for k in ("canary", "canary_gradient") if run.results.has(k)]
     return found

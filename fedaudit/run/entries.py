@@ -1,11 +1,8 @@
-"""The attack results of metrics.json as typed entries, read once, here: what the verdict judges and the report shows.
-
-Every reader used to walk the stored dicts by hand (``e.get("n_members", e.get("members", 0))``); now the stored
-mapping is read into one frozen object per entry at this edge — a membership test, a reconstruction and its
-summary, a canary audit, a positive control, a twin — with legacy key aliases resolved and anything not a finite
-number read as ``None``. Past this module nothing reads a raw entry: the verdict's rules take these types only
-(``tests/test_layout.py`` holds it). :class:`~fedaudit.run.audited_run.AuditedRun` gathers them, with one target's
-other blocks, as the verdict sees them.
+"""What the verdict judges of the attack results, and the report shows beside them: one frozen object per entry —
+a membership test, a reconstruction and its summary, a canary audit, a positive control, a twin — built from the
+stored models (:mod:`fedaudit.run.stored.leakage`, :mod:`fedaudit.run.stored.reconstruction`), with anything not a
+finite number read as ``None``. The verdict's rules take these types only (``tests/test_layout.py`` holds it);
+:class:`~fedaudit.run.audited_run.AuditedRun` gathers them, with one target's other blocks, as the verdict sees them.
 """
 
 from __future__ import annotations
@@ -25,14 +22,6 @@ from fedaudit.run.stored.leakage import OperatingPoint as StoredPoint
 from fedaudit.run.stored.reconstruction import (Balanced, DomainAttribution, Identified, Power, ReconstructionSummary, Score, Twin,
                                                 VictimScores)
 from fedaudit.run.stored.reconstruction import ReconstructionEntry as StoredReconstruction
-
-EMPTY: Mapping[str, Any] = {}
-
-
-def block(x: Any) -> Mapping[str, Any]:
-    """A stored sub-block, or an empty one where the file has none (or something else)."""
-    return x if isinstance(x, Mapping) else EMPTY
-
 
 def number(x: Any) -> float | None:
     """A finite number as a float; anything else (missing, null, NaN, a string, a bool) is None."""

@@ -273,10 +273,6 @@ class Leakage(Keyed):
                for target, by_victim in by_target.items() for victim, test in by_victim.items()]
         return sorted(out, key=lambda r: r[:3]) if ordered else out
 
-    def reconstruction_sections(self) -> dict[str, ReconstructionSection]:
-        """attack → its section, for every reconstruction attack that ran (in the order they ran)."""
-        return dict(self.reconstructions)
-
     def attacked_artifacts(self) -> list[tuple[str, str, dict[str, ReconstructionEntry]]]:
         """(attack, artifact, {victim: entry}) of every reconstruction attack's result table."""
         return [(name, key, by_victim) for name, section in self.reconstructions.items()
