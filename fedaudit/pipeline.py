@@ -21,6 +21,7 @@ from fedaudit.attack import Attack, attack_setup
 from fedaudit.audit.canary import accuracy_without_canaries, canary_split, plant_gradient_canaries
 from fedaudit.audit.session import attack_role_and_victims, run_attacks
 from fedaudit.audit.verdict import RiskThresholds, judge_run
+from fedaudit.audit.attack_families import anonymity_evidence
 from fedaudit.data import MultiDomainDataset, lodo_split
 from fedaudit.data.split import thin_splits
 from fedaudit.run import run_directory
@@ -165,6 +166,7 @@ def _run_one(run_dir: Path, plan: RunPlan, target: str, unpinned: list[str]) -> 
         provenance=provenance(cfg, dataset, device, command, stages, unpinned, fed.model, data_warnings=thin))
     # The verdict is computed once, here, from the evidence just stored; the report renders it.
     metrics.verdict = judge_run(metrics, cfg.attacker, RiskThresholds())
+    metrics.anonymity_evidence = anonymity_evidence(metrics, metrics.verdict)
     metrics.verdict_thresholds = asdict(RiskThresholds())
     written = write_metrics(run_dir / "metrics.json", metrics)
     run_directory.mark_complete(run_dir, RUN_FILES)

@@ -25,6 +25,7 @@ from typing import Any
 from fedaudit.errors import FedauditError
 from fedaudit.run.evidence_detail import Detail, PowerSummary, detail_of, power_of
 from fedaudit.run.stored import Accuracy, AuditorData, Communication, Privacy, Provenance, SecureAggregation
+from fedaudit.run.stored.anonymity import AnonymityEvidence
 from fedaudit.run.stored.leakage import CANARY, CANARY_GRADIENT, MIA, Leakage, MembershipResult
 
 log = logging.getLogger("fedaudit")
@@ -137,6 +138,9 @@ class RunMetrics:
     verdict_thresholds: dict[str, Any] | None = None
     # --secure-aggregation: what that server sees, the attacks on it, what the mask leaves (audit/session.py)
     secure_aggregation: SecureAggregation | None = None
+    # the verdict's rows as an anonymity assessment and a DPIA read them (fedaudit.audit.attack_families); a
+    # --target-domain all run: each target's
+    anonymity_evidence: AnonymityEvidence | dict[str, AnonymityEvidence] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -147,8 +151,9 @@ class RunMetrics:
                "auditor_data": auditor_data, "accuracy": self.accuracy.dump(), "communication": self.communication.dump(),
                "leakage": _dumped_leakage(self.leakage), "privacy": _dumped(self.privacy), "provenance": self.provenance.dump(),
                "secure_aggregation": None if self.secure_aggregation is None else self.secure_aggregation.dump(),
-               "verdict": [row.to_json() for row in self.verdict], "verdict_thresholds": self.verdict_thresholds}
-        optional = ("source_domains", "auditor_data", "verdict_thresholds", "secure_aggregation")
+               "verdict": [row.to_json() for row in self.verdict], "verdict_thresholds": self.verdict_thresholds,
+               "anonymity_evidence": _dumped_evidence(self.anonymity_evidence)}
+        optional = ("source_domains", "auditor_data", "verdict_thresholds", "secure_aggregation", "anonymity_evidence")
         return {k: v for k, v in out.items() if v is not None or k not in optional}
 
     @classmethod
@@ -166,6 +171,8 @@ class RunMetrics:
                       "secure_aggregation": SecureAggregation.read(seen) if isinstance(seen, Mapping) else None,
                       "leakage": _read_leakage(data.get("leakage"), all_targets=data.get("target_domain") == "all"),
                       "privacy": _read_privacy(data.get("privacy"), all_targets=data.get("target_domain") == "all"),
+                      "anonymity_evidence": _read_evidence(data.get("anonymity_evidence"),
+                                                           all_targets=data.get("target_domain") == "all"),
                       "verdict": [VerdictRow.from_json(r) for r in data.get("verdict") or []
                                   if isinstance(r, Mapping) and "row" in r]},
                    schema_version=version)
@@ -189,6 +196,20 @@ def _dumped_leakage(leakage: Leakage | dict[str, Leakage]) -> dict[str, Any]:
     if isinstance(leakage, Leakage):
         return leakage.dump()
     return {t: block.dump() for t, block in leakage.items()}
+
+
+def _dumped_evidence(evidence: AnonymityEvidence | dict[str, AnonymityEvidence] | None) -> dict[str, Any] | None:
+    if isinstance(evidence, AnonymityEvidence):
+        return evidence.dump()
+    return None if evidence is None else {t: e.dump() for t, e in evidence.items()}
+
+
+def _read_evidence(stored: Any, all_targets: bool) -> AnonymityEvidence | dict[str, AnonymityEvidence] | None:
+    if not isinstance(stored, Mapping):
+        return None  # a run made before the evidence file
+    if all_targets:
+        return {str(t): AnonymityEvidence.read(e) for t, e in stored.items() if isinstance(e, Mapping)}
+    return AnonymityEvidence.read(stored)
 
 
 def _read_leakage(stored: Any, all_targets: bool) -> Leakage | dict[str, Leakage]:

@@ -11,6 +11,7 @@ import torch
 
 from fedaudit.run.numerics import numerics
 from fedaudit.run.results import RunMetrics
+from fedaudit.run.stored.anonymity import AnonymityEvidence
 from fedaudit.run.stored import (Accuracy, Communication, CoverageRow, Device, KindBytes, ModelInfo, Privacy,
                                  Provenance, SourceVal, TargetAccuracy)
 from fedaudit.simulation.dp_accounting import coverage
@@ -72,6 +73,8 @@ def summarise_targets(cfg: RunConfig, per_target: dict[str, dict[str, Any]]) -> 
         leakage={t: r.results for t, r in runs.items()},
         privacy={t: r.privacy if isinstance(r.privacy, Privacy) else None for t, r in runs.items()},
         verdict=[replace(row, target=t) for t, r in runs.items() for row in r.verdict],
+        anonymity_evidence={t: r.anonymity_evidence for t, r in runs.items()
+                            if isinstance(r.anonymity_evidence, AnonymityEvidence)},
         provenance=next(iter(runs.values())).provenance.with_(
             seconds={t: r.provenance.seconds for t, r in runs.items()}),
     )

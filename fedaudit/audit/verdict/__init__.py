@@ -108,12 +108,10 @@ from fedaudit.run.results import CANARY, CANARY_GRADIENT, MIA, Evidence, RunMetr
 from . import canary, consistency, inversion, membership, participation, unassessed
 from .evidence import (ARTIFACT, CLIENT_DATA, CONSISTENCY, DOMAIN, DP_AUDIT, GLOBAL, HIGH, INCONCLUSIVE, INVERSION,
                        LEVEL_OF, LEVELS, LOW, MEDIUM, MEMBERSHIP, NOT_ASSESSED, NULL_NAMES, PARTICIPATION, POWER_ALPHA,
-                       RECORDS, TIER_ORDER, Rule)
+                       RECORDS, SECURE_AGGREGATION_ROW, TIER_ORDER, Rule)
 from .headline import Headline
 from .thresholds import CORRECTION, RiskThresholds, load_thresholds
 from .wording import ADVICE, advice_of, pct, secure_aggregation_lead, share_title
-
-SECURE_AGGREGATION_ROW = "@secure_aggregation"  # the suffix of a row judged from that observer's view
 
 # Every question's rules, as each module chains them (the not-assessed ones first): where a stored rule name is
 # looked up again (what would make an inconclusive row conclusive).

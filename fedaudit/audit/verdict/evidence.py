@@ -30,6 +30,7 @@ INVERSION, MEMBERSHIP, DP_AUDIT = "inversion", "membership", "dp_audit"
 CLIENT_DATA, PARTICIPATION = "client_data", "participation"
 CONSISTENCY = "consistency"  # did every client of a round receive the same model? (recordings: a malicious server)
 ANYONE = "anyone holding the released model"
+SECURE_AGGREGATION_ROW = "@secure_aggregation"  # the suffix of a row judged from that observer's view
 
 # The level a question is asked at, and so the kind of evidence that may decide it and the mitigation that can lower
 # it (issue 47): individual records (reconstructing or singling them out; record-level DP bounds it), what a

@@ -9,6 +9,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 
 from fedaudit.run.stored.accuracy import Accuracy, CanaryChange, FinalRound, SourceVal, TargetAccuracy, WithoutCanaries
 from fedaudit.run.stored.communication import Communication, KindBytes
+from fedaudit.run.stored.anonymity import AnonymityEvidence, AssessedObject, FamilyEvidence, LinkedRow, Measure
 from fedaudit.run.stored.core import Stored
 from fedaudit.run.stored.leakage import (Calibration, CanaryEstimate, Control, DomainTwin, ExactMatches, GdpBound, KRow,
                                          Leakage, MembershipTestResult, OneRunAudit, OperatingPoint, RocCurve)
@@ -42,7 +43,8 @@ SCHEMA_DEFS: dict[str, type[Stored]] = {
     "reconstruction_scores": VictimScores, "score": Score, "identifiability": Identified, "balanced": Balanced,
     "matched": Matched, "matched_scores": MatchedScores, "power": Power, "power_size": PowerSize, "lift": Lift,
     "psnr_to_sources": PsnrToSources, "reconstruction_twin": Twin, "domain_attribution": DomainAttribution,
-    "judges": Judges, "judge": Judge}
+    "judges": Judges, "judge": Judge, "anonymity_evidence": AnonymityEvidence, "assessed_object": AssessedObject,
+    "family_evidence": FamilyEvidence, "linked_row": LinkedRow, "measure": Measure}
 
 
 class _Untitled(GenerateJsonSchema):
