@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,13 @@ def aligned(units: Sequence[Unit], cells: Callable[[Unit], list[tuple[str, str]]
     for d in per_unit:
         order += [k for k in d if k not in order]
     return Table([u.label for u in units], [(k, [d.get(k, MISSING) for d in per_unit]) for k in order])
+
+
+def row_anchor(key: str) -> str:
+    """The HTML id of a verdict row (``membership:full_model↑`` → ``verdict-membership--full_model-up``): ASCII, no
+    two row keys alike."""
+    spelled = key.replace("↑", "-up").replace("↓", "-down").replace(":", "--").replace("@", "-at-")
+    return "verdict-" + re.sub(r"[^A-Za-z0-9_-]", lambda m: f"-u{ord(m.group()):x}-", spelled)
 
 
 def is_finite(x: Any) -> bool:

@@ -30,14 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from fedaudit.audit.verdict import NOT_ASSESSED, RiskThresholds, judge_rows, load_thresholds
+from fedaudit.audit.attack_families import CAVEAT, FAMILIES, SOURCES, anonymity_evidence
 from fedaudit.errors import FedauditError
 from fedaudit.reports.attack_sections import image_uri, membership, reconstructions
-from fedaudit.reports.cells import (Context, Table, aligned, ci_text, config_rows, f3, is_finite, p_fmt)
+from fedaudit.reports.cells import (Context, Table, aligned, ci_text, config_rows, f3, is_finite, p_fmt, row_anchor)
 from fedaudit.reports.leakage_sections import dp_curve_section, dp_of, leakage_table, scatter_section
 from fedaudit.reports.load import Run, Unit, load_run, run_config
 from fedaudit.reports.run_tables import (accuracy_table, communication_table, mean_note, privacy_table,
                                          provenance_table, rounds_section, wire_table)
-from fedaudit.reports.summary import dpia, first_screen
+from fedaudit.reports.summary import dpia, family_cells, first_screen
 from fedaudit.run import run_directory
 from fedaudit.run.audited_run import AuditedRun
 from fedaudit.run.results import SCHEMA_VERSION, VerdictRow
@@ -112,6 +113,7 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
     units = [u for r in run_list for u in r.units]
     _label_units(units, compare)
     shown = [verdict_rows(u, thresholds) for u in units]  # judged once per unit: the table, first screen and DPIA
+    evidence = [anonymity_evidence(u.stored, rows) for u, (rows, _) in zip(units, shown)]  # as the run stored it
     verdict, verdict_note = verdict_table(shown, thresholds)
     recon = [(u.label, reconstructions(u, redact)) for u in units]
     ctx = {
@@ -139,7 +141,11 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
         "differences": comparability(run_list) if compare else {},
         "unscored": unscored_notes(units),
         "summaries": [] if compare else [first_screen(u, rows) for u, (rows, _) in zip(units, shown)],
-        "dpia": [] if compare else [dpia(u, rows) for u, (rows, _) in zip(units, shown)],
+        "dpia": [] if compare else [dpia(u, rows, e) for u, (rows, _), e in zip(units, shown, evidence)],
+        "caveat": CAVEAT,
+        "sources": SOURCES,
+        "families": {"columns": list(FAMILIES.values()),
+                     "rows": [(u.label, family_cells(e)) for u, e in zip(units, evidence)]} if compare else None,
         "membership": [(u.label, membership(u)) for u in units],
         "rounds": rounds_section(units),
         "provenance": provenance_table(units),
@@ -170,8 +176,10 @@ def _environment():
     import jinja2
 
     # autoescape on for every template; StrictUndefined: a renamed key fails the tests, not the reader
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+                             autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["anchor"] = row_anchor
+    return env
 
 
 def _title(run_list: Sequence[Run], compare: bool) -> str:
@@ -198,10 +206,11 @@ def _label_units(units: list[Unit], compare: bool) -> None:
 
 
 def verdict_table(shown: Sequence[tuple[list[VerdictRow], bool]], t: RiskThresholds | None
-                  ) -> tuple[list[tuple[str, str, list[dict | None]]], str]:
+                  ) -> tuple[list[tuple[str, str, str, list[dict | None]]], str]:
     """Rows: both questions for every shared (kind, direction) any unit declares, then the released model and the
     canary audit; each with the observer it was judged for; cells: each unit's stored verdict row (or None where
-    the unit does not share that artifact). And a note on where the verdict came from. ``shown``: each unit's
+    the unit does not share that artifact), and its anchor (the evidence section links to it). And a note on where
+    the verdict came from. ``shown``: each unit's
     rows and whether they were judged now (:func:`verdict_rows`)."""
     per_unit: list[dict[str, VerdictRow]] = []
     judged = 0
@@ -214,7 +223,7 @@ def verdict_table(shown: Sequence[tuple[list[VerdictRow], bool]], t: RiskThresho
     table = []
     for key in keys:
         first = next(r[key] for r in per_unit if key in r)
-        table.append((first.title, first.observer, [None if key not in rows else {
+        table.append((first.title, first.observer, row_anchor(key), [None if key not in rows else {
             "tier": tier_label(rows[key].tier), "reason": rows[key].reason, "evidence": verdict_evidence(rows[key])}
             for rows in per_unit]))
     if t is not None:

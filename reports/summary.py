@@ -8,21 +8,18 @@ advice."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fedaudit.audit.verdict import (CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPATION, RECORDS, SECURE_AGGREGATION_ROW,
                                     TIER_ORDER, Headline)
 from fedaudit.audit.verdict import to_conclude
 from fedaudit.audit.verdict.wording import different_models
-from fedaudit.run.stored import DP, AuditedRecording, ClientDP, CoverageRow, ModelInfo, Privacy, Verification
+from fedaudit.audit.attack_families import FAMILIES
+from fedaudit.run.stored import AuditedRecording, CoverageRow, ModelInfo, Privacy, Verification
+from fedaudit.run.stored.anonymity import AnonymityEvidence
 from fedaudit.run.audited_run import BroadcastCheck
 from fedaudit.reports.cells import Context
 from fedaudit.reports.load import Unit, run_config
 from fedaudit.simulation.secure_aggregation import MASKED
 from fedaudit.run.results import RunMetrics, VerdictRow
-
-NOT_LEGAL_ADVICE = ("These are facts measured in this run, for the impact assessment; they are not legal advice. "
-                    "Whether the residual risk is acceptable is the controller's decision.")
 
 # How each level reads on the first screen, records of individuals first.
 LEVEL_HEADINGS = {RECORDS: "Records of individuals",
@@ -246,8 +243,10 @@ def _attacks_run(run: RunMetrics) -> list[str]:
     return found
 
 
-def dpia(u: Unit, rows: list[VerdictRow]) -> Context:
-    """The impact-assessment facts of one unit, each from the stored files (and the verdict rows the page shows)."""
+def dpia(u: Unit, rows: list[VerdictRow], evidence: AnonymityEvidence) -> Context:
+    """The impact-assessment facts of one unit, each from the stored files (and the verdict rows the page shows): the
+    attack families per assessed object and the measures in place (``evidence``, built from those rows), what
+    crosses the wire, the threat models, what each guarantee covers and the residual risk per artifact and level."""
     run = u.stored
     rounds = u.stored.communication.rounds or max((int(r.round or 0) for r in u.wire), default=0)
     flows: dict[tuple[str, str], Context] = {}
@@ -261,52 +260,55 @@ def dpia(u: Unit, rows: list[VerdictRow]) -> Context:
                    "to": "the server" if d == "up" else "every client", "clients": len(f["clients"]),
                    "rounds": f"{len(f['rounds'])} of {rounds}", "mb": f"{f['bytes'] / 1e6:.2f}"}
                   for (kind, d), f in sorted(flows.items())]
-    privacy = u.stored.privacy or Privacy()
+    privacy = u.stored.privacy if isinstance(u.stored.privacy, Privacy) else Privacy()
     return {
         "label": u.label,
+        "families": family_lines(evidence),
+        "measures": [{"measure": MEASURE_NAMES[m.measure], "in_place": m.in_place, "text": m.text, "rows": m.rows}
+                     for m in evidence.measures],
         "processing": processing,
         "threats": [line for line in deployment(u, run) if line[0] in ("threat model", "attacks run")],
-        "measures": " ".join(x for x in (_measures(privacy.dp), _client_measures(privacy.client_dp)) if x),
         "coverage": _coverage_rows(privacy.coverage),
         "client_coverage": _coverage_rows(privacy.client_coverage),
         "residual": _residual(rows),
-        "disclaimer": NOT_LEGAL_ADVICE,
     }
+
+
+MEASURE_NAMES = {"dp_sgd": "record-level DP (DP-SGD)", "client_dp": "client-level DP",
+                 "secure_aggregation": "secure aggregation", "shared": "what is shared"}
+
+
+def family_lines(evidence: AnonymityEvidence) -> list[Context]:
+    """Per assessed object (the released model, then the protocol), one line per attack family: its status, tier,
+    deciding fact and budget, the decided rows it links to (and how many rows were not assessed), what it left out."""
+    return [{"holder": obj.holder, "lines": [{
+        "family": FAMILIES[line.family], "status": line.status, "tier": line.tier, "fact": line.fact,
+        "budget": line.budget, "ran": ", ".join(line.ran),
+        "rows": [r for r in line.rows if r.tier != NOT_ASSESSED],
+        "unassessed": sum(r.tier == NOT_ASSESSED for r in line.rows), "untested": line.untested}
+        for line in obj.lines()]} for _, obj in evidence.objects()]
+
+
+def family_cells(evidence: AnonymityEvidence | None) -> list[str]:
+    """``fedaudit compare``'s column per attack family: each assessed object's tier, or what was not tested."""
+    if evidence is None:
+        return ["—"] * len(FAMILIES)
+    cells = []
+    for family in FAMILIES:
+        said = []
+        for key, obj in evidence.objects():
+            line = getattr(obj, family)
+            said.append(f"{OBJECT_NAMES[key]}: {(line.tier or '').replace('_', ' ') if line.tier else line.status}")
+        cells.append(" · ".join(said))
+    return cells
+
+
+OBJECT_NAMES = {"released_model": "released model", "protocol": "protocol"}
 
 
 def _coverage_rows(rows: list[CoverageRow]) -> list[dict[str, str]]:
     return [{"artifact": f"{c.artifact} {'↑' if c.direction == 'up' else '↓'}",
              "covered": "yes" if c.covered else "no", "why": c.why} for c in rows]
-
-
-def _client_measures(client: ClientDP | None) -> str:
-    """Client-level DP, beside the record-level sentence: its ε, what it costs in noise, what it covers."""
-    if not client:
-        return ""
-    return (f"Client-level DP on the aggregate: ε {_num(client.epsilon)} at δ {client.delta} for "
-            f"{client.unit}, over {client.rounds} rounds (μ {_num(client.mu)}, noise multiplier "
-            f"{_num(client.noise_multiplier)}, updates clipped at {client.clip}; the noise on the mean of "
-            f"{client.clients} clients has standard deviation {_num(client.noise_std_on_mean)} per "
-            f"coordinate); it covers {client.covers}.")
-
-
-def _num(x: Any) -> str:
-    return f"{float(x):.3g}" if isinstance(x, (int, float)) else "?"
-
-
-def _measures(dp: DP | None) -> str:
-    if not dp:
-        return ("No record-level DP: the clients trained without DP-SGD, so no artifact carries a record-level "
-                "guarantee.")
-    if dp.recorded:
-        return (f"Central DP declared by the recording ({dp.mechanism}): noise multiplier "
-                f"{dp.noise_multiplier}, clipping norm {dp.clipping_norm}, ε {dp.epsilon} at "
-                f"δ {dp.delta} over {dp.rounds} rounds ({dp.unit}).")
-    spent = {name: c.epsilon_spent for name, c in dp.clients.items()}
-    per_client = "; ".join(f"{k} ε {v:.2f}" if isinstance(v, (int, float)) else f"{k} ε ?" for k, v in spent.items())
-    return (f"DP-SGD on every client: target ε ≤ {dp.epsilon_target} at δ {dp.delta}, per-record "
-            f"clipping at {dp.max_grad_norm}, accounted by {dp.accountant} (spent: {per_client}); the "
-            f"unit of privacy is {dp.unit}.")
 
 
 def _residual(rows: list[VerdictRow]) -> list[dict[str, str]]:
