@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaudit.audit.verdict import NOT_ASSESSED, RiskThresholds, judge_rows, load_thresholds
-from fedaudit.audit.attack_families import CAVEAT, FAMILIES, SOURCES, anonymity_evidence
+from fedaudit.audit.attack_families import CAVEAT, SOURCES, anonymity_evidence
 from fedaudit.errors import FedauditError
 from fedaudit.reports.attack_sections import image_uri, membership, reconstructions
 from fedaudit.reports.cells import (Context, Table, aligned, ci_text, config_rows, f3, is_finite, p_fmt, row_anchor)
@@ -38,7 +38,7 @@ from fedaudit.reports.leakage_sections import dp_curve_section, dp_of, leakage_t
 from fedaudit.reports.load import Run, Unit, load_run, run_config
 from fedaudit.reports.run_tables import (accuracy_table, communication_table, mean_note, privacy_table,
                                          provenance_table, rounds_section, wire_table)
-from fedaudit.reports.summary import dpia, family_cells, first_screen
+from fedaudit.reports.summary import dpia, family_table, first_screen
 from fedaudit.run import run_directory
 from fedaudit.run.audited_run import AuditedRun
 from fedaudit.run.results import SCHEMA_VERSION, VerdictRow
@@ -114,6 +114,9 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
     _label_units(units, compare)
     shown = [verdict_rows(u, thresholds) for u in units]  # judged once per unit: the table, first screen and DPIA
     evidence = [anonymity_evidence(u.stored, rows) for u, (rows, _) in zip(units, shown)]  # as the run stored it
+    summaries, reviews = ([], []) if compare else (
+        [first_screen(u, rows) for u, (rows, _) in zip(units, shown)],
+        [dpia(u, rows, e) for u, (rows, _), e in zip(units, shown, evidence)])  # one run's page: what a reviewer signs
     verdict, verdict_note = verdict_table(shown, thresholds)
     recon = [(u.label, reconstructions(u, redact)) for u in units]
     ctx = {
@@ -140,12 +143,11 @@ def render(run_list: Sequence[Run], *, redact: bool, thresholds: RiskThresholds 
         "has_images": any(section["items"] for _, section in recon),
         "differences": comparability(run_list) if compare else {},
         "unscored": unscored_notes(units),
-        "summaries": [] if compare else [first_screen(u, rows) for u, (rows, _) in zip(units, shown)],
-        "dpia": [] if compare else [dpia(u, rows, e) for u, (rows, _), e in zip(units, shown, evidence)],
+        "summaries": summaries,
+        "dpia": reviews,
         "caveat": CAVEAT,
         "sources": SOURCES,
-        "families": {"columns": list(FAMILIES.values()),
-                     "rows": [(u.label, family_cells(e)) for u, e in zip(units, evidence)]} if compare else None,
+        "families": family_table(units, evidence) if compare else None,
         "membership": [(u.label, membership(u)) for u in units],
         "rounds": rounds_section(units),
         "provenance": provenance_table(units),

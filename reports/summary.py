@@ -289,10 +289,13 @@ def family_lines(evidence: AnonymityEvidence) -> list[Context]:
         for line in obj.lines()]} for _, obj in evidence.objects()]
 
 
-def family_cells(evidence: AnonymityEvidence | None) -> list[str]:
-    """``fedaudit compare``'s column per attack family: each assessed object's tier, or what was not tested."""
-    if evidence is None:
-        return ["—"] * len(FAMILIES)
+def family_table(units: list[Unit], evidence: list[AnonymityEvidence]) -> Context:
+    """``fedaudit compare``'s table: one row per unit, one column per attack family (:func:`family_cells`)."""
+    return {"columns": list(FAMILIES.values()), "rows": [(u.label, family_cells(e)) for u, e in zip(units, evidence)]}
+
+
+def family_cells(evidence: AnonymityEvidence) -> list[str]:
+    """One unit's cell per attack family: each assessed object's tier, or its status where nothing was decided."""
     cells = []
     for family in FAMILIES:
         said = []

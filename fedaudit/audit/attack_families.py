@@ -188,25 +188,34 @@ def measures(run: RunMetrics, rows: Sequence[VerdictRow]) -> list[Measure]:
     """Record-level DP, client-level DP, secure aggregation and what is shared: each in words, with the rows it bears
     on (rows of artifacts its guarantee covers, its own audit's row, the rows judged under it)."""
     privacy = run.privacy if isinstance(run.privacy, Privacy) else Privacy()
-    dp, client = privacy.dp, privacy.client_dp
     decided = [r for r in rows if r.tier != NOT_ASSESSED]
-    covered = _covered(privacy.coverage)
-    client_covered = _covered(privacy.client_coverage)
     recording = run.provenance.recording
     masked = run.secure_aggregation is not None or bool(recording is not None and recording.secure_aggregation)
     declared = list(run.communication.declared)
-    return [
-        Measure(measure="dp_sgd", in_place=dp is not None, epsilon=_epsilon(dp), delta=dp.delta if dp else None,
-                text=dp_text(dp), rows=[r.row for r in decided if r.question == DP_AUDIT or (
-                    dp is not None and r.level == RECORDS and _in(r, covered))]),
-        Measure(measure="client_dp", in_place=client is not None, epsilon=client.epsilon if client else None,
-                delta=client.delta if client else None, text=client_dp_text(client),
-                rows=[r.row for r in decided if client is not None and r.level != RECORDS and _in(r, client_covered)]),
-        Measure(measure="secure_aggregation", in_place=masked, text=secure_aggregation_text(run, masked),
-                rows=[r.row for r in rows if r.row.endswith(SECURE_AGGREGATION_ROW)]),
-        Measure(measure="shared", in_place=True, text=shared_text(declared),
-                rows=[r.row for r in rows if r.row in declared]),
-    ]
+    return [dp_measure(privacy.dp, _covered(privacy.coverage), decided),
+            client_dp_measure(privacy.client_dp, _covered(privacy.client_coverage), decided),
+            Measure(measure="secure_aggregation", in_place=masked, text=secure_aggregation_text(run, masked),
+                    rows=[r.row for r in rows if r.row.endswith(SECURE_AGGREGATION_ROW)]),
+            Measure(measure="shared", in_place=True, text=shared_text(declared),
+                    rows=[r.row for r in rows if r.row in declared])]
+
+
+def dp_measure(dp: DP | None, covered: set[str], decided: list[VerdictRow]) -> Measure:
+    """Record-level DP: its ε and δ; the canary audit's row and the decided records rows of what it covers."""
+    if dp is None:
+        return Measure(measure="dp_sgd", in_place=False, text=dp_text(None),
+                       rows=[r.row for r in decided if r.question == DP_AUDIT])
+    return Measure(measure="dp_sgd", in_place=True, epsilon=dp.label_epsilon, delta=dp.delta, text=dp_text(dp),
+                   rows=[r.row for r in decided if r.question == DP_AUDIT or (r.level == RECORDS and r.artifact in covered)])
+
+
+def client_dp_measure(client: ClientDP | None, covered: set[str], decided: list[VerdictRow]) -> Measure:
+    """Client-level DP: its ε and δ; the decided client-data and participation rows of what it covers."""
+    if client is None:
+        return Measure(measure="client_dp", in_place=False, text=client_dp_text(None), rows=[])
+    return Measure(measure="client_dp", in_place=True, epsilon=client.epsilon, delta=client.delta,
+                   text=client_dp_text(client),
+                   rows=[r.row for r in decided if r.level != RECORDS and r.artifact in covered])
 
 
 def _covered(coverage: list[CoverageRow]) -> set[str]:
@@ -214,14 +223,6 @@ def _covered(coverage: list[CoverageRow]) -> set[str]:
     is one of them, or their post-processing)."""
     out = {f"{c.artifact}{'↑' if c.direction == 'up' else '↓'}" for c in coverage if c.covered}
     return out | ({RELEASED} if any(k.endswith("model↓") for k in out) else set())
-
-
-def _in(row: VerdictRow, covered: set[str]) -> bool:
-    return row.artifact in covered
-
-
-def _epsilon(dp: DP | None) -> float | None:
-    return None if dp is None else dp.label_epsilon
 
 
 def _num(x: object) -> str:
@@ -281,5 +282,5 @@ def shared_text(declared: list[str]) -> str:
     return "Shared during training: " + "; ".join(said) + "; and the released model, at the end."
 
 
-__all__ = ["CAVEAT", "FAMILIES", "HOLDERS", "SOURCES", "anonymity_evidence", "belongs", "budget", "client_dp_text",
-           "dp_text", "measures", "secure_aggregation_text", "shared_text"]
+__all__ = ["CAVEAT", "FAMILIES", "HOLDERS", "SOURCES", "anonymity_evidence", "belongs", "budget", "client_dp_measure",
+           "client_dp_text", "dp_measure", "dp_text", "measures", "secure_aggregation_text", "shared_text"]
