@@ -54,6 +54,19 @@ def test_every_line_takes_the_highest_tier_of_its_own_rows(name):
     assert AnonymityEvidence.read(json.loads(json.dumps(dumped))) == evidence
 
 
+def test_the_highest_row_decides_the_line_and_of_equals_the_first():
+    """The line's tier and deciding row are its highest row's, wherever it stands among the rows; of two at the same
+    tier, the first (records before participation)."""
+    run = stored("fedavg")
+    tiers = {"membership:global_model": "medium", "participation:global_model": "inconclusive"}
+    rows = [replace(r, tier=tiers.get(r.row, r.tier)) for r in run.verdict]
+    line = anonymity_evidence(run, rows).released_model.membership_inference
+    assert (line.tier, line.deciding_row) == ("medium", "membership:global_model")
+    rows = [replace(r, tier="medium") if r.row in tiers else r for r in run.verdict]
+    line = anonymity_evidence(run, rows).released_model.membership_inference
+    assert (line.tier, line.deciding_row) == ("medium", "membership:global_model")
+
+
 def test_the_budget_is_the_deciding_tests():
     """fedavg's uploads: MEDIUM by RMIA's advantage (its sentence quotes it), so the budget is RMIA's: its counts and
     its reference models, not another attack's of the same row."""

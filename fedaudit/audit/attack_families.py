@@ -24,7 +24,7 @@ from fedaudit.run.stored.anonymity import (NOT_RUN, NOT_TESTED, TESTED, Anonymit
                                            FamilyEvidence, LinkedRow, Measure)
 from fedaudit.run.stored.leakage import Leakage
 
-from fedaudit.audit.verdict.evidence import (CLIENT_DATA, CONSISTENCY, DP_AUDIT, GLOBAL, HIGH, INVERSION, MEDIUM, MEMBERSHIP, NOT_ASSESSED,
+from fedaudit.audit.verdict.evidence import (CLIENT_DATA, DP_AUDIT, GLOBAL, HIGH, INVERSION, MEDIUM, MEMBERSHIP, NOT_ASSESSED,
                        PARTICIPATION, RECORDS, SECURE_AGGREGATION_ROW, TIER_ORDER, closest, strongest)
 from fedaudit.audit.verdict.wording import SUBJECTS
 
@@ -85,9 +85,8 @@ EXACT_MATCH = "exact_match"  # the membership rule that finds a bank shipping me
 def anonymity_evidence(run: RunMetrics, rows: Sequence[VerdictRow]) -> AnonymityEvidence:
     """The evidence file of one target's run from its verdict rows (see the module's doc)."""
     by_object: dict[str, list[VerdictRow]] = {"released_model": [], "protocol": []}
-    for r in rows:
-        if r.question not in (DP_AUDIT, CONSISTENCY):  # the DP claim's audit is a measure's; consistency, integrity
-            by_object["released_model" if r.artifact == RELEASED else "protocol"].append(r)
+    for r in rows:  # the DP claim's audit and the broadcast check answer no family (belongs): a measure, integrity
+        by_object["released_model" if r.artifact == RELEASED else "protocol"].append(r)
     objects = {name: AssessedObject(holder=HOLDERS[name], **{
         family: _line(name, family, [r for r in found if belongs(r, family)], run)
         for family in FAMILIES}) for name, found in by_object.items()}
