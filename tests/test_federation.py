@@ -141,6 +141,10 @@ def test_target_all_runs_every_domain_and_averages(tiny_run):
     assert all((result.run_dir / f"target-{t}" / run_directory.COMPLETE).exists() for t in per)
     mean = sum(v["unseen_domain"] for v in per.values()) / len(per)
     assert result.metrics["accuracy"]["unseen_domain"] == pytest.approx(mean)
+    # the evidence for an anonymity assessment: each target's, as that target's own run stored it
+    assert set(result.metrics["anonymity_evidence"]) == set(per)
+    own = json.loads((result.run_dir / "target-clean" / "metrics.json").read_text())["anonymity_evidence"]
+    assert result.metrics["anonymity_evidence"]["clean"] == own
     assert run_directory.is_complete(result.run_dir)
 
 
