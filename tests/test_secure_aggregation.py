@@ -274,6 +274,10 @@ def test_a_flower_secagg_run_is_recorded_recognised_and_judged_under_secure_aggr
     assert "membership:full_model↑" + SECURE_AGGREGATION_ROW in rows
     assert metrics["secure_aggregation"]["aggregate"]["clients"] == ["clean", "colour", "rotated"]
     assert "Flower SecAgg+" in (run_dir / "report.html").read_text(encoding="utf-8")
+    # the evidence file names the deployment's own protocol as the measure, linked to the rows judged under it
+    masked = {m["measure"]: m for m in metrics["anonymity_evidence"]["measures"]}["secure_aggregation"]
+    assert masked["in_place"] and "the recorded run used Flower SecAgg+" in masked["text"]
+    assert "membership:full_model↑" + SECURE_AGGREGATION_ROW in masked["rows"]
 
 
 # -- disaggregation (Lam et al., ICML 2021) ------------------------------------------------------------------------
