@@ -17,10 +17,9 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from fedaudit.api import evaluate
-from fedaudit.audit.attack_families import CAVEAT, FAMILIES, anonymity_evidence
+from fedaudit.audit.attack_families import FAMILIES
 from fedaudit.cli import app
-from fedaudit.run.results import RunMetrics
-from fedaudit.run.stored.anonymity import TESTED, AnonymityEvidence
+from tests.report_checks import check_evidence_section, check_family_columns
 
 runner = CliRunner()
 SECTIONS = ["notice", "summary", "verdict", "dpia", "side-by-side", "wire", "reconstructions", "membership", "rounds",
@@ -208,99 +207,25 @@ def test_compare_four_methods_side_by_side_with_scatter(four_runs, tmp_path):
     assert scatter.count("<svg") >= 1 and "unseen-domain accuracy" in scatter
     for method in ("fedavg", "fedprox", "gperxan", "fedsb"):
         assert method in page.text["privacy-utility"]  # each run is a labelled point
+    check_family_columns(html, four_runs)
 
 
-# -- the evidence for an anonymity assessment and a DPIA (issue 60) ---------------------------------------------
+# -- the evidence for an anonymity assessment and a DPIA (issue 60; the run with DP-SGD and secure aggregation:
+# tests/test_secure_aggregation.py) ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def dp_secure_run(tmp_path_factory) -> Path:
-    """DP-SGD at ε 8 on every client and the server under secure aggregation, attacked with the loss attack."""
-    return evaluate("fedavg", out=str(tmp_path_factory.mktemp("dpsa")), dataset="digits", image_size=16, rounds=1,
-                    local_epochs=1, batch_size=32, device="cpu", attack="mia-loss", judge_steps=60, dp_epsilon=8,
-                    secure_aggregation=True).run_dir
-
-
-def _text(fragment: str) -> str:
-    """An HTML fragment's text, as a reader sees it."""
-    import html
-
-    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
-
-
-def _family_table(html: str) -> dict[str, list[tuple[str, str]]]:
-    """The evidence table: holder → [(family, the line's html)], in the page's order."""
-    table = html.split('<table class="families">')[1].split("</table>")[0]
-    groups = re.split(r'<th colspan="5" scope="rowgroup">', table)[1:]
-    out = {}
-    for group in groups:
-        holder, _, rest = group.partition("</th>")
-        out[holder] = re.findall(r"<tr><td>([^<]+)</td>(.*?)</tr>", rest, re.DOTALL)
-    return out
-
-
-@pytest.mark.parametrize("which", ["no DP, no secure aggregation", "DP-SGD and secure aggregation"])
-def test_the_evidence_section_has_every_family_for_both_objects_linked_to_existing_rows(which, run_dir, dp_secure_run):
-    """Acceptance: for the released model and for the protocol, a line per attack family the Opinion names; every
-    tested line links to verdict rows the page holds (its deciding row among them); the measures the run used, with
-    their ε and their rows; the caveat once; and metrics.json holds the same, typed."""
-    run = run_dir if which.startswith("no") else dp_secure_run
-    html = (run / "report.html").read_text(encoding="utf-8")
-    page = Page(html)
-    ids = {attrs["id"] for tag, attrs in page.tags if tag == "tr" and attrs.get("id")}
-    stored = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
-    metrics = RunMetrics.from_json(stored)
-    evidence = metrics.anonymity_evidence
-    assert isinstance(evidence, AnonymityEvidence)
-    assert evidence == anonymity_evidence(metrics, metrics.rows())  # what the report shows, from the stored rows
-    table = _family_table(html)
-    assert list(table) == [evidence.released_model.holder, evidence.protocol.holder]
-    from fedaudit.reports.cells import row_anchor
-
-    for (_, obj), lines in zip(evidence.objects(), table.values()):
-        assert [family for family, _ in lines] == list(FAMILIES.values())
-        for line, (_, cells) in zip(obj.lines(), lines):
-            links = re.findall(r'href="#([^"]+)"', cells)
-            assert set(links) <= ids, (line.family, links)
-            if line.status == TESTED:
-                assert line.tier and line.fact and row_anchor(line.deciding_row) in links, line
-                assert line.fact in _text(cells)
-            else:
-                assert line.status in cells and line.untested and line.untested in _text(cells), line  # never silence
-    assert evidence.released_model.reconstruction.status == "not tested"  # fedaudit does not invert it
-    assert page.all_text().count(CAVEAT) == 1
+def test_the_evidence_section_of_a_run_without_dp_or_secure_aggregation(run_dir):
+    """Acceptance, without the measures: a line per family for both objects, each tested line linked to rows the page
+    holds; membership not run (this run's attack is deepinversion) says how to run it; the caveat once."""
+    evidence = check_evidence_section(run_dir)
     measures = {m.measure: m for m in evidence.measures}
-    section = page.text["dpia"]
-    if which.startswith("no"):
-        assert not measures["dp_sgd"].in_place and not measures["secure_aggregation"].in_place
-        assert "No record-level DP" in section and "No secure aggregation" in section
-    else:
-        dp, masked = measures["dp_sgd"], measures["secure_aggregation"]
-        assert dp.in_place and dp.epsilon == 8 and "target ε ≤ 8" in section
-        assert "membership:global_model" in dp.rows  # the released model is trained from DP-SGD's updates
-        assert masked.in_place and masked.rows and all(r.endswith("@secure_aggregation") for r in masked.rows)
-        assert {row_anchor(r) for r in dp.rows + masked.rows} <= ids
-    assert not measures["client_dp"].in_place
-
-
-def test_compare_has_a_column_per_attack_family(run_dir, dp_secure_run, tmp_path):
-    out = tmp_path / "compare.html"
-    assert runner.invoke(app, ["compare", str(run_dir), str(dp_secure_run), "-o", str(out)]).exit_code == 0
-    html = out.read_text(encoding="utf-8")
-    table = html.split("By attack family (released model · protocol)")[1].split("</table>")[0]
-    header = re.findall(r"<th>([^<]+)</th>", table.split("</thead>")[0])
-    assert header == ["run", *FAMILIES.values()]
-    rows = re.findall(r"<tr><th scope=\"row\">([^<]+)</th>(.*?)</tr>", table, re.DOTALL)
-    assert len(rows) == 2
-    for run, (_, cells) in zip((run_dir, dp_secure_run), rows):
-        evidence = RunMetrics.from_json(json.loads((run / "metrics.json").read_text())).anonymity_evidence
-        assert isinstance(evidence, AnonymityEvidence)
-        found = re.findall(r"<td>([^<]*)</td>", cells)
-        for family, cell in zip(FAMILIES, found, strict=True):
-            for key, obj in evidence.objects():
-                line = getattr(obj, family)
-                said = (line.tier or "").replace("_", " ") if line.tier else line.status
-                assert f"{key.replace('_', ' ')}: {said}" in cell, (family, cell)
+    assert not measures["dp_sgd"].in_place and not measures["secure_aggregation"].in_place
+    assert not measures["client_dp"].in_place and measures["shared"].rows
+    section = Page((run_dir / "report.html").read_text(encoding="utf-8")).text["dpia"]
+    assert "No record-level DP" in section and "No secure aggregation" in section
+    line = evidence.released_model.membership_inference
+    assert line.status == "not run" and "--attack mia" in (line.untested or "")
+    assert evidence.protocol.reconstruction.status == "tested"
 
 
 def test_size_offline_and_redaction_blurs_the_embedded_bytes(run_dir, tmp_path):

@@ -162,14 +162,27 @@ def test_uploads_that_carry_nothing_read_no_medium_or_high_under_secure_aggregat
     assert len(flagged) <= 1, flagged
 
 
-def test_fedavg_on_shapes_shows_both_columns_on_the_reports_first_screen(tiny_run):
+@pytest.fixture(scope="module")
+def dp_secure_run(tmp_path_factory):
+    """FedAvg on shapes under DP-SGD (ε 8) with the server judged under secure aggregation, the loss attack run."""
+    from fedaudit.api import evaluate
+
+    from tests.conftest import TINY
+
+    opts = {k: v for k, v in TINY.items() if k != "quiet"}
+    return evaluate("fedavg", **{**opts, "dataset": "shapes", "rounds": 1, "attack": "mia-loss", "reference_models": 2,
+                                 "secure_aggregation": True, "dp_epsilon": 8,
+                                 "out": str(tmp_path_factory.mktemp("dp-secure"))})
+
+
+def test_fedavg_on_shapes_shows_both_columns_on_the_reports_first_screen(dp_secure_run):
     """Acceptance 2's first half: with and without secure aggregation, one run, both tiers of each server row side by
-    side in the summary, above the findings, with what the mask leaves and the disaggregation line."""
+    side in the summary, above the findings, with what the mask leaves and the disaggregation line (the run trains
+    under DP-SGD too: its evidence file is the next test's)."""
     import html
     import re
 
-    result = tiny_run("fedavg", dataset="shapes", rounds=1, attack="mia-loss", reference_models=2,
-                      secure_aggregation=True)
+    result = dp_secure_run
     page = (result.run_dir / "report.html").read_text(encoding="utf-8")
     summary = page[page.index('<section id="summary"'):page.index("</section>")]
     findings = min(i for i in (summary.find("To act on before sign-off"), summary.find("No row reads")) if i >= 0)
@@ -190,6 +203,24 @@ def test_fedavg_on_shapes_shows_both_columns_on_the_reports_first_screen(tiny_ru
     from fedaudit.run.results import RunMetrics
 
     assert RunMetrics.from_json(result.metrics).to_json() == result.metrics  # the typed block reads back whole
+
+
+def test_the_evidence_section_of_a_dp_sgd_run_under_secure_aggregation(dp_secure_run):
+    """Issue 60's test with the measures in place: a line per family for both objects, each tested line linked to
+    rows the page holds, the caveat once (tests/report_checks.py); DP-SGD's ε with the records rows it covers, the
+    released model's among them; secure aggregation with the rows judged under it."""
+    from tests.report_checks import check_evidence_section
+
+    evidence = check_evidence_section(dp_secure_run.run_dir)
+    measures = {m.measure: m for m in evidence.measures}
+    dp, masked = measures["dp_sgd"], measures["secure_aggregation"]
+    assert dp.in_place and dp.epsilon == 8 and "target ε ≤ 8" in dp.text
+    assert {"membership:global_model", "membership:full_model↑"} <= set(dp.rows)
+    assert masked.in_place and "membership:full_model↑" + SECURE_AGGREGATION_ROW in masked.rows
+    assert all(r.endswith(SECURE_AGGREGATION_ROW) for r in masked.rows)
+    assert not measures["client_dp"].in_place
+    rows = {r.row for r in evidence.protocol.membership_inference.rows}
+    assert {"membership:full_model↑", "membership:full_model↑" + SECURE_AGGREGATION_ROW} <= rows  # both observers
 
 
 # -- a recording of a run that used secure aggregation ----------------------------------------------------------
