@@ -170,7 +170,7 @@ def dp_secure_run(tmp_path_factory):
     from tests.conftest import TINY
 
     opts = {k: v for k, v in TINY.items() if k != "quiet"}
-    return evaluate("fedavg", **{**opts, "dataset": "shapes", "rounds": 1, "attack": "mia-loss", "reference_models": 2,
+    return evaluate("fedavg", **{**opts, "dataset": "shapes", "rounds": 1, "local_epochs": 1, "attack": "mia-loss",
                                  "secure_aggregation": True, "dp_epsilon": 8,
                                  "out": str(tmp_path_factory.mktemp("dp-secure"))})
 
