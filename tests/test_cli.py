@@ -206,11 +206,14 @@ def test_fail_on_exits_3_only_when_a_verdict_reaches_the_tier(tmp_path, monkeypa
 
     real = api.evaluate
 
+    made = []  # one real run; the gates below read its result again (the gate is the CLI's, after evaluate)
+
     def with_a_high_row(*args, **kwargs):
-        result = real(*args, **kwargs)
-        result.metrics["verdict"].append({"row": "client_data:full_model↑", "title": "full_model ↑", "tier": "high",
-                                          "question": "client_data", "level": "client_data", "reason": "x."})
-        return result
+        if not made:
+            made.append(real(*args, **kwargs))
+            made[0].metrics["verdict"].append({"row": "client_data:full_model↑", "title": "full_model ↑", "tier": "high",
+                                               "question": "client_data", "level": "client_data", "reason": "x."})
+        return made[0]
 
     monkeypatch.setattr(api, "evaluate", with_a_high_row)
     high = runner.invoke(app, ["evaluate", *FAST, "--fail-on", "high", "--out", str(tmp_path / "high")])
@@ -357,12 +360,16 @@ def test_the_headline_never_reads_low_while_rows_are_undecided_and_a_gate_can_fa
 
     real = api.evaluate
 
+    made = []  # one real run (into "shown"); --json and the gates read its result again (they are the CLI's)
+
     def undecided(*args, **kwargs):
-        result = real(*args, **kwargs)
-        result.metrics["verdict"] = UNDECIDED_VERDICT
-        stored = result.run_dir / "metrics.json"
-        stored.write_text(json.dumps(json.loads(stored.read_text()) | {"verdict": UNDECIDED_VERDICT}))
-        return result
+        if not made:
+            result = real(*args, **kwargs)
+            result.metrics["verdict"] = UNDECIDED_VERDICT
+            stored = result.run_dir / "metrics.json"
+            stored.write_text(json.dumps(json.loads(stored.read_text()) | {"verdict": UNDECIDED_VERDICT}))
+            made.append(result)
+        return made[0]
 
     monkeypatch.setattr(api, "evaluate", undecided)
     loud = [a for a in FAST if a != "--quiet"]
