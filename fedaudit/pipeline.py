@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,8 +20,7 @@ import torch
 from fedaudit.attack import Attack, attack_setup
 from fedaudit.audit.canary import accuracy_without_canaries, canary_split, plant_gradient_canaries
 from fedaudit.audit.session import attack_role_and_victims, run_attacks
-from fedaudit.audit.verdict import RiskThresholds, judge_run
-from fedaudit.audit.attack_families import anonymity_evidence
+from fedaudit.audit.verdict import store_verdict
 from fedaudit.data import MultiDomainDataset, lodo_split
 from fedaudit.data.split import thin_splits
 from fedaudit.run import run_directory
@@ -165,9 +164,7 @@ def _run_one(run_dir: Path, plan: RunPlan, target: str, unpinned: list[str]) -> 
         leakage=leakage, privacy=privacy(fed),
         provenance=provenance(cfg, dataset, device, command, stages, unpinned, fed.model, data_warnings=thin))
     # The verdict is computed once, here, from the evidence just stored; the report renders it.
-    metrics.verdict = judge_run(metrics, cfg.attacker, RiskThresholds())
-    metrics.anonymity_evidence = anonymity_evidence(metrics, metrics.verdict)
-    metrics.verdict_thresholds = asdict(RiskThresholds())
+    store_verdict(metrics, cfg.attacker)
     written = write_metrics(run_dir / "metrics.json", metrics)
     run_directory.mark_complete(run_dir, RUN_FILES)
     run_directory.drop_checkpoint(run_dir)

@@ -12,9 +12,8 @@ from fedaudit.audit.verdict import (CLIENT_DATA, LEVELS, NOT_ASSESSED, PARTICIPA
                                     TIER_ORDER, Headline)
 from fedaudit.audit.verdict import to_conclude
 from fedaudit.audit.verdict.wording import different_models
-from fedaudit.audit.attack_families import FAMILIES
 from fedaudit.run.stored import AuditedRecording, CoverageRow, ModelInfo, Privacy, Verification
-from fedaudit.run.stored.anonymity import AnonymityEvidence
+from fedaudit.run.stored.anonymity import FAMILIES, AnonymityEvidence, FamilyEvidence
 from fedaudit.run.audited_run import BroadcastCheck
 from fedaudit.reports.cells import Context
 from fedaudit.reports.load import Unit, run_config
@@ -59,7 +58,7 @@ def level_groups(items: list[Context]) -> list[Context]:
 def first_screen(u: Unit, rows: list[VerdictRow]) -> Context:
     """The summary block of one unit (one trained federation and target), from the verdict rows the page shows."""
     run = u.stored
-    findings = [{"tier": r.tier, "title": r.title, "observer": r.observer, "cause": cause(r), "level": r.level,
+    findings = [{"tier": r.tier, "title": r.title, "observer": r.observer, "cause": r.cause, "level": r.level,
                  "mitigation": mitigation(r, u)} for r in _by_tier(rows, ("high", "medium"))]
     return {
         "label": u.label,
@@ -67,7 +66,7 @@ def first_screen(u: Unit, rows: list[VerdictRow]) -> Context:
         "headline": Headline.of(r.tier for r in rows),
         "findings": findings,
         "by_level": level_groups(findings),
-        "inconclusive": [{"title": r.title, "observer": r.observer, "cause": r.short or cause(r), "level": r.level,
+        "inconclusive": [{"title": r.title, "observer": r.observer, "cause": r.short or r.cause, "level": r.level,
                           "needs": to_conclude(r.question, r.rule, u.audited.made_by)} for r in _by_tier(rows, ("inconclusive",))],
         "not_assessed": not_assessed_groups(rows),
         "low": [r.title for r in rows if r.tier == "low"],
@@ -114,12 +113,6 @@ def not_assessed_groups(rows: list[VerdictRow]) -> list[Context]:
 
 def _by_tier(rows: list[VerdictRow], tiers: tuple[str, ...]) -> list[VerdictRow]:
     return sorted((r for r in rows if r.tier in tiers), key=lambda r: -TIER_ORDER[r.tier])
-
-
-def cause(row: VerdictRow) -> str:
-    """The row's deciding fact in one sentence: its reason's first sentence (the reason leads with it)."""
-    first = row.reason.split(". ", 1)[0].strip()
-    return first if first.endswith(".") else first + "."
 
 
 def mitigation(row: VerdictRow, u: Unit) -> str:
@@ -282,11 +275,11 @@ def family_lines(evidence: AnonymityEvidence) -> list[Context]:
     """Per assessed object (the released model, then the protocol), one line per attack family: its status, tier,
     deciding fact and budget, the decided rows it links to (and how many rows were not assessed), what it left out."""
     return [{"holder": obj.holder, "lines": [{
-        "family": FAMILIES[line.family], "status": line.status, "tier": line.tier, "fact": line.fact,
+        "family": FAMILIES[family], "status": line.status, "tier": line.tier, "fact": line.fact,
         "budget": line.budget, "ran": ", ".join(line.ran),
         "rows": [r for r in line.rows if r.tier != NOT_ASSESSED],
         "unassessed": sum(r.tier == NOT_ASSESSED for r in line.rows), "untested": line.untested}
-        for line in obj.lines()]} for _, obj in evidence.objects()]
+        for family, line in obj.lines()]} for _, obj in evidence.objects()]
 
 
 def family_table(units: list[Unit], evidence: list[AnonymityEvidence]) -> Context:
@@ -296,17 +289,12 @@ def family_table(units: list[Unit], evidence: list[AnonymityEvidence]) -> Contex
 
 def family_cells(evidence: AnonymityEvidence) -> list[str]:
     """One unit's cell per attack family: each assessed object's tier, or its status where nothing was decided."""
-    cells = []
-    for family in FAMILIES:
-        said = []
-        for key, obj in evidence.objects():
-            line = getattr(obj, family)
-            said.append(f"{OBJECT_NAMES[key]}: {(line.tier or '').replace('_', ' ') if line.tier else line.status}")
-        cells.append(" · ".join(said))
-    return cells
+    by_object = [(key.replace("_", " "), dict(obj.lines())) for key, obj in evidence.objects()]
+    return [" · ".join(f"{name}: {_said(lines[family])}" for name, lines in by_object) for family in FAMILIES]
 
 
-OBJECT_NAMES = {"released_model": "released model", "protocol": "protocol"}
+def _said(line: FamilyEvidence) -> str:
+    return line.tier.replace("_", " ") if line.tier else line.status
 
 
 def _coverage_rows(rows: list[CoverageRow]) -> list[dict[str, str]]:

@@ -9,10 +9,10 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedaudit.audit.attack_families import CAVEAT, FAMILIES, anonymity_evidence
+from fedaudit.audit.attack_families import CAVEAT, anonymity_evidence
 from fedaudit.reports.cells import row_anchor
 from fedaudit.run.results import RunMetrics
-from fedaudit.run.stored.anonymity import TESTED, AnonymityEvidence
+from fedaudit.run.stored.anonymity import FAMILIES, TESTED, AnonymityEvidence
 
 
 def text_of(fragment: str) -> str:
@@ -45,9 +45,9 @@ def check_evidence_section(run_dir: Path) -> AnonymityEvidence:
     assert list(table) == [evidence.released_model.holder, evidence.protocol.holder]
     for (_, obj), lines in zip(evidence.objects(), table.values(), strict=True):
         assert [family for family, _ in lines] == list(FAMILIES.values())
-        for line, (_, cells) in zip(obj.lines(), lines, strict=True):
+        for (family, line), (_, cells) in zip(obj.lines(), lines, strict=True):
             links = re.findall(r'href="#([^"]+)"', cells)
-            assert set(links) <= ids, (line.family, links)
+            assert set(links) <= ids, (family, links)
             if line.status == TESTED:
                 assert line.tier and line.fact and row_anchor(line.deciding_row or "") in links, line
                 assert line.fact in text_of(cells)

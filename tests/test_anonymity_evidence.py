@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from fedaudit.audit.attack_families import FAMILIES, anonymity_evidence
+from fedaudit.audit.attack_families import anonymity_evidence
 from fedaudit.audit.verdict import HIGH, NOT_ASSESSED, TIER_ORDER
 from fedaudit.run.results import RunMetrics, VerdictRow, problems
 from fedaudit.run.stored import DP, CoverageRow, Privacy
-from fedaudit.run.stored.anonymity import NOT_RUN, NOT_TESTED, TESTED, AnonymityEvidence
+from fedaudit.run.stored.anonymity import FAMILIES, NOT_RUN, NOT_TESTED, TESTED, AnonymityEvidence
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -29,8 +29,8 @@ def test_every_line_takes_the_highest_tier_of_its_own_rows(name):
     evidence = anonymity_evidence(run, run.verdict)
     by_key = {r.row: r for r in run.verdict}
     for key, obj in evidence.objects():
-        assert [line.family for line in obj.lines()] == list(FAMILIES)
-        for line in obj.lines():
+        assert [family for family, _ in obj.lines()] == list(FAMILIES)
+        for _, line in obj.lines():
             rows = [by_key[r.row] for r in line.rows]
             assert all((r.artifact == "released model") == (key == "released_model") for r in rows), line
             decided = [r for r in rows if r.tier != NOT_ASSESSED]
@@ -119,6 +119,6 @@ def test_rows_of_the_dp_audit_and_the_broadcast_check_are_measures_not_families(
     extra = [VerdictRow("dp_audit", "DP claim", "dp_audit", "released model", "auditor", "low", "r.", "s."),
              VerdictRow("consistency:broadcasts", "same model", "consistency", "broadcasts", "clients", "low", "r.", "s.")]
     evidence = anonymity_evidence(run, [*run.verdict, *extra])
-    linked = {r.row for _, obj in evidence.objects() for line in obj.lines() for r in line.rows}
+    linked = {r.row for _, obj in evidence.objects() for _, line in obj.lines() for r in line.rows}
     assert "dp_audit" not in linked and "consistency:broadcasts" not in linked
     assert "dp_audit" in {m.measure: m for m in evidence.measures}["dp_sgd"].rows

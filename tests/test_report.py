@@ -17,7 +17,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from fedaudit.api import evaluate
-from fedaudit.audit.attack_families import FAMILIES
+from fedaudit.run.stored.anonymity import FAMILIES
 from fedaudit.cli import app
 from tests.report_checks import check_evidence_section, check_family_columns
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from fedaudit.run.evidence_detail import (IdentifiabilityDetail, LiftDetail, MembershipDetail, ParticipationDetail)
 from fedaudit.run.results import Evidence, RunMetrics, VerdictRow
 from fedaudit.run.stored import DP, ClientDP, CoverageRow, Privacy
-from fedaudit.run.stored.anonymity import (NOT_RUN, NOT_TESTED, TESTED, AnonymityEvidence, AssessedObject,
+from fedaudit.run.stored.anonymity import (FAMILIES, NOT_RUN, NOT_TESTED, TESTED, AnonymityEvidence, AssessedObject,
                                            FamilyEvidence, LinkedRow, Measure)
 from fedaudit.run.stored.leakage import Leakage
 
@@ -30,11 +30,6 @@ from fedaudit.audit.verdict.wording import SUBJECTS
 
 RELEASED = SUBJECTS[GLOBAL][0]  # a row's artifact when it is about the released model
 
-# The families, in the section's order, as a reviewer reads them.
-FAMILIES = {"membership_inference": "membership inference",
-            "attribute_inference": "attribute and property inference",
-            "reconstruction": "reconstruction and model inversion",
-            "regurgitation": "regurgitation and exfiltration of training data"}
 HOLDERS = {"released_model": "the released model: the AI model, held by whoever receives it after training",
            "protocol": "the protocol: what each party receives during training (uploads, broadcasts, banks, "
                        "statistics)"}
@@ -56,17 +51,13 @@ SOURCES = [
     "alone may not protect personal information appropriately; combine it with other PETs.",
 ]
 
-# What fedaudit does not test, per object and family, and what would test it.
+# What fedaudit does not test, per object and family, and what would test it: said where the line has no row.
 NOT_TESTED_TEXT = {
     ("released_model", "attribute_inference"): (
         "Not tested by fedaudit: record-level attribute inference (a record's sensitive attribute inferred from the "
         "released model's outputs, given its other attributes) and property inference from the weights (a "
         "meta-classifier over shadow models, Ganju et al., CCS 2018). The protocol's client-data rows test what a "
         "client's upload reveals of its data as a whole, not the released model."),
-    ("protocol", "attribute_inference"): (
-        "Record-level attribute inference (one record's sensitive attribute, given its others) is not tested by "
-        "fedaudit; the client-data rows test what an artifact reveals of a client's data as a whole (its domain, "
-        "its classes)."),
     ("released_model", "reconstruction"): (
         "Not tested by fedaudit on the released model itself: deepinversion and gradinv invert what is shared during "
         "training. A model inversion of the released model (e.g. DeepInversion from its BatchNorm statistics) would "
@@ -79,6 +70,11 @@ NOT_TESTED_TEXT = {
         "exact-match rule (HIGH whatever the counts) — no row of this run was decided by it; extraction of records "
         "from what is shared is the reconstruction line's question."),
 }
+# What a tested line leaves out of its family: said beside its tier.
+LEFT_OUT = {("protocol", "attribute_inference"): (
+    "Record-level attribute inference (one record's sensitive attribute, given its others) is not tested by "
+    "fedaudit; the client-data rows test what an artifact reveals of a client's data as a whole (its domain, its "
+    "classes).")}
 EXACT_MATCH = "exact_match"  # the membership rule that finds a bank shipping members' entries verbatim
 
 
@@ -106,17 +102,15 @@ def belongs(row: VerdictRow, family: str) -> bool:
 
 def _line(assessed: str, family: str, rows: list[VerdictRow], run: RunMetrics) -> FamilyEvidence:
     linked = [LinkedRow(row=r.row, level=r.level, tier=r.tier, observer=r.observer) for r in rows]
-    untested = NOT_TESTED_TEXT.get((assessed, family))
+    left_out = LEFT_OUT.get((assessed, family))
     decided = [r for r in rows if r.tier != NOT_ASSESSED]
     if not decided:
-        why = _why_not(rows)
-        return FamilyEvidence(family=family, status=NOT_RUN if rows else NOT_TESTED, rows=linked,
-                              untested=why or untested)
+        return FamilyEvidence(status=NOT_RUN if rows else NOT_TESTED, rows=linked,
+                              untested=_why_not(rows) or NOT_TESTED_TEXT.get((assessed, family)) or left_out)
     top = max(decided, key=lambda r: TIER_ORDER[r.tier])  # the first of the highest: rows come records first
     ran = list(dict.fromkeys(e.attack for r in decided for e in r.evidence))
-    return FamilyEvidence(family=family, status=TESTED, tier=top.tier, deciding_row=top.row, fact=top.short,
-                          budget=budget(top, run), ran=ran, rows=linked,
-                          untested=None if family == "regurgitation" else untested)
+    return FamilyEvidence(status=TESTED, tier=top.tier, deciding_row=top.row, fact=top.short, budget=budget(top, run),
+                          ran=ran, rows=linked, untested=left_out)
 
 
 def _why_not(rows: list[VerdictRow]) -> str:
@@ -125,7 +119,7 @@ def _why_not(rows: list[VerdictRow]) -> str:
     by_reason: dict[str, list[str]] = {}
     for r in rows:
         if not r.row.endswith(SECURE_AGGREGATION_ROW):
-            by_reason.setdefault(r.reason.split(". ", 1)[0].strip().rstrip("."), []).append(r.row)
+            by_reason.setdefault(r.cause.rstrip("."), []).append(r.row)
     return "; ".join(f"{', '.join(keys)}: {reason}" for reason, keys in by_reason.items())
 
 
@@ -188,13 +182,10 @@ def measures(run: RunMetrics, rows: Sequence[VerdictRow]) -> list[Measure]:
     on (rows of artifacts its guarantee covers, its own audit's row, the rows judged under it)."""
     privacy = run.privacy if isinstance(run.privacy, Privacy) else Privacy()
     decided = [r for r in rows if r.tier != NOT_ASSESSED]
-    recording = run.provenance.recording
-    masked = run.secure_aggregation is not None or bool(recording is not None and recording.secure_aggregation)
     declared = list(run.communication.declared)
     return [dp_measure(privacy.dp, _covered(privacy.coverage), decided),
             client_dp_measure(privacy.client_dp, _covered(privacy.client_coverage), decided),
-            Measure(measure="secure_aggregation", in_place=masked, text=secure_aggregation_text(run, masked),
-                    rows=[r.row for r in rows if r.row.endswith(SECURE_AGGREGATION_ROW)]),
+            secure_aggregation_measure(run, rows),
             Measure(measure="shared", in_place=True, text=shared_text(declared),
                     rows=[r.row for r in rows if r.row in declared])]
 
@@ -255,22 +246,23 @@ def client_dp_text(client: ClientDP | None) -> str:
             f"coordinate); it covers {client.covers}.")
 
 
-def secure_aggregation_text(run: RunMetrics, masked: bool) -> str:
-    """Whether the server saw only the aggregate of the masked uploads (a recorded run's protocol, or the server
-    ``--secure-aggregation`` judges), and what it read in clear."""
+def secure_aggregation_measure(run: RunMetrics, rows: Sequence[VerdictRow]) -> Measure:
+    """Whether the server saw only the aggregate of the masked uploads — the recorded run's own protocol, or the
+    server ``--secure-aggregation`` judges — what it read in clear, and the rows judged from its view."""
     recording = run.provenance.recording
     used = recording.secure_aggregation if recording is not None and recording.secure_aggregation else None
-    if not masked:
-        return ("No secure aggregation: the server reads each client's upload before it aggregates (judge what it "
-                "would see under it: --secure-aggregation).")
-    how = (f"the recorded run used {used}" if used else
-           "the server judged as one under it (--secure-aggregation)")
     section = run.secure_aggregation
-    if section is None:
-        return f"Secure aggregation ({how}): the server received masked uploads."
-    left = ", ".join(f"{x.kind}{'↑' if x.direction == 'up' else '↓'}" for x in section.leaves) or "nothing"
-    return (f"Secure aggregation ({how}): the server sees the sum of the masked uploads; it reads in clear: {left}. "
-            "Each upload's rows are judged again from that server's view.")
+    if section is None and used is None:
+        return Measure(measure="secure_aggregation", in_place=False, rows=[], text=(
+            "No secure aggregation: the server reads each client's upload before it aggregates (judge what it would "
+            "see under it: --secure-aggregation)."))
+    how = f"the recorded run used {used}" if used else "the server judged as one under it (--secure-aggregation)"
+    left = ("" if section is None else " It reads in clear: " + (", ".join(
+        f"{x.kind}{'↑' if x.direction == 'up' else '↓'}" for x in section.leaves) or "nothing") + "; each upload's "
+        "rows are judged again from that server's view.")
+    return Measure(measure="secure_aggregation", in_place=True,
+                   text=f"Secure aggregation ({how}): the server sees the sum of the masked uploads.{left}",
+                   rows=[r.row for r in rows if r.row.endswith(SECURE_AGGREGATION_ROW)])
 
 
 def shared_text(declared: list[str]) -> str:
@@ -281,5 +273,5 @@ def shared_text(declared: list[str]) -> str:
     return "Shared during training: " + "; ".join(said) + "; and the released model, at the end."
 
 
-__all__ = ["CAVEAT", "FAMILIES", "HOLDERS", "SOURCES", "anonymity_evidence", "belongs", "budget", "client_dp_measure",
-           "client_dp_text", "dp_measure", "dp_text", "measures", "secure_aggregation_text", "shared_text"]
+__all__ = ["CAVEAT", "HOLDERS", "SOURCES", "anonymity_evidence", "belongs", "budget", "client_dp_measure",
+           "client_dp_text", "dp_measure", "dp_text", "measures", "secure_aggregation_measure", "shared_text"]

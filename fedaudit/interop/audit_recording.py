@@ -20,7 +20,6 @@ import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,7 @@ from torch import Tensor
 
 from fedaudit.attack import Attack, attack_setup
 from fedaudit.audit.session import attack_role_and_victims, run_attacks, run_unscored
-from fedaudit.audit.verdict import RiskThresholds, judge_run
-from fedaudit.audit.attack_families import anonymity_evidence
+from fedaudit.audit.verdict import store_verdict
 from fedaudit.data import MultiDomainDataset
 from fedaudit.data.base import ClientData, LODOSplit
 from fedaudit.data.split import thin_splits
@@ -437,9 +435,7 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
                                   "nodes": {str(k): v for k, v in rec.nodes.items()}, "deployed_model": judged,
                                   "secure_aggregation": rec.secure_aggregation(),
                                   "participation": rec.participation()})))
-    metrics.verdict = judge_run(metrics, cfg.attacker, RiskThresholds())
-    metrics.anonymity_evidence = anonymity_evidence(metrics, metrics.verdict)
-    metrics.verdict_thresholds = asdict(RiskThresholds())
+    store_verdict(metrics, cfg.attacker)
     run_directory.write_csv(run_dir / "history.csv", fed.history)
     run_directory.write_jsonl(run_dir / "wire.jsonl", wire.ledger_rows())
     written = write_metrics(run_dir / "metrics.json", metrics)

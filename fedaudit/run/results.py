@@ -104,6 +104,12 @@ class VerdictRow:
     target: str | None = None  # the unseen target, in a --target-domain all run's list
     level: str = "records"  # records, client_data, participation (schema 3; older rows mixed records and domains)
 
+    @property
+    def cause(self) -> str:
+        """The row's deciding fact in one sentence: its reason's first (every rule's reason leads with it)."""
+        first = self.reason.split(". ", 1)[0].strip()
+        return first if first.endswith(".") else first + "."
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> VerdictRow:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}

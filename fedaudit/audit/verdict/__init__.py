@@ -98,7 +98,7 @@ Tiers: ``high``, ``medium``, ``low``, ``inconclusive``, ``not_assessed``.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from fedaudit.run.audited_run import AuditedRun, SecureAggregationView
@@ -131,6 +131,18 @@ def judge(metrics: dict[str, Any], config: dict[str, Any], thresholds: RiskThres
 def judge_run(run: RunMetrics, attacker: str, thresholds: RiskThresholds | None = None) -> list[VerdictRow]:
     """The verdict rows of the run just made, from its typed metrics (:func:`judge_rows`)."""
     return judge_rows(AuditedRun.of_run(run, attacker), thresholds)
+
+
+def store_verdict(run: RunMetrics, attacker: str) -> None:
+    """Judge the run just made (default thresholds) and store, beside its evidence, the rows, the thresholds they were
+    judged with and the rows laid out as the evidence an anonymity assessment asks for — what evaluate and audit
+    write to metrics.json."""
+    from fedaudit.audit.attack_families import anonymity_evidence  # it lays out this package's rows
+
+    thresholds = RiskThresholds()
+    run.verdict = judge_run(run, attacker, thresholds)
+    run.verdict_thresholds = asdict(thresholds)
+    run.anonymity_evidence = anonymity_evidence(run, run.verdict)
 
 
 def judge_rows(run: AuditedRun, thresholds: RiskThresholds | None = None) -> list[VerdictRow]:
@@ -197,5 +209,5 @@ def membership_row_of(metrics: dict[str, Any], config: dict[str, Any]) -> dict[t
 __all__ = ["ADVICE", "ARTIFACT", "advice_of", "CANARY", "CANARY_GRADIENT", "CLIENT_DATA", "CORRECTION", "DOMAIN",
            "Evidence", "HIGH", "Headline", "INCONCLUSIVE", "LEVELS", "LEVEL_OF", "PARTICIPATION", "RECORDS", "LOW", "MEDIUM", "MIA",
            "NOT_ASSESSED", "NULL_NAMES", "POWER_ALPHA", "RULES", "RiskThresholds",
-           "SECURE_AGGREGATION_ROW", "TIER_ORDER", "VerdictRow", "judge", "judge_rows", "judge_run", "load_thresholds",
+           "SECURE_AGGREGATION_ROW", "TIER_ORDER", "VerdictRow", "judge", "judge_rows", "judge_run", "load_thresholds", "store_verdict",
            "membership_row_of", "mia_level", "pct", "share_title", "to_conclude"]

@@ -13,6 +13,12 @@ from pydantic import ConfigDict, Field
 from fedaudit.run.stored.core import Stored
 
 # What fedaudit did with an attack family for one assessed object.
+# The attack families, in the section's order, each under its field's name, as a reviewer reads them.
+FAMILIES = {"membership_inference": "membership inference",
+            "attribute_inference": "attribute and property inference",
+            "reconstruction": "reconstruction and model inversion",
+            "regurgitation": "regurgitation and exfiltration of training data"}
+
 Status = Literal["tested", "not run", "not tested"]
 TESTED: Status = "tested"
 NOT_RUN: Status = "not run"
@@ -36,9 +42,8 @@ class FamilyEvidence(Stored):
     (fedaudit has the attack; this run did not run it — ``untested`` says how to) or ``not tested`` (fedaudit has no
     such attack here — ``untested`` says what would test it). ``untested`` also names what a tested line left out."""
 
-    model_config = ConfigDict(json_schema_extra={"required": ["family", "status", "rows"]})
+    model_config = ConfigDict(json_schema_extra={"required": ["status", "rows"]})
 
-    family: str = ""
     status: Status = NOT_TESTED
     tier: str | None = None
     deciding_row: str | None = None
@@ -62,9 +67,9 @@ class AssessedObject(Stored):
     reconstruction: FamilyEvidence = Field(default_factory=FamilyEvidence)
     regurgitation: FamilyEvidence = Field(default_factory=FamilyEvidence)
 
-    def lines(self) -> list[FamilyEvidence]:
-        """The four families' lines, in the order the section shows them."""
-        return [self.membership_inference, self.attribute_inference, self.reconstruction, self.regurgitation]
+    def lines(self) -> list[tuple[str, FamilyEvidence]]:
+        """(family, its line) for the four families, in the order the section shows them."""
+        return [(family, getattr(self, family)) for family in FAMILIES]
 
 
 class Measure(Stored):
@@ -102,5 +107,5 @@ class AnonymityEvidence(Stored):
         return [("released_model", self.released_model), ("protocol", self.protocol)]
 
 
-__all__ = ["NOT_RUN", "NOT_TESTED", "TESTED", "AnonymityEvidence", "AssessedObject", "FamilyEvidence", "LinkedRow",
+__all__ = ["FAMILIES", "NOT_RUN", "NOT_TESTED", "TESTED", "AnonymityEvidence", "AssessedObject", "FamilyEvidence", "LinkedRow",
            "Measure", "Status"]
