@@ -419,6 +419,30 @@ def test_every_flag_of_every_command_reads_whole_in_its_help_at_80_columns():
                                                for f in ("--method", "--dataset", "--attack", "--fail-on"))
 
 
+def test_every_command_help_exits_0_through_the_installed_entry_point():
+    """Issue 70: `fedaudit evaluate --help` crashed on a fresh machine (typer 0.29 builds its commands on its own copy
+    of click) while CliRunner-based tests of the same app were the only guard. Here every command's --help runs as a
+    user runs it — the `fedaudit` script pip installed, in a process of its own, at 80 columns — and must exit 0 with
+    its usage and no traceback."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    import typer.main
+
+    script = Path(sys.executable).with_name("fedaudit")
+    script = str(script) if script.exists() else shutil.which("fedaudit")
+    assert script, "no `fedaudit` script beside this Python or on PATH: install fedaudit as the README says"
+    commands = ["", *typer.main.get_command(app).commands]  # "" is `fedaudit --help`
+    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
+    runs = {name: subprocess.Popen([script, *([name] if name else []), "--help"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, env=env) for name in commands}
+    for name, process in runs.items():
+        out, _ = process.communicate(timeout=300)
+        assert process.returncode == 0 and "Traceback" not in out, (name or "fedaudit", out[-2000:])
+        assert f"Usage: fedaudit {name}".rstrip() in out, (name, out[:500])
+
+
 def test_compare_says_it_needs_two_runs_before_asking_where_to_write(tmp_path):
     """Issue 56: one run directory is refused for what it is (one run's page is its report), not for a missing -o;
     two without -o name the flag with the command to type."""
