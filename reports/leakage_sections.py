@@ -271,7 +271,7 @@ def scatter_section(units: Sequence[Unit]) -> Context:
             attack, control, where = d[name]
             label = u.method if methods.count(u.method) == 1 else f"{u.method}/{u.target}"
             pts.append((f"{label} ({where})" if where else label, attack, control,
-                        float(u.stored.accuracy.unseen_domain or float("nan"))))
+                        float("nan") if (acc := u.stored.accuracy.unseen_domain) is None else float(acc)))
         plots_out.append({"name": name, "svg": plots.scatter_plot(name, pts, name.split(": ", 1)[-1])})
     missing = sorted(everywhere - set(common))
     why = None

@@ -107,6 +107,32 @@ def test_low_needs_power_otherwise_inconclusive():
     assert no_control["tier"] == INCONCLUSIVE and "no positive control ran (no counterfactual)" in no_control["reason"]
 
 
+def test_records_power_is_beating_the_prior_only_control_not_chance():
+    """The records row's power is its positive control's record-level p: the one-image control's reconstructions
+    nearer their source members than chance says (permutation p 0.002) *and* nearer than the prior-only control's.
+    Here the prior alone already singles them out as well (identifiability 0.90 against the control's 0.84): the
+    attack showed nothing the prior does not give, so the row reads INCONCLUSIVE. The same control above a prior-only
+    control of 0.63 has power: LOW. A rule that read the control's raw p against chance would read LOW both times.
+    The power is built as the auditor builds it (fedaudit.audit.reconstruction), from the sizes' own figures."""
+    from fedaudit.audit.reconstruction import power_of, record_level_p
+    from fedaudit.run.stored.reconstruction import PowerSize
+
+    def entry(single_prior_only: float) -> dict:
+        def size(per_class: int, images: int, ident: float, p: float, prior_only: float) -> PowerSize:
+            return PowerSize(per_class=per_class, images=images, identifiability=ident, p_value=p, chance=0.5,
+                             prior_only=prior_only, p_reveals=0.6, p_record_level=record_level_p(ident, p, prior_only))
+
+        sizes = {"single": size(1, 7, 0.84, 0.002, single_prior_only).with_(records_per_artifact=1),
+                 "1": size(1, 7, 0.60, 0.26, 0.63), "2": size(2, 14, 0.59, 0.20, 0.58)}
+        nothing = _ident(0.5, (0.34, 0.66), 0.5, control=0.5, prior_only=0.5, twin=0.5)
+        return {**_entry(nothing), "power": power_of(sizes).dump()}
+
+    prior_as_good = _row(_metrics({"clean": entry(0.90)}))
+    assert prior_as_good["tier"] == INCONCLUSIVE and "record-level leakage was not testable" in prior_as_good["reason"]
+    beats_prior = _row(_metrics({"clean": entry(0.63)}))
+    assert beats_prior["tier"] == LOW and "from the statistics of each image alone" in beats_prior["reason"]
+
+
 def test_distribution_level_lift_is_over_the_strongest_null_and_significant():
     def summary(attack: float, control: float, prior_only: float, n: int = 120) -> dict:
         k = lambda v: [round(v * n), n]  # noqa: E731
@@ -455,6 +481,24 @@ def test_a_dp_claim_is_refuted_only_by_a_corrected_test_of_the_claim():
     assert "gradient canaries planted in clean's DP-SGD" in refuted["reason"]
     held = row(entry["epsilon_lower_bound"] + 1.0)
     assert "DOES NOT HOLD" not in held["reason"] and "within the claimed ε" in held["reason"]
+
+
+def test_a_p_value_of_exactly_zero_refutes_the_claim_it_rejects():
+    """The strongest evidence is not the absence of evidence: 6,000 of 6,000 correct guesses on 10,000 gradient
+    canaries, tested as (ε, δ) at δ = 0 (a run that stored no claim curve), give the claim ε = 1 a p-value that
+    underflows to exactly 0.0. It must read HIGH, "the DP guarantee does not hold" — a rule that reads ``p or 1.0``
+    takes that 0.0 for 1.0 and finds nothing."""
+    from fedaudit.statistics.one_run_audit import audit, p_value_of_claim
+
+    rng = np.random.default_rng(0)
+    included = rng.random(10000) < 0.5
+    entry = audit(included.astype(float) + rng.normal(0, 0.01, 10000), included, 0.0, 0.95, [3000])
+    assert p_value_of_claim(entry["canaries"], entry["per_k"], 1.0, 0.0) == 0.0  # scipy's binom.sf underflows
+    metrics = {"communication": {"declared": []},
+               "leakage": {"canary_gradient": {"clean": {**entry, "epsilon_spent": 1.0, "rounds": 2}}}}
+    row = next(r for r in judge(metrics, SERVER) if r["row"] == "membership:canary")
+    assert row["tier"] == HIGH and "THE DP GUARANTEE DOES NOT HOLD" in row["reason"], row["reason"]
+    assert "rejected at p < 0.001" in row["reason"]
 
 
 def test_a_gaussian_claim_beyond_the_delta_cap_is_refuted_by_the_fdp_test_of_its_curve():

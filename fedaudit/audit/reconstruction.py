@@ -237,16 +237,28 @@ def _power(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput]
             sizes[str(k)] = PowerSize(status="not available", reason=why)
             continue
         sizes[str(k)] = _power_size(auditor, out, *found, k, score, latent, prior_only)
+    return power_of(sizes)
+
+
+def power_of(sizes: dict[str, PowerSize]) -> Power:
+    """A victim's positive control from its sizes: each question's p-value, Bonferroni over the sizes that ran (the
+    row's victims are corrected in the verdict)."""
     ran = [(r.p_reveals, r.p_record_level) for r in sizes.values() if r.p_reveals is not None]
     if not ran:
         reasons = sorted({r.reason or "" for r in sizes.values()})
         return Power(status="not available", reason="; ".join(reasons), sizes=sizes)
-    # Bonferroni over the sizes tried: the victim's power p-values.
     p_reveals = min(1.0, len(ran) * min(reveals for reveals, _ in ran))
     p_record = min(1.0, len(ran) * min(record if record is not None else 1.0 for _, record in ran))
     return Power(status="measured", p_value=min(p_reveals, p_record), p_reveals=p_reveals, p_record_level=p_record,
                  reached=p_reveals <= POWER_ALPHA or p_record <= POWER_ALPHA, record_level=p_record <= POWER_ALPHA,
                  sizes=sizes, rule=POWER_RULE)
+
+
+def record_level_p(identifiability: float, p_against_chance: float, prior_only: float) -> float:
+    """One control size's record-level p: its reconstructions single out their source members (the permutation p
+    against chance) only where they are also nearer them than the prior-only control's reconstructions are — what
+    the prior alone gives is no power. Not above the prior-only control: 1."""
+    return p_against_chance if identifiability > prior_only else 1.0
 
 
 def _power_reconstructions(auditor: Auditor, out: AttackOutput, counter: dict[Key, AttackOutput],
@@ -293,7 +305,7 @@ def _power_size(auditor: Auditor, out: AttackOutput, recon: Any, targets: Any, k
     size = PowerSize(per_class=per_class, images=int(auditor.power_records(out.victim, per_class).shape[0]),
                      identifiability=ident.value, ci95=ident.ci95, p_value=ident.p_value, chance=ident.chance,
                      prior_only=null_value, p_reveals=min(1.0, len(lifts) * min(lifts)) if lifts else 1.0,
-                     p_record_level=ident.p_value if ident.value > null_value else 1.0)
+                     p_record_level=record_level_p(ident.value, ident.p_value, null_value))
     if k == POWER_SINGLE:
         size = size.with_(records_per_artifact=1)  # ``images`` artifacts of one image each
     size = size.with_(**found)

@@ -112,7 +112,9 @@ class Refuted(Rule[Strongest]):
     name = "refuted"
 
     def decide(self, case: Case) -> Decision[Strongest] | None:
-        refuted = [ev for ev in case.evidence if (claim_of(ev).p_claim_adjusted or 1.0) <= case.t.alpha]
+        # `is not None`, never `or 1.0`: a p of exactly 0.0 (binom.sf underflows at δ = 0) is the strongest evidence
+        refuted = [ev for ev in case.evidence
+                   if (p := claim_of(ev).p_claim_adjusted) is not None and p <= case.t.alpha]
         if not refuted:
             return None
         top = max(refuted, key=lambda ev: ev.value)
