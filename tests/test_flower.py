@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+pytestmark = pytest.mark.extra  # needs the flower extra: CI runs it in the environment with the extras
 flwr = pytest.importorskip("flwr")
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402

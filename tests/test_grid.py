@@ -126,6 +126,7 @@ def test_points_run_side_by_side_in_worker_processes(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extra
 def test_the_example_grid_gives_the_same_metrics_on_ray_as_locally(tmp_path):
     """examples/grid.toml (2 methods × 2 targets × 1 seed on digits, 2 rounds) on both backends at one torch
     thread per point: 4 complete runs each, sweep.json and compare.html, and every point's metrics equal."""

@@ -24,6 +24,8 @@ from fedaudit.interop.nvflare import FedauditRecorder
 from fedaudit.interop.recording_reader import read_recording
 from fedaudit.interop.recording_verify import verify_recording
 
+pytestmark = pytest.mark.extra  # needs the nvflare extra: CI runs it in the environment with the extras
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "examples.pytorch_fedavg.net:Net"
 
