@@ -5,14 +5,13 @@ from __future__ import annotations
 from functools import partial
 
 import torch
-import torchvision
 from torch import Tensor, nn
 
 from fedaudit.models.norms import make_norm
 
 SMALL_IMAGE_MAX = 64  # at or below this size the CIFAR stem is used
 
-_CONSTRUCTORS = {"resnet18": torchvision.models.resnet18, "resnet50": torchvision.models.resnet50}
+RESNETS = ("resnet18", "resnet50")
 
 
 class ResNetEncoder(nn.Module):
@@ -30,7 +29,13 @@ class ResNetEncoder(nn.Module):
 
     def __init__(self, arch: str, norm: str = "bn", image_size: int = 224, mixstyle: nn.Module | None = None) -> None:
         super().__init__()
-        net = _CONSTRUCTORS[arch](weights=None, norm_layer=partial(make_norm, norm))
+        # torchvision is imported here, not with fedaudit: it loads its detection ops and torch's compiler (~2 s), which
+        # every `fedaudit` command paid at start-up, --help included, for a model most runs never build.
+        import torchvision.models
+
+        if arch not in RESNETS:
+            raise ValueError(f"unknown ResNet {arch!r}; use one of {', '.join(RESNETS)}")
+        net = getattr(torchvision.models, arch)(weights=None, norm_layer=partial(make_norm, norm))
         if image_size <= SMALL_IMAGE_MAX:
             net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
             nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")  # as torchvision
