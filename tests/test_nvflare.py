@@ -91,6 +91,49 @@ def test_the_server_component_records_each_task_result_and_the_final_aggregate(t
     assert rec.artifact(upload).tensors["NUM_STEPS_CURRENT_ROUND"].item() == 7  # the site's, not the task's 5
 
 
+def test_what_the_server_component_records_audits_to_a_complete_run(tmp_path):
+    """Issue 71: the recorder wrote NVFlare's job id and round offset into a framework block the audit's model did not
+    declare, and every NVFlare audit ended in a traceback after its attacks — seen only by a slow test CI never ran.
+    Here, at a fast test's cost: NVFlare's own objects drive the recorder over two rounds of the example's model, and
+    `fedaudit audit` ends in a complete run whose metrics.json stores the framework block as recorded."""
+    import nvflare
+    from typer.testing import CliRunner
+
+    from examples.pytorch_fedavg.net import Net
+    from fedaudit.cli import app
+
+    torch.manual_seed(0)
+    states = [{k: v.float() for k, v in Net(num_classes=10, width=4).state_dict().items()} for _ in range(3)]
+    rec_dir = tmp_path / "rec"
+    recorder = FedauditRecorder(str(rec_dir), architecture={"model": MODEL, "num_classes": 10, "image_size": 32,
+                                                            "args": {"width": 4}},
+                                data={"dataset": "digits", "seed": 0, "target_domain": "textured"})
+    recorder.handle_event(EventType.START_RUN, _ctx())
+    for rnd in (0, 1):
+        for site in ("clean", "colour"):
+            task = f"task-{rnd}-{site}"
+            recorder.handle_event(EventType.AFTER_TASK_DATA_FILTER, _ctx(site, task, **{
+                FLContextKey.TASK_DATA: _shareable(states[rnd], rnd)}))
+            recorder.handle_event(EventType.AFTER_TASK_RESULT_FILTER, _ctx(site, task, **{
+                FLContextKey.TASK_RESULT: _shareable(states[rnd + 1], rnd)}))
+        recorder.handle_event(AppEventType.AFTER_SHAREABLE_TO_LEARNABLE, _ctx(**{
+            AppConstants.GLOBAL_MODEL: make_model_learnable({k: v.numpy() for k, v in states[rnd + 1].items()}, {}),
+            AppConstants.CURRENT_ROUND: rnd}))
+    recorder.handle_event(EventType.END_RUN, _ctx())
+
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["audit", str(rec_dir), "--model", MODEL, "--attack", "none", "--device", "cpu",
+                                      "--out", str(out)])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert "does not match metrics.schema.json" not in result.output, result.output
+    (run_dir,) = out.iterdir()
+    assert (run_dir / "COMPLETE").exists()
+    recording = json.loads((run_dir / "metrics.json").read_text())["provenance"]["recording"]
+    assert recording["framework"] == {"name": "nvflare", "version": nvflare.__version__, "job_id": "simulate_job",
+                                      "round_offset": 1}
+    assert recording["verification"]["status"] == "verified"
+
+
 def test_a_refusal_stops_the_job_in_one_line(tmp_path, monkeypatch):
     rec_dir = tmp_path / "rec"
     first = FedauditRecorder(str(rec_dir))

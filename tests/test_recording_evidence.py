@@ -392,3 +392,75 @@ def test_records_the_manifest_names_but_the_recording_lacks_are_asked_for_with_t
     result = runner.invoke(app, ["audit", str(recording), "--attack", "mia-loss", "--out", str(tmp_path / "runs")])
     said = " ".join(result.output.split())
     assert result.exit_code == 2 and "have no members/ folder" in said and "--records PATH" in said, said
+
+
+# -- the manifest's framework block, declared once (issue 71) ------------------------------------------------------
+
+
+def test_a_framework_field_the_reader_does_not_declare_is_refused_in_one_line(recording, tmp_path):
+    """A manifest whose framework block holds a field the reader's model does not declare (made by another version,
+    or altered) is refused when the recording is read — one line naming the field — not by a traceback after the
+    attacks have run, as NVFlare's job_id once was."""
+    path = recording / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["framework"] = {**manifest["framework"], "shard_of": "site-1"}
+    path.write_text(json.dumps(manifest))
+    _refused(recording, tmp_path, "its framework block is not one this fedaudit reads", "shard_of")
+
+
+def test_a_recorder_that_writes_an_undeclared_framework_field_fails_where_it_is_written(tmp_path):
+    """Every recorder builds the block through the reader's own model: a field that model does not declare fails in
+    the recorder (and in its tests), one line; the fields the recorders write read back whole."""
+    from fedaudit.interop.recording_reader import framework_of
+    from fedaudit.interop.recording_writer import start_recording
+
+    with pytest.raises(FedauditError) as caught:
+        start_recording(tmp_path / "bad", framework={"name": "nvflare", "version": "2.9.0", "job": "simulate_job"})
+    assert "'job'" in str(caught.value) and "\n" not in str(caught.value)
+    path = start_recording(tmp_path / "ok", framework={"name": "nvflare", "version": "2.9.0", "job_id": "simulate_job",
+                                                      "round_offset": 1})
+    block = framework_of(json.loads(path.read_text()))
+    assert (block.name, block.job_id, block.round_offset) == ("nvflare", "simulate_job", 1)
+
+
+def test_an_audit_that_fails_after_its_directory_exists_leaves_none_and_says_so_in_one_line(tmp_path, monkeypatch):
+    """Issue 71: a failure while the audit stores its result (here a stored block failing its model, as the NVFlare
+    framework block once did) removes the half-written run directory and reads as one line, status 2, no
+    traceback; the same recording, unbroken, audits to a complete run."""
+    from pydantic import ValidationError
+
+    from examples.pytorch_fedavg.net import Net
+    from fedaudit.interop import audit_recording
+    from fedaudit.run.stored.provenance import Framework
+
+    torch.manual_seed(0)
+    model = Net(num_classes=10, width=4)
+    root = tmp_path / "rec"
+    recorder = Recorder(root, model=model, architecture={"model": "examples.pytorch_fedavg.net:Net", "num_classes": 10,
+                                                         "image_size": 32, "args": {"width": 4}},
+                        data={"dataset": "digits", "seed": 0, "target_domain": "textured"})
+    for rnd in (1, 2):
+        for client in ("clean", "colour"):
+            recorder.send(rnd, "server", client, model.state_dict())
+            recorder.send(rnd, client, "server", model.state_dict())
+    recorder.release(model.state_dict())
+    recorder.close()
+    args = ["audit", str(root), "--model", "examples.pytorch_fedavg.net:Net", "--attack", "none", "--device", "cpu",
+            "--quiet"]
+
+    def broken(*_args, **_kwargs):
+        Framework.model_validate({"name": "x", "undeclared": 1})
+
+    monkeypatch.setattr(audit_recording, "store_verdict", broken)
+    out = tmp_path / "runs"
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    (line,) = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert "could not store its result" in line and "'undeclared'" in line and "left no run directory" in line
+    assert not out.exists() or list(out.iterdir()) == []
+    assert isinstance(result.exception, SystemExit) and not isinstance(result.exception, ValidationError)
+    monkeypatch.undo()
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = out.iterdir()
+    assert (run_dir / "COMPLETE").exists()

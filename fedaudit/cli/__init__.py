@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
@@ -24,6 +25,7 @@ from fedaudit.errors import FedauditError, PointCrashed, unknown_choice
 from fedaudit.models.factory import parse_model_args
 from fedaudit.run.config import parse_split
 from fedaudit.run.results import RunMetrics, VerdictRow
+from fedaudit.run.stored.core import first_problem
 
 from .flags import audit_signature, declared_options, evaluate_signature, given_method_flags, refuse_leftovers
 from .help import SectionedCommand
@@ -132,6 +134,9 @@ def audit(recording: Path, **given: Any) -> None:
                                                records=records, **options)
     except FedauditError as exc:
         fail(str(exc))
+    except ValidationError as exc:  # a block of what the audit stores failed its model: the audit left no directory
+        fail(f"the audit could not store its result ({first_problem(exc)}) and left no run directory; if the "
+             f"recording is as it was made, this is a fedaudit bug: report it with {recording}/manifest.json")
     except KeyboardInterrupt:
         err_console().print("interrupted; an unfinished audit leaves no directory: run it again", highlight=False,
                             markup=False)

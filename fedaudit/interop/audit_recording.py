@@ -406,40 +406,40 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
         t0 = time.perf_counter()
         leakage, secure_aggregation = attack_recording(rec, selected, run_dir, cfg, method, fed, dataset, device, scored)
         attack_seconds = time.perf_counter() - t0
-    except BaseException:
+        shares = recorded_shares(rec)
+        accuracy = (fed.results().with_(note=f"the deployed model: {judged['what']}") if scored else
+                    Accuracy(status="unscored", why=UNSCORED, unseen_domain=None, source_val=SourceVal(mean=None, per_domain={}),
+                             selected_round=deployed.round, note=f"the deployed model ({judged['what']}) was not scored"))
+        metrics = RunMetrics(
+            method=cfg.method, dataset=cfg.dataset, target_domain=target, source_domains=clients,
+            auditor_data=(AuditorData(status="held", dataset=cfg.dataset) if scored else
+                          AuditorData(status="none", why=UNSCORED, left_out=dict(left_out or {}),
+                                      needs_data=["every leakage score and its nulls, twin and positive control",
+                                                  "membership inference", "accuracy of the deployed model"])),
+            accuracy=accuracy,
+            communication=communication(fed, shares),
+            secure_aggregation=secure_aggregation,
+            leakage=leakage,
+            privacy=recorded_privacy(rec, shares) or privacy(
+                fed, shares, no_dp="no DP mechanism in the recording's manifest: whether the clients trained with one is "
+                                   "not known here (start_recording(dp=...) declares it)"),
+            provenance=provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
+                                                                  "wall": time.perf_counter() - wall0}, unpinned,
+                                  fed.model, data_warnings=thin).with_(recording=AuditedRecording.model_validate({
+                                      "path": str(rec.root.resolve()), "framework": rec.framework,
+                                      "verification": rec.verification, "run_id": rec.manifest.get("run_id"),
+                                      "framework_run_id": rec.manifest.get("framework_run_id"),
+                                      "nodes": {str(k): v for k, v in rec.nodes.items()}, "deployed_model": judged,
+                                      "secure_aggregation": rec.secure_aggregation(),
+                                      "participation": rec.participation()})))
+        store_verdict(metrics, cfg.attacker)
+        run_directory.write_csv(run_dir / "history.csv", fed.history)
+        run_directory.write_jsonl(run_dir / "wire.jsonl", wire.ledger_rows())
+        written = write_metrics(run_dir / "metrics.json", metrics)
+        run_directory.mark_complete(run_dir, ["config.json", "metrics.json", "history.csv", "wire.jsonl"])
+    except BaseException:  # whatever fails after the directory exists (a stored block's check included)
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: an audit is rerun whole
         raise
-    shares = recorded_shares(rec)
-    accuracy = (fed.results().with_(note=f"the deployed model: {judged['what']}") if scored else
-                Accuracy(status="unscored", why=UNSCORED, unseen_domain=None, source_val=SourceVal(mean=None, per_domain={}),
-                         selected_round=deployed.round, note=f"the deployed model ({judged['what']}) was not scored"))
-    metrics = RunMetrics(
-        method=cfg.method, dataset=cfg.dataset, target_domain=target, source_domains=clients,
-        auditor_data=(AuditorData(status="held", dataset=cfg.dataset) if scored else
-                      AuditorData(status="none", why=UNSCORED, left_out=dict(left_out or {}),
-                                  needs_data=["every leakage score and its nulls, twin and positive control",
-                                              "membership inference", "accuracy of the deployed model"])),
-        accuracy=accuracy,
-        communication=communication(fed, shares),
-        secure_aggregation=secure_aggregation,
-        leakage=leakage,
-        privacy=recorded_privacy(rec, shares) or privacy(
-            fed, shares, no_dp="no DP mechanism in the recording's manifest: whether the clients trained with one is "
-                               "not known here (start_recording(dp=...) declares it)"),
-        provenance=provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
-                                                              "wall": time.perf_counter() - wall0}, unpinned,
-                              fed.model, data_warnings=thin).with_(recording=AuditedRecording.model_validate({
-                                  "path": str(rec.root.resolve()), "framework": rec.manifest.get("framework"),
-                                  "verification": rec.verification, "run_id": rec.manifest.get("run_id"),
-                                  "framework_run_id": rec.manifest.get("framework_run_id"),
-                                  "nodes": {str(k): v for k, v in rec.nodes.items()}, "deployed_model": judged,
-                                  "secure_aggregation": rec.secure_aggregation(),
-                                  "participation": rec.participation()})))
-    store_verdict(metrics, cfg.attacker)
-    run_directory.write_csv(run_dir / "history.csv", fed.history)
-    run_directory.write_jsonl(run_dir / "wire.jsonl", wire.ledger_rows())
-    written = write_metrics(run_dir / "metrics.json", metrics)
-    run_directory.mark_complete(run_dir, ["config.json", "metrics.json", "history.csv", "wire.jsonl"])
     return run_dir, written
 
 

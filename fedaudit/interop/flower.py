@@ -33,6 +33,7 @@ from fedaudit.errors import FedauditError
 from fedaudit.interop.recording import SERVER_NODE_ID, RecordingWriter, seal_recording
 from fedaudit.interop.recording_writer import check_fresh
 from fedaudit.interop.recording import start_recording as core_start_recording
+from fedaudit.run.stored.provenance import Framework
 from fedaudit.simulation.wire import SERVER, client_role
 
 ROUND_KEY = "server-round"  # where Flower's strategies put the round (configure_train / configure_evaluate)
@@ -48,7 +49,7 @@ def start_recording(root: str | Path, *, run_id: int | None = None, strategy: An
     dp = dp_parameters(strategy, dp_delta) if strategy is not None else None
     if dp is not None:
         manifest["dp"] = dp
-    return core_start_recording(root, framework={"name": "flower", "version": flwr.__version__},
+    return core_start_recording(root, framework=Framework(name="flower", version=flwr.__version__),
                                 framework_run_id=run_id, **manifest)
 
 

@@ -42,6 +42,7 @@ from nvflare.app_common.app_event_type import AppEventType
 from fedaudit.errors import FedauditError
 from fedaudit.interop.recording import node_id_for, seal_recording
 from fedaudit.interop.recording_writer import LEDGER, SERVER_NODE_ID, RecordingWriter, start_recording, write_manifest
+from fedaudit.run.stored.provenance import Framework
 from fedaudit.simulation.wire import SERVER, client_role
 
 MODEL, DELTA = "model", "model_delta"  # record names: whole weights, and weight differences (declared model_delta)
@@ -94,8 +95,8 @@ class FedauditRecorder(FLComponent):
         # kept in the manifest but not used to tell runs apart: a directory holding any recorded run is refused.
         start_recording(root, architecture=self.architecture, data=self.data, recipe=self.recipe, prior=self.prior,
                         record_kinds={DELTA: "model_delta", **(self.record_kinds or {})}, dp=self.dp,
-                        framework={"name": "nvflare", "version": nvflare.__version__, "job_id": str(fl_ctx.get_job_id()),
-                                   "round_offset": 1})
+                        framework=Framework(name="nvflare", version=nvflare.__version__,
+                                            job_id=str(fl_ctx.get_job_id()), round_offset=1))
         self._writer = RecordingWriter(root, "server")
 
     def _sent(self, fl_ctx: FLContext) -> None:

@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 from torch import Tensor
 
 from fedaudit.errors import FedauditError
+from fedaudit.run.stored.core import first_problem
+from fedaudit.run.stored.provenance import Framework
 from fedaudit.interop.recording_writer import FORMAT, LEDGER, MANIFEST, NODES, SERVER_NODE_ID, classify_record
 from fedaudit.interop.recording_checks import DAMAGED, check_row, inside, is_evaluation, is_release, own_file, trains
 from fedaudit.interop.recording_shards import unmerged_shards
@@ -33,6 +36,11 @@ class Recording:
     rows: list[dict[str, Any]]
     verification: dict[str, Any] | None = None  # what fedaudit.interop.recording_verify checked, once it has
     copies: list[dict[str, Any]] = field(default_factory=list)  # the other side's copy of a message both recorded
+
+    @property
+    def framework(self) -> Framework:
+        """The manifest's framework block, as the recorder built it (validated when the recording was read)."""
+        return framework_of(self.manifest)
 
     def reclassify(self, model_state: Mapping[str, tuple[int, ...]]) -> int:
         """Name the generic records that are the given model's state (whole or part) — for a recording made
@@ -196,7 +204,20 @@ def _manifest(root: Path) -> dict[str, Any]:
         raise FedauditError(f"{path} is not a JSON object; {DAMAGED}")
     if manifest.get("format") != FORMAT:
         raise FedauditError(f"{path} has format {manifest.get('format')!r}, this fedaudit reads {FORMAT!r}")
+    try:
+        framework_of(manifest)
+    except ValidationError as exc:
+        raise FedauditError(f"{path}: its framework block is not one this fedaudit reads ({first_problem(exc)}); "
+                            f"{DAMAGED}, or audit it with the fedaudit version that recorded it") from None
     return manifest
+
+
+def framework_of(manifest: Mapping[str, Any]) -> Framework:
+    """The manifest's framework block as its model declares it (a bare name, or none, as a name)."""
+    block = manifest.get("framework")
+    if isinstance(block, Mapping):
+        return Framework.model_validate(dict(block))
+    return Framework.model_validate({"name": block if block is not None else "none"})
 
 
 def _nodes(root: Path, manifest: Mapping[str, Any]) -> dict[int, str]:

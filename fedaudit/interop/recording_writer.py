@@ -41,9 +41,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
+from fedaudit.run.stored.core import first_problem
+from fedaudit.run.stored.provenance import Framework
 from fedaudit.run.run_directory import atomic_path, safe_name
 from fedaudit.simulation.wire import SERVER, ArtifactKind
 
@@ -97,7 +100,7 @@ def start_recording(root: str | Path, *, model: nn.Module | None = None,
                     architecture: Mapping[str, Any] | None = None, record_kinds: Mapping[str, str] | None = None,
                     data: Mapping[str, Any] | None = None, recipe: Mapping[str, Any] | None = None,
                     prior: Mapping[str, Any] | None = None, nodes: Mapping[int, str] | None = None,
-                    dp: Mapping[str, Any] | None = None, framework: Mapping[str, Any] | None = None,
+                    dp: Mapping[str, Any] | None = None, framework: Framework | Mapping[str, Any] | None = None,
                     framework_run_id: int | str | None = None, append: bool = False, run_id: str | None = None,
                     shard: str | None = None) -> Path:
     """Create ``root`` with its manifest, before the run (any framework, or none: :class:`Recorder`).
@@ -133,13 +136,27 @@ def start_recording(root: str | Path, *, model: nn.Module | None = None,
     if dp:
         dp = check_dp(dp, "start_recording")
     return write_manifest(Path(root), {
-        "framework": dict(framework) if framework else {"name": "none"},
+        "framework": framework_block(framework),
         "framework_run_id": framework_run_id, "model": dict(architecture) if architecture else None,
         "model_state": state, "model_order": order, "record_kinds": check_kinds(record_kinds or {}), "data": dict(data) if data else None,
         "recipe": dict(recipe) if recipe else None, "prior": dict(prior) if prior else None,
         "nodes": {str(k): v for k, v in nodes.items()} if nodes else None, "server_node_id": SERVER_NODE_ID,
         "dp": dict(dp) if dp else None, "run_id": run_id,
     }, mode="shard" if shard is not None else "append" if append else "start", shard=shard, append=append)
+
+
+def framework_block(framework: Framework | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The manifest's framework block, built as the reader's model declares it (:class:`Framework`): a field that model
+    does not declare fails here, where a recorder is written and tested, not in a user's audit."""
+    if framework is None:
+        return Framework(name="none").dump()
+    if isinstance(framework, Framework):
+        return framework.dump()
+    try:
+        return Framework.model_validate(dict(framework)).dump()
+    except ValidationError as exc:
+        raise FedauditError(f"start_recording: framework= is not a framework block ({first_problem(exc)}); give "
+                            "name, version and only the fields fedaudit.run.stored.provenance.Framework declares") from None
 
 
 def write_manifest(root: Path, manifest: dict[str, Any], *, mode: str = "start", shard: str | None = None,

@@ -140,4 +140,17 @@ def _strict(annotation: Any) -> TypeAdapter[Any]:
     return TypeAdapter(annotation, config=ConfigDict(strict=True))
 
 
-__all__ = ["Keyed", "Stored"]
+def first_problem(exc: ValidationError) -> str:
+    """A validation error in one line: its first problem, with the field's path and the value given, and how many
+    more there are (pydantic's own message spans lines)."""
+    errors = exc.errors()
+    if not errors:
+        return str(exc).splitlines()[0]
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "the block"
+    given = f" (given {first['input']!r:.80})" if "input" in first and not isinstance(first["input"], Mapping) else ""
+    more = f"; {len(errors) - 1} more problem(s)" if len(errors) > 1 else ""
+    return f"{exc.title} field {where!r}: {first.get('msg', 'invalid')}{given}{more}"
+
+
+__all__ = ["Keyed", "Stored", "first_problem"]

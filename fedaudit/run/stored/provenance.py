@@ -98,10 +98,16 @@ class Verification(Stored):
 
 
 class Framework(Stored):
-    """The federated framework a recording came from."""
+    """The federated framework a recording came from: the manifest's framework block, as its recorder built it."""
+
+    # Declared once (issue 71: NVFlare's recorder wrote two fields this model lacked, and every NVFlare audit ended in
+    # a traceback): each recorder builds this model (recording_writer.framework_block), the reader validates the block
+    # against it before anything is judged, and the audit stores it.
 
     name: str = "?"
     version: str = ""
+    job_id: str | None = None  # NVFlare's job id: it names the job, not the run (its simulator calls every job "simulate_job")
+    round_offset: int | None = None  # what the recorder added to the framework's round numbers (NVFlare counts from 0)
 
 
 class DeployedModel(Stored):
