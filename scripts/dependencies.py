@@ -39,7 +39,7 @@ BASE, EXTRAS = "test", "test,flower,nvflare,ray"
 LOCKS = {BASE: ROOT / "constraints.txt", EXTRAS: ROOT / "constraints-extras.txt"}
 # What each environment's checks run, after every command's --help: the README's test command in the README's
 # environment; with the extras, the tests of the CLI (typer is what the extras move) and of the extras themselves.
-SUITES: dict[str, list[list[str]]] = {BASE: [[]], EXTRAS: [["tests/test_cli.py"], ["-m", "extra and not slow"]]}
+SUITES: dict[str, list[list[str]]] = {BASE: [[]], EXTRAS: [["tests/test_cli.py"], ["-m", "extra"]]}
 
 
 @dataclass
@@ -174,7 +174,7 @@ def write_lock(venv: Path, extras: str) -> Path:
     frozen = run([str(venv / "bin" / "python"), "-m", "pip", "freeze", "--exclude-editable"]).stdout
     what = "the README's environment" if extras == BASE else "the environment with every extra"
     checked = ("every command's --help and the fast suite" if extras == BASE else
-               "every command's --help, tests/test_cli.py and the extras' tests (-m 'extra and not slow')")
+               "every command's --help, tests/test_cli.py and the extras' tests (-m extra)")
     header = (f"# The versions {what} (pip install -e \".[{extras}]\") last passed with: {checked}.\n"
               f"# Made by `python scripts/dependencies.py --write-lock` on {datetime.date.today()} "
               f"(Python {platform.python_version()}, {platform.machine()} {platform.system()}); do not edit by hand.\n"
