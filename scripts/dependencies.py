@@ -9,7 +9,8 @@ command's ``--help`` through the installed script and the fast suite (``python -
 (``.[test,flower,nvflare,ray]``, whose caps may move shared packages) and runs the CLI's and the extras' tests. Where
 something fails it reverts one package at a time to the version the lock holds, re-runs only what failed, and prints
 which package at which version broke what. Run it before refreshing the lock, and whenever a fresh install
-misbehaves; it takes about a quarter of an hour on 2 cores (``--no-suite``: help and the extras' tests only).
+misbehaves; it took 19 min on 2 cores when it wrote the locks of 2026-12-07, before the extras' slow tests (~2.5 min)
+joined its checks (``--no-suite``: help and the extras' tests only).
 
 Two locks, because the extras cap packages the README's environment does not (Flower 1.41-1.42 caps typer below 0.21
 and rich below 15): ``constraints.txt`` is the README's environment, ``constraints-extras.txt`` the one with every
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import platform
 import re
@@ -161,6 +163,7 @@ def blame(venv: Path, extras: str, suite: bool, failed: set[str], newest: dict[s
     return blamed
 
 
+@functools.cache
 def _declared() -> set[str]:
     import tomllib
 
@@ -189,7 +192,7 @@ def machine_constraints(venv: Path) -> str:
     return ", ".join(line for line in found.splitlines() if "constraint" in line) or "none"
 
 
-def environment(venv: Path, extras: str, suite: bool, limit: int) -> tuple[bool, dict[str, str]]:
+def environment(venv: Path, extras: str, suite: bool, limit: int) -> bool:
     """Install the newest allowed versions of ``.[extras]`` into ``venv``, check, and say what broke."""
     print(f"\n== .[{extras}]: installing the newest versions allowed (no lock) ...", flush=True)
     pip(venv, "install", "--quiet", "--upgrade", "--upgrade-strategy", "eager", "-e", f".[{extras}]")
@@ -202,14 +205,14 @@ def environment(venv: Path, extras: str, suite: bool, limit: int) -> tuple[bool,
     outcome = checks(venv, extras, suite)
     print(f"checks: {outcome.passed} passed, {len(outcome.failed)} failed")
     if not outcome.failed:
-        return True, newest
+        return True
     for name, why in outcome.failed.items():
         print(f"  FAILED {name}: {why}")
     if lock:
         print("finding which package broke what ...", flush=True)
         for package, broken in blame(venv, extras, suite, set(outcome.failed), newest, lock, limit).items():
             print(f"BROKE {package}:\n    " + "\n    ".join(broken))
-    return False, newest
+    return False
 
 
 def main() -> int:
@@ -230,7 +233,7 @@ def main() -> int:
         print(f"scratch environment: {venv}; machine-wide pip constraints: {machine_constraints(venv)}")
         results = {}
         for extras in (BASE,) if args.no_extras else (BASE, EXTRAS):
-            ok, _ = environment(venv, extras, not args.no_suite, args.max_reverts)
+            ok = environment(venv, extras, not args.no_suite, args.max_reverts)
             results[extras] = ok
             if ok and args.write_lock:
                 print(f"wrote {write_lock(venv, extras).relative_to(ROOT)}")

@@ -201,13 +201,15 @@ def test_every_test_that_needs_an_extra_is_marked_so_ci_runs_it(pyproject):
 # -- the lock (issue 70): what the README installs, pinned, and within the ranges above -------------------------
 
 
-def readme_install() -> str:
-    """The `pip install` part of the README's first command, as .ci/run reads it."""
-    block = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S)
-    assert block, "README.md has no bash block"
-    line = next((ln for ln in block.group(1).splitlines() if ln.startswith("pip install ")), None)
-    assert line, "the README's first command has no `pip install` line"
-    return line.split(" && ")[0]
+def readme_commands() -> dict[str, str]:
+    """The README's two commands, by the reader .ci/run uses (scripts/readme_commands.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_commands", ROOT / "scripts" / "readme_commands.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.readme_commands()
 
 
 def pins(path: Path) -> dict[str, str]:
@@ -233,11 +235,13 @@ def lock_problems(pyproject: dict, lock: dict[str, str], extras: tuple[str, ...]
 
 
 def test_the_readme_installs_with_the_lock_and_the_lock_pins_what_it_installs(pyproject):
-    """The README's install line uses constraints.txt; each lock pins every requirement of the environment it is
+    """The README's install line (as .ci/run reads and runs it) uses constraints.txt; each lock pins every requirement of the environment it is
     for, inside pyproject.toml's ranges (a floor raised without refreshing the lock fails here, not on a user's
     machine); and a lock that left one out, or one outside its range, is named."""
-    line = readme_install()
+    commands = readme_commands()
+    line = commands["install"]
     assert "-c constraints.txt" in line and '-e ".[test]"' in line, line
+    assert commands["tests"] == "python -m pytest -q"
     base, extras = pins(ROOT / "constraints.txt"), pins(ROOT / "constraints-extras.txt")
     assert lock_problems(pyproject, base, ("test",)) == []
     assert lock_problems(pyproject, extras, ("test", "flower", "nvflare", "ray")) == []

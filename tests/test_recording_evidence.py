@@ -411,15 +411,15 @@ def test_a_framework_field_the_reader_does_not_declare_is_refused_in_one_line(re
 def test_a_recorder_that_writes_an_undeclared_framework_field_fails_where_it_is_written(tmp_path):
     """Every recorder builds the block through the reader's own model: a field that model does not declare fails in
     the recorder (and in its tests), one line; the fields the recorders write read back whole."""
-    from fedaudit.interop.recording_reader import framework_of
     from fedaudit.interop.recording_writer import start_recording
+    from fedaudit.run.stored.provenance import Framework
 
     with pytest.raises(FedauditError) as caught:
         start_recording(tmp_path / "bad", framework={"name": "nvflare", "version": "2.9.0", "job": "simulate_job"})
     assert "'job'" in str(caught.value) and "\n" not in str(caught.value)
     path = start_recording(tmp_path / "ok", framework={"name": "nvflare", "version": "2.9.0", "job_id": "simulate_job",
                                                       "round_offset": 1})
-    block = framework_of(json.loads(path.read_text()))
+    block = Framework.of(json.loads(path.read_text())["framework"])
     assert (block.name, block.job_id, block.round_offset) == ("nvflare", "simulate_job", 1)
 
 
@@ -456,7 +456,7 @@ def test_an_audit_that_fails_after_its_directory_exists_leaves_none_and_says_so_
     result = runner.invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     (line,) = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
-    assert "could not store its result" in line and "'undeclared'" in line and "left no run directory" in line
+    assert "failed its model" in line and "'undeclared'" in line and "left no run directory" in line
     assert not out.exists() or list(out.iterdir()) == []
     assert isinstance(result.exception, SystemExit) and not isinstance(result.exception, ValidationError)
     monkeypatch.undo()

@@ -134,9 +134,9 @@ def audit(recording: Path, **given: Any) -> None:
                                                records=records, **options)
     except FedauditError as exc:
         fail(str(exc))
-    except ValidationError as exc:  # a block of what the audit stores failed its model: the audit left no directory
-        fail(f"the audit could not store its result ({first_problem(exc)}) and left no run directory; if the "
-             f"recording is as it was made, this is a fedaudit bug: report it with {recording}/manifest.json")
+    except ValidationError as exc:  # a typed block failed its model, wherever: the audit removed its directory
+        fail(f"the audit stopped on a block that failed its model ({first_problem(exc)}) and left no run directory; "
+             f"if the recording is as it was made, this is a fedaudit bug: report it with {recording}/manifest.json")
     except KeyboardInterrupt:
         err_console().print("interrupted; an unfinished audit leaves no directory: run it again", highlight=False,
                             markup=False)

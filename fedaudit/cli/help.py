@@ -6,7 +6,7 @@ printed ``--secure-aggregati…``, a flag no user could copy. The plain formatte
 help to the next line when the name is long. The sections keep the panels the flags declare, the common flags
 first.
 
-Typer builds its commands on click, and since typer 0.22 on a copy of click of its own (``typer._click``), not on
+Typer builds its commands on click, and since typer 0.26 on a copy of click of its own (``typer._click``), not on
 the click that pip installs beside it. So this module calls only methods of the objects it is handed — the
 command's own ``format_usage``/``format_help_text``/``format_epilog``, the formatter's ``section``/``write``, each
 parameter's ``get_help_record`` — and never names click: whichever copy built the command formats it.

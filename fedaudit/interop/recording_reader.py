@@ -36,11 +36,7 @@ class Recording:
     rows: list[dict[str, Any]]
     verification: dict[str, Any] | None = None  # what fedaudit.interop.recording_verify checked, once it has
     copies: list[dict[str, Any]] = field(default_factory=list)  # the other side's copy of a message both recorded
-
-    @property
-    def framework(self) -> Framework:
-        """The manifest's framework block, as the recorder built it (validated when the recording was read)."""
-        return framework_of(self.manifest)
+    framework: Framework = field(default_factory=lambda: Framework.of(None))  # the manifest's block, as validated
 
     def reclassify(self, model_state: Mapping[str, tuple[int, ...]]) -> int:
         """Name the generic records that are the given model's state (whole or part) — for a recording made
@@ -169,7 +165,7 @@ def read_recording(root: str | Path) -> Recording:
     root = Path(root).expanduser()
     if not root.is_dir():
         raise FedauditError(f"recording {root} does not exist; give the directory the recorder wrote")
-    manifest = _manifest(root)
+    manifest, framework = _manifest(root)
     nodes = _nodes(root, manifest)
     unmerged = unmerged_shards(root, manifest)
     if unmerged:
@@ -187,10 +183,12 @@ def read_recording(root: str | Path) -> Recording:
     if len([r for r in rows if is_release(r)]) > len({r["record"] for r in rows if is_release(r)}):
         raise FedauditError(f"{ledger} records a released model more than once; a run releases one final model — "
                             "record each run into its own directory")
-    return Recording(root, manifest, nodes, rows, copies=[_named(r, nodes, server_node, ledger) for r in copies])
+    return Recording(root, manifest, nodes, rows, copies=[_named(r, nodes, server_node, ledger) for r in copies],
+                     framework=framework)
 
 
-def _manifest(root: Path) -> dict[str, Any]:
+def _manifest(root: Path) -> tuple[dict[str, Any], Framework]:
+    """The manifest, and its framework block validated by the model the recorders build it with."""
     path = root / MANIFEST
     if not path.is_file():
         raise FedauditError(f"{root} has no {MANIFEST}: not a fedaudit recording; record with fedaudit's Recorder or "
@@ -205,19 +203,10 @@ def _manifest(root: Path) -> dict[str, Any]:
     if manifest.get("format") != FORMAT:
         raise FedauditError(f"{path} has format {manifest.get('format')!r}, this fedaudit reads {FORMAT!r}")
     try:
-        framework_of(manifest)
+        return manifest, Framework.of(manifest.get("framework"))
     except ValidationError as exc:
         raise FedauditError(f"{path}: its framework block is not one this fedaudit reads ({first_problem(exc)}); "
                             f"{DAMAGED}, or audit it with the fedaudit version that recorded it") from None
-    return manifest
-
-
-def framework_of(manifest: Mapping[str, Any]) -> Framework:
-    """The manifest's framework block as its model declares it (a bare name, or none, as a name)."""
-    block = manifest.get("framework")
-    if isinstance(block, Mapping):
-        return Framework.model_validate(dict(block))
-    return Framework.model_validate({"name": block if block is not None else "none"})
 
 
 def _nodes(root: Path, manifest: Mapping[str, Any]) -> dict[int, str]:

@@ -148,12 +148,8 @@ def start_recording(root: str | Path, *, model: nn.Module | None = None,
 def framework_block(framework: Framework | Mapping[str, Any] | None) -> dict[str, Any]:
     """The manifest's framework block, built as the reader's model declares it (:class:`Framework`): a field that model
     does not declare fails here, where a recorder is written and tested, not in a user's audit."""
-    if framework is None:
-        return Framework(name="none").dump()
-    if isinstance(framework, Framework):
-        return framework.dump()
     try:
-        return Framework.model_validate(dict(framework)).dump()
+        return Framework.of(framework).dump()
     except ValidationError as exc:
         raise FedauditError(f"start_recording: framework= is not a framework block ({first_problem(exc)}); give "
                             "name, version and only the fields fedaudit.run.stored.provenance.Framework declares") from None
