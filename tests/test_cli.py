@@ -419,14 +419,14 @@ def test_every_command_help_exits_0_through_the_installed_entry_point():
     user runs it — the `fedaudit` script pip installed, in a process of its own, at 80 columns — and must exit 0 with
     its usage and no traceback. Beside them, `python -m fedaudit.cli` with a user error: one line, exit 2."""
     import os
-    import shutil
+    import sysconfig
     from pathlib import Path
 
     import typer.main
 
-    script = Path(sys.executable).with_name("fedaudit")
-    script = str(script) if script.exists() else shutil.which("fedaudit")
-    assert script, "no `fedaudit` script beside this Python or on PATH: install fedaudit as the README says"
+    # this environment's script, not whichever `fedaudit` PATH finds first (another install would be tested instead)
+    script = Path(sysconfig.get_path("scripts")) / "fedaudit"
+    assert script.exists(), f"no {script}: install fedaudit into this environment as the README says"
     commands = ["", *typer.main.get_command(app).commands]  # "" is `fedaudit --help`
     env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
     runs = {name: subprocess.Popen([script, *([name] if name else []), "--help"], stdout=subprocess.PIPE,
