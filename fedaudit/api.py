@@ -257,7 +257,7 @@ def seal_recording(recording: str | Path) -> tuple[str, list[str]]:
         raise FedauditError(f"recording {root} does not exist; give the directory the recorder wrote")
     digest = seal(root)
     rec = read_recording(root)  # what was sealed reads back whole
-    return digest, sorted(rec.manifest.get("shards") or {})
+    return digest, sorted(rec.manifest.shards or {})
 
 
 def run_option_names() -> set[str]:

@@ -79,7 +79,7 @@ def test_the_server_component_records_each_task_result_and_the_final_aggregate(t
 
     rec = read_recording(rec_dir)
     assert verify_recording(rec)["status"] == "verified"
-    assert rec.manifest["framework"]["name"] == "nvflare" and rec.manifest["framework"]["job_id"] == "simulate_job"
+    assert rec.manifest.framework.name == "nvflare" and rec.manifest.framework.job_id == "simulate_job"
     models = [(r["round"], r["sender"], r["receiver"], r["kind"]) for r in rec.rows if r["record"] == "model"]
     assert (2, "client:colour", "server", "full_model") not in models and (2, "client:clean", "server", "full_model") in models
     assert (1, "server", "client:colour", "full_model") in models

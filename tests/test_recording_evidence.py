@@ -405,22 +405,41 @@ def test_a_framework_field_the_reader_does_not_declare_is_refused_in_one_line(re
     manifest = json.loads(path.read_text())
     manifest["framework"] = {**manifest["framework"], "shard_of": "site-1"}
     path.write_text(json.dumps(manifest))
-    _refused(recording, tmp_path, "its framework block is not one this fedaudit reads", "shard_of")
+    _refused(recording, tmp_path, "is not a manifest this fedaudit reads", "framework.shard_of")
 
 
-def test_a_recorder_that_writes_an_undeclared_framework_field_fails_where_it_is_written(tmp_path):
-    """Every recorder builds the block through the reader's own model: a field that model does not declare fails in
-    the recorder (and in its tests), one line; the fields the recorders write read back whole."""
+DECLARED_BLOCKS = {  # start_recording's argument → a block as the recorders write it, and the manifest's key
+    "framework": ({"name": "nvflare", "version": "2.9.0", "job_id": "simulate_job", "round_offset": 1}, "framework"),
+    "architecture": ({"model": "cnn", "norm": "bn", "num_classes": 10, "image_size": 32, "channels": 3}, "model"),
+    "data": ({"dataset": "digits", "seed": 0, "target_domain": "textured"}, "data"),
+    "recipe": ({"lr": 0.01, "momentum": 0.9, "weight_decay": 5e-4, "batch_size": 32, "local_epochs": 1, "rounds": 2,
+                "augment": True}, "recipe"),
+    "prior": ({"classes": ["a", "b"], "mean": [0.5] * 3, "std": [0.25] * 3, "hflip": False}, "prior"),
+    "dp": ({"mechanism": "central-dp-server-side-fixed-clipping", "noise_multiplier": 1.0, "clipping_norm": 1.0,
+            "num_sampled_clients": 2}, "dp"),
+}
+
+
+@pytest.mark.parametrize("argument", sorted(DECLARED_BLOCKS))
+def test_a_recorder_that_writes_an_undeclared_manifest_field_fails_where_it_is_written(tmp_path, argument):
+    """Every recorder writes the manifest through the reader's own model (fedaudit.interop.manifest): a field that
+    model does not declare, in any block, fails in the recorder (and so in the recorder's tests), one line naming it
+    — a misspelt recipe key is no longer silently the default. Each block as the recorders write it reads back
+    whole, and a value of the wrong type (a count given as text) fails as well."""
+    from fedaudit.interop.recording_reader import _manifest
     from fedaudit.interop.recording_writer import start_recording
-    from fedaudit.run.stored.provenance import Framework
 
+    block, key = DECLARED_BLOCKS[argument]
     with pytest.raises(FedauditError) as caught:
-        start_recording(tmp_path / "bad", framework={"name": "nvflare", "version": "2.9.0", "job": "simulate_job"})
-    assert "'job'" in str(caught.value) and "\n" not in str(caught.value)
-    path = start_recording(tmp_path / "ok", framework={"name": "nvflare", "version": "2.9.0", "job_id": "simulate_job",
-                                                      "round_offset": 1})
-    block = Framework.of(json.loads(path.read_text())["framework"])
-    assert (block.name, block.job_id, block.round_offset) == ("nvflare", "simulate_job", 1)
+        start_recording(tmp_path / "bad", **{argument: {**block, "undeclared_field": 1}})
+    said = str(caught.value)
+    assert f"'{key}.undeclared_field'" in said and "\n" not in said and not (tmp_path / "bad" / "manifest.json").exists(), said
+    first = next(iter(block))
+    with pytest.raises(FedauditError, match=f"{key}.{first}\\b"):
+        start_recording(tmp_path / "wrong", **{argument: {**block, first: {"a": "block"}}})
+    start_recording(tmp_path / "ok", **{argument: block})
+    written = _manifest(tmp_path / "ok").model_dump(exclude_unset=True)[key]
+    assert {k: written.get(k) for k in block} == block, written  # dp: check_dp adds delta's default
 
 
 def test_an_audit_that_fails_after_its_directory_exists_leaves_none_and_says_so_in_one_line(tmp_path, monkeypatch):

@@ -59,7 +59,7 @@ def test_two_processes_record_one_run_as_shards_with_distinct_nodes(tmp_path):
         sent = row["round"] + (0.5 if row["direction"] == "up" else 0.0)
         assert torch.equal(rec.artifact(row).tensors["w"], torch.full((4,), sent))
     assert verify_recording(rec)["status"] == "verified"
-    assert seal_recording(root) == rec.manifest["ledger_sha256"]  # sealing again changes nothing
+    assert seal_recording(root) == rec.manifest.ledger_sha256  # sealing again changes nothing
 
 
 def test_two_processes_appending_into_one_ledger_get_distinct_nodes(tmp_path):

@@ -136,12 +136,15 @@ def test_a_method_whose_local_loss_no_recipe_replays_declares_none_and_a_recordi
     fed, _, prior = _federation("fedsb", rounds=1)
     assert prior.round_recipes == {} and "fedsb declares no recipe" in prior.replay_note
 
-    class Manifest:
-        def __init__(self, recipe):
-            self.manifest = {"recipe": recipe} if recipe is not None else {}
+    from fedaudit.interop.manifest import Manifest, Recipe
 
-    assert undeclared_recipe(Manifest({"local_epochs": 1, "batch_size": 32, "lr": 0.01})) == ""
-    assert "declares no local_epochs, batch_size, lr" in undeclared_recipe(Manifest(None))
+    class Recorded:
+        def __init__(self, recipe):
+            self.manifest = Manifest(run_id="r", recipe=Recipe(**recipe) if recipe is not None else None)
+
+    assert undeclared_recipe(Recorded({"local_epochs": 1, "batch_size": 32, "lr": 0.01})) == ""
+    assert "declares no batch_size, lr" in undeclared_recipe(Recorded({"local_epochs": 1}))
+    assert "declares no local_epochs, batch_size, lr" in undeclared_recipe(Recorded(None))
 
 
 def test_replay_masks_give_each_reference_the_targets_training_size_and_every_record_both_sides():

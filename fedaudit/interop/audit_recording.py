@@ -35,6 +35,7 @@ from fedaudit.data.split import thin_splits
 from fedaudit.errors import FedauditError
 from fedaudit.interop.auditor_data import (NO_DATA, PRIOR_KEYS, RECORDS_LAYOUT, UNSCORED, auditor_data, public_data,
                                            recorded_clients)
+from fedaudit.interop.manifest import AuditorDataDeclared
 from fedaudit.interop.recorded_dp import recorded_privacy
 from fedaudit.interop.recording_checks import trains
 from fedaudit.interop.recording_reader import Recording
@@ -65,8 +66,8 @@ REPLAY_KEYS = ("local_epochs", "batch_size", "lr")  # a replay reference cannot 
 def undeclared_recipe(rec: Recording) -> str:
     """Why reference models cannot replay the recorded clients' local rounds ("" where the manifest's recipe says
     enough: its other keys default to fedaudit's, which the audit stores)."""
-    recipe = rec.manifest.get("recipe") or {}
-    missing = [k for k in REPLAY_KEYS if k not in recipe]
+    recipe = rec.manifest.recipe
+    missing = [k for k in REPLAY_KEYS if recipe is None or getattr(recipe, k) is None]
     if not missing:
         return ""
     return (f"the recording declares no {', '.join(missing)} of the clients' local recipe (record with recipe={{...}}: "
@@ -78,20 +79,20 @@ def recorded_config(rec: Recording, records: str | Path | None = None, dataset: 
     deployment's own records are the dataset ``records:PATH``; what the reviewer names — ``records``, the folder of
     ``--records``, or ``dataset``, the spec of ``--dataset`` — takes the place of the manifest's data)."""
     m = rec.manifest
-    data, model, recipe = m.get("data") or {}, m.get("model") or {}, m.get("recipe") or {}
-    options: dict[str, Any] = {"method": m.get("method", "fedavg")}
-    for key in ("target_domain", "seed"):
-        if key in data:
-            options[key] = data[key]
-    options.update({k: model[k] for k in ("model", "norm", "image_size") if k in model})
-    if isinstance(model.get("args"), dict) and model["args"]:
-        options["model_args"] = dict(model["args"])
-    options.update({k: recipe[k] for k in RECIPE_KEYS if k in recipe})
+    data = m.data or AuditorDataDeclared()
+    options: dict[str, Any] = {"method": m.method or "fedavg"}
+    options.update(data.model_dump(include={"target_domain", "seed"}, exclude_none=True))
+    if m.model is not None:
+        options.update(m.model.model_dump(include={"model", "norm", "image_size"}, exclude_none=True))
+        if m.model.args:
+            options["model_args"] = dict(m.model.args)
+    if m.recipe is not None:
+        options.update(m.recipe.model_dump(include=set(RECIPE_KEYS), exclude_none=True))
     spec = auditor_dataset(rec, data, records, dataset)
     if spec is not None:
         options["dataset"] = spec
     else:
-        if not m.get("prior"):
+        if m.prior is None:
             raise FedauditError(f"{rec.root}/manifest.json names neither the auditor's data (data.dataset, or "
                                 f"data.records: {RECORDS_LAYOUT}) nor what is public about the inputs (prior: "
                                 f"{PRIOR_KEYS}); record with start_recording(data=...) to score the attacks, or "
@@ -102,7 +103,7 @@ def recorded_config(rec: Recording, records: str | Path | None = None, dataset: 
     return options
 
 
-def auditor_dataset(rec: Recording, data: Mapping[str, Any], records: str | Path | None,
+def auditor_dataset(rec: Recording, data: AuditorDataDeclared, records: str | Path | None,
                     dataset: str | None) -> str | None:
     """The dataset spec the auditor scores with: what the reviewer names (``--records PATH`` or ``--dataset SPEC``),
     else the manifest's ``data.records`` or ``data.dataset`` — a path in either followed only where it lies inside the
@@ -112,14 +113,11 @@ def auditor_dataset(rec: Recording, data: Mapping[str, Any], records: str | Path
                             "deployment's own records, --dataset SPEC for data fedaudit splits")
     if dataset is not None:
         return dataset  # the reviewer's own choice, checked as evaluate checks it
-    if records is not None or "records" in data:
-        return f"records:{auditor_records(rec, data.get('records'), records)}"
-    spec = data.get("dataset")
+    if records is not None or data.records is not None:
+        return f"records:{auditor_records(rec, data.records, records)}"
+    spec = data.dataset  # a string: the manifest's model holds it to its type
     if spec is None:
         return None
-    if not isinstance(spec, str):
-        raise FedauditError(f"{rec.root}/manifest.json data.dataset is {spec!r}, not a dataset name; pass the "
-                            "auditor's data with --dataset SPEC or --records PATH")
     if spec.startswith(FOLDER):
         return FOLDER + confined_folder(rec, spec[len(FOLDER):], "data.dataset", "the clients' dataset",
                                         f"--dataset {FOLDER}{{}}")
@@ -426,9 +424,9 @@ def audit(rec: Recording, cfg: RunConfig, method: Method, selected: Sequence[typ
             provenance=provenance(cfg, dataset, device, command, {"attacks": attack_seconds,
                                                                   "wall": time.perf_counter() - wall0}, unpinned,
                                   fed.model, data_warnings=thin).with_(recording=AuditedRecording.model_validate({
-                                      "path": str(rec.root.resolve()), "framework": rec.framework,
-                                      "verification": rec.verification, "run_id": rec.manifest.get("run_id"),
-                                      "framework_run_id": rec.manifest.get("framework_run_id"),
+                                      "path": str(rec.root.resolve()), "framework": rec.manifest.framework,
+                                      "verification": rec.verification, "run_id": rec.manifest.run_id,
+                                      "framework_run_id": rec.manifest.framework_run_id,
                                       "nodes": {str(k): v for k, v in rec.nodes.items()}, "deployed_model": judged,
                                       "secure_aggregation": rec.secure_aggregation(),
                                       "participation": rec.participation()})))

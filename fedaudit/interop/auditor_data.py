@@ -17,6 +17,7 @@ from fedaudit.data import MultiDomainDataset, load_dataset, lodo_split
 from fedaudit.data.base import ClientData, LODOSplit
 from fedaudit.data.split import stratified_split
 from fedaudit.errors import FedauditError
+from fedaudit.interop.manifest import Prior
 from fedaudit.interop.recording_reader import Recording
 from fedaudit.run.config import RunConfig
 from fedaudit.run.seeds import derive_seed
@@ -79,12 +80,12 @@ def load_records(path: str, image_size: int, seed: int) -> tuple[MultiDomainData
 def public_data(rec: Recording, image_size: int) -> tuple[MultiDomainDataset, LODOSplit]:
     """No records: what is public about the clients' data (the manifest's ``prior``: classes, normalisation,
     flips) and the recorded clients' names as its domains, each holding nothing. An attack needs no more."""
-    prior = rec.manifest.get("prior") or {}
+    prior = rec.manifest.prior or Prior()
     where = f"{rec.root}/manifest.json prior"
-    classes = prior.get("classes")
-    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
+    classes = prior.classes
+    if not classes:
         raise FedauditError(f"{where} has no list of class names (classes); give {PRIOR_KEYS}")
-    declared = (rec.manifest.get("model") or {}).get("num_classes")
+    declared = rec.manifest.model.num_classes if rec.manifest.model is not None else None
     if declared is not None and declared != len(classes):
         raise FedauditError(f"{where} names {len(classes)} classes but the model declares num_classes {declared}; "
                             "give one name per output of the model")
@@ -105,13 +106,12 @@ def public_data(rec: Recording, image_size: int) -> tuple[MultiDomainDataset, LO
 def prior_normalisation(rec: Recording) -> dict[str, Any]:
     """What the manifest's ``prior`` says about the clients' inputs: normalisation ``(x/255 - mean) / std`` and
     whether flips keep labels (each checked, one line naming the problem)."""
-    prior = rec.manifest.get("prior") or {}
+    prior = rec.manifest.prior or Prior()
     where = f"{rec.root}/manifest.json prior"
-    norm: dict[str, Any] = {"hflip": bool(prior.get("hflip", False))}
+    norm: dict[str, Any] = {"hflip": bool(prior.hflip)}
     for key in ("mean", "std"):
-        v = prior.get(key)
-        if (not isinstance(v, list) or len(v) != 3 or not all(isinstance(x, (int, float)) for x in v)
-                or (key == "std" and min(v) <= 0)):
+        v = getattr(prior, key)  # numbers, by the manifest's model; here: three, and a std above 0
+        if v is None or len(v) != 3 or (key == "std" and min(v) <= 0):
             raise FedauditError(f"{where} {key} must be three numbers (one per RGB channel{', each > 0' if key == 'std' else ''}),"
                                 f" got {v!r}; give {PRIOR_KEYS}")
         norm[key] = tuple(float(x) for x in v)
@@ -130,7 +130,7 @@ def auditor_data(cfg: RunConfig, data_seed: int, rec: Recording | None = None) -
         return public_data(rec, cfg.image_size)
     if cfg.dataset.startswith("records:"):
         dataset, split = load_records(cfg.dataset[len("records:"):], cfg.image_size, cfg.seed)
-        if rec is not None and rec.manifest.get("prior"):  # the deployment's own preprocessing, where it said it
+        if rec is not None and rec.manifest.prior is not None:  # the deployment's own preprocessing, where it said it
             norm = prior_normalisation(rec)
             dataset.mean, dataset.std, dataset.hflip = norm["mean"], norm["std"], norm["hflip"]
         return dataset, split

@@ -45,7 +45,7 @@ DEFAULT_DELTA = 1e-5
 def check_dp(dp: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The manifest's ``dp`` block, each field checked (one line naming the field and what it must be)."""
     out = dict(dp)
-    if out.get("mechanism") not in MECHANISMS:
+    if not isinstance(out.get("mechanism"), str) or out["mechanism"] not in MECHANISMS:
         raise FedauditError(f"{where} dp.mechanism {out.get('mechanism')!r} is not one fedaudit can account; known: "
                             f"{', '.join(MECHANISMS)}")
     for key, low in (("noise_multiplier", 0.0), ("clipping_norm", 1e-300)):
@@ -67,10 +67,10 @@ def check_dp(dp: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 def recorded_privacy(rec: Recording, shares: tuple[tuple[ArtifactKind, str], ...]) -> Privacy | None:
     """The privacy section of an audit whose recording declares its DP mechanism (None when it declares none)."""
-    declared = rec.manifest.get("dp")
-    if not declared:
+    declared = rec.manifest.dp
+    if declared is None:
         return None
-    dp = check_dp(declared, f"{rec.root}/manifest.json")
+    dp = check_dp(declared.model_dump(exclude_none=True), f"{rec.root}/manifest.json")
     z, c, m = float(dp["noise_multiplier"]), float(dp["clipping_norm"]), int(dp["num_sampled_clients"])
     rounds = effective_noise(rec, z, m, dp["weighted_by_key"])
     history = [(r["noise_multiplier"], 1.0, 1) for r in rounds]

@@ -11,13 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import ValidationError
 from torch import Tensor
 
 from fedaudit.errors import FedauditError
-from fedaudit.run.stored.core import first_problem
-from fedaudit.run.stored.provenance import Framework
-from fedaudit.interop.recording_writer import FORMAT, LEDGER, MANIFEST, NODES, SERVER_NODE_ID, classify_record
+from fedaudit.interop.manifest import Manifest, checked_manifest, format_refusal
+from fedaudit.interop.recording_writer import LEDGER, MANIFEST, NODES, SERVER_NODE_ID, classify_record
 from fedaudit.interop.recording_checks import DAMAGED, check_row, inside, is_evaluation, is_release, own_file, trains
 from fedaudit.interop.recording_shards import unmerged_shards
 from fedaudit.simulation.wire import SERVER, Artifact, ArtifactKind, LedgerEntry, Wire, client_role, direction
@@ -31,17 +29,16 @@ class Recording:
     """A recording read back: its manifest, node names and ledger rows (one recorder's per message)."""
 
     root: Path
-    manifest: dict[str, Any]
+    manifest: Manifest  # validated by the model every recorder writes it through
     nodes: dict[int, str]
     rows: list[dict[str, Any]]
     verification: dict[str, Any] | None = None  # what fedaudit.interop.recording_verify checked, once it has
     copies: list[dict[str, Any]] = field(default_factory=list)  # the other side's copy of a message both recorded
-    framework: Framework = field(default_factory=lambda: Framework.of(None))  # the manifest's block, as validated
 
     def reclassify(self, model_state: Mapping[str, tuple[int, ...]]) -> int:
         """Name the generic records that are the given model's state (whole or part) — for a recording made
         without ``start_recording(model=...)``, once the audit knows the architecture. Returns how many rows."""
-        declared = self.manifest.get("record_kinds") or {}
+        declared = self.manifest.record_kinds
         changed = 0
         for row in self.rows:
             if row["kind"] != ArtifactKind.RECORD.value or row["record"] in declared or "shapes" not in row:
@@ -165,9 +162,9 @@ def read_recording(root: str | Path) -> Recording:
     root = Path(root).expanduser()
     if not root.is_dir():
         raise FedauditError(f"recording {root} does not exist; give the directory the recorder wrote")
-    manifest, framework = _manifest(root)
+    manifest = _manifest(root)
     nodes = _nodes(root, manifest)
-    unmerged = unmerged_shards(root, manifest)
+    unmerged = unmerged_shards(root, manifest.shards or {})
     if unmerged:
         raise FedauditError(f"{root} holds {len(unmerged)} shard(s) not sealed into one recording "
                             f"({', '.join(unmerged[:4])}): once every process of the run has finished, run "
@@ -175,7 +172,7 @@ def read_recording(root: str | Path) -> Recording:
     ledger = root / LEDGER
     raw = _ledger_rows(root, ledger)
     _one_run(raw, manifest, ledger)
-    server_node = manifest.get("server_node_id", SERVER_NODE_ID)
+    server_node = SERVER_NODE_ID if manifest.server_node_id is None else manifest.server_node_id
     kept, copies = _one_recorder_per_message(raw)
     rows = [_named(r, nodes, server_node, ledger) for r in kept]
     rows.sort(key=lambda r: (r["round"], r["time"]))
@@ -183,12 +180,11 @@ def read_recording(root: str | Path) -> Recording:
     if len([r for r in rows if is_release(r)]) > len({r["record"] for r in rows if is_release(r)}):
         raise FedauditError(f"{ledger} records a released model more than once; a run releases one final model — "
                             "record each run into its own directory")
-    return Recording(root, manifest, nodes, rows, copies=[_named(r, nodes, server_node, ledger) for r in copies],
-                     framework=framework)
+    return Recording(root, manifest, nodes, rows, copies=[_named(r, nodes, server_node, ledger) for r in copies])
 
 
-def _manifest(root: Path) -> tuple[dict[str, Any], Framework]:
-    """The manifest, and its framework block validated by the model the recorders build it with."""
+def _manifest(root: Path) -> Manifest:
+    """The manifest, validated whole by the model the recorders write it through, before anything is judged."""
     path = root / MANIFEST
     if not path.is_file():
         raise FedauditError(f"{root} has no {MANIFEST}: not a fedaudit recording; record with fedaudit's Recorder or "
@@ -200,19 +196,17 @@ def _manifest(root: Path) -> tuple[dict[str, Any], Framework]:
         raise FedauditError(f"{path} is not valid JSON ({exc}); record the run again") from None
     if not isinstance(manifest, dict):
         raise FedauditError(f"{path} is not a JSON object; {DAMAGED}")
-    if manifest.get("format") != FORMAT:
-        raise FedauditError(f"{path} has format {manifest.get('format')!r}, this fedaudit reads {FORMAT!r}")
-    try:
-        return manifest, Framework.of(manifest.get("framework"))
-    except ValidationError as exc:
-        raise FedauditError(f"{path}: its framework block is not one this fedaudit reads ({first_problem(exc)}); "
-                            f"{DAMAGED}, or audit it with the fedaudit version that recorded it") from None
+    refusal = format_refusal(manifest.get("format"), str(path))
+    if refusal:
+        raise FedauditError(refusal)
+    return checked_manifest(manifest, f"{path} is not a manifest this fedaudit reads",
+                            f"{DAMAGED}, or audit it with the fedaudit version that recorded it")
 
 
-def _nodes(root: Path, manifest: Mapping[str, Any]) -> dict[int, str]:
+def _nodes(root: Path, manifest: Manifest) -> dict[int, str]:
     """Node id → client name: the manifest's, then the node files'."""
-    named = manifest.get("nodes") or {}
-    if not isinstance(named, dict) or not all(str(k).isdigit() and isinstance(v, str) for k, v in named.items()):
+    named = manifest.nodes or {}
+    if not all(k.isdigit() for k in named):
         raise FedauditError(f"{root / MANIFEST}: field 'nodes' must map node ids to client names; {DAMAGED}")
     nodes = {int(k): v for k, v in named.items()}
     for node_file in sorted((root / NODES).glob("*.json")):
@@ -253,15 +247,15 @@ def _node(root: Path, node_file: Path) -> dict[str, Any]:
     return item
 
 
-def _one_run(rows: list[dict[str, Any]], manifest: Mapping[str, Any], ledger: Path) -> None:
+def _one_run(rows: list[dict[str, Any]], manifest: Manifest, ledger: Path) -> None:
     """A recording is one run: every row carries the manifest's run id, and one framework run id unless the
     run was continued (``append``)."""
     for n, row in enumerate(rows, 1):
-        if row.get("run_id") not in (None, manifest.get("run_id")):
+        if row.get("run_id") not in (None, manifest.run_id):
             raise FedauditError(f"{ledger} line {n} belongs to run {row['run_id']}, the manifest to run "
-                                f"{manifest.get('run_id')}: the recording mixes runs; record each run into its own directory")
+                                f"{manifest.run_id}: the recording mixes runs; record each run into its own directory")
     runs = sorted({str(r["framework_run_id"]) for r in rows if r.get("framework_run_id") is not None})
-    if len(runs) > 1 and not manifest.get("appended"):
+    if len(runs) > 1 and not manifest.appended:
         raise FedauditError(f"{ledger} holds messages of {len(runs)} framework runs ({', '.join(runs[:3])}): the "
                             "recording mixes runs; record each run into its own directory")
 
@@ -286,7 +280,7 @@ def _one_recorder_per_message(rows: list[dict[str, Any]]) -> tuple[list[dict[str
     server's for broadcasts; a message only one side recorded is kept as recorded. Returns (kept, the other
     side's copies): a client's copy of a broadcast is what it received, whatever the server recorded."""
     preferred = {"up": "client", "down": "server"}
-    by_message: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
+    by_message: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
     for r in rows:
         key = (r["src_node_id"], r["dst_node_id"], r["round"], r["message_type"])
         by_message.setdefault(key, {}).setdefault(r["recorded_by"], []).append(r)

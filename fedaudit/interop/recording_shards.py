@@ -45,9 +45,10 @@ def shard_dirs(root: Path) -> list[Path]:
     return sorted(d for d in folder.iterdir() if own_file(root, d).is_dir())
 
 
-def unmerged_shards(root: Path, manifest: dict[str, Any]) -> list[str]:
-    """Shards holding messages that the recording's ledger does not hold yet (the run was never sealed whole)."""
-    merged = manifest.get("shards") or {}
+def unmerged_shards(root: Path, merged: Iterable[str]) -> list[str]:
+    """Shards holding messages that the recording's ledger does not hold yet (the run was never sealed whole):
+    ``merged`` names those the manifest lists as merged."""
+    merged = set(merged)
     return [d.name for d in shard_dirs(root) if (d / LEDGER).is_file() and d.name not in merged]
 
 

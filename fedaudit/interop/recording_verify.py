@@ -48,7 +48,7 @@ def _ledger_mismatches(rec: Recording) -> tuple[str, Any, list[str]]:
     mismatches: list[str] = []
     ledger = rec.root / LEDGER
     digest = hashlib.sha256(ledger.read_bytes()).hexdigest()
-    sealed = rec.manifest.get("ledger_sha256")
+    sealed = rec.manifest.ledger_sha256
     if sealed is not None and sealed != digest:
         mismatches.append(f"{ledger} does not match the digest sealed in the manifest ({str(sealed)[:12]}… ≠ "
                           f"{digest[:12]}…): rows were added, removed or edited after the run ended")

@@ -41,16 +41,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import ValidationError
 from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
-from fedaudit.run.stored.core import first_problem
+from fedaudit.interop.manifest import FORMAT, checked_manifest
 from fedaudit.run.stored.provenance import Framework
 from fedaudit.run.run_directory import atomic_path, safe_name
 from fedaudit.simulation.wire import SERVER, ArtifactKind
 
-FORMAT = "fedaudit-recording/1"
 MANIFEST = "manifest.json"
 LEDGER = "wire.jsonl"
 MESSAGES = "messages"
@@ -136,23 +134,13 @@ def start_recording(root: str | Path, *, model: nn.Module | None = None,
     if dp:
         dp = check_dp(dp, "start_recording")
     return write_manifest(Path(root), {
-        "framework": framework_block(framework),
+        "framework": framework.dump() if isinstance(framework, Framework) else framework or {"name": "none"},
         "framework_run_id": framework_run_id, "model": dict(architecture) if architecture else None,
         "model_state": state, "model_order": order, "record_kinds": check_kinds(record_kinds or {}), "data": dict(data) if data else None,
         "recipe": dict(recipe) if recipe else None, "prior": dict(prior) if prior else None,
         "nodes": {str(k): v for k, v in nodes.items()} if nodes else None, "server_node_id": SERVER_NODE_ID,
         "dp": dict(dp) if dp else None, "run_id": run_id,
     }, mode="shard" if shard is not None else "append" if append else "start", shard=shard, append=append)
-
-
-def framework_block(framework: Framework | Mapping[str, Any] | None) -> dict[str, Any]:
-    """The manifest's framework block, built as the reader's model declares it (:class:`Framework`): a field that model
-    does not declare fails here, where a recorder is written and tested, not in a user's audit."""
-    try:
-        return Framework.of(framework).dump()
-    except ValidationError as exc:
-        raise FedauditError(f"start_recording: framework= is not a framework block ({first_problem(exc)}); give "
-                            "name, version and only the fields fedaudit.run.stored.provenance.Framework declares") from None
 
 
 def write_manifest(root: Path, manifest: dict[str, Any], *, mode: str = "start", shard: str | None = None,
@@ -182,6 +170,8 @@ def write_manifest(root: Path, manifest: dict[str, Any], *, mode: str = "start",
             merged["appended"] = True
             merged.pop("ledger_sha256", None)
             merged.pop("sealed_at", None)
+        # written as the reader's model holds it (issue 71): a field it does not declare fails here, in the recorder
+        merged = checked_manifest(merged, f"recording manifest {path}").model_dump(mode="json", exclude_unset=True)
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
     return path

@@ -102,8 +102,8 @@ class Framework(Stored):
     """The federated framework a recording came from: the manifest's framework block, as its recorder built it."""
 
     # Declared once (issue 71: NVFlare's recorder wrote two fields this model lacked, and every NVFlare audit ended in
-    # a traceback): each recorder builds this model (recording_writer.framework_block), the reader validates the block
-    # against it before anything is judged, and the audit stores it.
+    # a traceback): the manifest's model (fedaudit.interop.manifest.Manifest) holds it, so every recorder writes the
+    # block through it, the reader validates it before anything is judged, and the audit stores it.
 
     name: str = "?"
     version: str = ""
