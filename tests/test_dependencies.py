@@ -165,37 +165,66 @@ def _marks_extra(node: ast.AST) -> bool:
                and n.value.attr == "mark" for n in ast.walk(node))
 
 
-def unmarked_extra_tests(source: str, extra_only: set[str]) -> list[str]:
-    """Top-level statements and test functions that skip without an extra's package (``pytest.importorskip``)
-    and are not marked ``extra``."""
+def extra_examples(extra_only: set[str]) -> set[str]:
+    """The examples/ folders whose code imports an extra's package: a test that runs one needs that extra."""
+    return {path.parent.name for path in (ROOT / "examples").glob("*/*.py")
+            if any(_distributions(name.split(".")[0]) & extra_only
+                   for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                                else []))}
+
+
+def unmarked_extra_tests(source: str, extra_only: set[str], examples: set[str] = frozenset()) -> list[str]:
+    """Top-level statements and test functions that need an extra's package — skip without it
+    (``pytest.importorskip``), or run an example that imports it (one of ``examples``) — and are not marked
+    ``extra``; and those that run such an example without skipping where the extra is not installed (they would
+    fail in the README's environment, not skip)."""
     tree = ast.parse(source)
     module_marked = any(isinstance(s, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark"
                                                           for t in s.targets) and _marks_extra(s) for s in tree.body)
 
-    def needs_extra(node: ast.AST) -> bool:
+    def skips(node: ast.AST) -> bool:
         return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "importorskip"
                    and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)
                    and _distributions(n.args[0].value.split(".")[0]) & extra_only for n in ast.walk(node))
 
+    def runs_example(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and any(e in n.value for e in examples)
+                   for n in ast.walk(node))
+
+    module_skips = any(skips(stmt) for stmt in tree.body if not isinstance(stmt, ast.FunctionDef))
     found = []
     for stmt in tree.body:
+        name = stmt.name if isinstance(stmt, ast.FunctionDef) else f"line {stmt.lineno}"
         marked = module_marked or (isinstance(stmt, ast.FunctionDef) and any(map(_marks_extra, stmt.decorator_list)))
-        if needs_extra(stmt) and not marked:
-            found.append(stmt.name if isinstance(stmt, ast.FunctionDef) else f"line {stmt.lineno}")
+        if (skips(stmt) or runs_example(stmt)) and not marked:
+            found.append(name)
+        elif runs_example(stmt) and not (module_skips or skips(stmt)):
+            found.append(f"{name} (runs an extra's example: importorskip its package)")
     return found
 
 
 def test_every_test_that_needs_an_extra_is_marked_so_ci_runs_it(pyproject):
     """.ci/run runs the README's test command where the README installs (no extras: these tests skip), then
-    `-m extra` with the extras installed (issue 70). A test that skips without an extra's package and is not marked
-    `extra` would run nowhere."""
+    `-m extra` with the extras installed (issue 70). A test that needs an extra — skips without its package, or runs an
+    example that imports it — and is not marked `extra` would run nowhere: Flower's SecAgg+ example once did not
+    (issue 71)."""
     core, extras = declared(pyproject)
-    found = {str(p.relative_to(ROOT)): unmarked_extra_tests(p.read_text(encoding="utf-8"), extras - core)
-             for p in sorted((ROOT / "tests").glob("test_*.py"))}
+    examples = extra_examples(extras - core)
+    assert {"flower_digits", "nvflare_digits"} <= examples and "pytorch_fedavg" not in examples
+    found = {str(p.relative_to(ROOT)): unmarked_extra_tests(p.read_text(encoding="utf-8"), extras - core, examples)
+             for p in sorted((ROOT / "tests").glob("test_*.py")) if p.name != Path(__file__).name}  # not the rule's own
     assert {path: names for path, names in found.items() if names} == {}
     unmarked = 'import pytest\n\ndef test_x():\n    pytest.importorskip("flwr")\n'
     assert unmarked_extra_tests(unmarked, extras - core) == ["test_x"]
     assert unmarked_extra_tests("@pytest.mark.extra\n" + unmarked.split("\n\n", 1)[1], extras - core) == []
+    runs = 'import pytest\n\n@pytest.mark.extra\ndef test_y():\n    run("examples/flower_digits/secagg.py")\n'
+    assert unmarked_extra_tests(runs, extras - core, examples) == [
+        "test_y (runs an extra's example: importorskip its package)"]
+    assert unmarked_extra_tests(runs.replace("@pytest.mark.extra\n", ""), extras - core, examples) == ["test_y"]
+    assert unmarked_extra_tests(runs.replace("run(", 'pytest.importorskip("flwr"); run('), extras - core,
+                                examples) == []
 
 
 # -- the lock (issue 70): what the README installs, pinned, and within the ranges above -------------------------
