@@ -8,8 +8,9 @@ Run it with the fedaudit of the commit to keep, from this repository's root, in 
     git worktree add /tmp/at-COMMIT COMMIT
     PYTHONPATH=/tmp/at-COMMIT python tests/recordings/record_fixtures.py tests/recordings/COMMIT
 
-It uses only the recorders' public API, which has not changed since the recordings' format was first written, so
-this one script makes the fixtures of any commit. The federation is two clients (``clean``, ``colour``) and two
+It uses only the recorders' public API, which has not changed since the recordings' format was first written, and
+nothing of the test modules (it drives Flower and NVFlare as tests/test_flower.py and tests/test_nvflare.py do, with
+its own few lines), so this one script makes the fixtures of any commit. The federation is two clients (``clean``, ``colour``) and two
 rounds of a 16-pixel ``PlainCNN`` (tests/user_models.py, width 4: ~0.6k parameters) trained on fixed random inputs: the
 fixtures hold the recorders' formats, not a finding.
 """
@@ -22,6 +23,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # after PYTHONPATH: the recorded commit's fedaudit comes first
+from tests.user_models import PlainCNN  # the factory the audit imports (--model tests.user_models:PlainCNN)
+
 CLIENTS = ("clean", "colour")
 ROUNDS = 2
 SIZE = 16
@@ -32,25 +36,14 @@ MANIFEST = {"architecture": {"model": FACTORY, "args": {"width": 4}, "num_classe
                        "rounds": ROUNDS, "augment": False}}
 
 
-class PlainCNN(nn.Module):  # tests/user_models.py's, so that this script needs nothing of the commit it records
-    def __init__(self, num_classes: int = 10, width: int = 4) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
-        self.trunk = nn.Sequential(nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
-        self.classify = nn.Linear(2 * width, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classify(torch.flatten(self.trunk(self.stem(x)), 1))
-
-
 def initial() -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
-    return PlainCNN().state_dict()
+    return PlainCNN(width=4).state_dict()
 
 
 def local_round(state: dict[str, torch.Tensor], client: str, rnd: int) -> dict[str, torch.Tensor]:
     """A client's round: two SGD steps on its own fixed inputs (seeded by client and round)."""
-    model = PlainCNN()
+    model = PlainCNN(width=4)
     model.load_state_dict(state)
     gen = torch.Generator().manual_seed(1000 * rnd + CLIENTS.index(client))
     x, y = torch.randn(8, 3, SIZE, SIZE, generator=gen), torch.randint(0, 10, (8,), generator=gen)
@@ -70,7 +63,7 @@ def mean(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
 def record_plain(root: Path) -> None:
     from fedaudit.interop.recording import Recorder
 
-    recorder = Recorder(root, model=PlainCNN(), **MANIFEST)
+    recorder = Recorder(root, model=PlainCNN(width=4), **MANIFEST)
     state = initial()
     for rnd in range(1, ROUNDS + 1):
         uploads = []
@@ -130,7 +123,7 @@ def record_flower(root: Path) -> None:
                                    node_config={"name": names[m.metadata.dst_node_id]}, state=RecordDict(),
                                    run_config={})) for m in messages]
 
-    start_recording(root, run_id=7, model=PlainCNN(), **MANIFEST)
+    start_recording(root, run_id=7, model=PlainCNN(width=4), **MANIFEST)
     result = FedAvg(fraction_evaluate=0.0, min_available_nodes=2).start(
         grid=RecordingGrid(InProcessGrid(), root), initial_arrays=ArrayRecord(initial()), num_rounds=ROUNDS,
         train_config=ConfigRecord({"lr": 0.05}))
