@@ -96,6 +96,25 @@ def test_bad_config_file(tmp_path):
     _user_error(["evaluate", "--config", str(unknown)], "roundz")
 
 
+def test_a_block_failing_its_model_deep_in_a_run_is_one_line_and_the_run_is_never_marked_complete(tmp_path, monkeypatch):
+    """Issue 71: a stored block that fails its model after the run directory exists (as NVFlare's framework block
+    once did in `audit`) reads as one line, status 2, no traceback; the run stays incomplete, so `--resume` and
+    `report` know it for what it is."""
+    from fedaudit import pipeline
+    from fedaudit.run.stored.provenance import Framework
+
+    def broken(*_args, **_kwargs):
+        Framework.model_validate({"name": "x", "undeclared": 1})
+
+    monkeypatch.setattr(pipeline, "store_verdict", broken)
+    result = runner.invoke(app, ["evaluate", *FAST, "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    (line,) = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert "failed its model" in line and "'undeclared'" in line and "--resume" in line, line
+    (run_dir,) = tmp_path.iterdir()
+    assert not (run_dir / "COMPLETE").exists()
+
+
 def test_resume_of_a_folder_that_is_not_a_run(tmp_path):
     _user_error(["evaluate", "--resume", str(tmp_path)], "not a fedaudit run directory")
 

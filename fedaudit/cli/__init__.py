@@ -103,6 +103,10 @@ def evaluate(ctx: typer.Context, **given: Any) -> None:
                               reporter=RichReporter(quiet or json_summary), command=api.command_line(), **options)
     except FedauditError as exc:
         fail(str(exc))
+    except ValidationError as exc:  # a typed block failed its model deep in the run (issue 71): one line, not a traceback
+        fail(f"the run stopped on a block that failed its model ({first_problem(exc)}); it is left incomplete, never "
+             "marked complete — a fedaudit bug: report it with the run directory's config.json; its finished rounds "
+             "are saved, and `fedaudit evaluate --resume RUN_DIR` continues it once fixed")
     except PointCrashed as exc:  # a DP-sweep point crashed: its traceback is in its error.txt
         fail(str(exc), CRASH_EXIT)
     except KeyboardInterrupt:
