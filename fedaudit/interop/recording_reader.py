@@ -200,7 +200,9 @@ def _manifest(root: Path) -> Manifest:
     if refusal:
         raise FedauditError(refusal)
     return checked_manifest(manifest, f"{path} is not a manifest this fedaudit reads",
-                            f"{DAMAGED}, or audit it with the fedaudit version that recorded it")
+                            "a field no fedaudit recorder writes, or a value not of its type: the manifest was "
+                            "altered or written by hand — ask for the recording as it was made, or correct that field "
+                            "in a copy (fedaudit.interop.manifest declares each)")
 
 
 def _nodes(root: Path, manifest: Manifest) -> dict[int, str]:
