@@ -433,7 +433,7 @@ def test_a_recorder_that_writes_an_undeclared_manifest_field_fails_where_it_is_w
     with pytest.raises(FedauditError) as caught:
         start_recording(tmp_path / "bad", **{argument: {**block, "undeclared_field": 1}})
     said = str(caught.value)
-    assert f"'{key}.undeclared_field'" in said and "\n" not in said and not (tmp_path / "bad" / "manifest.json").exists(), said
+    assert f"'{key}.undeclared_field'" in said and "\n" not in said and not (tmp_path / "bad").exists(), said  # no orphan
     first = next(iter(block))
     with pytest.raises(FedauditError, match=f"{key}.{first}\\b"):
         start_recording(tmp_path / "wrong", **{argument: {**block, first: {"a": "block"}}})

@@ -151,8 +151,10 @@ def write_manifest(root: Path, manifest: dict[str, Any], *, mode: str = "start",
     recorded there, ``join`` is a side adding what it knows to the run being recorded, ``shard`` a process
     starting its own shard of the run ``manifest["run_id"]`` (with ``append``: continuing it)."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     path = root / MANIFEST
+    given = {k: v for k, v in manifest.items() if v is not None}
+    checked_manifest({**given, "run_id": given.get("run_id", "-")}, f"recording manifest {path}")  # before any mkdir
+    root.mkdir(parents=True, exist_ok=True)
     with _locked(root):
         old = json.loads(path.read_text()) if path.exists() else {}
         if mode == "shard":
