@@ -158,6 +158,19 @@ def test_a_shard_needs_a_run_id_and_its_own_name(tmp_path):
         Recorder(root, shard="../x", run_id=RUN)
 
 
+def test_shards_declaring_the_same_blocks_in_another_form_agree(tmp_path):
+    """Each process's declarations are compared in the form the manifest holds them (issue 71): a framework block
+    given as a model and the same block as a mapping, or a learning rate 1 and 1.0, are one declaration."""
+    from fedaudit.interop.recording_writer import start_recording
+    from fedaudit.run.stored.provenance import Framework
+
+    root = tmp_path / "rec"
+    start_recording(root, shard="site-1", run_id=RUN, framework=Framework(name="x", version="1"), recipe={"lr": 1})
+    start_recording(root, shard="site-2", run_id=RUN, framework={"name": "x", "version": "1"}, recipe={"lr": 1.0})
+    with pytest.raises(FedauditError, match="shard 'site-3' declares framework"):
+        start_recording(root, shard="site-3", run_id=RUN, framework=Framework(name="x", version="2"))
+
+
 def test_a_sealed_recordings_shards_cannot_change(tmp_path):
     root = tmp_path / "rec"
     _site(str(root), "site-1")  # in this process: what is tested is the seal, not the processes

@@ -59,7 +59,6 @@ log = logging.getLogger("fedaudit")
 # manifest's is to be overridden, and where and how the audit runs. Training options come from the manifest.
 AUDIT_OPTIONS = ("attack", "attacker", "victim", "dataset", "secure_aggregation", "model", "model_args", "norm", "image_size", "device", "precision",
                  "deterministic", "out", "lpips_weights", "judge_steps")
-RECIPE_KEYS = ("rounds", "local_epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "augment")
 REPLAY_KEYS = ("local_epochs", "batch_size", "lr")  # a replay reference cannot guess these of a client's round
 
 
@@ -87,7 +86,7 @@ def recorded_config(rec: Recording, records: str | Path | None = None, dataset: 
         if m.model.args:
             options["model_args"] = dict(m.model.args)
     if m.recipe is not None:
-        options.update(m.recipe.model_dump(include=set(RECIPE_KEYS), exclude_none=True))
+        options.update(m.recipe.model_dump(exclude_none=True))  # every recipe field is a run option of that name
     spec = auditor_dataset(rec, data, records, dataset)
     if spec is not None:
         options["dataset"] = spec

@@ -23,6 +23,7 @@ from fedaudit.run.stored.provenance import Framework
 FORMAT_NAME = "fedaudit-recording"
 FORMAT_VERSION = 1  # raise it only with a reader for the older versions, or a one-line refusal naming them
 FORMAT = f"{FORMAT_NAME}/{FORMAT_VERSION}"
+NO_FRAMEWORK = "none"  # the framework block's name for a loop no framework ran (fedaudit's Recorder)
 
 
 class Block(BaseModel):
@@ -103,7 +104,7 @@ class Manifest(Block):
 
     format: str = FORMAT
     run_id: str
-    framework: Framework = Field(default_factory=lambda: Framework.of(None))
+    framework: Framework = Field(default_factory=lambda: Framework(name=NO_FRAMEWORK))
     framework_run_id: int | str | None = None
     method: str | None = None  # never written by a recorder: a manifest written by hand may name the method run
     model: Architecture | None = None
@@ -125,7 +126,7 @@ class Manifest(Block):
     @classmethod
     def _framework(cls, value: object) -> object:
         # an older manifest's bare name (or none) is a name; a block is validated by Framework's own declaration
-        return {"name": value or "none"} if isinstance(value, str) or value is None else value
+        return {"name": value or NO_FRAMEWORK} if isinstance(value, str) or value is None else value
 
 
 DECLARED = "a manifest holds only the fields fedaudit.interop.manifest.Manifest declares, each of its type"

@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaudit.errors import FedauditError
-from fedaudit.interop.manifest import FORMAT, checked_manifest
+from fedaudit.interop.manifest import FORMAT, NO_FRAMEWORK, checked_manifest
 from fedaudit.run.stored.provenance import Framework
 from fedaudit.run.run_directory import atomic_path, safe_name
 from fedaudit.simulation.wire import SERVER, ArtifactKind
@@ -134,7 +134,7 @@ def start_recording(root: str | Path, *, model: nn.Module | None = None,
     if dp:
         dp = check_dp(dp, "start_recording")
     return write_manifest(Path(root), {
-        "framework": framework.dump() if isinstance(framework, Framework) else framework or {"name": "none"},
+        "framework": framework or {"name": NO_FRAMEWORK},
         "framework_run_id": framework_run_id, "model": dict(architecture) if architecture else None,
         "model_state": state, "model_order": order, "record_kinds": check_kinds(record_kinds or {}), "data": dict(data) if data else None,
         "recipe": dict(recipe) if recipe else None, "prior": dict(prior) if prior else None,
@@ -152,8 +152,7 @@ def write_manifest(root: Path, manifest: dict[str, Any], *, mode: str = "start",
     starting its own shard of the run ``manifest["run_id"]`` (with ``append``: continuing it)."""
     root = Path(root)
     path = root / MANIFEST
-    given = {k: v for k, v in manifest.items() if v is not None}
-    checked_manifest({**given, "run_id": given.get("run_id", "-")}, f"recording manifest {path}")  # before any mkdir
+    manifest = _as_declared(manifest, path)  # checked before any folder exists, and in the form the file holds
     root.mkdir(parents=True, exist_ok=True)
     with _locked(root):
         old = json.loads(path.read_text()) if path.exists() else {}
@@ -172,11 +171,19 @@ def write_manifest(root: Path, manifest: dict[str, Any], *, mode: str = "start",
             merged["appended"] = True
             merged.pop("ledger_sha256", None)
             merged.pop("sealed_at", None)
-        # written as the reader's model holds it (issue 71): a field it does not declare fails here, in the recorder
-        merged = checked_manifest(merged, f"recording manifest {path}").model_dump(mode="json", exclude_unset=True)
+        checked_manifest(merged, f"recording manifest {path}")  # with what the file held (another version may have written it)
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def _as_declared(manifest: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """What a recorder declares, in the form the file holds it (issue 71): through the reader's model, so a field it
+    does not declare, or a value of the wrong type, fails here, in the recorder — and a block given as a model
+    (``Framework(...)``) compares equal to the same block another process wrote. ``None`` values declare nothing."""
+    given = {k: v for k, v in manifest.items() if v is not None}
+    checked = checked_manifest({"run_id": "", **given}, f"recording manifest {path}")  # run_id: added on writing
+    return {k: v for k, v in checked.model_dump(mode="json", exclude_unset=True).items() if k in given}
 
 
 def _start_shard(root: Path, old: Mapping[str, Any], manifest: Mapping[str, Any], shard: str | None,

@@ -4,7 +4,6 @@ held the clients' records."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
@@ -110,13 +109,6 @@ class Framework(Stored):
     job_id: str | None = None  # NVFlare's job id: it names the job, not the run (its simulator calls every job "simulate_job")
     round_offset: int | None = None  # what the recorder added to the framework's round numbers (NVFlare counts from 0)
 
-    @classmethod
-    def of(cls, block: Framework | Mapping[str, Any] | str | None) -> Framework:
-        """The block as a recorder gives it or a manifest holds it (a bare name, or none, as a name); pydantic's
-        ValidationError for a field this model does not declare or a value of the wrong type."""
-        if isinstance(block, Framework):
-            return block
-        return cls.model_validate(dict(block) if isinstance(block, Mapping) else {"name": block or "none"})
 
 
 class DeployedModel(Stored):
