@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ flwr = pytest.importorskip("flwr")
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
-from flwr.serverapp import Grid  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
@@ -31,8 +29,7 @@ from fedaudit.interop.recording_reader import read_recording  # noqa: E402
 from fedaudit.simulation.dp_accounting import GAUSSIAN  # noqa: E402
 from fedaudit.simulation.wire import ArtifactKind  # noqa: E402
 
-SERVER_NODE = 1
-NAMES = {101: "clean", 202: "colour"}
+from tests.flower_grid import NAMES, SERVER_NODE, FakeGrid, array_bytes  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -72,52 +69,6 @@ def client_app(root: Path, steps: int = 1) -> ClientApp:
                                    "metrics": MetricRecord({"num-examples": 10 + context.node_id % 7})}), reply_to=msg)
 
     return app
-
-
-class FakeGrid(Grid):
-    """A Grid that delivers each message to its node's ClientApp in this process."""
-
-    def __init__(self, apps: dict[int, ClientApp], node_configs: dict[int, dict] | None = None):
-        self.apps = apps
-        self.node_configs = node_configs or {node: {"name": NAMES[node]} for node in apps}
-        self.sent: list[Message] = []
-        self.replies: list[Message] = []
-        self.bytes_by_round: dict[int, int] = {}  # taken at send time: the strategy reuses its config record
-
-    def set_run(self, run) -> None:
-        pass
-
-    @property
-    def run(self):
-        return type("Run", (), {"run_id": 7})()
-
-    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
-        return Message(content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return list(self.apps)
-
-    def push_messages(self, messages):
-        raise NotImplementedError
-
-    def pull_messages(self, message_ids):
-        raise NotImplementedError
-
-    def send_and_receive(self, messages, *, timeout=None):
-        out = []
-        for msg in messages:
-            self.sent.append(msg)
-            node = msg.metadata.dst_node_id
-            ctx = Context(run_id=7, node_id=node, node_config=self.node_configs[node], state=RecordDict(), run_config={})
-            out.append(self.apps[node](msg, ctx))
-            rnd = int(msg.content.config_records["config"]["server-round"])
-            self.bytes_by_round[rnd] = self.bytes_by_round.get(rnd, 0) + array_bytes(msg) + array_bytes(out[-1])
-        self.replies += out
-        return out
-
-
-def array_bytes(msg: Message) -> int:
-    return sum(a.numpy().nbytes for record in msg.content.array_records.values() for a in record.values())
 
 
 def run_fedavg(root: Path, rounds: int = 2) -> FakeGrid:

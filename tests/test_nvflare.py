@@ -12,15 +12,14 @@ import torch
 
 pytest.importorskip("nvflare")
 
-from nvflare.apis.dxo import DXO, DataKind
 from nvflare.apis.event_type import EventType
-from nvflare.apis.fl_constant import FLContextKey, ReservedKey, ReturnCode
-from nvflare.apis.fl_context import FLContext
+from nvflare.apis.fl_constant import FLContextKey, ReturnCode
 from nvflare.app_common.abstract.model import make_model_learnable
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.app_event_type import AppEventType
 
 from fedaudit.interop.nvflare import FedauditRecorder
+from tests.nvflare_events import context, shareable
 from fedaudit.interop.recording_reader import read_recording
 from fedaudit.interop.recording_verify import verify_recording
 
@@ -30,30 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MODEL = "examples.pytorch_fedavg.net:Net"
 
 
-def _ctx(site: str | None = None, task_id: str = "t", **props) -> FLContext:
-    ctx = FLContext()
-    ctx.set_prop(ReservedKey.RUN_NUM, "simulate_job", private=False, sticky=False)
-    ctx.set_prop(FLContextKey.TASK_NAME, "train", private=True, sticky=False)
-    ctx.set_prop(FLContextKey.TASK_ID, task_id, private=True, sticky=False)
-    if site is not None:
-        peer = FLContext()
-        peer.set_prop(ReservedKey.IDENTITY_NAME, site, private=False, sticky=False)
-        ctx.set_peer_context(peer)
-    for key, value in props.items():
-        ctx.set_prop(key, value, private=True, sticky=False)
-    return ctx
-
-
 def _weights(value: float) -> dict[str, torch.Tensor]:
     return {"fc.weight": torch.full((2, 3), value), "fc.bias": torch.full((2,), value)}
-
-
-def _shareable(weights, rnd: int, rc: str = ReturnCode.OK, steps: int = 5):
-    s = DXO(DataKind.WEIGHTS, data={k: v.numpy() for k, v in weights.items()},
-            meta={"NUM_STEPS_CURRENT_ROUND": steps}).to_shareable()
-    s.set_header(AppConstants.CURRENT_ROUND, rnd)
-    s.set_return_code(rc)
-    return s
 
 
 def test_the_server_component_records_each_task_result_and_the_final_aggregate(tmp_path):
@@ -61,21 +38,21 @@ def test_the_server_component_records_each_task_result_and_the_final_aggregate(t
     recorded (the audit lists the round), the final aggregate released, the recording sealed."""
     rec_dir = tmp_path / "rec"
     recorder = FedauditRecorder(str(rec_dir), architecture={"model": MODEL, "num_classes": 2, "image_size": 32})
-    recorder.handle_event(EventType.START_RUN, _ctx())
+    recorder.handle_event(EventType.START_RUN, context())
     for rnd in (0, 1):
         for site in ("clean", "colour"):
             task = f"task-{rnd}-{site}"
-            recorder.handle_event(EventType.AFTER_TASK_DATA_FILTER, _ctx(site, task, **{
-                FLContextKey.TASK_DATA: _shareable(_weights(rnd), rnd)}))
+            recorder.handle_event(EventType.AFTER_TASK_DATA_FILTER, context(site, task, **{
+                FLContextKey.TASK_DATA: shareable(_weights(rnd), rnd)}))
             failed = (site, rnd) == ("colour", 1)
-            recorder.handle_event(EventType.AFTER_TASK_RESULT_FILTER, _ctx(site, task, **{
-                FLContextKey.TASK_RESULT: _shareable(_weights(rnd + 0.5), rnd,
+            recorder.handle_event(EventType.AFTER_TASK_RESULT_FILTER, context(site, task, **{
+                FLContextKey.TASK_RESULT: shareable(_weights(rnd + 0.5), rnd,
                                                      ReturnCode.EXECUTION_EXCEPTION if failed else ReturnCode.OK,
                                                      steps=7)}))
-        recorder.handle_event(AppEventType.AFTER_SHAREABLE_TO_LEARNABLE, _ctx(**{
+        recorder.handle_event(AppEventType.AFTER_SHAREABLE_TO_LEARNABLE, context(**{
             AppConstants.GLOBAL_MODEL: make_model_learnable({k: v.numpy() for k, v in _weights(rnd + 0.25).items()}, {}),
             AppConstants.CURRENT_ROUND: rnd}))
-    recorder.handle_event(EventType.END_RUN, _ctx())
+    recorder.handle_event(EventType.END_RUN, context())
 
     rec = read_recording(rec_dir)
     assert verify_recording(rec)["status"] == "verified"
@@ -108,18 +85,18 @@ def test_what_the_server_component_records_audits_to_a_complete_run(tmp_path):
     recorder = FedauditRecorder(str(rec_dir), architecture={"model": MODEL, "num_classes": 10, "image_size": 32,
                                                             "args": {"width": 4}},
                                 data={"dataset": "digits", "seed": 0, "target_domain": "textured"})
-    recorder.handle_event(EventType.START_RUN, _ctx())
+    recorder.handle_event(EventType.START_RUN, context())
     for rnd in (0, 1):
         for site in ("clean", "colour"):
             task = f"task-{rnd}-{site}"
-            recorder.handle_event(EventType.AFTER_TASK_DATA_FILTER, _ctx(site, task, **{
-                FLContextKey.TASK_DATA: _shareable(states[rnd], rnd)}))
-            recorder.handle_event(EventType.AFTER_TASK_RESULT_FILTER, _ctx(site, task, **{
-                FLContextKey.TASK_RESULT: _shareable(states[rnd + 1], rnd)}))
-        recorder.handle_event(AppEventType.AFTER_SHAREABLE_TO_LEARNABLE, _ctx(**{
+            recorder.handle_event(EventType.AFTER_TASK_DATA_FILTER, context(site, task, **{
+                FLContextKey.TASK_DATA: shareable(states[rnd], rnd)}))
+            recorder.handle_event(EventType.AFTER_TASK_RESULT_FILTER, context(site, task, **{
+                FLContextKey.TASK_RESULT: shareable(states[rnd + 1], rnd)}))
+        recorder.handle_event(AppEventType.AFTER_SHAREABLE_TO_LEARNABLE, context(**{
             AppConstants.GLOBAL_MODEL: make_model_learnable({k: v.numpy() for k, v in states[rnd + 1].items()}, {}),
             AppConstants.CURRENT_ROUND: rnd}))
-    recorder.handle_event(EventType.END_RUN, _ctx())
+    recorder.handle_event(EventType.END_RUN, context())
 
     out = tmp_path / "runs"
     result = CliRunner().invoke(app, ["audit", str(rec_dir), "--model", MODEL, "--attack", "none", "--device", "cpu",
@@ -137,14 +114,14 @@ def test_what_the_server_component_records_audits_to_a_complete_run(tmp_path):
 def test_a_refusal_stops_the_job_in_one_line(tmp_path, monkeypatch):
     rec_dir = tmp_path / "rec"
     first = FedauditRecorder(str(rec_dir))
-    first.handle_event(EventType.START_RUN, _ctx())
-    first.handle_event(EventType.AFTER_TASK_DATA_FILTER, _ctx("clean", **{FLContextKey.TASK_DATA: _shareable(_weights(0), 0)}))
+    first.handle_event(EventType.START_RUN, context())
+    first.handle_event(EventType.AFTER_TASK_DATA_FILTER, context("clean", **{FLContextKey.TASK_DATA: shareable(_weights(0), 0)}))
     second = FedauditRecorder(str(rec_dir))
     panics: list[str] = []
     monkeypatch.setattr(second, "system_panic", lambda reason, fl_ctx: panics.append(reason))
-    second.handle_event(EventType.START_RUN, _ctx())
+    second.handle_event(EventType.START_RUN, context())
     assert len(panics) == 1 and "already holds a recorded run" in panics[0] and "\n" not in panics[0]
-    second.handle_event(EventType.AFTER_TASK_DATA_FILTER, _ctx("clean", **{FLContextKey.TASK_DATA: _shareable(_weights(1), 0)}))
+    second.handle_event(EventType.AFTER_TASK_DATA_FILTER, context("clean", **{FLContextKey.TASK_DATA: shareable(_weights(1), 0)}))
     assert len((rec_dir / "wire.jsonl").read_text().splitlines()) == 2  # the refused job recorded nothing
 
 
